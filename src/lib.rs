@@ -1,0 +1,12 @@
+//! kubosh: the BOSH Director's deploy flow as a Kubernetes reconciling controller.
+//!
+//! The crate is layered (see `ARCHITECTURE.md`):
+//! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
+//! - the Kubernetes API types ([`api`]),
+//! - the command line ([`cli`]).
+
+pub mod cli;
+pub mod manifest;
+pub mod ops;
+pub mod validate;
+pub mod yaml;

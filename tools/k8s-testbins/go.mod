@@ -1,0 +1,3 @@
+module kubosh.io/testbins
+
+go 1.26.0
