@@ -1,0 +1,342 @@
+//! Rules for a cloud config on its own.
+
+use super::network::{ParsedSubnet, parse_subnets};
+use super::problem::{Document, Path, Problems};
+use super::{must_exist, unique_names};
+use crate::manifest::{CloudConfig, NetworkType};
+
+const DOC: Document = Document::CloudConfig;
+
+/// Checks names, subnets and the compilation block.
+pub fn check(cc: &CloudConfig, problems: &mut Problems) {
+    let root = Path::root();
+    unique_names(
+        DOC,
+        "AZ",
+        cc.azs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.as_str(), root.key("azs").index(i).key("name"))),
+        problems,
+    );
+    unique_names(
+        DOC,
+        "VM type",
+        cc.vm_types
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.name.as_str(), root.key("vm_types").index(i).key("name"))),
+        problems,
+    );
+    unique_names(
+        DOC,
+        "VM extension",
+        cc.vm_extensions.iter().enumerate().map(|(i, v)| {
+            (
+                v.name.as_str(),
+                root.key("vm_extensions").index(i).key("name"),
+            )
+        }),
+        problems,
+    );
+    unique_names(
+        DOC,
+        "disk type",
+        cc.disk_types
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.name.as_str(), root.key("disk_types").index(i).key("name"))),
+        problems,
+    );
+    unique_names(
+        DOC,
+        "network",
+        cc.networks
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), root.key("networks").index(i).key("name"))),
+        problems,
+    );
+
+    for (i, d) in cc.disk_types.iter().enumerate() {
+        if d.disk_size.is_none() {
+            problems.error(
+                DOC,
+                root.key("disk_types").index(i).key("disk_size"),
+                format!("is required for disk type '{}'", d.name),
+            );
+        }
+    }
+    let az_names: Vec<&str> = cc.azs.iter().map(|a| a.name.as_str()).collect();
+    for i in 0..cc.networks.len() {
+        check_network(cc, i, &az_names, problems);
+    }
+    check_compilation(cc, &az_names, problems);
+}
+
+fn check_network(cc: &CloudConfig, index: usize, az_names: &[&str], problems: &mut Problems) {
+    let network = &cc.networks[index];
+    let path = Path::root().key("networks").index(index);
+    let kind = network.network_type();
+    if kind == NetworkType::Manual && network.subnets.is_empty() && network.managed != Some(true) {
+        problems.error(
+            DOC,
+            path.key("subnets"),
+            format!(
+                "manual network '{}' needs at least one subnet",
+                network.name
+            ),
+        );
+    }
+    let with_az = network
+        .subnets
+        .iter()
+        .filter(|s| s.az.is_some() || !s.azs.is_empty())
+        .count();
+    if with_az != 0 && with_az != network.subnets.len() {
+        problems.error(
+            DOC,
+            path.key("subnets"),
+            format!(
+                "subnets of network '{}' must all name their AZs or none of them",
+                network.name
+            ),
+        );
+    }
+    for (si, subnet) in network.subnets.iter().enumerate() {
+        let sp = path.key("subnets").index(si);
+        if subnet.az.is_some() && !subnet.azs.is_empty() {
+            problems.error(DOC, sp.key("azs"), "give either 'az' or 'azs', not both");
+        }
+        if let Some(az) = &subnet.az {
+            must_exist(
+                DOC,
+                sp.key("az"),
+                "AZ",
+                az,
+                az_names,
+                "the cloud config's azs",
+                problems,
+            );
+        }
+        for (ai, az) in subnet.azs.iter().enumerate() {
+            must_exist(
+                DOC,
+                sp.key("azs").index(ai),
+                "AZ",
+                az,
+                az_names,
+                "the cloud config's azs",
+                problems,
+            );
+        }
+        if kind == NetworkType::Manual && network.managed != Some(true) {
+            if subnet.range.is_none() {
+                problems.error(DOC, sp.key("range"), "is required on a manual network");
+            }
+            if subnet.gateway.is_none() {
+                problems.error(DOC, sp.key("gateway"), "is required on a manual network");
+            }
+        }
+        for (di, dns) in subnet.dns.iter().enumerate() {
+            if dns.trim().parse::<std::net::IpAddr>().is_err() {
+                problems.error(
+                    DOC,
+                    sp.key("dns").index(di),
+                    format!("'{dns}' is not an IP address"),
+                );
+            }
+        }
+    }
+    let subnets = parse_subnets(network, &path, Some(problems));
+    if kind == NetworkType::Manual {
+        for (si, s) in subnets.iter().enumerate() {
+            check_subnet_addresses(
+                &network.subnets[si].reserved,
+                &network.subnets[si].static_ips,
+                s,
+                problems,
+            );
+            for other in &subnets[..si] {
+                if let (Some(a), Some(b)) = (s.range, other.range)
+                    && (a.contains(&b.network()) || b.contains(&a.network()))
+                {
+                    problems.error(
+                        DOC,
+                        s.path.key("range"),
+                        format!(
+                            "subnet {a} overlaps subnet {b} (at {}) of the same network",
+                            other.path
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn check_subnet_addresses(
+    reserved: &[String],
+    statics: &[String],
+    s: &ParsedSubnet,
+    problems: &mut Problems,
+) {
+    let Some(net) = s.range else { return };
+    if let Some(g) = s.gateway {
+        if !net.contains(&g) {
+            problems.error(
+                DOC,
+                s.path.key("gateway"),
+                format!("gateway {g} is outside the subnet range {net}"),
+            );
+        } else if net.prefix_len() != net.max_prefix_len()
+            && (g == net.network() || g == net.broadcast())
+        {
+            problems.error(
+                DOC,
+                s.path.key("gateway"),
+                format!("gateway {g} is the network or broadcast address of {net}"),
+            );
+        }
+    }
+    let inside = |r: &crate::manifest::IpRange| net.contains(&r.first) && net.contains(&r.last);
+    for (i, text) in reserved.iter().enumerate() {
+        let Ok(r) = crate::manifest::IpRange::parse(text) else {
+            continue;
+        };
+        if !inside(&r) {
+            problems.error(
+                DOC,
+                s.path.key("reserved").index(i),
+                format!("reserved range '{text}' is outside the subnet range {net}"),
+            );
+        }
+    }
+    for (i, text) in statics.iter().enumerate() {
+        let Ok(r) = crate::manifest::IpRange::parse(text) else {
+            continue;
+        };
+        if !inside(&r) {
+            problems.error(
+                DOC,
+                s.path.key("static").index(i),
+                format!("static range '{text}' is outside the subnet range {net}"),
+            );
+        } else if let Some(ip) = r.addresses().find(|ip| s.is_restricted(*ip)) {
+            problems.error(
+                DOC,
+                s.path.key("static").index(i),
+                format!("static range '{text}' includes {ip}, which is reserved (the gateway, a reserved range, or the network/broadcast address)"),
+            );
+        }
+    }
+}
+
+fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problems) {
+    let path = Path::root().key("compilation");
+    let Some(c) = &cc.compilation else {
+        problems.error(
+            DOC,
+            path,
+            "is required: packages are compiled on these workers",
+        );
+        return;
+    };
+    match c.workers {
+        None => problems.error(DOC, path.key("workers"), "is required"),
+        Some(0) => problems.error(DOC, path.key("workers"), "must be at least 1"),
+        Some(_) => {}
+    }
+    let shapes = [
+        c.vm_type.is_some(),
+        c.vm_resources.is_some(),
+        c.cloud_properties.is_some(),
+    ];
+    match shapes.iter().filter(|b| **b).count() {
+        0 => problems.error(
+            DOC,
+            path.clone(),
+            "needs one of 'vm_type', 'vm_resources' or 'cloud_properties'",
+        ),
+        1 => {}
+        _ => problems.error(
+            DOC,
+            path.clone(),
+            "give only one of 'vm_type', 'vm_resources' or 'cloud_properties'",
+        ),
+    }
+    if let Some(vm_type) = &c.vm_type {
+        let known: Vec<&str> = cc.vm_types.iter().map(|v| v.name.as_str()).collect();
+        must_exist(
+            DOC,
+            path.key("vm_type"),
+            "VM type",
+            vm_type,
+            &known,
+            "vm_types",
+            problems,
+        );
+    }
+    let exts: Vec<&str> = cc.vm_extensions.iter().map(|v| v.name.as_str()).collect();
+    for (i, e) in c.vm_extensions.iter().enumerate() {
+        must_exist(
+            DOC,
+            path.key("vm_extensions").index(i),
+            "VM extension",
+            e,
+            &exts,
+            "vm_extensions",
+            problems,
+        );
+    }
+    match (&c.az, az_names.is_empty()) {
+        (Some(az), _) => must_exist(
+            DOC,
+            path.key("az"),
+            "AZ",
+            az,
+            az_names,
+            "the cloud config's azs",
+            problems,
+        ),
+        (None, false) => problems.error(
+            DOC,
+            path.key("az"),
+            "is required because the cloud config defines AZs",
+        ),
+        (None, true) => {}
+    }
+    let Some(net_name) = &c.network else {
+        problems.error(DOC, path.key("network"), "is required");
+        return;
+    };
+    let nets: Vec<&str> = cc.networks.iter().map(|n| n.name.as_str()).collect();
+    must_exist(
+        DOC,
+        path.key("network"),
+        "network",
+        net_name,
+        &nets,
+        "networks",
+        problems,
+    );
+    if let Some(network) = cc.networks.iter().find(|n| &n.name == net_name) {
+        if network.network_type() == NetworkType::Vip {
+            problems.error(DOC, path.key("network"), format!("'{net_name}' is a vip network; compilation workers need a manual or dynamic network"));
+        }
+        if let Some(az) = &c.az {
+            let served = network.subnets.is_empty()
+                || network
+                    .subnets
+                    .iter()
+                    .any(|s| s.az_names().contains(&az.as_str()));
+            if !served {
+                problems.error(
+                    DOC,
+                    path.key("az"),
+                    format!("network '{net_name}' has no subnet in AZ '{az}'"),
+                );
+            }
+        }
+    }
+}

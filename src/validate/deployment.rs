@@ -1,0 +1,765 @@
+//! Rules for a deployment manifest, on its own and against the cloud config.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use super::network::{ParsedSubnet, parse_subnets};
+use super::problem::{Document, Path, Problems};
+use super::{must_exist, unique_names};
+use crate::manifest::{
+    CloudConfig, DeploymentManifest, InstanceGroup, IpRange, NetworkType, Variable,
+};
+
+const DOC: Document = Document::Manifest;
+
+/// Names the cloud config defines, and its parsed subnets per network.
+struct CloudIndex<'a> {
+    cc: &'a CloudConfig,
+    azs: Vec<&'a str>,
+    vm_types: Vec<&'a str>,
+    vm_extensions: Vec<&'a str>,
+    disk_types: Vec<&'a str>,
+    networks: Vec<&'a str>,
+    subnets: HashMap<&'a str, Vec<ParsedSubnet>>,
+}
+
+impl<'a> CloudIndex<'a> {
+    fn new(cc: &'a CloudConfig) -> Self {
+        CloudIndex {
+            cc,
+            azs: cc.azs.iter().map(|a| a.name.as_str()).collect(),
+            vm_types: cc.vm_types.iter().map(|v| v.name.as_str()).collect(),
+            vm_extensions: cc.vm_extensions.iter().map(|v| v.name.as_str()).collect(),
+            disk_types: cc.disk_types.iter().map(|d| d.name.as_str()).collect(),
+            networks: cc.networks.iter().map(|n| n.name.as_str()).collect(),
+            subnets: cc
+                .networks
+                .iter()
+                .map(|n| (n.name.as_str(), parse_subnets(n, &Path::root(), None)))
+                .collect(),
+        }
+    }
+}
+
+/// Checks the manifest and its references into the cloud config.
+pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) {
+    let root = Path::root();
+    let index = CloudIndex::new(cc);
+    if m.name.as_deref().is_none_or(|n| n.trim().is_empty()) {
+        problems.error(DOC, root.key("name"), "is required");
+    }
+    check_update_block(m, problems);
+    unique_names(
+        DOC,
+        "release",
+        m.releases
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.name.as_str(), root.key("releases").index(i).key("name"))),
+        problems,
+    );
+    for (i, r) in m.releases.iter().enumerate() {
+        if r.version.is_none() {
+            problems.error(
+                DOC,
+                root.key("releases").index(i).key("version"),
+                format!("is required for release '{}'", r.name),
+            );
+        }
+    }
+    unique_names(
+        DOC,
+        "stemcell alias",
+        m.stemcells.iter().enumerate().map(|(i, s)| {
+            (
+                s.alias.as_str(),
+                root.key("stemcells").index(i).key("alias"),
+            )
+        }),
+        problems,
+    );
+    for (i, s) in m.stemcells.iter().enumerate() {
+        let sp = root.key("stemcells").index(i);
+        match (&s.os, &s.name) {
+            (None, None) => problems.error(
+                DOC,
+                sp.clone(),
+                format!("stemcell '{}' needs 'os' or 'name'", s.alias),
+            ),
+            (Some(_), Some(_)) => problems.error(
+                DOC,
+                sp.clone(),
+                format!(
+                    "stemcell '{}' gives both 'os' and 'name'; give one",
+                    s.alias
+                ),
+            ),
+            _ => {}
+        }
+        if s.version.is_none() {
+            problems.error(
+                DOC,
+                sp.key("version"),
+                format!("is required for stemcell '{}'", s.alias),
+            );
+        }
+    }
+    let groups = &m.instance_groups;
+    unique_names(
+        DOC,
+        "instance group",
+        groups.iter().enumerate().map(|(i, g)| {
+            (
+                g.name.as_str(),
+                root.key("instance_groups").index(i).key("name"),
+            )
+        }),
+        problems,
+    );
+    let releases: Vec<&str> = m.releases.iter().map(|r| r.name.as_str()).collect();
+    let stemcells: Vec<&str> = m.stemcells.iter().map(|s| s.alias.as_str()).collect();
+    for (gi, g) in groups.iter().enumerate() {
+        let gp = root.key("instance_groups").index(gi);
+        check_group(g, &gp, &index, &releases, &stemcells, problems);
+    }
+    check_migrations(m, problems);
+    check_static_ips_unique(m, problems);
+    check_dynamic_capacity(m, &index, problems);
+    check_variables(&m.variables, problems);
+    unique_names(
+        DOC,
+        "addon",
+        m.addons
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.as_str(), root.key("addons").index(i).key("name"))),
+        problems,
+    );
+    for (ai, addon) in m.addons.iter().enumerate() {
+        for (ji, job) in addon.jobs.iter().enumerate() {
+            let jp = root.key("addons").index(ai).key("jobs").index(ji);
+            check_job_release(&job.release, &job.name, &jp, &releases, problems);
+        }
+    }
+}
+
+fn check_update_block(m: &DeploymentManifest, problems: &mut Problems) {
+    let path = Path::root().key("update");
+    let Some(u) = &m.update else {
+        problems.error(
+            DOC,
+            path,
+            "is required (canaries, max_in_flight, canary_watch_time, update_watch_time)",
+        );
+        return;
+    };
+    let required = [
+        ("canaries", u.canaries.is_some()),
+        ("max_in_flight", u.max_in_flight.is_some()),
+        ("canary_watch_time", u.canary_watch_time.is_some()),
+        ("update_watch_time", u.update_watch_time.is_some()),
+    ];
+    for (key, present) in required {
+        if !present {
+            problems.error(
+                DOC,
+                path.key(key),
+                "is required in the deployment's update block",
+            );
+        }
+    }
+    if let Some(crate::manifest::Quantity::Count(0) | crate::manifest::Quantity::Percent(0)) =
+        u.max_in_flight
+    {
+        problems.warning(
+            DOC,
+            path.key("max_in_flight"),
+            "0 is treated as 1: at least one instance is always updated at a time",
+        );
+    }
+}
+
+fn check_job_release(
+    release: &str,
+    job: &str,
+    path: &Path,
+    releases: &[&str],
+    problems: &mut Problems,
+) {
+    if release.is_empty() {
+        problems.error(
+            DOC,
+            path.key("release"),
+            format!("is required for job '{job}'"),
+        );
+    } else {
+        must_exist(
+            DOC,
+            path.key("release"),
+            "release",
+            release,
+            releases,
+            "the manifest's releases",
+            problems,
+        );
+    }
+}
+
+fn check_group(
+    g: &InstanceGroup,
+    gp: &Path,
+    index: &CloudIndex<'_>,
+    releases: &[&str],
+    stemcells: &[&str],
+    problems: &mut Problems,
+) {
+    let name = &g.name;
+    let instances = match g.instances {
+        Some(n) => n,
+        None => {
+            problems.error(
+                DOC,
+                gp.key("instances"),
+                format!("is required for instance group '{name}'"),
+            );
+            0
+        }
+    };
+    // AZs
+    unique_names(
+        DOC,
+        "AZ",
+        g.azs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.as_str(), gp.key("azs").index(i))),
+        problems,
+    );
+    for (i, az) in g.azs.iter().enumerate() {
+        must_exist(
+            DOC,
+            gp.key("azs").index(i),
+            "AZ",
+            az,
+            &index.azs,
+            "the cloud config's azs",
+            problems,
+        );
+    }
+    if g.azs.is_empty() && !index.azs.is_empty() && instances > 0 {
+        problems.error(
+            DOC,
+            gp.key("azs"),
+            format!(
+                "instance group '{name}' must name its AZs because the cloud config defines AZs"
+            ),
+        );
+    }
+    // Jobs
+    unique_names(
+        DOC,
+        "job",
+        g.jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (j.name.as_str(), gp.key("jobs").index(i).key("name"))),
+        problems,
+    );
+    for (ji, job) in g.jobs.iter().enumerate() {
+        check_job_release(
+            &job.release,
+            &job.name,
+            &gp.key("jobs").index(ji),
+            releases,
+            problems,
+        );
+    }
+    // VM shape
+    match (&g.vm_type, &g.vm_resources) {
+        (None, None) => problems.error(
+            DOC,
+            gp.clone(),
+            format!("instance group '{name}' needs 'vm_type' or 'vm_resources'"),
+        ),
+        (Some(_), Some(_)) => problems.error(
+            DOC,
+            gp.key("vm_resources"),
+            format!("instance group '{name}' gives both 'vm_type' and 'vm_resources'; give one"),
+        ),
+        (Some(t), None) => must_exist(
+            DOC,
+            gp.key("vm_type"),
+            "VM type",
+            t,
+            &index.vm_types,
+            "the cloud config's vm_types",
+            problems,
+        ),
+        (None, Some(_)) => {}
+    }
+    for (i, e) in g.vm_extensions.iter().enumerate() {
+        must_exist(
+            DOC,
+            gp.key("vm_extensions").index(i),
+            "VM extension",
+            e,
+            &index.vm_extensions,
+            "the cloud config's vm_extensions",
+            problems,
+        );
+    }
+    match &g.stemcell {
+        None => problems.error(
+            DOC,
+            gp.key("stemcell"),
+            format!("is required for instance group '{name}'"),
+        ),
+        Some(s) => must_exist(
+            DOC,
+            gp.key("stemcell"),
+            "stemcell alias",
+            s,
+            stemcells,
+            "the manifest's stemcells",
+            problems,
+        ),
+    }
+    // Disks
+    let disk_keys = [
+        g.persistent_disk.is_some(),
+        g.persistent_disk_type.is_some(),
+        !g.persistent_disks.is_empty(),
+    ];
+    if disk_keys.iter().filter(|b| **b).count() > 1 {
+        problems.error(DOC, gp.clone(), format!("instance group '{name}' gives more than one of 'persistent_disk', 'persistent_disk_type' and 'persistent_disks'; give one"));
+    }
+    if let Some(t) = &g.persistent_disk_type {
+        must_exist(
+            DOC,
+            gp.key("persistent_disk_type"),
+            "disk type",
+            t,
+            &index.disk_types,
+            "the cloud config's disk_types",
+            problems,
+        );
+    }
+    unique_names(
+        DOC,
+        "persistent disk",
+        g.persistent_disks.iter().enumerate().map(|(i, d)| {
+            (
+                d.name.as_str(),
+                gp.key("persistent_disks").index(i).key("name"),
+            )
+        }),
+        problems,
+    );
+    for (i, d) in g.persistent_disks.iter().enumerate() {
+        must_exist(
+            DOC,
+            gp.key("persistent_disks").index(i).key("type"),
+            "disk type",
+            &d.disk_type,
+            &index.disk_types,
+            "the cloud config's disk_types",
+            problems,
+        );
+    }
+    check_group_networks(g, gp, instances, index, problems);
+}
+
+fn check_group_networks(
+    g: &InstanceGroup,
+    gp: &Path,
+    instances: u64,
+    index: &CloudIndex<'_>,
+    problems: &mut Problems,
+) {
+    let name = &g.name;
+    if g.networks.is_empty() {
+        problems.error(
+            DOC,
+            gp.key("networks"),
+            format!("instance group '{name}' must join at least one network"),
+        );
+        return;
+    }
+    unique_names(
+        DOC,
+        "network",
+        g.networks
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), gp.key("networks").index(i).key("name"))),
+        problems,
+    );
+    let mut defaults: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (ni, net_ref) in g.networks.iter().enumerate() {
+        let np = gp.key("networks").index(ni);
+        for (di, d) in net_ref.default.iter().enumerate() {
+            if !["dns", "gateway", "addressable"].contains(&d.as_str()) {
+                problems.error(
+                    DOC,
+                    np.key("default").index(di),
+                    format!("expected one of 'dns', 'gateway', 'addressable', found '{d}'"),
+                );
+            } else {
+                defaults.entry(d.as_str()).or_default().push(ni);
+            }
+        }
+        if !index.networks.contains(&net_ref.name.as_str()) {
+            must_exist(
+                DOC,
+                np.key("name"),
+                "network",
+                &net_ref.name,
+                &index.networks,
+                "the cloud config's networks",
+                problems,
+            );
+            continue;
+        }
+        let Some(network) = index.cc.networks.iter().find(|n| n.name == net_ref.name) else {
+            continue;
+        };
+        let kind = network.network_type();
+        if kind == NetworkType::Vip && !net_ref.default.is_empty() {
+            problems.error(
+                DOC,
+                np.key("default"),
+                format!("vip network '{}' cannot be a default network", net_ref.name),
+            );
+        }
+        let subnets = &index.subnets[net_ref.name.as_str()];
+        // Every AZ of the group must be served by the network.
+        if kind != NetworkType::Vip && !network.subnets.is_empty() {
+            for (ai, az) in g.azs.iter().enumerate() {
+                if index.azs.contains(&az.as_str())
+                    && !subnets.iter().any(|s| s.azs.iter().any(|a| a == az))
+                    && subnets.iter().any(|s| !s.azs.is_empty())
+                {
+                    problems.error(DOC, gp.key("azs").index(ai), format!("network '{}' has no subnet in AZ '{az}' used by instance group '{name}'", net_ref.name));
+                }
+            }
+        }
+        if net_ref.static_ips.is_empty() {
+            continue;
+        }
+        if kind == NetworkType::Dynamic {
+            problems.error(
+                DOC,
+                np.key("static_ips"),
+                format!(
+                    "instance group '{name}' cannot have static IPs on dynamic network '{}'",
+                    net_ref.name
+                ),
+            );
+            continue;
+        }
+        let mut count: u128 = 0;
+        let mut seen: HashMap<IpAddr, usize> = HashMap::new();
+        for (si, text) in net_ref.static_ips.iter().enumerate() {
+            let sp = np.key("static_ips").index(si);
+            let range = match IpRange::parse(text) {
+                Ok(r) => r,
+                Err(e) => {
+                    problems.error(DOC, sp, e.to_string());
+                    continue;
+                }
+            };
+            count += range.len();
+            for ip in range.addresses().take(65_536) {
+                if let Some(first) = seen.insert(ip, si) {
+                    problems.error(
+                        DOC,
+                        sp.clone(),
+                        format!(
+                            "static IP {ip} is listed more than once (also at static_ips[{first}])"
+                        ),
+                    );
+                    break;
+                }
+                if let Some(msg) = static_ip_problem(ip, g, net_ref.name.as_str(), kind, subnets) {
+                    problems.error(DOC, sp.clone(), msg);
+                    break;
+                }
+            }
+        }
+        if count != u128::from(instances) {
+            problems.error(
+                DOC,
+                np.key("static_ips"),
+                format!("instance group '{name}' has {instances} instances but was given {count} static IPs on network '{}'", net_ref.name),
+            );
+        }
+    }
+    if g.networks.len() > 1 {
+        for prop in ["dns", "gateway"] {
+            match defaults.get(prop).map(Vec::len).unwrap_or(0) {
+                0 => problems.error(DOC, gp.key("networks"), format!("instance group '{name}' has more than one network; mark one as default for '{prop}'")),
+                1 => {}
+                _ => problems.error(DOC, gp.key("networks"), format!("instance group '{name}' marks more than one network as default for '{prop}'")),
+            }
+        }
+    }
+}
+
+fn static_ip_problem(
+    ip: IpAddr,
+    g: &InstanceGroup,
+    network: &str,
+    kind: NetworkType,
+    subnets: &[ParsedSubnet],
+) -> Option<String> {
+    let owner = subnets.iter().find(|s| {
+        s.is_static(ip) || (kind == NetworkType::Manual && s.range.is_some_and(|r| r.contains(&ip)))
+    });
+    let Some(subnet) = owner else {
+        return Some(format!(
+            "static IP {ip} belongs to no subnet of network '{network}'"
+        ));
+    };
+    if !subnet.is_static(ip) {
+        return Some(format!(
+            "static IP {ip} is not in the 'static' ranges of its subnet in network '{network}' ({})",
+            subnet.path
+        ));
+    }
+    if !subnet.azs.is_empty() && !g.azs.is_empty() && !subnet.azs.iter().any(|a| g.azs.contains(a))
+    {
+        return Some(format!(
+            "static IP {ip} is in a subnet of AZ(s) {} which instance group '{}' does not use",
+            subnet.azs.join(", "),
+            g.name
+        ));
+    }
+    None
+}
+
+fn check_static_ips_unique(m: &DeploymentManifest, problems: &mut Problems) {
+    let mut owner: HashMap<(String, IpAddr), (String, Path)> = HashMap::new();
+    for (gi, g) in m.instance_groups.iter().enumerate() {
+        for (ni, n) in g.networks.iter().enumerate() {
+            for (si, text) in n.static_ips.iter().enumerate() {
+                let Ok(range) = IpRange::parse(text) else {
+                    continue;
+                };
+                let path = Path::root()
+                    .key("instance_groups")
+                    .index(gi)
+                    .key("networks")
+                    .index(ni)
+                    .key("static_ips")
+                    .index(si);
+                for ip in range.addresses().take(65_536) {
+                    match owner.get(&(n.name.clone(), ip)) {
+                        Some((other, _)) if other != &g.name => {
+                            problems.error(
+                                DOC,
+                                path.clone(),
+                                format!(
+                                    "static IP {ip} is already given to instance group '{other}'"
+                                ),
+                            );
+                            break;
+                        }
+                        Some(_) => {}
+                        None => {
+                            owner.insert((n.name.clone(), ip), (g.name.clone(), path.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Dynamic IPs on manual networks: every instance without a static IP needs one.
+fn check_dynamic_capacity(m: &DeploymentManifest, index: &CloudIndex<'_>, problems: &mut Problems) {
+    let mut demand: BTreeMap<&str, (u128, Vec<&str>)> = BTreeMap::new();
+    for g in &m.instance_groups {
+        for n in &g.networks {
+            if !n.static_ips.is_empty() {
+                continue;
+            }
+            let Some(network) = index.cc.networks.iter().find(|x| x.name == n.name) else {
+                continue;
+            };
+            if network.network_type() != NetworkType::Manual {
+                continue;
+            }
+            let entry = demand.entry(n.name.as_str()).or_default();
+            entry.0 += u128::from(g.instances.unwrap_or(0));
+            entry.1.push(g.name.as_str());
+        }
+    }
+    for (net, (wanted, groups)) in demand {
+        let capacity: u128 = index
+            .subnets
+            .get(net)
+            .map(|s| s.iter().map(ParsedSubnet::dynamic_capacity).sum())
+            .unwrap_or(0);
+        if wanted > capacity {
+            let gi = m
+                .instance_groups
+                .iter()
+                .position(|g| g.name == groups[groups.len() - 1])
+                .unwrap_or(0);
+            problems.error(
+                DOC,
+                Path::root().key("instance_groups").index(gi).key("instances"),
+                format!(
+                    "manual network '{net}' has {capacity} free addresses for dynamic IPs but instance groups {} need {wanted}",
+                    groups.iter().map(|g| format!("'{g}'")).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+    }
+}
+
+fn check_migrations(m: &DeploymentManifest, problems: &mut Problems) {
+    let names: Vec<&str> = m.instance_groups.iter().map(|g| g.name.as_str()).collect();
+    let mut claimed: HashMap<&str, &str> = HashMap::new();
+    for (gi, g) in m.instance_groups.iter().enumerate() {
+        for (mi, from) in g.migrated_from.iter().enumerate() {
+            let mp = Path::root()
+                .key("instance_groups")
+                .index(gi)
+                .key("migrated_from")
+                .index(mi);
+            if names.contains(&from.name.as_str()) {
+                problems.error(DOC, mp.key("name"), format!("cannot migrate '{}' into '{}': an instance group named '{}' still exists in the manifest", from.name, g.name, from.name));
+            }
+            if let Some(other) = claimed.insert(from.name.as_str(), g.name.as_str()) {
+                problems.error(
+                    DOC,
+                    mp.key("name"),
+                    format!(
+                        "'{}' is migrated into both '{other}' and '{}'",
+                        from.name, g.name
+                    ),
+                );
+            }
+            if let Some(az) = &from.az
+                && !g.azs.contains(az)
+            {
+                problems.error(
+                    DOC,
+                    mp.key("az"),
+                    format!(
+                        "AZ '{az}' is not one of the AZs of instance group '{}'",
+                        g.name
+                    ),
+                );
+            }
+        }
+    }
+}
+
+const VARIABLE_TYPES: [&str; 7] = [
+    "password",
+    "certificate",
+    "ssh",
+    "rsa",
+    "value",
+    "json",
+    "user",
+];
+
+fn check_variables(vars: &[Variable], problems: &mut Problems) {
+    let root = Path::root().key("variables");
+    unique_names(
+        DOC,
+        "variable",
+        vars.iter()
+            .enumerate()
+            .map(|(i, v)| (v.name.as_str(), root.index(i).key("name"))),
+        problems,
+    );
+    for (i, v) in vars.iter().enumerate() {
+        let vp = root.index(i);
+        if !VARIABLE_TYPES.contains(&v.kind.as_str()) {
+            problems.error(
+                DOC,
+                vp.key("type"),
+                format!(
+                    "unknown variable type '{}'; expected one of {}",
+                    v.kind,
+                    VARIABLE_TYPES.join(", ")
+                ),
+            );
+        }
+        if let Some(mode) = &v.update_mode
+            && !["no-overwrite", "overwrite", "converge"].contains(&mode.as_str())
+        {
+            problems.error(
+                DOC,
+                vp.key("update_mode"),
+                format!("expected one of 'no-overwrite', 'overwrite', 'converge', found '{mode}'"),
+            );
+        }
+        let opts = v.options.as_ref();
+        let opt = |k: &str| opts.and_then(|o| o.get(k));
+        match v.kind.as_str() {
+            "certificate" => {
+                let is_ca = opt("is_ca").and_then(|x| x.as_bool()).unwrap_or(false);
+                if opt("common_name").is_none() && opt("alternative_names").is_none() && !is_ca {
+                    problems.error(
+                        DOC,
+                        vp.key("options"),
+                        format!(
+                            "certificate '{}' needs 'common_name' or 'alternative_names'",
+                            v.name
+                        ),
+                    );
+                }
+                match opt("ca").and_then(|x| x.as_str()) {
+                    Some(ca) => match vars.iter().find(|o| o.name == ca) {
+                        Some(o) if o.kind != "certificate" => problems.error(DOC, vp.key("options").key("ca"), format!("CA '{ca}' is a {} variable, not a certificate", o.kind)),
+                        Some(o) if !o.options.as_ref().and_then(|x| x.get("is_ca")).and_then(|x| x.as_bool()).unwrap_or(false) => {
+                            problems.error(DOC, vp.key("options").key("ca"), format!("CA '{ca}' is not a CA certificate (it lacks 'is_ca: true')"))
+                        }
+                        Some(_) => {}
+                        None => problems.warning(DOC, vp.key("options").key("ca"), format!("CA '{ca}' is not a variable of this manifest; it must be provided")),
+                    },
+                    None if !is_ca => problems.error(DOC, vp.key("options").key("ca"), format!("is required: certificate '{}' is not a CA, so it must name the CA that signs it", v.name)),
+                    None => {}
+                }
+                if let Some(ekus) = opt("extended_key_usage") {
+                    for (ei, eku) in ekus.as_array().into_iter().flatten().enumerate() {
+                        let known = [
+                            "client_auth",
+                            "server_auth",
+                            "code_signing",
+                            "email_protection",
+                            "timestamping",
+                        ];
+                        if !eku.as_str().is_some_and(|e| known.contains(&e)) {
+                            problems.error(
+                                DOC,
+                                vp.key("options").key("extended_key_usage").index(ei),
+                                format!(
+                                    "unknown extended key usage {eku}; expected one of {}",
+                                    known.join(", ")
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            "password" => {
+                if let Some(len) = opt("length")
+                    && len.as_u64().is_none_or(|n| n == 0)
+                {
+                    problems.error(
+                        DOC,
+                        vp.key("options").key("length"),
+                        format!("must be a whole number above 0, found {len}"),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}

