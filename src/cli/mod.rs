@@ -1,0 +1,41 @@
+//! The `kubosh` command line: thin wrappers that read files, call the library and print.
+
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// kubosh: BOSH deployments as Kubernetes resources.
+#[derive(Debug, Parser)]
+#[command(name = "kubosh", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a deployment manifest against a cloud config; print every problem.
+    Validate(validate::ValidateArgs),
+    /// Print the CustomResourceDefinitions kubosh serves, as YAML.
+    Crd,
+}
+
+/// Entry point of the `kubosh` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Crd => match crate::api::crds_yaml() {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kubosh crd: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,53 @@
+//! `kubosh validate`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::validate;
+
+/// Arguments of `kubosh validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The deployment manifest (YAML).
+    pub manifest: PathBuf,
+    /// The cloud config (YAML).
+    #[arg(long = "cloud-config", short = 'c')]
+    pub cloud_config: PathBuf,
+}
+
+/// Runs the command: exit 0 when there are no errors (warnings are printed), 1 otherwise.
+pub fn run(args: &ValidateArgs) -> ExitCode {
+    let read = |p: &PathBuf| -> Result<serde_json::Value, String> {
+        let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        crate::yaml::parse_value(&text, &p.display().to_string()).map_err(|e| e.to_string())
+    };
+    let (manifest, cloud_config) = match (read(&args.manifest), read(&args.cloud_config)) {
+        (Ok(m), Ok(c)) => (m, c),
+        (m, c) => {
+            for e in [m.err(), c.err()].into_iter().flatten() {
+                eprintln!("{e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match validate::deployment(&manifest, &cloud_config) {
+        Ok(v) => {
+            eprint!("{}", v.warnings);
+            let (m, _) = &v.document;
+            println!(
+                "manifest '{}' is valid: {} instance groups",
+                m.name.as_deref().unwrap_or(""),
+                m.instance_groups.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            eprint!("{problems}");
+            let errors = problems.errors().count();
+            eprintln!("{errors} error(s): nothing was deployed");
+            ExitCode::FAILURE
+        }
+    }
+}
