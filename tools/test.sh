@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The kubosh test command (README "Test"): installs what the tests need on a fresh machine,
+# then runs formatting, lints and every test suite. CI runs exactly this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+started=$SECONDS
+
+# System packages the tests use (Debian). Only installs what is missing.
+need_pkgs=()
+for pair in "openssl:openssl" "curl:curl" "git:git"; do
+  cmd=${pair%%:*} pkg=${pair#*:}
+  command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
+if ((${#need_pkgs[@]})); then
+  step "apt-get install ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# Rust components for the checks below.
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
+
+# Real control-plane binaries (kube-apiserver, kubectl, helm, nats-server), built once from
+# the Go module proxy and cached under ~/.cache/kubosh, keyed by version.
+if [[ -x tools/testbins.sh ]]; then
+  step "control-plane binaries"
+  KUBOSH_BIN_DIR=$(tools/testbins.sh | tail -n 1)
+  export KUBOSH_BIN_DIR
+  step "binaries in $KUBOSH_BIN_DIR"
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --locked --all-targets -- -D warnings
+
+step "cargo test"
+cargo test --locked
+
+step "done in $((SECONDS - started)) s"
