@@ -9,5 +9,7 @@ pub mod api;
 pub mod cli;
 pub mod manifest;
 pub mod ops;
+pub mod pki;
+pub mod testenv;
 pub mod validate;
 pub mod yaml;

@@ -1,0 +1,16 @@
+//! Real Kubernetes and NATS for tests and demos: etcd + kube-apiserver (with RBAC, a CA, a
+//! service-account signer, admin and operator identities) and nats-server (optionally with
+//! mutual TLS), started as child processes on free loopback ports.
+//!
+//! Children are tied to the life of this process (they get SIGKILL when it dies, even on a
+//! panic or a kill), so no test run leaves stray processes behind.
+
+mod bins;
+mod control_plane;
+mod nats;
+mod process;
+
+pub use bins::{BinError, bin_dir, binary};
+pub use control_plane::{ControlPlane, ControlPlaneError};
+pub use nats::{NatsError, NatsServer, NatsTls};
+pub use process::{ManagedChild, free_port, spawn_tied};

@@ -1,0 +1,99 @@
+//! Child processes that cannot outlive the process that started them.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// Linux delivers PR_SET_PDEATHSIG when the *thread* that forked the child exits, so children
+/// are forked from one thread that lives as long as the process.
+static SPAWNER: LazyLock<Mutex<mpsc::Sender<SpawnRequest>>> = LazyLock::new(|| {
+    let (tx, rx) = mpsc::channel::<SpawnRequest>();
+    std::thread::Builder::new()
+        .name("kubosh-spawner".into())
+        .spawn(move || {
+            for (mut cmd, reply) in rx {
+                // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+                let _ = reply.send(cmd.spawn());
+            }
+        })
+        .expect("spawn the process-spawner thread");
+    Mutex::new(tx)
+});
+
+/// Spawns `cmd` so that it gets SIGKILL when this process dies.
+pub fn spawn_tied(cmd: Command) -> io::Result<ManagedChild> {
+    let (tx, rx) = mpsc::channel();
+    SPAWNER
+        .lock()
+        .map_err(|_| io::Error::other("spawner lock poisoned"))?
+        .send((cmd, tx))
+        .map_err(|_| io::Error::other("spawner thread is gone"))?;
+    let child = rx
+        .recv()
+        .map_err(|_| io::Error::other("spawner thread is gone"))??;
+    Ok(ManagedChild { child: Some(child) })
+}
+
+/// A child process stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct ManagedChild {
+    child: Option<Child>,
+}
+
+impl ManagedChild {
+    /// The child's process id.
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Stops the process: SIGTERM, up to `grace` to exit, then SIGKILL.
+    pub fn stop(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(pid) = i32::try_from(child.id()) {
+            // SAFETY: signalling a child we own.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for ManagedChild {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
