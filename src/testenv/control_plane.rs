@@ -177,10 +177,10 @@ impl ControlPlane {
             let request = http::Request::get("/readyz")
                 .body(Vec::new())
                 .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
-            if let Ok(text) = client.request_text(request).await {
-                if text.trim() == "ok" {
-                    return Ok(());
-                }
+            if let Ok(text) = client.request_text(request).await
+                && text.trim() == "ok"
+            {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(ControlPlaneError::NotReady(
