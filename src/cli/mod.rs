@@ -1,5 +1,6 @@
 //! The `kubosh` command line: thin wrappers that read files, call the library and print.
 
+mod dev;
 mod validate;
 
 use std::process::ExitCode;
@@ -20,6 +21,9 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Print the CustomResourceDefinitions kubosh serves, as YAML.
     Crd,
+    /// Development helpers (a local control plane).
+    #[command(subcommand)]
+    Dev(dev::DevCommand),
 }
 
 /// Entry point of the `kubosh` binary.
@@ -27,6 +31,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Validate(args) => validate::run(&args),
+        Command::Dev(command) => dev::run(&command),
         Command::Crd => match crate::api::crds_yaml() {
             Ok(text) => {
                 print!("{text}");

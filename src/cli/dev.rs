@@ -1,0 +1,68 @@
+//! `kubosh dev cluster`: the test control plane, in the foreground, for humans.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use crate::testenv::ControlPlane;
+
+/// Development helpers.
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Start etcd + kube-apiserver with kubosh's CRDs installed; print a kubeconfig path and
+    /// run until Ctrl-C.
+    Cluster,
+}
+
+/// Runs a `kubosh dev` command.
+pub fn run(command: &DevCommand) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kubosh dev: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match command {
+        DevCommand::Cluster => runtime.block_on(cluster()),
+    }
+}
+
+async fn cluster() -> ExitCode {
+    let started = std::time::Instant::now();
+    let cp = match ControlPlane::start().await {
+        Ok(cp) => cp,
+        Err(e) => {
+            eprintln!("kubosh dev cluster: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let installed = match crate::api::crds() {
+        Ok(crds) => cp.install_crds(&crds).await.map(|()| crds.len()),
+        Err(e) => {
+            eprintln!("kubosh dev cluster: cannot generate CRDs: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = installed {
+        eprintln!("kubosh dev cluster: cannot install CRDs: {e}");
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "control plane ready at {} in {:.1}s",
+        cp.server(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("export KUBECONFIG={}", cp.kubeconfig_path().display());
+    println!("contexts: admin (system:masters), operator (no rights until RBAC grants them)");
+    println!(
+        "try: kubectl --kubeconfig {} get boshdeployments -A",
+        cp.kubeconfig_path().display()
+    );
+    println!(
+        "Ctrl-C stops etcd and kube-apiserver and removes {}",
+        cp.dir().display()
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    ExitCode::SUCCESS
+}
