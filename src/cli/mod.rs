@@ -1,6 +1,8 @@
 //! The `kubosh` command line: thin wrappers that read files, call the library and print.
 
 mod dev;
+mod input;
+mod interpolate;
 mod validate;
 
 use std::process::ExitCode;
@@ -19,6 +21,8 @@ struct Cli {
 enum Command {
     /// Check a deployment manifest against a cloud config; print every problem.
     Validate(validate::ValidateArgs),
+    /// Apply ops files and variables to a YAML document and print it (`bosh interpolate`).
+    Interpolate(interpolate::InterpolateArgs),
     /// Print the CustomResourceDefinitions kubosh serves, as YAML.
     Crd,
     /// Development helpers (a local control plane).
@@ -32,6 +36,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
+        Command::Interpolate(args) => interpolate::run(&args),
         Command::Crd => match crate::api::crds_yaml() {
             Ok(text) => {
                 print!("{text}");

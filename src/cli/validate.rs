@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use super::input::{DocumentArgs, read_yaml};
 use crate::validate;
 
 /// Arguments of `kubosh validate`.
@@ -15,16 +16,17 @@ pub struct ValidateArgs {
     /// The cloud config (YAML).
     #[arg(long = "cloud-config", short = 'c')]
     pub cloud_config: PathBuf,
+    /// Ops files and variables, applied to the manifest as `bosh interpolate` does.
+    #[command(flatten)]
+    pub input: DocumentArgs,
 }
 
 /// Runs the command: exit 0 when there are no errors (warnings are printed), 1 otherwise.
 pub fn run(args: &ValidateArgs) -> ExitCode {
-    let read = |p: &PathBuf| -> Result<serde_json::Value, String> {
-        let text =
-            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        crate::yaml::parse_value(&text, &p.display().to_string()).map_err(|e| e.to_string())
-    };
-    let (manifest, cloud_config) = match (read(&args.manifest), read(&args.cloud_config)) {
+    let (manifest, cloud_config) = match (
+        args.input.load(&args.manifest),
+        read_yaml(&args.cloud_config),
+    ) {
         (Ok(m), Ok(c)) => (m, c),
         (m, c) => {
             for e in [m.err(), c.err()].into_iter().flatten() {

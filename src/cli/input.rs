@@ -1,0 +1,89 @@
+//! Reading a document the way `bosh interpolate` does: the YAML file, then ops files in
+//! order, then variables.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::Value;
+
+use crate::ops::{self, InterpolateOptions, MissingVars, OpsFile, Vars};
+
+/// Ops-file and variable flags, as the BOSH CLI spells them.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DocumentArgs {
+    /// Apply an ops file (go-patch), in order; repeatable.
+    #[arg(long = "ops-file", short = 'o', value_name = "PATH")]
+    pub ops_files: Vec<PathBuf>,
+    /// Load variables from a YAML file; repeatable.
+    #[arg(long = "vars-file", short = 'l', value_name = "PATH")]
+    pub vars_files: Vec<PathBuf>,
+    /// Set a variable, `name=value` (the value is read as YAML); repeatable.
+    #[arg(long = "var", short = 'v', value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// Set a variable to a file's contents, `name=path`; repeatable.
+    #[arg(long = "var-file", value_name = "NAME=PATH")]
+    pub var_files: Vec<String>,
+    /// Load variables from environment variables with this prefix (`PREFIX_name`).
+    #[arg(long = "vars-env", value_name = "PREFIX")]
+    pub vars_env: Vec<String>,
+    /// Fail when a variable has no value (by default placeholders are left in place).
+    #[arg(long = "var-errs")]
+    pub var_errs: bool,
+    /// Fail when a provided variable is not used.
+    #[arg(long = "var-errs-unused")]
+    pub var_errs_unused: bool,
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// Reads a YAML file into a value.
+pub fn read_yaml(path: &Path) -> Result<Value, String> {
+    crate::yaml::parse_value(&read(path)?, &path.display().to_string()).map_err(|e| e.to_string())
+}
+
+impl DocumentArgs {
+    /// The variables the flags give.
+    pub fn vars(&self) -> Result<Vars, String> {
+        let mut vars = Vars::new();
+        for prefix in &self.vars_env {
+            vars.add_env(prefix, std::env::vars())
+                .map_err(|e| e.to_string())?;
+        }
+        for path in &self.vars_files {
+            vars.add_vars_file(&read(path)?, &path.display().to_string())
+                .map_err(|e| e.to_string())?;
+        }
+        for arg in &self.var_files {
+            let (name, path) = Vars::split_var_file_arg(arg).map_err(|e| e.to_string())?;
+            vars.add_var_file(name, &read(Path::new(path))?);
+        }
+        for arg in &self.vars {
+            vars.add_var_arg(arg).map_err(|e| e.to_string())?;
+        }
+        Ok(vars)
+    }
+
+    /// Reads `path`, applies the ops files and interpolates the variables.
+    pub fn load(&self, path: &Path) -> Result<Value, String> {
+        let mut doc = read_yaml(path)?;
+        let ops: Vec<OpsFile> = self
+            .ops_files
+            .iter()
+            .map(|p| OpsFile::parse(&read(p)?, &p.display().to_string()).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        ops::apply_all(&ops, &mut doc).map_err(|e| e.to_string())?;
+        let options = InterpolateOptions {
+            missing: if self.var_errs {
+                MissingVars::Error
+            } else {
+                MissingVars::Leave
+            },
+            error_on_unused: self.var_errs_unused,
+        };
+        let out =
+            ops::interpolate_with(&doc, &self.vars()?, &options).map_err(|e| e.to_string())?;
+        Ok(out.value)
+    }
+}

@@ -1,0 +1,48 @@
+//! `kubosh interpolate`: `bosh interpolate`, for manifests and any other YAML.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::input::DocumentArgs;
+use crate::ops::{Pointer, find};
+
+/// Arguments of `kubosh interpolate`.
+#[derive(Debug, Args)]
+pub struct InterpolateArgs {
+    /// The YAML document.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub input: DocumentArgs,
+    /// Print only the value at this go-patch path, e.g. `/instance_groups/name=web/instances`.
+    #[arg(long)]
+    pub path: Option<String>,
+}
+
+/// Runs the command.
+pub fn run(args: &InterpolateArgs) -> ExitCode {
+    match interpolate(args) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn interpolate(args: &InterpolateArgs) -> Result<String, String> {
+    let mut doc = args.input.load(&args.file)?;
+    if let Some(path) = &args.path {
+        let pointer = Pointer::parse(path).map_err(|e| e.to_string())?;
+        doc = find(&doc, &pointer).map_err(|e| e.to_string())?;
+    }
+    let mut text = crate::yaml::to_string(&doc).map_err(|e| e.to_string())?;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
