@@ -37,13 +37,7 @@ async fn cluster() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let installed = match crate::api::crds() {
-        Ok(crds) => cp.install_crds(&crds).await.map(|()| crds.len()),
-        Err(e) => {
-            eprintln!("kubosh dev cluster: cannot generate CRDs: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let installed = cp.install_crds(&crate::api::crds()).await;
     if let Err(e) = installed {
         eprintln!("kubosh dev cluster: cannot install CRDs: {e}");
         return ExitCode::FAILURE;

@@ -24,10 +24,19 @@ enum Command {
     /// Apply ops files and variables to a YAML document and print it (`bosh interpolate`).
     Interpolate(interpolate::InterpolateArgs),
     /// Print the CustomResourceDefinitions kubosh serves, as YAML.
-    Crd,
+    Crd(CrdArgs),
     /// Development helpers (a local control plane).
     #[command(subcommand)]
     Dev(dev::DevCommand),
+}
+
+/// Arguments of `kubosh crd`.
+#[derive(Debug, clap::Args)]
+struct CrdArgs {
+    /// Instead of printing, write one file per CRD into DIR (`<plural>.kubosh.io.yaml`) and
+    /// delete any other `*.kubosh.io.yaml` there.
+    #[arg(long, value_name = "DIR")]
+    write: Option<std::path::PathBuf>,
 }
 
 /// Entry point of the `kubosh` binary.
@@ -37,15 +46,41 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Interpolate(args) => interpolate::run(&args),
-        Command::Crd => match crate::api::crds_yaml() {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
+        Command::Crd(args) => match crd(&args) {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kubosh crd: {e}");
                 ExitCode::FAILURE
             }
         },
     }
+}
+
+fn crd(args: &CrdArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let Some(dir) = &args.write else {
+        print!("{}", crate::api::crds_yaml()?);
+        return Ok(());
+    };
+    let files = crate::api::crd_files()?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for entry in
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+    {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.ends_with(".kubosh.io.yaml") && !files.iter().any(|(f, _)| f == name) {
+            std::fs::remove_file(&path)
+                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            eprintln!("removed {}", path.display());
+        }
+    }
+    for (name, yaml) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, yaml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }

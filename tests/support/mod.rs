@@ -18,8 +18,9 @@ pub async fn control_plane() -> &'static ControlPlane {
             let cp = ControlPlane::start()
                 .await
                 .expect("start etcd + kube-apiserver");
-            let crds = kubosh::api::crds().expect("generate CRDs");
-            cp.install_crds(&crds).await.expect("install CRDs");
+            cp.install_crds(&kubosh::api::crds())
+                .await
+                .expect("install CRDs");
             cp
         })
         .await
