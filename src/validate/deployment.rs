@@ -7,7 +7,7 @@ use super::network::{ParsedSubnet, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::{must_exist, unique_names};
 use crate::manifest::{
-    CloudConfig, DeploymentManifest, InstanceGroup, IpRange, NetworkType, Variable,
+    CloudConfig, DeploymentManifest, InstanceGroup, IpRange, Network, NetworkType, Variable,
 };
 
 const DOC: Document = Document::Manifest;
@@ -32,13 +32,23 @@ impl<'a> CloudIndex<'a> {
             vm_extensions: cc.vm_extensions.iter().map(|v| v.name.as_str()).collect(),
             disk_types: cc.disk_types.iter().map(|d| d.name.as_str()).collect(),
             networks: cc.networks.iter().map(|n| n.name.as_str()).collect(),
-            subnets: cc
-                .networks
-                .iter()
-                .map(|n| (n.name.as_str(), parse_subnets(n, &Path::root(), None)))
-                .collect(),
+            subnets: first_definitions(&cc.networks),
         }
     }
+}
+
+/// Parsed subnets by network name. When a name is defined twice (reported in the cloud
+/// config), the first definition wins, as it does everywhere else the manifest is checked:
+/// a duplicate must not turn into errors about the manifest.
+fn first_definitions(networks: &[Network]) -> HashMap<&str, Vec<ParsedSubnet>> {
+    let mut subnets = HashMap::new();
+    for (i, n) in networks.iter().enumerate() {
+        let path = Path::root().key("networks").index(i);
+        subnets
+            .entry(n.name.as_str())
+            .or_insert_with(|| parse_subnets(n, &path, None));
+    }
+    subnets
 }
 
 /// Checks the manifest and its references into the cloud config.
@@ -522,7 +532,7 @@ fn static_ip_problem(
     };
     if !subnet.is_static(ip) {
         return Some(format!(
-            "static IP {ip} is not in the 'static' ranges of its subnet in network '{network}' ({})",
+            "static IP {ip} is not in the 'static' ranges of its subnet ({} in the cloud config) of network '{network}'",
             subnet.path
         ));
     }
