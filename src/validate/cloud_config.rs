@@ -324,7 +324,8 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
         if network.network_type() == NetworkType::Vip {
             problems.error(DOC, path.key("network"), format!("'{net_name}' is a vip network; compilation workers need a manual or dynamic network"));
         }
-        if let Some(az) = &c.az {
+        // An unknown AZ is reported above; saying the network lacks it too adds nothing.
+        if let Some(az) = c.az.as_ref().filter(|az| az_names.contains(&az.as_str())) {
             let served = network.subnets.is_empty()
                 || network
                     .subnets
