@@ -505,13 +505,56 @@ fn check_group_networks(
         }
     }
     if g.networks.len() > 1 {
-        for prop in ["dns", "gateway"] {
-            match defaults.get(prop).map(Vec::len).unwrap_or(0) {
-                0 => problems.error(DOC, gp.key("networks"), format!("instance group '{name}' has more than one network; mark one as default for '{prop}'")),
-                1 => {}
-                _ => problems.error(DOC, gp.key("networks"), format!("instance group '{name}' marks more than one network as default for '{prop}'")),
-            }
-        }
+        check_default_networks(g, gp, &defaults, problems);
+    }
+}
+
+/// With several networks, each of `dns` and `gateway` needs exactly one default network, and
+/// no property may have two (BOSH `instance_group_networks_parser.rb`): one error for all the
+/// missing properties, one for all the doubled ones, as the Director reports them.
+fn check_default_networks(
+    g: &InstanceGroup,
+    gp: &Path,
+    defaults: &BTreeMap<&str, Vec<usize>>,
+    problems: &mut Problems,
+) {
+    let name = &g.name;
+    let doubled: Vec<String> = defaults
+        .iter()
+        .filter(|(_, nets)| nets.len() > 1)
+        .map(|(prop, nets)| {
+            let names: Vec<String> = nets
+                .iter()
+                .map(|&i| format!("'{}'", g.networks[i].name))
+                .collect();
+            format!("'{prop}' on {}", names.join(" and "))
+        })
+        .collect();
+    if !doubled.is_empty() {
+        problems.error(
+            DOC,
+            gp.key("networks"),
+            format!(
+                "instance group '{name}' marks more than one network as default: {}",
+                doubled.join("; ")
+            ),
+        );
+    }
+    let missing: Vec<&str> = ["dns", "gateway"]
+        .into_iter()
+        .filter(|p| defaults.get(p).is_none_or(Vec::is_empty))
+        .collect();
+    if !missing.is_empty() {
+        problems.error(
+            DOC,
+            gp.key("networks"),
+            format!(
+                "instance group '{name}' has {} networks and none of them is the default for {}: list {} in the 'default' of one network",
+                g.networks.len(),
+                missing.join(" and "),
+                if missing.len() == 1 { "it" } else { "them" }
+            ),
+        );
     }
 }
 
