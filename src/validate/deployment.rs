@@ -7,7 +7,8 @@ use super::network::{ParsedSubnet, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::{must_exist, unique_names};
 use crate::manifest::{
-    CloudConfig, DeploymentManifest, InstanceGroup, IpRange, Network, NetworkType, Variable,
+    CloudConfig, DeploymentManifest, InstanceGroup, IpRange, Network, NetworkRef, NetworkType,
+    Variable,
 };
 
 const DOC: Document = Document::Manifest;
@@ -405,20 +406,14 @@ fn check_group_networks(
         problems,
     );
     let mut defaults: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut only_vip = true;
     for (ni, net_ref) in g.networks.iter().enumerate() {
         let np = gp.key("networks").index(ni);
-        for (di, d) in net_ref.default.iter().enumerate() {
-            if !["dns", "gateway", "addressable"].contains(&d.as_str()) {
-                problems.error(
-                    DOC,
-                    np.key("default").index(di),
-                    format!("expected one of 'dns', 'gateway', 'addressable', found '{d}'"),
-                );
-            } else {
-                defaults.entry(d.as_str()).or_default().push(ni);
-            }
-        }
-        if !index.networks.contains(&net_ref.name.as_str()) {
+        let network = index.cc.networks.iter().find(|n| n.name == net_ref.name);
+        let kind = network.map(|n| n.network_type());
+        only_vip &= kind == Some(NetworkType::Vip);
+        check_default_values(net_ref, &np, kind, ni, &mut defaults, problems);
+        let Some(network) = network else {
             must_exist(
                 DOC,
                 np.key("name"),
@@ -429,21 +424,10 @@ fn check_group_networks(
                 problems,
             );
             continue;
-        }
-        let Some(network) = index.cc.networks.iter().find(|n| n.name == net_ref.name) else {
-            continue;
         };
-        let kind = network.network_type();
-        if kind == NetworkType::Vip && !net_ref.default.is_empty() {
-            problems.error(
-                DOC,
-                np.key("default"),
-                format!("vip network '{}' cannot be a default network", net_ref.name),
-            );
-        }
         let subnets = &index.subnets[net_ref.name.as_str()];
         // Every AZ of the group must be served by the network.
-        if kind != NetworkType::Vip && !network.subnets.is_empty() {
+        if kind != Some(NetworkType::Vip) && !network.subnets.is_empty() {
             for (ai, az) in g.azs.iter().enumerate() {
                 if index.azs.contains(&az.as_str())
                     && !subnets.iter().any(|s| s.azs.iter().any(|a| a == az))
@@ -453,59 +437,150 @@ fn check_group_networks(
                 }
             }
         }
-        if net_ref.static_ips.is_empty() {
-            continue;
-        }
-        if kind == NetworkType::Dynamic {
-            problems.error(
-                DOC,
-                np.key("static_ips"),
-                format!(
-                    "instance group '{name}' cannot have static IPs on dynamic network '{}'",
-                    net_ref.name
-                ),
-            );
-            continue;
-        }
-        let mut count: u128 = 0;
-        let mut seen: HashMap<IpAddr, usize> = HashMap::new();
-        for (si, text) in net_ref.static_ips.iter().enumerate() {
-            let sp = np.key("static_ips").index(si);
-            let range = match IpRange::parse(text) {
-                Ok(r) => r,
-                Err(e) => {
-                    problems.error(DOC, sp, e.to_string());
-                    continue;
-                }
-            };
-            count += range.len();
-            for ip in range.addresses().take(65_536) {
-                if let Some(first) = seen.insert(ip, si) {
-                    problems.error(
-                        DOC,
-                        sp.clone(),
-                        format!(
-                            "static IP {ip} is listed more than once (also at static_ips[{first}])"
-                        ),
-                    );
-                    break;
-                }
-                if let Some(msg) = static_ip_problem(ip, g, net_ref.name.as_str(), kind, subnets) {
-                    problems.error(DOC, sp.clone(), msg);
-                    break;
-                }
-            }
-        }
-        if count != u128::from(instances) {
-            problems.error(
-                DOC,
-                np.key("static_ips"),
-                format!("instance group '{name}' has {instances} instances but was given {count} static IPs on network '{}'", net_ref.name),
-            );
-        }
+        check_static_ips(g, &np, ni, network, subnets, instances, problems);
+    }
+    if only_vip {
+        problems.error(
+            DOC,
+            gp.key("networks"),
+            format!("instance group '{name}' joins only vip networks; it also needs a manual or dynamic network to be the default for dns and gateway"),
+        );
     }
     if g.networks.len() > 1 {
         check_default_networks(g, gp, &defaults, problems);
+    }
+}
+
+/// The `default` list of one network: known properties only, and never on a vip network.
+/// Valid entries are recorded in `defaults` (network index by property) for
+/// [`check_default_networks`]; a vip network's are not, as they are already an error.
+fn check_default_values<'a>(
+    net_ref: &'a NetworkRef,
+    np: &Path,
+    kind: Option<NetworkType>,
+    ni: usize,
+    defaults: &mut BTreeMap<&'a str, Vec<usize>>,
+    problems: &mut Problems,
+) {
+    if kind == Some(NetworkType::Vip) && !net_ref.default.is_empty() {
+        problems.error(
+            DOC,
+            np.key("default"),
+            format!("vip network '{}' cannot be a default network", net_ref.name),
+        );
+        return;
+    }
+    for (di, d) in net_ref.default.iter().enumerate() {
+        if ["dns", "gateway", "addressable"].contains(&d.as_str()) {
+            defaults.entry(d.as_str()).or_default().push(ni);
+        } else {
+            problems.error(
+                DOC,
+                np.key("default").index(di),
+                format!("expected one of 'dns', 'gateway', 'addressable', found '{d}'"),
+            );
+        }
+    }
+}
+
+/// The static IPs of one network of an instance group (BOSH §4.9): one per instance, no
+/// repeats, each in a subnet's `static` ranges in one of the group's AZs. Dynamic networks
+/// take none; a vip network takes any address, unless its cloud config subnets hand them
+/// out, and needs them when it has no subnets.
+fn check_static_ips(
+    g: &InstanceGroup,
+    np: &Path,
+    ni: usize,
+    network: &Network,
+    subnets: &[ParsedSubnet],
+    instances: u64,
+    problems: &mut Problems,
+) {
+    let (group, net) = (&g.name, &network.name);
+    let kind = network.network_type();
+    let static_ips = &g.networks[ni].static_ips;
+    let message = match kind {
+        _ if static_ips.is_empty() => {
+            if kind == NetworkType::Vip && network.subnets.is_empty() && instances > 0 {
+                problems.error(DOC, np.key("static_ips"), format!("is required: vip network '{net}' has no subnets in the cloud config to take addresses from, so instance group '{group}' must list one static IP per instance"));
+            }
+            return;
+        }
+        NetworkType::Dynamic => {
+            format!("instance group '{group}' cannot have static IPs on dynamic network '{net}'")
+        }
+        NetworkType::Vip if !network.subnets.is_empty() => format!(
+            "vip network '{net}' hands out addresses from the 'static' ranges of its subnets in the cloud config; instance group '{group}' cannot list static IPs on it too"
+        ),
+        _ => return check_static_ip_list(g, np, ni, kind, subnets, instances, problems),
+    };
+    problems.error(DOC, np.key("static_ips"), message);
+}
+
+fn check_static_ip_list(
+    g: &InstanceGroup,
+    np: &Path,
+    ni: usize,
+    kind: NetworkType,
+    subnets: &[ParsedSubnet],
+    instances: u64,
+    problems: &mut Problems,
+) {
+    let net_ref = &g.networks[ni];
+    let mut count: u128 = 0;
+    let mut seen: HashMap<IpAddr, usize> = HashMap::new();
+    for (si, text) in net_ref.static_ips.iter().enumerate() {
+        let sp = np.key("static_ips").index(si);
+        let range = match IpRange::parse(text) {
+            Ok(r) => r,
+            Err(e) => {
+                problems.error(DOC, sp, e.to_string());
+                continue;
+            }
+        };
+        count += range.len();
+        for ip in range.addresses().take(65_536) {
+            if let Some(first) = seen.insert(ip, si) {
+                problems.error(
+                    DOC,
+                    sp.clone(),
+                    format!(
+                        "static IP {ip} is listed more than once (also at static_ips[{first}])"
+                    ),
+                );
+                break;
+            }
+            let problem = match kind {
+                NetworkType::Manual => static_ip_problem(ip, g, &net_ref.name, subnets),
+                _ => None,
+            };
+            if let Some(msg) = problem {
+                problems.error(DOC, sp.clone(), msg);
+                break;
+            }
+        }
+    }
+    if count != u128::from(instances) {
+        problems.error(
+            DOC,
+            np.key("static_ips"),
+            format!(
+                "instance group '{}' has {} but {} on network '{}': give one per instance",
+                g.name,
+                counted(u128::from(instances), "instance"),
+                counted(count, "static IP"),
+                net_ref.name
+            ),
+        );
+    }
+}
+
+/// `1 instance`, `3 instances`.
+fn counted(n: u128, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 
@@ -558,16 +633,16 @@ fn check_default_networks(
     }
 }
 
+/// What is wrong with one static IP of a manual network, if anything.
 fn static_ip_problem(
     ip: IpAddr,
     g: &InstanceGroup,
     network: &str,
-    kind: NetworkType,
     subnets: &[ParsedSubnet],
 ) -> Option<String> {
-    let owner = subnets.iter().find(|s| {
-        s.is_static(ip) || (kind == NetworkType::Manual && s.range.is_some_and(|r| r.contains(&ip)))
-    });
+    let owner = subnets
+        .iter()
+        .find(|s| s.is_static(ip) || s.range.is_some_and(|r| r.contains(&ip)));
     let Some(subnet) = owner else {
         return Some(format!(
             "static IP {ip} belongs to no subnet of network '{network}'"
