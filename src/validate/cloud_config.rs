@@ -1,9 +1,9 @@
 //! Rules for a cloud config on its own.
 
-use super::network::{ParsedSubnet, parse_subnets};
+use super::network::{ParsedSubnet, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::{must_exist, unique_names};
-use crate::manifest::{CloudConfig, NetworkType};
+use crate::manifest::{CloudConfig, Network, NetworkType};
 
 const DOC: Document = Document::CloudConfig;
 
@@ -289,8 +289,8 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
             problems,
         );
     }
-    match (&c.az, az_names.is_empty()) {
-        (Some(az), _) => must_exist(
+    if let Some(az) = &c.az {
+        must_exist(
             DOC,
             path.key("az"),
             "AZ",
@@ -298,13 +298,7 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
             az_names,
             "the cloud config's azs",
             problems,
-        ),
-        (None, false) => problems.error(
-            DOC,
-            path.key("az"),
-            "is required because the cloud config defines AZs",
-        ),
-        (None, true) => {}
+        );
     }
     let Some(net_name) = &c.network else {
         problems.error(DOC, path.key("network"), "is required");
@@ -324,20 +318,49 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
         if network.network_type() == NetworkType::Vip {
             problems.error(DOC, path.key("network"), format!("'{net_name}' is a vip network; compilation workers need a manual or dynamic network"));
         }
-        // An unknown AZ is reported above; saying the network lacks it too adds nothing.
-        if let Some(az) = c.az.as_ref().filter(|az| az_names.contains(&az.as_str())) {
-            let served = network.subnets.is_empty()
-                || network
-                    .subnets
-                    .iter()
-                    .any(|s| s.az_names().contains(&az.as_str()));
-            if !served {
-                problems.error(
-                    DOC,
-                    path.key("az"),
-                    format!("network '{net_name}' has no subnet in AZ '{az}'"),
-                );
-            }
+        check_compilation_az(c.az.as_deref(), network, az_names, problems);
+    }
+}
+
+/// The compilation AZ against the compilation network, as BOSH's `has_azs?`: required when
+/// the network's subnets all have AZs, and then one of them. (Not simply "required when the
+/// cloud config has AZs": BOSH accepts no AZ on a network whose subnets have none.)
+fn check_compilation_az(
+    az: Option<&str>,
+    network: &Network,
+    az_names: &[&str],
+    problems: &mut Problems,
+) {
+    let Some(network_azs) = network_azs(network) else {
+        return; // a vip network is reported above
+    };
+    let path = Path::root().key("compilation").key("az");
+    let net = &network.name;
+    let zoned: Vec<&str> = network_azs.iter().flatten().copied().collect();
+    match az {
+        None if !network_azs.is_empty() && !network_azs.contains(&None) => problems.error(
+            DOC,
+            path,
+            format!(
+                "is required: compilation network '{net}' has its subnets in AZs {}",
+                zoned.join(", ")
+            ),
+        ),
+        // An unknown AZ is reported already; saying the network lacks it too adds nothing.
+        Some(az) if az_names.contains(&az) && !network_azs.contains(&Some(az)) => {
+            let hint = if network.subnets.is_empty() {
+                "it has no subnets: leave compilation.az out".to_string()
+            } else if zoned.is_empty() {
+                "its subnets have no AZs: leave compilation.az out".to_string()
+            } else {
+                format!("it is in {}", zoned.join(", "))
+            };
+            problems.error(
+                DOC,
+                path,
+                format!("compilation network '{net}' has no subnet in AZ '{az}' ({hint})"),
+            );
         }
+        _ => {}
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-use super::network::{ParsedSubnet, parse_subnets};
+use super::network::{ParsedSubnet, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::{must_exist, unique_names};
 use crate::manifest::{
@@ -257,15 +257,6 @@ fn check_group(
             problems,
         );
     }
-    if g.azs.is_empty() && !index.azs.is_empty() && instances > 0 {
-        problems.error(
-            DOC,
-            gp.key("azs"),
-            format!(
-                "instance group '{name}' must name its AZs because the cloud config defines AZs"
-            ),
-        );
-    }
     // Jobs
     unique_names(
         DOC,
@@ -378,6 +369,73 @@ fn check_group(
         );
     }
     check_group_networks(g, gp, instances, index, problems);
+    check_group_azs(g, gp, index, problems);
+}
+
+/// The group's AZs against its networks, as BOSH's `has_azs?`: every AZ of the group must be
+/// one of each network's AZs, and a group without AZs can only use networks that have a
+/// subnet without AZs. Vip networks fit any AZ.
+fn check_group_azs(g: &InstanceGroup, gp: &Path, index: &CloudIndex<'_>, problems: &mut Problems) {
+    let networks: Vec<(&Network, Vec<Option<&str>>)> = g
+        .networks
+        .iter()
+        .filter_map(|r| index.cc.networks.iter().find(|n| n.name == r.name))
+        .filter_map(|n| Some((n, network_azs(n)?)))
+        .collect();
+    let name = &g.name;
+    if g.azs.is_empty() {
+        let zoned: Vec<String> = networks
+            .iter()
+            .filter(|(_, azs)| !azs.is_empty() && !azs.contains(&None))
+            .map(|(n, azs)| format!("network '{}' is in {}", n.name, az_list(azs)))
+            .collect();
+        if !zoned.is_empty() {
+            problems.error(
+                DOC,
+                gp.key("azs"),
+                format!(
+                    "is required: instance group '{name}' must say which AZs to place its instances in ({})",
+                    zoned.join("; ")
+                ),
+            );
+        }
+        return;
+    }
+    for (ai, az) in g.azs.iter().enumerate() {
+        if !index.azs.contains(&az.as_str()) {
+            continue; // reported as unknown
+        }
+        let lacking: Vec<String> = networks
+            .iter()
+            .filter(|(_, azs)| !azs.contains(&Some(az.as_str())))
+            .map(|(n, azs)| match azs.as_slice() {
+                [None] if n.subnets.is_empty() => format!("dynamic network '{}' has no subnets, so it cannot be used in AZs (give it subnets with 'azs' in the cloud config)", n.name),
+                _ => format!("network '{}' has no subnet in AZ '{az}' (it is in {})", n.name, az_list(azs)),
+            })
+            .collect();
+        if !lacking.is_empty() {
+            problems.error(
+                DOC,
+                gp.key("azs").index(ai),
+                format!(
+                    "instance group '{name}' cannot be placed in AZ '{az}': {}",
+                    lacking.join("; ")
+                ),
+            );
+        }
+    }
+}
+
+/// `AZs z1, z2`, `no AZ`, or `AZ z1 and subnets without AZs`, for messages.
+fn az_list(azs: &[Option<&str>]) -> String {
+    let named: Vec<&str> = azs.iter().flatten().copied().collect();
+    let unzoned = azs.contains(&None);
+    match (named.as_slice(), unzoned) {
+        ([], _) => "no AZ".to_string(),
+        ([one], false) => format!("AZ {one}"),
+        (many, false) => format!("AZs {}", many.join(", ")),
+        (many, true) => format!("AZs {} and subnets without AZs", many.join(", ")),
+    }
 }
 
 fn check_group_networks(
@@ -426,17 +484,6 @@ fn check_group_networks(
             continue;
         };
         let subnets = &index.subnets[net_ref.name.as_str()];
-        // Every AZ of the group must be served by the network.
-        if kind != Some(NetworkType::Vip) && !network.subnets.is_empty() {
-            for (ai, az) in g.azs.iter().enumerate() {
-                if index.azs.contains(&az.as_str())
-                    && !subnets.iter().any(|s| s.azs.iter().any(|a| a == az))
-                    && subnets.iter().any(|s| !s.azs.is_empty())
-                {
-                    problems.error(DOC, gp.key("azs").index(ai), format!("network '{}' has no subnet in AZ '{az}' used by instance group '{name}'", net_ref.name));
-                }
-            }
-        }
         check_static_ips(g, &np, ni, network, subnets, instances, problems);
     }
     if only_vip {

@@ -89,6 +89,32 @@ fn covered(within: &IpRange, ranges: &[IpRange]) -> u128 {
     total + current.map_or(0, |c| c.len())
 }
 
+/// The AZs a network can place instances in, as BOSH's `has_azs?` sees them: the AZs of its
+/// subnets, `None` standing for a subnet without AZs (and for a dynamic network without
+/// subnets, which BOSH cannot use in any AZ). `None` overall for vip networks, which fit
+/// any AZ.
+pub fn network_azs(network: &Network) -> Option<Vec<Option<&str>>> {
+    match network.network_type() {
+        NetworkType::Vip => None,
+        NetworkType::Dynamic if network.subnets.is_empty() => Some(vec![None]),
+        _ => {
+            let mut azs: Vec<Option<&str>> = Vec::new();
+            for subnet in &network.subnets {
+                let names = subnet.az_names();
+                if names.is_empty() && !azs.contains(&None) {
+                    azs.push(None);
+                }
+                for az in names {
+                    if !azs.contains(&Some(az)) {
+                        azs.push(Some(az));
+                    }
+                }
+            }
+            Some(azs)
+        }
+    }
+}
+
 /// Parses the subnets of a network, reporting malformed addresses when `problems` is given.
 pub fn parse_subnets(
     network: &Network,
