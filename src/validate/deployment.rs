@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use super::capacity::{self, Demand, Shortage, Supply};
 use super::network::{ParsedSubnet, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::{must_exist, unique_names};
@@ -622,12 +623,12 @@ fn check_static_ip_list(
     }
 }
 
-/// `1 instance`, `3 instances`.
+/// `1 instance`, `3 instances`, `2 free addresses`.
 fn counted(n: u128, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
+    match (n, what.ends_with('s')) {
+        (1, _) => format!("1 {what}"),
+        (_, true) => format!("{n} {what}es"),
+        (_, false) => format!("{n} {what}s"),
     }
 }
 
@@ -750,46 +751,125 @@ fn check_static_ips_unique(m: &DeploymentManifest, problems: &mut Problems) {
     }
 }
 
-/// Dynamic IPs on manual networks: every instance without a static IP needs one.
+/// Dynamic IPs on manual networks: every instance without a static IP on a manual network
+/// needs a free address in a subnet of its AZ ([`capacity`]). One error per network, at the
+/// `instances` of the group that needs the most addresses where they run short.
 fn check_dynamic_capacity(m: &DeploymentManifest, index: &CloudIndex<'_>, problems: &mut Problems) {
-    let mut demand: BTreeMap<&str, (u128, Vec<&str>)> = BTreeMap::new();
-    for g in &m.instance_groups {
-        for n in &g.networks {
-            if !n.static_ips.is_empty() {
-                continue;
-            }
-            let Some(network) = index.cc.networks.iter().find(|x| x.name == n.name) else {
-                continue;
-            };
-            if network.network_type() != NetworkType::Manual {
-                continue;
-            }
-            let entry = demand.entry(n.name.as_str()).or_default();
-            entry.0 += u128::from(g.instances.unwrap_or(0));
-            entry.1.push(g.name.as_str());
+    let mut names: Vec<&str> = Vec::new();
+    for net in m.instance_groups.iter().flat_map(|g| &g.networks) {
+        if !names.contains(&net.name.as_str()) {
+            names.push(net.name.as_str());
         }
     }
-    for (net, (wanted, groups)) in demand {
-        let capacity: u128 = index
-            .subnets
-            .get(net)
-            .map(|s| s.iter().map(ParsedSubnet::dynamic_capacity).sum())
-            .unwrap_or(0);
-        if wanted > capacity {
-            let gi = m
-                .instance_groups
-                .iter()
-                .position(|g| g.name == groups[groups.len() - 1])
-                .unwrap_or(0);
-            problems.error(
-                DOC,
-                Path::root().key("instance_groups").index(gi).key("instances"),
-                format!(
-                    "manual network '{net}' has {capacity} free addresses for dynamic IPs but instance groups {} need {wanted}",
-                    groups.iter().map(|g| format!("'{g}'")).collect::<Vec<_>>().join(", ")
-                ),
-            );
+    for net in names {
+        let Some(network) = index.cc.networks.iter().find(|n| n.name == net) else {
+            continue;
+        };
+        // A subnet whose range is missing or broken (reported in the cloud config) has an
+        // unknown capacity: no shortage can be told then.
+        let subnets = &index.subnets[net];
+        if network.network_type() != NetworkType::Manual
+            || subnets.iter().any(|s| s.range.is_none())
+        {
+            continue;
         }
+        let supplies: Vec<Supply<'_>> = subnets
+            .iter()
+            .map(|s| Supply {
+                azs: zones(&s.azs),
+                free: s.dynamic_capacity(),
+            })
+            .collect();
+        let demands = dynamic_demands(m, net, &supplies, index);
+        if let Some(short) = capacity::shortage(&demands, &supplies) {
+            report_shortage(m, net, &short, problems);
+        }
+    }
+}
+
+/// `[None]` for no AZs, else each AZ.
+fn zones(azs: &[String]) -> Vec<Option<&str>> {
+    if azs.is_empty() {
+        vec![None]
+    } else {
+        azs.iter().map(|a| Some(a.as_str())).collect()
+    }
+}
+
+/// The groups taking dynamic IPs on `net`. A group with an AZ that no subnet serves (or that
+/// is unknown) is left out: that is reported already, and its spread cannot be known.
+fn dynamic_demands<'a>(
+    m: &'a DeploymentManifest,
+    net: &str,
+    supplies: &[Supply<'_>],
+    index: &CloudIndex<'_>,
+) -> Vec<Demand<'a>> {
+    let served = |az: &Option<&str>| supplies.iter().any(|s| s.azs.contains(az));
+    m.instance_groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| {
+            g.networks
+                .iter()
+                .any(|n| n.name == net && n.static_ips.is_empty())
+        })
+        .filter_map(|(gi, g)| {
+            let mut azs: Vec<Option<&str>> = Vec::new();
+            for az in zones(&g.azs) {
+                if !azs.contains(&az) {
+                    azs.push(az);
+                }
+            }
+            let known = azs
+                .iter()
+                .all(|az| az.is_none_or(|a| index.azs.contains(&a)) && served(az));
+            known.then(|| Demand {
+                group: gi,
+                azs,
+                instances: g.instances.unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+fn report_shortage(
+    m: &DeploymentManifest,
+    net: &str,
+    short: &Shortage<'_>,
+    problems: &mut Problems,
+) {
+    let Some(&(worst, _)) = short.groups.iter().max_by_key(|(_, n)| *n) else {
+        return;
+    };
+    let groups: Vec<String> = short
+        .groups
+        .iter()
+        .map(|(gi, n)| format!("'{}' {n}", m.instance_groups[*gi].name))
+        .collect();
+    let named: Vec<&str> = short.azs.iter().flatten().copied().collect();
+    let place = match named.as_slice() {
+        [] => String::new(),
+        [one] => format!(" in AZ {one}"),
+        many => format!(" in AZs {}", many.join(", ")),
+    };
+    problems.error(
+        DOC,
+        Path::root().key("instance_groups").index(worst).key("instances"),
+        format!(
+            "manual network '{net}' has {} for dynamic IPs{place}, but {} placed there (instance groups {})",
+            counted(short.free, "free address"),
+            counted_verb(short.needed),
+            groups.join(", ")
+        ),
+    );
+}
+
+/// `1 instance is`, `3 instances are`.
+fn counted_verb(n: u128) -> String {
+    if n == 1 {
+        "1 instance is".to_string()
+    } else {
+        format!("at least {n} instances are")
     }
 }
 

@@ -10,6 +10,7 @@
 //! Semantic rules run only on documents whose shape is right, so a type error is never
 //! followed by confusing knock-on errors.
 
+mod capacity;
 mod cloud_config;
 mod deployment;
 mod init;
