@@ -95,14 +95,18 @@ pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) 
         match (&s.os, &s.name) {
             (None, None) => problems.error(
                 DOC,
-                sp.clone(),
-                format!("stemcell '{}' needs 'os' or 'name'", s.alias),
-            ),
-            (Some(_), Some(_)) => problems.error(
-                DOC,
-                sp.clone(),
+                sp.key("os"),
                 format!(
-                    "stemcell '{}' gives both 'os' and 'name'; give one",
+                    "is required: stemcell '{}' needs 'os' (e.g. ubuntu-jammy) or the full 'name'",
+                    s.alias
+                ),
+            ),
+            // BOSH accepts both and looks the stemcell up by name (stemcell.rb).
+            (Some(_), Some(_)) => problems.warning(
+                DOC,
+                sp.key("os"),
+                format!(
+                    "is ignored: stemcell '{}' is looked up by its 'name' when both are given",
                     s.alias
                 ),
             ),
@@ -281,8 +285,8 @@ fn check_group(
     match (&g.vm_type, &g.vm_resources) {
         (None, None) => problems.error(
             DOC,
-            gp.clone(),
-            format!("instance group '{name}' needs 'vm_type' or 'vm_resources'"),
+            gp.key("vm_type"),
+            format!("is required: instance group '{name}' needs 'vm_type' (from the cloud config) or 'vm_resources'"),
         ),
         (Some(_), Some(_)) => problems.error(
             DOC,
@@ -328,13 +332,17 @@ fn check_group(
         ),
     }
     // Disks
-    let disk_keys = [
-        g.persistent_disk.is_some(),
-        g.persistent_disk_type.is_some(),
-        !g.persistent_disks.is_empty(),
-    ];
-    if disk_keys.iter().filter(|b| **b).count() > 1 {
-        problems.error(DOC, gp.clone(), format!("instance group '{name}' gives more than one of 'persistent_disk', 'persistent_disk_type' and 'persistent_disks'; give one"));
+    let disk_keys: Vec<&str> = [
+        ("persistent_disk", g.persistent_disk.is_some()),
+        ("persistent_disk_type", g.persistent_disk_type.is_some()),
+        ("persistent_disks", !g.persistent_disks.is_empty()),
+    ]
+    .into_iter()
+    .filter_map(|(key, given)| given.then_some(key))
+    .collect();
+    if let [first, .., last] = disk_keys.as_slice() {
+        // Like vm_type and vm_resources: the error is on the key given in excess.
+        problems.error(DOC, gp.key(last), format!("instance group '{name}' gives both '{first}' and '{last}'; give only one of 'persistent_disk', 'persistent_disk_type' and 'persistent_disks'"));
     }
     if let Some(t) = &g.persistent_disk_type {
         must_exist(
