@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use super::capacity::{self, Demand, Shortage, Supply};
 use super::network::{ParsedSubnet, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
+use super::shape::RejectedKey;
 use super::{must_exist, unique_names};
 use crate::manifest::{
     CloudConfig, DeploymentManifest, InstanceGroup, IpRange, Network, NetworkRef, NetworkType,
@@ -13,6 +14,72 @@ use crate::manifest::{
 };
 
 const DOC: Document = Document::Manifest;
+
+/// Keys of v1 manifests that the Director rejects in a v2 deployment manifest
+/// (`manifest_validator.rb`, `instance_group_spec_parser.rb`); other unknown keys are only
+/// ignored.
+pub(super) const V1_KEYS: &[RejectedKey] = &[
+    RejectedKey {
+        within: &[],
+        key: "networks",
+        message: "networks are no longer defined in the deployment manifest: define them in the cloud config",
+    },
+    RejectedKey {
+        within: &[],
+        key: "resource_pools",
+        message: "resource_pools are no longer supported: define vm_types in the cloud config and give instance groups a vm_type",
+    },
+    RejectedKey {
+        within: &[],
+        key: "disk_pools",
+        message: "disk_pools are no longer supported: define disk_types in the cloud config",
+    },
+    RejectedKey {
+        within: &[],
+        key: "jobs",
+        message: "jobs are no longer supported at the top level: use instance_groups",
+    },
+    RejectedKey {
+        within: &[],
+        key: "vm_types",
+        message: "can only be set in the cloud config",
+    },
+    RejectedKey {
+        within: &[],
+        key: "azs",
+        message: "can only be set in the cloud config",
+    },
+    RejectedKey {
+        within: &[],
+        key: "disk_types",
+        message: "can only be set in the cloud config",
+    },
+    RejectedKey {
+        within: &[],
+        key: "compilation",
+        message: "can only be set in the cloud config",
+    },
+    RejectedKey {
+        within: &["instance_groups", "[]"],
+        key: "resource_pool",
+        message: "instance groups no longer support resource_pool: give 'vm_type' (from the cloud config) or 'vm_resources'",
+    },
+    RejectedKey {
+        within: &["instance_groups", "[]"],
+        key: "persistent_disk_pool",
+        message: "instance groups no longer support persistent_disk_pool: give 'persistent_disk_type' (from the cloud config)",
+    },
+    RejectedKey {
+        within: &["instance_groups", "[]"],
+        key: "templates",
+        message: "instance groups no longer support templates: list them under 'jobs'",
+    },
+    RejectedKey {
+        within: &["instance_groups", "[]"],
+        key: "template",
+        message: "instance groups no longer support template: list it under 'jobs'",
+    },
+];
 
 /// Names the cloud config defines, and its parsed subnets per network.
 struct CloudIndex<'a> {

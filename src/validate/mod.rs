@@ -37,8 +37,9 @@ pub struct Validated<T> {
     pub warnings: Problems,
 }
 
-static MANIFEST_SHAPE: LazyLock<ShapeChecker> =
-    LazyLock::new(|| ShapeChecker::for_type::<DeploymentManifest>(Document::Manifest));
+static MANIFEST_SHAPE: LazyLock<ShapeChecker> = LazyLock::new(|| {
+    ShapeChecker::for_type::<DeploymentManifest>(Document::Manifest).rejecting(deployment::V1_KEYS)
+});
 static CLOUD_CONFIG_SHAPE: LazyLock<ShapeChecker> =
     LazyLock::new(|| ShapeChecker::for_type::<CloudConfig>(Document::CloudConfig));
 static INIT_SHAPE: LazyLock<ShapeChecker> =
