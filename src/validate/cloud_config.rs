@@ -2,7 +2,7 @@
 
 use super::network::{ParsedSubnet, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
-use super::{must_exist, unique_names};
+use super::{canonical_names, must_exist, unique_names};
 use crate::manifest::{CloudConfig, Network, NetworkType};
 
 const DOC: Document = Document::CloudConfig;
@@ -49,6 +49,15 @@ pub fn check(cc: &CloudConfig, problems: &mut Problems) {
         problems,
     );
     unique_names(
+        DOC,
+        "network",
+        cc.networks
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), root.key("networks").index(i).key("name"))),
+        problems,
+    );
+    canonical_names(
         DOC,
         "network",
         cc.networks

@@ -7,7 +7,7 @@ use super::capacity::{self, Demand, Shortage, Supply};
 use super::network::{ParsedSubnet, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::shape::RejectedKey;
-use super::{must_exist, unique_names};
+use super::{canonical_names, must_exist, unique_names};
 use crate::manifest::{
     CloudConfig, DeploymentManifest, InstanceGroup, IpRange, Network, NetworkRef, NetworkType,
     Variable,
@@ -189,6 +189,17 @@ pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) 
     }
     let groups = &m.instance_groups;
     unique_names(
+        DOC,
+        "instance group",
+        groups.iter().enumerate().map(|(i, g)| {
+            (
+                g.name.as_str(),
+                root.key("instance_groups").index(i).key("name"),
+            )
+        }),
+        problems,
+    );
+    canonical_names(
         DOC,
         "instance group",
         groups.iter().enumerate().map(|(i, g)| {
