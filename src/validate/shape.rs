@@ -263,14 +263,21 @@ impl ShapeChecker {
             .get("x-kubosh-format")
             .and_then(Value::as_str)
             .unwrap_or("");
+        // Any number goes through the format's own parser, so 1.5 canaries read "expected a
+        // whole number ..." rather than "expected a number or a string, found the number".
         let text = match value {
             Value::String(s) => s.clone(),
-            Value::Number(n) if n.is_u64() || format == "version" => n.to_string(),
+            Value::Number(n) => n.to_string(),
             other => {
+                let expected = match format {
+                    "quantity" => "a whole number or an integer percentage like \"25%\"",
+                    "watch-time" => "milliseconds like 30000 or a range like \"5000-60000\"",
+                    _ => "a number or a string",
+                };
                 problems.error(
                     self.document,
                     path.clone(),
-                    format!("expected a number or a string, found {}", describe(other)),
+                    format!("expected {expected}, found {}", describe(other)),
                 );
                 return;
             }
