@@ -231,11 +231,11 @@ fn check_subnet_addresses(
                 s.path.key("static").index(i),
                 format!("static range '{text}' is outside the subnet range {net}"),
             );
-        } else if let Some(ip) = r.addresses().find(|ip| s.is_restricted(*ip)) {
+        } else if let Some((ip, why)) = s.first_restricted_in(&r) {
             problems.error(
                 DOC,
                 s.path.key("static").index(i),
-                format!("static range '{text}' includes {ip}, which is reserved (the gateway, a reserved range, or the network/broadcast address)"),
+                format!("static range '{text}' includes {ip}, which is {why} and can never be handed out"),
             );
         }
     }

@@ -30,12 +30,44 @@ impl ParsedSubnet {
         self.static_ranges.iter().any(|r| r.contains(ip))
     }
 
-    /// True when `ip` can never be handed out: network, broadcast, gateway or reserved.
-    pub fn is_restricted(&self, ip: IpAddr) -> bool {
-        let edge = self.range.is_some_and(|n| {
-            n.max_prefix_len() != n.prefix_len() && (ip == n.network() || ip == n.broadcast())
-        });
-        edge || self.gateway == Some(ip) || self.reserved.iter().any(|r| r.contains(ip))
+    /// The lowest address of `range` that can never be handed out (network, broadcast,
+    /// gateway or reserved), with why. Computed from the restricted addresses, never by
+    /// walking the range, which may be an IPv6 block of 2^64 addresses.
+    pub fn first_restricted_in(&self, range: &IpRange) -> Option<(IpAddr, &'static str)> {
+        let mut candidates: Vec<IpAddr> = self.gateway.into_iter().collect();
+        if let Some(n) = self.range {
+            candidates.extend([n.network(), n.broadcast()]);
+        }
+        candidates.extend(
+            self.reserved
+                .iter()
+                .filter(|r| r.overlaps(range))
+                .map(|r| r.first.max(range.first)),
+        );
+        candidates
+            .into_iter()
+            .filter(|ip| range.contains(*ip))
+            .filter_map(|ip| Some((ip, self.restriction(ip)?)))
+            .min()
+    }
+
+    /// Why `ip` can never be handed out, for messages: `the gateway`, `reserved`, ...
+    pub fn restriction(&self, ip: IpAddr) -> Option<&'static str> {
+        let edges = self
+            .range
+            .filter(|n| n.max_prefix_len() != n.prefix_len())
+            .map(|n| (n.network(), n.broadcast()));
+        if self.gateway == Some(ip) {
+            Some("the gateway")
+        } else if edges.is_some_and(|(network, _)| ip == network) {
+            Some("the network address")
+        } else if edges.is_some_and(|(_, broadcast)| ip == broadcast) {
+            Some("the broadcast address")
+        } else if self.reserved.iter().any(|r| r.contains(ip)) {
+            Some("reserved")
+        } else {
+            None
+        }
     }
 
     /// Number of addresses dynamic reservations can use.
@@ -219,5 +251,33 @@ mod tests {
         let subnets = parse_subnets(&network, &Path::root(), None);
         // 256 - network - broadcast - .1..=.10 (gateway inside) - .11..=.20
         assert_eq!(subnets[0].dynamic_capacity(), 256 - 2 - 10 - 10);
+    }
+
+    #[test]
+    fn restricted_addresses_are_found_without_walking_huge_ranges() {
+        let network = Network {
+            name: "v6".into(),
+            subnets: vec![Subnet {
+                range: Some("fd00::/56".into()),
+                gateway: Some("fd00::1".into()),
+                reserved: vec!["fd00:0:0:2::5 - fd00:0:0:2::9".into()],
+                ..Subnet::default()
+            }],
+            ..Network::default()
+        };
+        let s = &parse_subnets(&network, &Path::root(), None)[0];
+        // A /64 of 2^64 addresses: walking it would never end.
+        let clean = IpRange::parse("fd00:0:0:1::/64").unwrap();
+        assert_eq!(s.first_restricted_in(&clean), None);
+        let with_reserved = IpRange::parse("fd00:0:0:2::/64").unwrap();
+        assert_eq!(
+            s.first_restricted_in(&with_reserved),
+            Some(("fd00:0:0:2::5".parse().unwrap(), "reserved"))
+        );
+        let with_gateway = IpRange::parse("fd00::/64").unwrap();
+        assert_eq!(
+            s.first_restricted_in(&with_gateway),
+            Some(("fd00::".parse().unwrap(), "the network address"))
+        );
     }
 }
