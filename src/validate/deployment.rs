@@ -3,10 +3,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use serde_json::Value;
+
 use super::capacity::{self, Demand, Shortage, Supply};
 use super::network::{ParsedSubnet, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
-use super::shape::RejectedKey;
+use super::shape::{RejectedKey, describe};
 use super::{canonical_names, must_exist, unique_names};
 use crate::manifest::{
     CloudConfig, DeploymentManifest, InstanceGroup, IpRange, Network, NetworkRef, NetworkType,
@@ -672,7 +674,7 @@ fn check_static_ip_list(
                 continue;
             }
         };
-        count += range.len();
+        count = count.saturating_add(range.len());
         for ip in range.addresses().take(65_536) {
             if let Some(first) = seen.insert(ip, si) {
                 problems.error(
@@ -1040,67 +1042,140 @@ fn check_variables(vars: &[Variable], problems: &mut Problems) {
                 format!("expected one of 'no-overwrite', 'overwrite', 'converge', found '{mode}'"),
             );
         }
-        let opts = v.options.as_ref();
-        let opt = |k: &str| opts.and_then(|o| o.get(k));
         match v.kind.as_str() {
-            "certificate" => {
-                let is_ca = opt("is_ca").and_then(|x| x.as_bool()).unwrap_or(false);
-                if opt("common_name").is_none() && opt("alternative_names").is_none() && !is_ca {
-                    problems.error(
-                        DOC,
-                        vp.key("options"),
-                        format!(
-                            "certificate '{}' needs 'common_name' or 'alternative_names'",
-                            v.name
-                        ),
-                    );
-                }
-                match opt("ca").and_then(|x| x.as_str()) {
-                    Some(ca) => match vars.iter().find(|o| o.name == ca) {
-                        Some(o) if o.kind != "certificate" => problems.error(DOC, vp.key("options").key("ca"), format!("CA '{ca}' is a {} variable, not a certificate", o.kind)),
-                        Some(o) if !o.options.as_ref().and_then(|x| x.get("is_ca")).and_then(|x| x.as_bool()).unwrap_or(false) => {
-                            problems.error(DOC, vp.key("options").key("ca"), format!("CA '{ca}' is not a CA certificate (it lacks 'is_ca: true')"))
-                        }
-                        Some(_) => {}
-                        None => problems.warning(DOC, vp.key("options").key("ca"), format!("CA '{ca}' is not a variable of this manifest; it must be provided")),
-                    },
-                    None if !is_ca => problems.error(DOC, vp.key("options").key("ca"), format!("is required: certificate '{}' is not a CA, so it must name the CA that signs it", v.name)),
-                    None => {}
-                }
-                if let Some(ekus) = opt("extended_key_usage") {
-                    for (ei, eku) in ekus.as_array().into_iter().flatten().enumerate() {
-                        let known = [
-                            "client_auth",
-                            "server_auth",
-                            "code_signing",
-                            "email_protection",
-                            "timestamping",
-                        ];
-                        if !eku.as_str().is_some_and(|e| known.contains(&e)) {
-                            problems.error(
-                                DOC,
-                                vp.key("options").key("extended_key_usage").index(ei),
-                                format!(
-                                    "unknown extended key usage {eku}; expected one of {}",
-                                    known.join(", ")
-                                ),
-                            );
-                        }
-                    }
-                }
-            }
-            "password" => {
-                if let Some(len) = opt("length")
-                    && len.as_u64().is_none_or(|n| n == 0)
-                {
-                    problems.error(
-                        DOC,
-                        vp.key("options").key("length"),
-                        format!("must be a whole number above 0, found {len}"),
-                    );
-                }
-            }
+            "certificate" => check_certificate(v, &vp, vars, problems),
+            "password" => check_password(v, &vp, problems),
             _ => {}
         }
+    }
+}
+
+/// Certificate options as the generators read them (bosh-cli's config-server
+/// `certificate_generator.go`, CredHub): a CA (`is_ca: true`) or a `ca` naming a CA
+/// certificate variable, a `common_name`, known extended key usages.
+fn check_certificate(v: &Variable, vp: &Path, vars: &[Variable], problems: &mut Problems) {
+    let op = vp.key("options");
+    let Some(opts) = &v.options else {
+        problems.error(DOC, op, format!("is required: certificate '{}' needs at least 'common_name', and 'ca' (the CA that signs it) or 'is_ca: true'", v.name));
+        return;
+    };
+    let is_ca = match opts.get("is_ca") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            problems.error(
+                DOC,
+                op.key("is_ca"),
+                format!("expected true or false, found {}", describe(other)),
+            );
+            false
+        }
+    };
+    if !opts.contains_key("common_name") && !opts.contains_key("alternative_names") && !is_ca {
+        problems.error(
+            DOC,
+            op.clone(),
+            format!(
+                "certificate '{}' needs 'common_name' or 'alternative_names'",
+                v.name
+            ),
+        );
+    }
+    match opts.get("ca") {
+        Some(Value::String(ca)) => check_ca_reference(ca, &op.key("ca"), vars, problems),
+        Some(other) => problems.error(
+            DOC,
+            op.key("ca"),
+            format!(
+                "expected the name of a CA certificate variable, found {}",
+                describe(other)
+            ),
+        ),
+        None if !is_ca => problems.error(
+            DOC,
+            op.key("ca"),
+            format!(
+                "is required: certificate '{}' is not a CA, so it must name the CA that signs it",
+                v.name
+            ),
+        ),
+        None => {}
+    }
+    if let Some(ekus) = opts.get("extended_key_usage") {
+        check_key_usages(ekus, &op.key("extended_key_usage"), problems);
+    }
+}
+
+fn check_ca_reference(ca: &str, path: &Path, vars: &[Variable], problems: &mut Problems) {
+    let is_ca = |o: &Variable| {
+        o.options
+            .as_ref()
+            .and_then(|x| x.get("is_ca"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    match vars.iter().find(|o| o.name == ca) {
+        Some(o) if o.kind != "certificate" => problems.error(
+            DOC,
+            path.clone(),
+            format!("CA '{ca}' is a {} variable, not a certificate", o.kind),
+        ),
+        Some(o) if !is_ca(o) => problems.error(
+            DOC,
+            path.clone(),
+            format!("CA '{ca}' is not a CA certificate (it lacks 'is_ca: true')"),
+        ),
+        Some(_) => {}
+        None => problems.warning(
+            DOC,
+            path.clone(),
+            format!("CA '{ca}' is not a variable of this manifest; it must be provided"),
+        ),
+    }
+}
+
+fn check_key_usages(ekus: &Value, path: &Path, problems: &mut Problems) {
+    const KNOWN: [&str; 5] = [
+        "client_auth",
+        "server_auth",
+        "code_signing",
+        "email_protection",
+        "timestamping",
+    ];
+    let Some(list) = ekus.as_array() else {
+        problems.error(
+            DOC,
+            path.clone(),
+            format!(
+                "expected a list such as [server_auth], found {}",
+                describe(ekus)
+            ),
+        );
+        return;
+    };
+    for (ei, eku) in list.iter().enumerate() {
+        if !eku.as_str().is_some_and(|e| KNOWN.contains(&e)) {
+            problems.error(
+                DOC,
+                path.index(ei),
+                format!(
+                    "unknown extended key usage {}; expected one of {}",
+                    describe(eku),
+                    KNOWN.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+fn check_password(v: &Variable, vp: &Path, problems: &mut Problems) {
+    if let Some(len) = v.options.as_ref().and_then(|o| o.get("length"))
+        && len.as_u64().is_none_or(|n| n == 0)
+    {
+        problems.error(
+            DOC,
+            vp.key("options").key("length"),
+            format!("must be a whole number above 0, found {}", describe(len)),
+        );
     }
 }
