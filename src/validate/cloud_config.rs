@@ -1,6 +1,6 @@
 //! Rules for a cloud config on its own.
 
-use super::network::{ParsedSubnet, network_azs, parse_subnets};
+use super::network::{check_subnets, network_azs};
 use super::problem::{Document, Path, Problems};
 use super::{canonical_names, must_exist, unique_names};
 use crate::manifest::{CloudConfig, Network, NetworkType};
@@ -139,106 +139,8 @@ fn check_network(cc: &CloudConfig, index: usize, az_names: &[&str], problems: &m
                 problems,
             );
         }
-        if kind == NetworkType::Manual && network.managed != Some(true) {
-            if subnet.range.is_none() {
-                problems.error(DOC, sp.key("range"), "is required on a manual network");
-            }
-            if subnet.gateway.is_none() {
-                problems.error(DOC, sp.key("gateway"), "is required on a manual network");
-            }
-        }
-        for (di, dns) in subnet.dns.iter().enumerate() {
-            if dns.trim().parse::<std::net::IpAddr>().is_err() {
-                problems.error(
-                    DOC,
-                    sp.key("dns").index(di),
-                    format!("'{dns}' is not an IP address"),
-                );
-            }
-        }
     }
-    let subnets = parse_subnets(network, &path, Some(problems));
-    if kind == NetworkType::Manual {
-        for (si, s) in subnets.iter().enumerate() {
-            check_subnet_addresses(
-                &network.subnets[si].reserved,
-                &network.subnets[si].static_ips,
-                s,
-                problems,
-            );
-            for other in &subnets[..si] {
-                if let (Some(a), Some(b)) = (s.range, other.range)
-                    && (a.contains(&b.network()) || b.contains(&a.network()))
-                {
-                    problems.error(
-                        DOC,
-                        s.path.key("range"),
-                        format!(
-                            "subnet {a} overlaps subnet {b} (at {}) of the same network",
-                            other.path
-                        ),
-                    );
-                }
-            }
-        }
-    }
-}
-
-fn check_subnet_addresses(
-    reserved: &[String],
-    statics: &[String],
-    s: &ParsedSubnet,
-    problems: &mut Problems,
-) {
-    let Some(net) = s.range else { return };
-    if let Some(g) = s.gateway {
-        if !net.contains(&g) {
-            problems.error(
-                DOC,
-                s.path.key("gateway"),
-                format!("gateway {g} is outside the subnet range {net}"),
-            );
-        } else if net.prefix_len() != net.max_prefix_len()
-            && (g == net.network() || g == net.broadcast())
-        {
-            problems.error(
-                DOC,
-                s.path.key("gateway"),
-                format!("gateway {g} is the network or broadcast address of {net}"),
-            );
-        }
-    }
-    let inside = |r: &crate::manifest::IpRange| net.contains(&r.first) && net.contains(&r.last);
-    for (i, text) in reserved.iter().enumerate() {
-        let Ok(r) = crate::manifest::IpRange::parse(text) else {
-            continue;
-        };
-        if !inside(&r) {
-            problems.error(
-                DOC,
-                s.path.key("reserved").index(i),
-                format!("reserved range '{text}' is outside the subnet range {net}"),
-            );
-        }
-    }
-    for (i, text) in statics.iter().enumerate() {
-        let Ok(r) = crate::manifest::IpRange::parse(text) else {
-            continue;
-        };
-        if !inside(&r) {
-            problems.error(
-                DOC,
-                s.path.key("static").index(i),
-                format!("static range '{text}' is outside the subnet range {net}"),
-            );
-        } else if let Some((ip, why)) = s.first_restricted_in(&r) {
-            problems.error(
-                DOC,
-                s.path.key("static").index(i),
-                format!("static range '{text}' includes {ip}, which is {why} and can never be handed out"),
-            );
-        }
-    }
+    check_subnets(DOC, network, &path, problems);
 }
 
 fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problems) {

@@ -147,18 +147,128 @@ pub fn network_azs(network: &Network) -> Option<Vec<Option<&str>>> {
     }
 }
 
-/// Parses the subnets of a network, reporting malformed addresses when `problems` is given.
+/// The address rules of a network's subnets, wherever the network is defined (a cloud
+/// config, or a create-env manifest): required range and gateway on manual networks,
+/// addresses that parse, gateway, reserved and static ranges inside the range and apart,
+/// subnets that do not overlap.
+pub fn check_subnets(document: Document, network: &Network, path: &Path, problems: &mut Problems) {
+    let manual = network.network_type() == NetworkType::Manual;
+    for (si, subnet) in network.subnets.iter().enumerate() {
+        let sp = path.key("subnets").index(si);
+        if manual && network.managed != Some(true) {
+            if subnet.range.is_none() {
+                problems.error(document, sp.key("range"), "is required on a manual network");
+            }
+            if subnet.gateway.is_none() {
+                problems.error(
+                    document,
+                    sp.key("gateway"),
+                    "is required on a manual network",
+                );
+            }
+        }
+        for (di, dns) in subnet.dns.iter().enumerate() {
+            if dns.trim().parse::<IpAddr>().is_err() {
+                problems.error(
+                    document,
+                    sp.key("dns").index(di),
+                    format!("'{dns}' is not an IP address"),
+                );
+            }
+        }
+    }
+    let subnets = parse_subnets(network, path, Some((document, &mut *problems)));
+    if !manual {
+        return;
+    }
+    for (si, s) in subnets.iter().enumerate() {
+        check_subnet_addresses(document, &network.subnets[si], s, problems);
+        for other in &subnets[..si] {
+            if let (Some(a), Some(b)) = (s.range, other.range)
+                && (a.contains(&b.network()) || b.contains(&a.network()))
+            {
+                problems.error(
+                    document,
+                    s.path.key("range"),
+                    format!(
+                        "subnet {a} overlaps subnet {b} (at {}) of the same network",
+                        other.path
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn check_subnet_addresses(
+    document: Document,
+    subnet: &Subnet,
+    s: &ParsedSubnet,
+    problems: &mut Problems,
+) {
+    let Some(net) = s.range else { return };
+    if let Some(g) = s.gateway {
+        if !net.contains(&g) {
+            problems.error(
+                document,
+                s.path.key("gateway"),
+                format!("gateway {g} is outside the subnet range {net}"),
+            );
+        } else if net.prefix_len() != net.max_prefix_len()
+            && (g == net.network() || g == net.broadcast())
+        {
+            problems.error(
+                document,
+                s.path.key("gateway"),
+                format!("gateway {g} is the network or broadcast address of {net}"),
+            );
+        }
+    }
+    let inside = |r: &IpRange| net.contains(&r.first) && net.contains(&r.last);
+    for (i, text) in subnet.reserved.iter().enumerate() {
+        let Ok(r) = IpRange::parse(text) else {
+            continue;
+        };
+        if !inside(&r) {
+            problems.error(
+                document,
+                s.path.key("reserved").index(i),
+                format!("reserved range '{text}' is outside the subnet range {net}"),
+            );
+        }
+    }
+    for (i, text) in subnet.static_ips.iter().enumerate() {
+        let Ok(r) = IpRange::parse(text) else {
+            continue;
+        };
+        if !inside(&r) {
+            problems.error(
+                document,
+                s.path.key("static").index(i),
+                format!("static range '{text}' is outside the subnet range {net}"),
+            );
+        } else if let Some((ip, why)) = s.first_restricted_in(&r) {
+            problems.error(
+                document,
+                s.path.key("static").index(i),
+                format!("static range '{text}' includes {ip}, which is {why} and can never be handed out"),
+            );
+        }
+    }
+}
+
+/// Parses the subnets of a network, reporting malformed addresses when `report` is given.
 pub fn parse_subnets(
     network: &Network,
     net_path: &Path,
-    mut problems: Option<&mut Problems>,
+    mut report_to: Option<(Document, &mut Problems)>,
 ) -> Vec<ParsedSubnet> {
     let mut out = Vec::new();
     for (si, subnet) in network.subnets.iter().enumerate() {
         let path = net_path.key("subnets").index(si);
         let mut report = |p: Path, m: String| {
-            if let Some(problems) = problems.as_deref_mut() {
-                problems.error(Document::CloudConfig, p, m);
+            if let Some((document, problems)) = report_to.as_mut() {
+                problems.error(*document, p, m);
             }
         };
         let range = parse_range(network, subnet, &path, &mut report);
