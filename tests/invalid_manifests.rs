@@ -18,7 +18,9 @@
 //!
 //! `ops` use the BOSH ops-file syntax (`replace`/`remove`, `/name=x`, `/-`, `?`), so every
 //! case reads as "the valid base, with this one mistake". Cases in `tests/invalid/init/` are
-//! `create-env` manifests, made from `tests/invalid/init/base-manifest.yml`.
+//! `create-env` manifests, made from `tests/invalid/init/base-manifest.yml`. Files in
+//! `tests/valid/` have the same form without `expect`: variants BOSH accepts, which must
+//! validate without errors.
 //!
 //! `KUBOSH_CORPUS_SHOW=1 cargo test --test invalid_manifests -- --nocapture` prints what
 //! every case reports, to review the messages.
@@ -36,6 +38,8 @@ const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/invalid");
 enum Kind {
     Deployment,
     Init,
+    /// A deployment that must validate (`tests/valid`).
+    Valid,
 }
 
 fn read_yaml(path: &FsPath) -> Value {
@@ -85,6 +89,7 @@ fn run_case(kind: Kind, case: &Value, dir: &FsPath) -> Result<Problems, String> 
             validate::deployment(&manifest, &cloud_config).err()
         }
         Kind::Init => validate::init_manifest(&manifest).err(),
+        Kind::Valid => unreachable!("valid variants run as deployments"),
     };
     Ok(problems.unwrap_or_default())
 }
@@ -159,12 +164,33 @@ fn check_case(kind: Kind, file: &FsPath) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a variant that must stay valid (BOSH accepts it); its base is in `tests/invalid`.
+fn check_valid_case(file: &FsPath) -> Result<(), String> {
+    let case = read_yaml(file);
+    let description = case
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if description.trim().is_empty() || case.get("expect").is_some() {
+        return Err("needs a description and no 'expect'".into());
+    }
+    let problems = run_case(Kind::Deployment, &case, FsPath::new(CORPUS))?;
+    match problems.has_errors() {
+        false => Ok(()),
+        true => Err(format!("{description}: BOSH accepts this\n{problems}")),
+    }
+}
+
 fn check_corpus(kind: Kind, dir: &FsPath) -> usize {
     let files = case_files(dir);
     let failures: Vec<String> = files
         .iter()
         .filter_map(|f| {
-            check_case(kind, f)
+            let result = match kind {
+                Kind::Valid => check_valid_case(f),
+                _ => check_case(kind, f),
+            };
+            result
                 .err()
                 .map(|e| format!("{}: {e}", f.file_name().unwrap().to_string_lossy()))
         })
@@ -212,6 +238,15 @@ fn every_invalid_deployment_reports_exactly_its_errors() {
 fn every_invalid_create_env_manifest_reports_exactly_its_errors() {
     let n = check_corpus(Kind::Init, &FsPath::new(CORPUS).join("init"));
     assert!(n >= 3, "expected the create-env cases, found {n}");
+}
+
+/// Variants of the base that BOSH accepts, so kubosh must too (guards against rules
+/// stricter than the Director's). Same format as the invalid cases, without `expect`.
+#[test]
+fn every_valid_variant_validates() {
+    let dir = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("tests/valid");
+    let n = check_corpus(Kind::Valid, &dir);
+    assert!(n >= 1, "no valid variants found");
 }
 
 #[test]

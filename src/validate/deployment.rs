@@ -971,10 +971,10 @@ fn check_migrations(m: &DeploymentManifest, problems: &mut Problems) {
                 .index(gi)
                 .key("migrated_from")
                 .index(mi);
-            if names.contains(&from.name.as_str()) {
+            // A group naming itself is a no-op BOSH accepts (job_migrator.rb).
+            if from.name != g.name && names.contains(&from.name.as_str()) {
                 problems.error(DOC, mp.key("name"), format!("cannot migrate '{}' into '{}': an instance group named '{}' still exists in the manifest", from.name, g.name, from.name));
-            }
-            if let Some(other) = claimed.insert(from.name.as_str(), g.name.as_str()) {
+            } else if let Some(other) = claimed.insert(from.name.as_str(), g.name.as_str()) {
                 problems.error(
                     DOC,
                     mp.key("name"),
