@@ -158,23 +158,25 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
         Some(0) => problems.error(DOC, path.key("workers"), "must be at least 1"),
         Some(_) => {}
     }
-    let shapes = [
-        c.vm_type.is_some(),
-        c.vm_resources.is_some(),
-        c.cloud_properties.is_some(),
-    ];
-    match shapes.iter().filter(|b| **b).count() {
-        0 => problems.error(
-            DOC,
-            path.clone(),
-            "needs one of 'vm_type', 'vm_resources' or 'cloud_properties'",
+    // As BOSH's compilation_config.rb: at most one of the three, an empty cloud_properties
+    // counting as none; none at all is accepted (the CPI's defaults shape the workers).
+    let shapes: Vec<&str> = [
+        ("vm_type", c.vm_type.is_some()),
+        ("vm_resources", c.vm_resources.is_some()),
+        (
+            "cloud_properties",
+            c.cloud_properties.as_ref().is_some_and(|p| !p.is_empty()),
         ),
-        1 => {}
-        _ => problems.error(
+    ]
+    .into_iter()
+    .filter_map(|(key, given)| given.then_some(key))
+    .collect();
+    if let [first, .., last] = shapes.as_slice() {
+        problems.error(
             DOC,
-            path.clone(),
-            "give only one of 'vm_type', 'vm_resources' or 'cloud_properties'",
-        ),
+            path.key(last),
+            format!("compilation gives both '{first}' and '{last}'; give only one of 'vm_type', 'vm_resources' and 'cloud_properties'"),
+        );
     }
     if let Some(vm_type) = &c.vm_type {
         let known: Vec<&str> = cc.vm_types.iter().map(|v| v.name.as_str()).collect();
