@@ -207,6 +207,15 @@ fn check_subnet_addresses(
     problems: &mut Problems,
 ) {
     let Some(net) = s.range else { return };
+    if net.prefix_len() == net.max_prefix_len() {
+        // BOSH manual_network_subnet.rb: "should include at least 2 IPs".
+        problems.error(
+            document,
+            s.path.key("range"),
+            format!("range {net} holds a single address; a subnet needs at least 2"),
+        );
+        return;
+    }
     if let Some(g) = s.gateway {
         if !net.contains(&g) {
             problems.error(
