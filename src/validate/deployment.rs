@@ -704,7 +704,11 @@ fn check_static_ip_list(
                 "instance group '{}' has {} but {} on network '{}': give one per instance",
                 g.name,
                 counted(u128::from(instances), "instance"),
-                counted(count, "static IP"),
+                if count > u128::from(u64::MAX) {
+                    "more than 2^64 static IPs".to_string()
+                } else {
+                    counted(count, "static IP")
+                },
                 net_ref.name
             ),
         );
