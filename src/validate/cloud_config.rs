@@ -1,6 +1,6 @@
 //! Rules for a cloud config on its own.
 
-use super::network::{check_subnets, network_azs};
+use super::network::{az_list, check_subnets, network_azs};
 use super::problem::{Document, Path, Problems};
 use super::{canonical_names, must_exist, unique_names};
 use crate::manifest::{CloudConfig, Network, NetworkType};
@@ -255,8 +255,8 @@ fn check_compilation_az(
             DOC,
             path,
             format!(
-                "is required: compilation network '{net}' has its subnets in AZs {}",
-                zoned.join(", ")
+                "is required: compilation network '{net}' is in {}",
+                az_list(&network_azs)
             ),
         ),
         // An unknown AZ is reported already; saying the network lacks it too adds nothing.
@@ -266,7 +266,7 @@ fn check_compilation_az(
             } else if zoned.is_empty() {
                 "its subnets have no AZs: leave compilation.az out".to_string()
             } else {
-                format!("it is in {}", zoned.join(", "))
+                format!("it is in {}", az_list(&network_azs))
             };
             problems.error(
                 DOC,

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use super::capacity::{self, Demand, Shortage, Supply};
-use super::network::{ParsedSubnet, network_azs, parse_subnets};
+use super::network::{ParsedSubnet, az_list, network_azs, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::shape::{RejectedKey, describe};
 use super::{canonical_names, must_exist, unique_names};
@@ -515,18 +515,6 @@ fn check_group_azs(g: &InstanceGroup, gp: &Path, index: &CloudIndex<'_>, problem
     }
 }
 
-/// `AZs z1, z2`, `no AZ`, or `AZ z1 and subnets without AZs`, for messages.
-fn az_list(azs: &[Option<&str>]) -> String {
-    let named: Vec<&str> = azs.iter().flatten().copied().collect();
-    let unzoned = azs.contains(&None);
-    match (named.as_slice(), unzoned) {
-        ([], _) => "no AZ".to_string(),
-        ([one], false) => format!("AZ {one}"),
-        (many, false) => format!("AZs {}", many.join(", ")),
-        (many, true) => format!("AZs {} and subnets without AZs", many.join(", ")),
-    }
-}
-
 fn check_group_networks(
     g: &InstanceGroup,
     gp: &Path,
@@ -796,9 +784,10 @@ fn static_ip_problem(
     }
     if !subnet.azs.is_empty() && !g.azs.is_empty() && !subnet.azs.iter().any(|a| g.azs.contains(a))
     {
+        let azs: Vec<Option<&str>> = subnet.azs.iter().map(|a| Some(a.as_str())).collect();
         return Some(format!(
-            "static IP {ip} is in a subnet of AZ(s) {} which instance group '{}' does not use",
-            subnet.azs.join(", "),
+            "static IP {ip} is in a subnet of {}, which instance group '{}' does not use",
+            az_list(&azs),
             g.name
         ));
     }
@@ -1163,9 +1152,9 @@ fn check_key_usages(ekus: &Value, path: &Path, problems: &mut Problems) {
                 DOC,
                 path.index(ei),
                 format!(
-                    "unknown extended key usage {}; expected one of {}",
-                    describe(eku),
-                    KNOWN.join(", ")
+                    "expected one of {}, found {}",
+                    KNOWN.join(", "),
+                    describe(eku)
                 ),
             );
         }

@@ -266,6 +266,18 @@ fn check_subnet_addresses(
     }
 }
 
+/// `AZs z1, z2`, `no AZ`, or `AZ z1 and subnets without AZs`, for messages.
+pub fn az_list(azs: &[Option<&str>]) -> String {
+    let named: Vec<&str> = azs.iter().flatten().copied().collect();
+    let unzoned = azs.contains(&None);
+    match (named.as_slice(), unzoned) {
+        ([], _) => "no AZ".to_string(),
+        ([one], false) => format!("AZ {one}"),
+        (many, false) => format!("AZs {}", many.join(", ")),
+        (many, true) => format!("AZs {} and subnets without AZs", many.join(", ")),
+    }
+}
+
 /// Parses the subnets of a network, reporting malformed addresses when `report` is given.
 pub fn parse_subnets(
     network: &Network,
