@@ -97,6 +97,9 @@ fn check_network(cc: &CloudConfig, index: usize, az_names: &[&str], problems: &m
             ),
         );
     }
+    if kind == NetworkType::Dynamic && !network.subnets.is_empty() {
+        check_dynamic_network_keys(network, &path, problems);
+    }
     let with_az = network
         .subnets
         .iter()
@@ -141,6 +144,27 @@ fn check_network(cc: &CloudConfig, index: usize, az_names: &[&str], problems: &m
         }
     }
     check_subnets(DOC, network, &path, problems);
+}
+
+/// A dynamic network with subnets takes `dns` and `cloud_properties` per subnet only
+/// (BOSH dynamic_network.rb: "must not specify 'dns' when also specifying 'subnets'").
+fn check_dynamic_network_keys(network: &Network, path: &Path, problems: &mut Problems) {
+    let given = [
+        ("dns", !network.dns.is_empty()),
+        ("cloud_properties", network.cloud_properties.is_some()),
+    ];
+    for (key, present) in given {
+        if present {
+            problems.error(
+                DOC,
+                path.key(key),
+                format!(
+                    "dynamic network '{}' has subnets, so '{key}' belongs on each subnet",
+                    network.name
+                ),
+            );
+        }
+    }
 }
 
 fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problems) {
