@@ -1015,6 +1015,9 @@ fn check_variables(vars: &[Variable], problems: &mut Problems) {
     );
     for (i, v) in vars.iter().enumerate() {
         let vp = root.index(i);
+        if v.name.trim().is_empty() {
+            problems.error(DOC, vp.key("name"), "must not be empty");
+        }
         if !VARIABLE_TYPES.contains(&v.kind.as_str()) {
             problems.error(
                 DOC,
