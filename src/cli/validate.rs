@@ -20,7 +20,8 @@ pub struct ValidateArgs {
 /// Runs the command: exit 0 when there are no errors (warnings are printed), 1 otherwise.
 pub fn run(args: &ValidateArgs) -> ExitCode {
     let read = |p: &PathBuf| -> Result<serde_json::Value, String> {
-        let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let text =
+            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         crate::yaml::parse_value(&text, &p.display().to_string()).map_err(|e| e.to_string())
     };
     let (manifest, cloud_config) = match (read(&args.manifest), read(&args.cloud_config)) {
