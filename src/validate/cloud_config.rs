@@ -1,9 +1,9 @@
 //! Rules for a cloud config on its own.
 
-use super::network::{ParsedSubnet, parse_subnets};
+use super::network::{az_list, check_subnets, network_azs};
 use super::problem::{Document, Path, Problems};
-use super::{must_exist, unique_names};
-use crate::manifest::{CloudConfig, NetworkType};
+use super::{canonical_names, must_exist, unique_names};
+use crate::manifest::{CloudConfig, Network, NetworkType};
 
 const DOC: Document = Document::CloudConfig;
 
@@ -57,6 +57,15 @@ pub fn check(cc: &CloudConfig, problems: &mut Problems) {
             .map(|(i, n)| (n.name.as_str(), root.key("networks").index(i).key("name"))),
         problems,
     );
+    canonical_names(
+        DOC,
+        "network",
+        cc.networks
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), root.key("networks").index(i).key("name"))),
+        problems,
+    );
 
     for (i, d) in cc.disk_types.iter().enumerate() {
         if d.disk_size.is_none() {
@@ -87,6 +96,9 @@ fn check_network(cc: &CloudConfig, index: usize, az_names: &[&str], problems: &m
                 network.name
             ),
         );
+    }
+    if kind == NetworkType::Dynamic && !network.subnets.is_empty() {
+        check_dynamic_network_keys(network, &path, problems);
     }
     let with_az = network
         .subnets
@@ -130,103 +142,26 @@ fn check_network(cc: &CloudConfig, index: usize, az_names: &[&str], problems: &m
                 problems,
             );
         }
-        if kind == NetworkType::Manual && network.managed != Some(true) {
-            if subnet.range.is_none() {
-                problems.error(DOC, sp.key("range"), "is required on a manual network");
-            }
-            if subnet.gateway.is_none() {
-                problems.error(DOC, sp.key("gateway"), "is required on a manual network");
-            }
-        }
-        for (di, dns) in subnet.dns.iter().enumerate() {
-            if dns.trim().parse::<std::net::IpAddr>().is_err() {
-                problems.error(
-                    DOC,
-                    sp.key("dns").index(di),
-                    format!("'{dns}' is not an IP address"),
-                );
-            }
-        }
     }
-    let subnets = parse_subnets(network, &path, Some(problems));
-    if kind == NetworkType::Manual {
-        for (si, s) in subnets.iter().enumerate() {
-            check_subnet_addresses(
-                &network.subnets[si].reserved,
-                &network.subnets[si].static_ips,
-                s,
-                problems,
-            );
-            for other in &subnets[..si] {
-                if let (Some(a), Some(b)) = (s.range, other.range)
-                    && (a.contains(&b.network()) || b.contains(&a.network()))
-                {
-                    problems.error(
-                        DOC,
-                        s.path.key("range"),
-                        format!(
-                            "subnet {a} overlaps subnet {b} (at {}) of the same network",
-                            other.path
-                        ),
-                    );
-                }
-            }
-        }
-    }
+    check_subnets(DOC, network, &path, problems);
 }
 
-fn check_subnet_addresses(
-    reserved: &[String],
-    statics: &[String],
-    s: &ParsedSubnet,
-    problems: &mut Problems,
-) {
-    let Some(net) = s.range else { return };
-    if let Some(g) = s.gateway {
-        if !net.contains(&g) {
+/// A dynamic network with subnets takes `dns` and `cloud_properties` per subnet only
+/// (BOSH dynamic_network.rb: "must not specify 'dns' when also specifying 'subnets'").
+fn check_dynamic_network_keys(network: &Network, path: &Path, problems: &mut Problems) {
+    let given = [
+        ("dns", !network.dns.is_empty()),
+        ("cloud_properties", network.cloud_properties.is_some()),
+    ];
+    for (key, present) in given {
+        if present {
             problems.error(
                 DOC,
-                s.path.key("gateway"),
-                format!("gateway {g} is outside the subnet range {net}"),
-            );
-        } else if net.prefix_len() != net.max_prefix_len()
-            && (g == net.network() || g == net.broadcast())
-        {
-            problems.error(
-                DOC,
-                s.path.key("gateway"),
-                format!("gateway {g} is the network or broadcast address of {net}"),
-            );
-        }
-    }
-    let inside = |r: &crate::manifest::IpRange| net.contains(&r.first) && net.contains(&r.last);
-    for (i, text) in reserved.iter().enumerate() {
-        let Ok(r) = crate::manifest::IpRange::parse(text) else {
-            continue;
-        };
-        if !inside(&r) {
-            problems.error(
-                DOC,
-                s.path.key("reserved").index(i),
-                format!("reserved range '{text}' is outside the subnet range {net}"),
-            );
-        }
-    }
-    for (i, text) in statics.iter().enumerate() {
-        let Ok(r) = crate::manifest::IpRange::parse(text) else {
-            continue;
-        };
-        if !inside(&r) {
-            problems.error(
-                DOC,
-                s.path.key("static").index(i),
-                format!("static range '{text}' is outside the subnet range {net}"),
-            );
-        } else if let Some(ip) = r.addresses().find(|ip| s.is_restricted(*ip)) {
-            problems.error(
-                DOC,
-                s.path.key("static").index(i),
-                format!("static range '{text}' includes {ip}, which is reserved (the gateway, a reserved range, or the network/broadcast address)"),
+                path.key(key),
+                format!(
+                    "dynamic network '{}' has subnets, so '{key}' belongs on each subnet",
+                    network.name
+                ),
             );
         }
     }
@@ -247,23 +182,25 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
         Some(0) => problems.error(DOC, path.key("workers"), "must be at least 1"),
         Some(_) => {}
     }
-    let shapes = [
-        c.vm_type.is_some(),
-        c.vm_resources.is_some(),
-        c.cloud_properties.is_some(),
-    ];
-    match shapes.iter().filter(|b| **b).count() {
-        0 => problems.error(
-            DOC,
-            path.clone(),
-            "needs one of 'vm_type', 'vm_resources' or 'cloud_properties'",
+    // As BOSH's compilation_config.rb: at most one of the three, an empty cloud_properties
+    // counting as none; none at all is accepted (the CPI's defaults shape the workers).
+    let shapes: Vec<&str> = [
+        ("vm_type", c.vm_type.is_some()),
+        ("vm_resources", c.vm_resources.is_some()),
+        (
+            "cloud_properties",
+            c.cloud_properties.as_ref().is_some_and(|p| !p.is_empty()),
         ),
-        1 => {}
-        _ => problems.error(
+    ]
+    .into_iter()
+    .filter_map(|(key, given)| given.then_some(key))
+    .collect();
+    if let [first, .., last] = shapes.as_slice() {
+        problems.error(
             DOC,
-            path.clone(),
-            "give only one of 'vm_type', 'vm_resources' or 'cloud_properties'",
-        ),
+            path.key(last),
+            format!("compilation gives both '{first}' and '{last}'; give only one of 'vm_type', 'vm_resources' and 'cloud_properties'"),
+        );
     }
     if let Some(vm_type) = &c.vm_type {
         let known: Vec<&str> = cc.vm_types.iter().map(|v| v.name.as_str()).collect();
@@ -289,8 +226,8 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
             problems,
         );
     }
-    match (&c.az, az_names.is_empty()) {
-        (Some(az), _) => must_exist(
+    if let Some(az) = &c.az {
+        must_exist(
             DOC,
             path.key("az"),
             "AZ",
@@ -298,13 +235,7 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
             az_names,
             "the cloud config's azs",
             problems,
-        ),
-        (None, false) => problems.error(
-            DOC,
-            path.key("az"),
-            "is required because the cloud config defines AZs",
-        ),
-        (None, true) => {}
+        );
     }
     let Some(net_name) = &c.network else {
         problems.error(DOC, path.key("network"), "is required");
@@ -324,19 +255,49 @@ fn check_compilation(cc: &CloudConfig, az_names: &[&str], problems: &mut Problem
         if network.network_type() == NetworkType::Vip {
             problems.error(DOC, path.key("network"), format!("'{net_name}' is a vip network; compilation workers need a manual or dynamic network"));
         }
-        if let Some(az) = &c.az {
-            let served = network.subnets.is_empty()
-                || network
-                    .subnets
-                    .iter()
-                    .any(|s| s.az_names().contains(&az.as_str()));
-            if !served {
-                problems.error(
-                    DOC,
-                    path.key("az"),
-                    format!("network '{net_name}' has no subnet in AZ '{az}'"),
-                );
-            }
+        check_compilation_az(c.az.as_deref(), network, az_names, problems);
+    }
+}
+
+/// The compilation AZ against the compilation network, as BOSH's `has_azs?`: required when
+/// the network's subnets all have AZs, and then one of them. (Not simply "required when the
+/// cloud config has AZs": BOSH accepts no AZ on a network whose subnets have none.)
+fn check_compilation_az(
+    az: Option<&str>,
+    network: &Network,
+    az_names: &[&str],
+    problems: &mut Problems,
+) {
+    let Some(network_azs) = network_azs(network) else {
+        return; // a vip network is reported above
+    };
+    let path = Path::root().key("compilation").key("az");
+    let net = &network.name;
+    let zoned: Vec<&str> = network_azs.iter().flatten().copied().collect();
+    match az {
+        None if !network_azs.is_empty() && !network_azs.contains(&None) => problems.error(
+            DOC,
+            path,
+            format!(
+                "is required: compilation network '{net}' is in {}",
+                az_list(&network_azs)
+            ),
+        ),
+        // An unknown AZ is reported already; saying the network lacks it too adds nothing.
+        Some(az) if az_names.contains(&az) && !network_azs.contains(&Some(az)) => {
+            let hint = if network.subnets.is_empty() {
+                "it has no subnets: leave compilation.az out".to_string()
+            } else if zoned.is_empty() {
+                "its subnets have no AZs: leave compilation.az out".to_string()
+            } else {
+                format!("it is in {}", az_list(&network_azs))
+            };
+            problems.error(
+                DOC,
+                path,
+                format!("compilation network '{net}' has no subnet in AZ '{az}' ({hint})"),
+            );
         }
+        _ => {}
     }
 }

@@ -1,8 +1,13 @@
 //! Rules for a `create-env` (bosh-init) manifest: one VM, a CPI to install.
 
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::network::{check_subnets, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::{must_exist, unique_names};
-use crate::manifest::InitManifest;
+use crate::manifest::{InitManifest, Network, NetworkType};
 
 const DOC: Document = Document::Manifest;
 
@@ -108,17 +113,22 @@ pub fn check(m: &InitManifest, problems: &mut Problems) {
             );
         }
         for (ni, n) in g.networks.iter().enumerate() {
-            must_exist(
-                DOC,
-                gp.key("networks").index(ni).key("name"),
-                "network",
-                &n.name,
-                &networks,
-                "networks",
-                problems,
-            );
+            let np = gp.key("networks").index(ni);
+            match m.networks.iter().find(|x| x.name == n.name) {
+                Some(network) => check_static_ips(&n.static_ips, network, &np, problems),
+                None => must_exist(
+                    DOC,
+                    np.key("name"),
+                    "network",
+                    &n.name,
+                    &networks,
+                    "networks",
+                    problems,
+                ),
+            }
         }
     }
+    check_networks(m, problems);
     for (pi, p) in m.resource_pools.iter().enumerate() {
         if let Some(n) = &p.network {
             must_exist(
@@ -172,6 +182,72 @@ pub fn check(m: &InitManifest, problems: &mut Problems) {
                     ),
                 Some(_) => {}
             }
+        }
+    }
+}
+
+/// The networks of a create-env manifest (bosh-cli `deployment/manifest/validator.go`):
+/// cloud-config networks with exactly one subnet when manual.
+fn check_networks(m: &InitManifest, problems: &mut Problems) {
+    let root = Path::root().key("networks");
+    unique_names(
+        DOC,
+        "network",
+        m.networks
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), root.index(i).key("name"))),
+        problems,
+    );
+    for (ni, network) in m.networks.iter().enumerate() {
+        let np = root.index(ni);
+        if network.network_type() == NetworkType::Manual && network.subnets.len() != 1 {
+            problems.error(
+                DOC,
+                np.key("subnets"),
+                format!(
+                    "create-env needs exactly one subnet on manual network '{}', found {}",
+                    network.name,
+                    network.subnets.len()
+                ),
+            );
+        }
+        check_subnets(DOC, network, &np, problems);
+    }
+}
+
+/// Static IPs of the VM: single addresses, inside the subnet range on a manual network.
+fn check_static_ips(ips: &[String], network: &Network, np: &Path, problems: &mut Problems) {
+    let subnets = parse_subnets(network, np, None);
+    for (i, text) in ips.iter().enumerate() {
+        let path = np.key("static_ips").index(i);
+        let ip = match text.trim().parse::<IpAddr>() {
+            Ok(ip) => ip,
+            Err(_) if text.trim().starts_with("((") => continue, // interpolated later
+            Err(_) => {
+                problems.error(
+                    DOC,
+                    path,
+                    format!("'{text}' is not an IP address (create-env takes single addresses)"),
+                );
+                continue;
+            }
+        };
+        let ranges: Vec<IpNet> = subnets.iter().filter_map(|s| s.range).collect();
+        if network.network_type() == NetworkType::Manual
+            && !ranges.is_empty()
+            && !ranges.iter().any(|r| r.contains(&ip))
+        {
+            let shown: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+            problems.error(
+                DOC,
+                path,
+                format!(
+                    "static IP {ip} is outside the range {} of network '{}'",
+                    shown.join(", "),
+                    network.name
+                ),
+            );
         }
     }
 }

@@ -10,6 +10,7 @@
 //! Semantic rules run only on documents whose shape is right, so a type error is never
 //! followed by confusing knock-on errors.
 
+mod capacity;
 mod cloud_config;
 mod deployment;
 mod init;
@@ -36,8 +37,9 @@ pub struct Validated<T> {
     pub warnings: Problems,
 }
 
-static MANIFEST_SHAPE: LazyLock<ShapeChecker> =
-    LazyLock::new(|| ShapeChecker::for_type::<DeploymentManifest>(Document::Manifest));
+static MANIFEST_SHAPE: LazyLock<ShapeChecker> = LazyLock::new(|| {
+    ShapeChecker::for_type::<DeploymentManifest>(Document::Manifest).rejecting(deployment::V1_KEYS)
+});
 static CLOUD_CONFIG_SHAPE: LazyLock<ShapeChecker> =
     LazyLock::new(|| ShapeChecker::for_type::<CloudConfig>(Document::CloudConfig));
 static INIT_SHAPE: LazyLock<ShapeChecker> =
@@ -156,6 +158,50 @@ fn unique_names<'a>(
             ),
             None => {
                 seen.insert(name, path);
+            }
+        }
+    }
+}
+
+/// The name BOSH derives for DNS (`Canonicalizer.canonicalize`): lower case, `_` as `-`,
+/// anything but letters, digits and `-` dropped.
+fn canonical_name(name: &str) -> String {
+    name.to_lowercase()
+        .replace('_', "-")
+        .chars()
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+        .collect()
+}
+
+/// Names BOSH also uses in DNS (instance groups, networks) must stay distinct and valid once
+/// canonicalized: `web_1` and `Web-1` are the same host name, `web_` is no host name at all.
+/// Names repeated verbatim are left to [`unique_names`].
+fn canonical_names<'a>(
+    document: Document,
+    what: &str,
+    names: impl IntoIterator<Item = (&'a str, Path)>,
+    problems: &mut Problems,
+) {
+    let mut seen: std::collections::HashMap<String, (&str, Path)> =
+        std::collections::HashMap::new();
+    for (name, path) in names {
+        let canonical = canonical_name(name);
+        if canonical.starts_with('-') || canonical.ends_with('-') {
+            problems.error(
+                document,
+                path.clone(),
+                format!("{what} name '{name}' becomes '{canonical}' in DNS, which cannot start or end with '-'"),
+            );
+        }
+        match seen.get(&canonical) {
+            Some((first, at)) if *first != name => problems.error(
+                document,
+                path,
+                format!("{what} '{name}' has the same DNS name '{canonical}' as '{first}' (at {at}); rename one"),
+            ),
+            Some(_) => {}
+            None => {
+                seen.insert(canonical, (name, path));
             }
         }
     }

@@ -41,7 +41,8 @@ impl Path {
         &self.0
     }
 
-    /// Parses the text form back (`a[1].b`, `a["x.y"]`); used by tests and corpora.
+    /// Parses the text form back (`a[1].b`, `a["x.y"]`, `a["say \"hi\""]`); used by tests
+    /// and corpora.
     pub fn parse(text: &str) -> Option<Path> {
         let mut p = Path::root();
         let mut rest = text;
@@ -50,9 +51,9 @@ impl Path {
         }
         while !rest.is_empty() {
             if let Some(r) = rest.strip_prefix("[\"") {
-                let end = r.find("\"]")?;
-                p = p.key(&r[..end]);
-                rest = &r[end + 2..];
+                let (key, after) = unquote(r)?;
+                p = p.key(&key);
+                rest = after.strip_prefix(']')?;
             } else if let Some(r) = rest.strip_prefix('[') {
                 let end = r.find(']')?;
                 p = p.index(r[..end].parse().ok()?);
@@ -69,6 +70,52 @@ impl Path {
         }
         Some(p)
     }
+}
+
+/// Reads a quoted key up to its closing quote (the opening one already read), undoing
+/// [`quote`]; returns the key and the text after the closing quote.
+fn unquote(text: &str) -> Option<(String, &str)> {
+    let mut key = String::new();
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((key, &text[i + 1..])),
+            '\\' => match chars.next()?.1 {
+                'n' => key.push('\n'),
+                'r' => key.push('\r'),
+                't' => key.push('\t'),
+                'u' => {
+                    let rest = &text[i + 2..];
+                    let hex = rest.strip_prefix('{')?.split('}').next()?;
+                    key.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
+                    for _ in 0..hex.len() + 2 {
+                        chars.next();
+                    }
+                }
+                other => key.push(other),
+            },
+            other => key.push(other),
+        }
+    }
+    None
+}
+
+/// A key as it appears between `["` and `"]`: quotes and backslashes escaped, control
+/// characters written `\n`, `\u{1b}`, everything else (accents included) as is.
+fn quote(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn is_plain_key(k: &str) -> bool {
@@ -90,7 +137,7 @@ impl fmt::Display for Path {
                     }
                     f.write_str(k)?;
                 }
-                Segment::Key(k) => write!(f, "[{k:?}]")?,
+                Segment::Key(k) => write!(f, "[\"{}\"]", quote(k))?,
                 Segment::Index(n) => write!(f, "[{n}]")?,
             }
         }
@@ -220,6 +267,8 @@ impl fmt::Display for Problems {
 
 #[cfg(test)]
 mod tests {
+    use proptest::strategy::Strategy;
+
     use super::*;
 
     #[test]
@@ -240,6 +289,22 @@ mod tests {
             "properties[\"a.b\"]"
         );
         assert_eq!(Path::root().to_string(), "(document)");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_path_parses_back(steps in proptest::collection::vec(
+            proptest::prop_oneof![
+                (0usize..1000).prop_map(Segment::Index),
+                ".*".prop_map(Segment::Key),
+                "[a-z_\\-\\.\\[\\]\"\\\\]{0,6}".prop_map(Segment::Key),
+            ],
+            0..6,
+        )) {
+            let path = Path(steps);
+            let text = path.to_string();
+            proptest::prop_assert_eq!(Path::parse(&text), Some(path), "{}", text);
+        }
     }
 
     #[test]

@@ -7,13 +7,39 @@
 
 use serde_json::{Map, Value};
 
-use super::problem::{Document, Path, Problems};
+use super::problem::{Document, Path, Problems, Segment};
 use crate::manifest::{Quantity, WatchTime};
+
+/// A key the typed model does not know but BOSH rejects (a v1 leftover such as `networks`
+/// in a deployment manifest): an error with its explanation, where other unknown keys get
+/// the "is ignored" warning.
+#[derive(Debug, Clone, Copy)]
+pub struct RejectedKey {
+    /// Path of the mapping holding the key, `"[]"` standing for any list index.
+    pub within: &'static [&'static str],
+    /// The key.
+    pub key: &'static str,
+    /// Why BOSH rejects it and what to write instead.
+    pub message: &'static str,
+}
+
+impl RejectedKey {
+    fn matches(&self, parent: &Path, key: &str) -> bool {
+        let segments = parent.segments();
+        key == self.key
+            && segments.len() == self.within.len()
+            && segments.iter().zip(self.within).all(|(s, w)| match s {
+                Segment::Index(_) => *w == "[]",
+                Segment::Key(k) => k == w,
+            })
+    }
+}
 
 /// A schema plus the document kind it describes, ready to check values against.
 pub struct ShapeChecker {
     root: Value,
     document: Document,
+    rejected: &'static [RejectedKey],
 }
 
 impl ShapeChecker {
@@ -23,6 +49,15 @@ impl ShapeChecker {
         ShapeChecker {
             root: schema.to_value(),
             document,
+            rejected: &[],
+        }
+    }
+
+    /// This checker, reporting `keys` as errors rather than as ignored unknown keys.
+    pub fn rejecting(self, keys: &'static [RejectedKey]) -> ShapeChecker {
+        ShapeChecker {
+            rejected: keys,
+            ..self
         }
     }
 
@@ -175,6 +210,10 @@ impl ShapeChecker {
             match props.get(key) {
                 Some(prop_schema) => self.walk(prop_schema, v, &path.key(key), problems),
                 None if closed => {
+                    if let Some(r) = self.rejected.iter().find(|r| r.matches(path, key)) {
+                        problems.error(self.document, path.key(key), r.message);
+                        continue;
+                    }
                     let known: Vec<&str> = props.keys().map(String::as_str).collect();
                     problems.warning(
                         self.document,
@@ -224,14 +263,21 @@ impl ShapeChecker {
             .get("x-kubosh-format")
             .and_then(Value::as_str)
             .unwrap_or("");
+        // Any number goes through the format's own parser, so 1.5 canaries read "expected a
+        // whole number ..." rather than "expected a number or a string, found the number".
         let text = match value {
             Value::String(s) => s.clone(),
-            Value::Number(n) if n.is_u64() || format == "version" => n.to_string(),
+            Value::Number(n) => n.to_string(),
             other => {
+                let expected = match format {
+                    "quantity" => "a whole number or an integer percentage like \"25%\"",
+                    "watch-time" => "milliseconds like 30000 or a range like \"5000-60000\"",
+                    _ => "a number or a string",
+                };
                 problems.error(
                     self.document,
                     path.clone(),
-                    format!("expected a number or a string, found {}", describe(other)),
+                    format!("expected {expected}, found {}", describe(other)),
                 );
                 return;
             }
