@@ -295,6 +295,11 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Process ids of etcd and kube-apiserver.
+    pub fn pids(&self) -> [u32; 2] {
+        [self.etcd.id(), self.apiserver.id()]
+    }
+
     /// True while both processes run.
     pub fn is_running(&mut self) -> bool {
         self.etcd.is_running() && self.apiserver.is_running()
