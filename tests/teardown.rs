@@ -10,12 +10,7 @@ const CHILD_MODE: &str = "KUBOSH_TEARDOWN_CHILD";
 fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry; only count processes that are not zombies.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            !stat
-                .split_whitespace()
-                .nth(2)
-                .is_some_and(|state| state == "Z")
-        })
+        .map(|stat| stat.split_whitespace().nth(2) != Some("Z"))
         .unwrap_or(false)
 }
 
