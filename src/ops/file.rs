@@ -157,14 +157,21 @@ impl OpsFile {
     /// Applies the operations in order. On error the document is left unchanged.
     pub fn apply(&self, doc: &mut Value) -> Result<(), OpsError> {
         let mut work = doc.clone();
+        self.apply_to_copy(&mut work)?;
+        *doc = work;
+        Ok(())
+    }
+
+    /// Applies the operations to a document the caller throws away on error.
+    fn apply_to_copy(&self, work: &mut Value) -> Result<(), OpsError> {
         for (index, op) in self.ops.iter().enumerate() {
             let result = match &op.kind {
-                Kind::Replace { path, value } => patch::replace(&mut work, path, value),
-                Kind::Remove { path } => patch::remove(&mut work, path),
+                Kind::Replace { path, value } => patch::replace(work, path, value),
+                Kind::Remove { path } => patch::remove(work, path),
                 Kind::Test {
                     path, absent: true, ..
-                } => patch::test_absent(&work, path),
-                Kind::Test { path, value, .. } => patch::test_value(&work, path, value),
+                } => patch::test_absent(work, path),
+                Kind::Test { path, value, .. } => patch::test_value(work, path, value),
             };
             result.map_err(|source| OpsError::Apply {
                 origin: self.origin.clone(),
@@ -173,7 +180,6 @@ impl OpsFile {
                 source: Box::new(source),
             })?;
         }
-        *doc = work;
         Ok(())
     }
 }
@@ -183,7 +189,7 @@ impl OpsFile {
 pub fn apply_all(files: &[OpsFile], doc: &mut Value) -> Result<(), OpsError> {
     let mut work = doc.clone();
     for file in files {
-        file.apply(&mut work)?;
+        file.apply_to_copy(&mut work)?;
     }
     *doc = work;
     Ok(())
