@@ -1,16 +1,19 @@
 //! The BOSH agent protocol, director side (`bosh-protocols.md` §2): the wire types
-//! ([`protocol`]) and a transport-independent client with a typed method per agent action
-//! ([`client`]).
+//! ([`protocol`]), a transport-independent client with a typed method per agent action
+//! ([`client`]), and its NATS transport with mutual TLS ([`nats`]).
 //!
 //! This is a protocol edge: no Kubernetes here. The agent's settings (what a CPI hands to a
 //! new VM) live in a sibling module.
 
 pub mod client;
+pub mod nats;
 pub mod protocol;
+pub mod tls;
 
 pub use client::{
     AgentClient, AgentError, ClientOptions, Method, Mode, Started, Transport, TransportError,
 };
+pub use nats::{Heartbeats, MbusTls, NatsError, NatsOptions, NatsTransport, heartbeats};
 
 /// A random (version 4) UUID in its usual text form, from the system's secure random source.
 pub fn new_uuid() -> String {
