@@ -1,11 +1,13 @@
 //! The BOSH agent protocol, director side (`bosh-protocols.md` §2): the wire types
 //! ([`protocol`]), a transport-independent client with a typed method per agent action
-//! ([`client`]), and its NATS transport with mutual TLS ([`nats`]).
+//! ([`client`]), and its two transports: NATS with mutual TLS ([`nats`]) and the
+//! create-env HTTPS mbus with the agent's blobstore ([`https`]).
 //!
 //! This is a protocol edge: no Kubernetes here. The agent's settings (what a CPI hands to a
 //! new VM) live in a sibling module.
 
 pub mod client;
+pub mod https;
 pub mod nats;
 pub mod protocol;
 pub mod tls;
@@ -13,6 +15,7 @@ pub mod tls;
 pub use client::{
     AgentClient, AgentError, ClientOptions, Method, Mode, Started, Transport, TransportError,
 };
+pub use https::{HttpsError, HttpsTransport};
 pub use nats::{Heartbeats, MbusTls, NatsError, NatsOptions, NatsTransport, heartbeats};
 
 /// A random (version 4) UUID in its usual text form, from the system's secure random source.
