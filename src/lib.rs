@@ -3,8 +3,10 @@
 //! The crate is layered (see `ARCHITECTURE.md`):
 //! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
 //! - the Kubernetes API types ([`api`]),
+//! - protocol edges: the BOSH agent protocol ([`agent`]),
 //! - the command line ([`cli`]).
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod manifest;
