@@ -42,6 +42,7 @@ struct CrdArgs {
 /// Entry point of the `kubosh` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
@@ -83,4 +84,15 @@ fn crd(args: &CrdArgs) -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Logs go to stderr, filtered by `KUBOSH_LOG` (e.g. `KUBOSH_LOG=kubosh=debug`); warnings by
+/// default. stdout stays reserved for command output (a CPI's JSON response, YAML).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KUBOSH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
