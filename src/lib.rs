@@ -2,11 +2,13 @@
 //!
 //! The crate is layered (see `ARCHITECTURE.md`):
 //! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
+//! - the protocol edges: the CPI ([`cpi`]),
 //! - the Kubernetes API types ([`api`]),
 //! - the command line ([`cli`]).
 
 pub mod api;
 pub mod cli;
+pub mod cpi;
 pub mod manifest;
 pub mod ops;
 pub mod pki;
