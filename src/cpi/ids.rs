@@ -28,6 +28,22 @@ pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
     buf
 }
 
+/// A random (version 4) UUID, e.g. `3b241101-e2bb-4255-8caf-4136c566a962`.
+pub(crate) fn uuid_v4() -> String {
+    let mut b = random_bytes(16);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
 /// A request ID in the director's format, `cpi-<6 digits>`; unique within this process for
 /// 900 000 consecutive calls (a random start, then counting).
 pub(crate) fn request_id() -> String {
@@ -53,5 +69,13 @@ mod tests {
         }
         let unique: std::collections::HashSet<_> = ids.iter().collect();
         assert_eq!(unique.len(), ids.len());
+    }
+
+    #[test]
+    fn uuids_are_version_4() {
+        let u = uuid_v4();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert_ne!(uuid_v4(), u);
     }
 }

@@ -11,6 +11,7 @@
 //!   results ([`types`]).
 //! - [`ExternalCpi`]: a [`Cloud`] that runs a real CPI executable ([`CpiCommand`]), negotiates
 //!   the API version with `info`, and retries only where that is safe.
+//! - [`local`]: kubosh's own CPI (`kubosh cpi`), a cloud of local processes and directories.
 //!
 //! This module does no Kubernetes.
 
@@ -18,6 +19,7 @@ mod cloud;
 mod error;
 mod external;
 mod ids;
+pub mod local;
 pub mod protocol;
 mod secret;
 pub mod types;
