@@ -770,6 +770,20 @@ async fn garbage_on_stdout_is_an_invalid_response_quoting_it() {
 }
 
 #[tokio::test]
+async fn an_endless_stdout_is_cut_off_not_waited_for() {
+    let fake = FakeCpi::new();
+    fake.before("has_vm", 0, "head -c 70000000 /dev/zero; sleep 300");
+    let started = Instant::now();
+    let cpi = fake.cpi().with_retry(RetryPolicy::never());
+    let err = cpi.has_vm(&"vm".into()).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let CpiError::InvalidResponse { reason, .. } = &err else {
+        panic!("{err}");
+    };
+    assert!(reason.contains("stdout exceeds"), "{reason}");
+}
+
+#[tokio::test]
 async fn attach_disk_without_a_hint_is_an_error() {
     for hint in [json!(null), json!(""), json!({})] {
         let fake = FakeCpi::new();

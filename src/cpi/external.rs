@@ -483,6 +483,10 @@ impl ExternalCpi {
                 if let Some(stdout) = stdout {
                     stdout.take(MAX_STDOUT + 1).read_to_end(&mut out).await?;
                 }
+                if out.len() as u64 > MAX_STDOUT {
+                    // It would block writing the rest: stop it, the answer is garbage anyway.
+                    kill_group(pid);
+                }
                 Ok::<_, std::io::Error>(out)
             };
             let log_stderr = async {
@@ -512,10 +516,7 @@ impl ExternalCpi {
         let (stdout, status) = match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result.map_err(io_err)?,
             Err(_) => {
-                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                    // SAFETY: signalling the process group of a child we have not reaped.
-                    unsafe { libc::kill(-pid, libc::SIGKILL) };
-                }
+                kill_group(pid);
                 let _ = child.kill().await;
                 return Err(CpiError::Timeout {
                     method: method.to_string(),
@@ -620,6 +621,15 @@ impl ExternalCpi {
             .result
             .as_bool()
             .ok_or_else(|| unexpected(method, &reply, "a boolean"))
+    }
+}
+
+/// Kills the CPI's process group (the CPI is its leader; call only before it is reaped, so
+/// the ID cannot have been reused).
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1) {
+        // SAFETY: kill(2) on the process group of a child we have not reaped.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
 }
 

@@ -68,7 +68,12 @@ fn owns_group(record: &ProcessRecord) -> bool {
 /// True while any process of the agent's group runs (a stopped — SIGSTOPped — agent counts
 /// as running).
 pub(crate) fn is_alive(record: &ProcessRecord) -> bool {
-    owns_group(record) && !group_members(record.pid).is_empty()
+    match stat(record.pid) {
+        // The leader itself runs: no need to look at the rest of the group.
+        Some(s) if s.start_time == record.start_time && !is_dead(s.state) => true,
+        Some(s) if s.start_time != record.start_time => false,
+        _ => !group_members(record.pid).is_empty(),
+    }
 }
 
 fn signal_group(record: &ProcessRecord, signal: i32) {
@@ -93,6 +98,8 @@ pub(crate) fn stop_group(record: &ProcessRecord, grace: Duration) {
 
 fn wait_gone(record: &ProcessRecord, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
+    // Most agents exit within a millisecond of SIGTERM: poll fast first.
+    let mut pause = Duration::from_micros(200);
     loop {
         if !is_alive(record) {
             return true;
@@ -100,7 +107,8 @@ fn wait_gone(record: &ProcessRecord, limit: Duration) -> bool {
         if Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 
