@@ -2,6 +2,7 @@
 //!
 //! The crate is layered (see `ARCHITECTURE.md`):
 //! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
+//! - the protocol edges: the CPI ([`cpi`]),
 //! - the Kubernetes API types ([`api`]),
 //! - protocol edges: the BOSH agent protocol ([`agent`]),
 //! - the command line ([`cli`]).
@@ -9,6 +10,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod cpi;
 pub mod manifest;
 pub mod ops;
 pub mod pki;

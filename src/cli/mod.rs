@@ -1,5 +1,6 @@
 //! The `kubosh` command line: thin wrappers that read files, call the library and print.
 
+mod cpi;
 mod dev;
 mod input;
 mod interpolate;
@@ -25,6 +26,8 @@ enum Command {
     Interpolate(interpolate::InterpolateArgs),
     /// Print the CustomResourceDefinitions kubosh serves, as YAML.
     Crd(CrdArgs),
+    /// The local cloud as a CPI executable: a JSON request on stdin, a JSON response on stdout.
+    Cpi(cpi::CpiArgs),
     /// Development helpers (a local control plane).
     #[command(subcommand)]
     Dev(dev::DevCommand),
@@ -46,6 +49,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
+        Command::Cpi(args) => cpi::run(&args),
         Command::Interpolate(args) => interpolate::run(&args),
         Command::Crd(args) => match crd(&args) {
             Ok(()) => ExitCode::SUCCESS,

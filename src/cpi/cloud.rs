@@ -1,0 +1,105 @@
+//! The engine's view of a cloud.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+
+use super::error::CpiError;
+use super::types::*;
+
+/// The future every [`Cloud`] method returns (boxed, so `dyn Cloud` works: one deployment can
+/// use several CPIs).
+pub type CloudFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CpiError>> + Send + 'a>>;
+
+/// A cloud, as the deploy engine drives it: one method per CPI API v2 method
+/// (`bosh-protocols.md` §1.6), typed arguments and results.
+///
+/// Result shapes are already normalised across API versions: `create_vm` yields the CID
+/// whether the CPI answered v1 (a string) or v2 (`[cid, networks]`), and `attach_disk` yields
+/// `None` under v1 (no hint) and a non-empty hint under v2.
+pub trait Cloud: Send + Sync {
+    /// `info`: API version and stemcell formats.
+    fn info(&self) -> CloudFuture<'_, CpiInfo>;
+
+    /// `create_stemcell(image_path, cloud_properties)`.
+    fn create_stemcell<'a>(&'a self, req: &'a CreateStemcell) -> CloudFuture<'a, StemcellCid>;
+
+    /// `delete_stemcell(stemcell_cid)`.
+    fn delete_stemcell<'a>(&'a self, cid: &'a StemcellCid) -> CloudFuture<'a, ()>;
+
+    /// `create_vm(agent_id, stemcell_cid, cloud_properties, networks, disk_cids, env)`.
+    fn create_vm<'a>(&'a self, req: &'a CreateVm) -> CloudFuture<'a, VmCreated>;
+
+    /// `delete_vm(vm_cid)`; `VMNotFound` when it is already gone.
+    fn delete_vm<'a>(&'a self, cid: &'a VmCid) -> CloudFuture<'a, ()>;
+
+    /// `has_vm(vm_cid)`.
+    fn has_vm<'a>(&'a self, cid: &'a VmCid) -> CloudFuture<'a, bool>;
+
+    /// `reboot_vm(vm_cid)`.
+    fn reboot_vm<'a>(&'a self, cid: &'a VmCid) -> CloudFuture<'a, ()>;
+
+    /// `set_vm_metadata(vm_cid, metadata)`.
+    fn set_vm_metadata<'a>(&'a self, cid: &'a VmCid, metadata: &'a Object) -> CloudFuture<'a, ()>;
+
+    /// `calculate_vm_cloud_properties({cpu, ram, ephemeral_disk_size})`.
+    fn calculate_vm_cloud_properties<'a>(
+        &'a self,
+        resources: &'a VmResources,
+    ) -> CloudFuture<'a, Object>;
+
+    /// `create_disk(size, cloud_properties, vm_cid)`.
+    fn create_disk<'a>(&'a self, req: &'a CreateDisk) -> CloudFuture<'a, DiskCid>;
+
+    /// `delete_disk(disk_cid)`.
+    fn delete_disk<'a>(&'a self, cid: &'a DiskCid) -> CloudFuture<'a, ()>;
+
+    /// `has_disk(disk_cid)`.
+    fn has_disk<'a>(&'a self, cid: &'a DiskCid) -> CloudFuture<'a, bool>;
+
+    /// `attach_disk(vm_cid, disk_cid)`: the hint to pass to the agent's
+    /// `add_persistent_disk` (v2), `None` under API v1.
+    fn attach_disk<'a>(
+        &'a self,
+        vm: &'a VmCid,
+        disk: &'a DiskCid,
+    ) -> CloudFuture<'a, Option<DiskHint>>;
+
+    /// `detach_disk(vm_cid, disk_cid)`; `DiskNotAttached` when it is not attached.
+    fn detach_disk<'a>(&'a self, vm: &'a VmCid, disk: &'a DiskCid) -> CloudFuture<'a, ()>;
+
+    /// `get_disks(vm_cid)`: the disks attached to the VM.
+    fn get_disks<'a>(&'a self, vm: &'a VmCid) -> CloudFuture<'a, Vec<DiskCid>>;
+
+    /// `resize_disk(disk_cid, new_size)`; `NotImplemented`/`NotSupported` ⇒ copy instead.
+    fn resize_disk<'a>(&'a self, cid: &'a DiskCid, new_size_mib: u64) -> CloudFuture<'a, ()>;
+
+    /// `update_disk(disk_cid, new_size, cloud_properties)`: the new disk's CID, or `None` when
+    /// updated in place.
+    fn update_disk<'a>(&'a self, req: &'a UpdateDisk) -> CloudFuture<'a, Option<DiskCid>>;
+
+    /// `set_disk_metadata(disk_cid, metadata)`.
+    fn set_disk_metadata<'a>(
+        &'a self,
+        cid: &'a DiskCid,
+        metadata: &'a Object,
+    ) -> CloudFuture<'a, ()>;
+
+    /// `snapshot_disk(disk_cid, metadata)`.
+    fn snapshot_disk<'a>(
+        &'a self,
+        cid: &'a DiskCid,
+        metadata: &'a Object,
+    ) -> CloudFuture<'a, SnapshotCid>;
+
+    /// `delete_snapshot(snapshot_cid)`.
+    fn delete_snapshot<'a>(&'a self, cid: &'a SnapshotCid) -> CloudFuture<'a, ()>;
+
+    /// `create_network(spec)` (managed networks): `[network_id, {range, gateway, reserved},
+    /// cloud_properties]`, verbatim.
+    fn create_network<'a>(&'a self, spec: &'a CreateNetwork) -> CloudFuture<'a, Value>;
+
+    /// `delete_network(network_id)`.
+    fn delete_network<'a>(&'a self, network_id: &'a str) -> CloudFuture<'a, ()>;
+}

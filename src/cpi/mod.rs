@@ -1,0 +1,31 @@
+//! The CPI protocol edge: how kubosh drives a cloud (`bosh-protocols.md` §1).
+//!
+//! A CPI is an external executable, spawned once per call: one JSON request on stdin
+//! (`{method, arguments, context, api_version}`), one JSON response on stdout
+//! (`{result, error, log}`), free-form debug output on stderr, exit code ignored.
+//!
+//! - [`protocol`]: the wire types, exactly as the director writes and reads them.
+//! - [`CpiError`] and [`ErrorKind`]: the `Bosh::Clouds::*` error types the director
+//!   understands, with `ok_to_retry`.
+//! - [`Cloud`]: the engine's view of a cloud, one method per CPI method, typed arguments and
+//!   results ([`types`]).
+//! - [`ExternalCpi`]: a [`Cloud`] that runs a real CPI executable ([`CpiCommand`]), negotiates
+//!   the API version with `info`, and retries only where that is safe.
+//! - [`local`]: kubosh's own CPI (`kubosh cpi`), a cloud of local processes and directories.
+//!
+//! This module does no Kubernetes.
+
+mod cloud;
+mod error;
+mod external;
+mod ids;
+pub mod local;
+pub mod protocol;
+mod secret;
+pub mod types;
+
+pub use cloud::{Cloud, CloudFuture};
+pub use error::{CpiError, ErrorKind};
+pub use external::{CpiCommand, EnvMode, ExternalCpi, MAX_API_VERSION, RetryPolicy};
+pub use secret::Secret;
+pub use types::*;
