@@ -5,6 +5,7 @@
 //! - the Kubernetes API types ([`api`]),
 //! - the command line ([`cli`]).
 
+pub mod agentd;
 pub mod api;
 pub mod cli;
 pub mod manifest;
