@@ -21,8 +21,11 @@
 //! the caller adds, so nothing secret the agent holds leaks into job processes.
 
 pub mod digest;
+mod exec;
 pub mod layout;
 pub mod monit;
+mod proc;
+pub mod supervisor;
 
 use std::collections::BTreeMap;
 
