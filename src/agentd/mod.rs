@@ -21,10 +21,12 @@
 //! the caller adds, so nothing secret the agent holds leaks into job processes.
 
 pub mod digest;
+pub mod drain;
 mod exec;
 pub mod layout;
 pub mod monit;
 mod proc;
+pub mod scripts;
 pub mod supervisor;
 
 use std::collections::BTreeMap;
