@@ -20,6 +20,7 @@
 //! Child processes never inherit the agent's environment: they get [`default_env`] plus what
 //! the caller adds, so nothing secret the agent holds leaks into job processes.
 
+pub mod compile;
 pub mod digest;
 pub mod drain;
 mod exec;
