@@ -20,10 +20,12 @@
 //! Child processes never inherit the agent's environment: they get [`default_env`] plus what
 //! the caller adds, so nothing secret the agent holds leaks into job processes.
 
+pub mod blobs;
 pub mod compile;
 pub mod digest;
 pub mod drain;
 mod exec;
+pub mod install;
 pub mod layout;
 pub mod monit;
 mod proc;
