@@ -23,6 +23,7 @@
 pub mod blobs;
 pub mod compile;
 pub mod digest;
+pub mod disk;
 pub mod drain;
 mod exec;
 pub mod install;
