@@ -646,7 +646,8 @@ impl Parser<'_> {
 fn describe(tok: &Tok) -> String {
     match tok {
         Tok::Word(w) => format!("`{w}`"),
-        Tok::Str(s) => format!("string {s:?}"),
+        // Not the content: quoted strings are command lines, which may hold secrets.
+        Tok::Str(_) => "quoted string".to_string(),
         Tok::Comma => "`,`".to_string(),
         Tok::Eq => "`=`".to_string(),
         Tok::LBrace => "`{`".to_string(),

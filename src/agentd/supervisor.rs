@@ -11,8 +11,10 @@
 //!
 //! While monitored, a service that dies is started again after a backoff that doubles from
 //! [`SupervisorConfig::restart_backoff`] up to [`SupervisorConfig::restart_backoff_max`]
-//! (reset after running that long). `depends on` orders starts (a service starts once its
-//! dependencies run) and stops (dependents stop first).
+//! (reset after running that long). `depends on` orders starts and stops: a service starts
+//! once its dependencies run (a dependency with a pid file counts once the pid file names it,
+//! or once it has run as a foreground program for its start timeout), and dependents stop
+//! first. Unlike monit, restarting a crashed service does not restart its dependents.
 //!
 //! States are BOSH's (`jobsupervisor/monit/status.go`): a process is `running`, `starting`
 //! (first start in progress), `failing` (not running, or restarting) or `unknown` (not
