@@ -2,12 +2,13 @@
 //!
 //! The crate is layered (see `ARCHITECTURE.md`):
 //! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
-//! - the protocol edges: the CPI ([`cpi`]),
+//! - the protocol edges: the CPI ([`cpi`]) and the BOSH agent protocol ([`agent`]),
+//! - the VM side of kubosh's own agent ([`agentd`]),
 //! - the Kubernetes API types ([`api`]),
-//! - protocol edges: the BOSH agent protocol ([`agent`]),
 //! - the command line ([`cli`]).
 
 pub mod agent;
+pub mod agentd;
 pub mod api;
 pub mod cli;
 pub mod cpi;
