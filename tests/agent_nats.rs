@@ -171,7 +171,7 @@ async fn raw_client(server: &NatsServer, tls: &MbusTls) -> async_nats::Client {
 /// Returns once the server has processed everything `nc` sent before (its subscriptions
 /// are routed): a message to itself on a fresh subject comes back.
 async fn roundtrip(nc: &async_nats::Client) {
-    let subject = format!("probe.{}", kubosh::agent::new_uuid());
+    let subject = format!("probe.{}", kubosh::ids::uuid_v4());
     let mut sub = nc.subscribe(subject.clone()).await.unwrap();
     nc.publish(subject, PROBE.into()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), sub.next())

@@ -218,7 +218,7 @@ impl Drop for PendingGuard<'_> {
 impl NatsTransport {
     /// Subscribes the inbox of a new process UUID on `client`.
     pub async fn new(client: async_nats::Client) -> Result<NatsTransport, NatsError> {
-        NatsTransport::with_process_uuid(client, &super::new_uuid()).await
+        NatsTransport::with_process_uuid(client, &crate::ids::uuid_v4()).await
     }
 
     /// Connects ([`connect`]) and subscribes the inbox.
@@ -309,7 +309,7 @@ impl NatsTransport {
         if !is_subject_token(agent_id) {
             return Err(TransportError::InvalidAgentId(agent_id.to_string()));
         }
-        let request_id = super::new_uuid();
+        let request_id = crate::ids::uuid_v4();
         let request = Request {
             protocol: Some(PROTOCOL_VERSION),
             method: method.to_string(),

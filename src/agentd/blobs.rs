@@ -7,7 +7,6 @@
 //! `data/blobs` when there is none. Signed URLs and the `dav`/`s3`/`gcs` providers are not
 //! handled here.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::digest::{DigestError, MultiDigest};
@@ -97,10 +96,7 @@ impl Blobstore {
 
     /// Stores `bytes` as a new blob; returns its id (a random UUID).
     pub async fn put(&self, bytes: &[u8]) -> Result<String, BlobError> {
-        let id = new_id().map_err(|source| BlobError::Io {
-            id: String::new(),
-            source,
-        })?;
+        let id = crate::ids::uuid_v4();
         write_atomic(&self.store, &id, bytes).await?;
         Ok(id)
     }
@@ -153,23 +149,6 @@ async fn write_atomic(dir: &Path, id: &str, bytes: &[u8]) -> Result<(), BlobErro
     let tmp = dir.join(format!(".{id}.tmp"));
     tokio::fs::write(&tmp, bytes).await.map_err(err)?;
     tokio::fs::rename(&tmp, dir.join(id)).await.map_err(err)
-}
-
-/// A random (version 4) UUID from `/dev/urandom`.
-pub fn new_id() -> std::io::Result<String> {
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = super::digest::to_hex(&b);
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    ))
 }
 
 #[cfg(test)]

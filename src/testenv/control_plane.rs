@@ -87,8 +87,8 @@ impl ControlPlane {
             ..Leaf::default()
         })?;
         let (sa_key, sa_pub) = key_pair_pem()?;
-        let admin_token = random_token();
-        let operator_token = random_token();
+        let admin_token = crate::ids::random_hex(24);
+        let operator_token = crate::ids::random_hex(24);
         let files = [
             ("pki/ca.crt", ca.cert_pem()),
             ("pki/apiserver.crt", serving.cert_pem),
@@ -318,15 +318,6 @@ fn spawn_logged(mut cmd: Command, log: &Path) -> Result<ManagedChild, ControlPla
         .stdin(std::process::Stdio::null());
     let program = cmd.get_program().to_string_lossy().into_owned();
     spawn_tied(cmd).map_err(io(format!("start {program}")))
-}
-
-fn random_token() -> String {
-    let mut bytes = [0u8; 24];
-    // Reading the kernel's RNG; a failure leaves zeros, still a valid (test-only) token.
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = std::io::Read::read_exact(&mut f, &mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn kubeconfig_yaml(server: &str, ca_pem: &str, admin_token: &str, operator_token: &str) -> String {
