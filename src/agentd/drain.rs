@@ -223,14 +223,8 @@ pub struct JobDrain {
     pub waited_secs: u64,
 }
 
-/// One job whose drain failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrainFailure {
-    /// The job.
-    pub job: String,
-    /// Why, with the script's output.
-    pub reason: String,
-}
+/// One job whose drain failed (its reason carries the script's output).
+pub type DrainFailure = super::scripts::ScriptFailure;
 
 /// Why a drain failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -248,31 +242,14 @@ pub enum DrainError {
     #[error("Drain update requires new spec")]
     MissingNewSpec,
     /// Some drain scripts failed.
-    #[error("{}", failed_message(.failed, .succeeded))]
+    // The reasons end with the script's output, so no period is added after them.
+    #[error("{}", super::scripts::failed_message("drain", .failed, .succeeded, ""))]
     Failed {
         /// The failed jobs.
         failed: Vec<DrainFailure>,
         /// The jobs that drained.
         succeeded: Vec<String>,
     },
-}
-
-fn failed_message(failed: &[DrainFailure], succeeded: &[String]) -> String {
-    let names: Vec<&str> = failed.iter().map(|f| f.job.as_str()).collect();
-    let mut msg = format!(
-        "{} of {} drain scripts failed. Failed Jobs: {}",
-        failed.len(),
-        failed.len() + succeeded.len(),
-        names.join(", ")
-    );
-    if !succeeded.is_empty() {
-        msg.push_str(&format!(". Successful Jobs: {}", succeeded.join(", ")));
-    }
-    msg.push('.');
-    for f in failed {
-        msg.push_str(&format!(" {} drain: {}", f.job, f.reason));
-    }
-    msg
 }
 
 /// How much of a failed script's stdout and stderr an error carries.

@@ -82,12 +82,12 @@ impl PreStopEnv {
     }
 }
 
-/// One job whose script failed.
+/// One job whose script (lifecycle or drain) failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptFailure {
     /// The job.
     pub job: String,
-    /// Why (exit status, or why it could not run).
+    /// Why (exit status, or why it could not run; for drain, with the script's output).
     pub reason: String,
 }
 
@@ -107,7 +107,7 @@ pub enum ScriptsError {
     #[error(transparent)]
     InvalidName(#[from] InvalidName),
     /// Some scripts failed.
-    #[error("{}", failed_message(.script, .failed, .succeeded))]
+    #[error("{}", failed_message(.script, .failed, .succeeded, "."))]
     Failed {
         /// The script name.
         script: String,
@@ -118,7 +118,14 @@ pub enum ScriptsError {
     },
 }
 
-fn failed_message(script: &str, failed: &[ScriptFailure], succeeded: &[String]) -> String {
+/// The agent's summary of a parallel script run: `1 of 2 pre-start scripts failed. Failed Jobs:
+/// b. Successful Jobs: a.` then each failure's reason, ended by `reason_end`.
+pub(crate) fn failed_message(
+    script: &str,
+    failed: &[ScriptFailure],
+    succeeded: &[String],
+    reason_end: &str,
+) -> String {
     let names: Vec<&str> = failed.iter().map(|f| f.job.as_str()).collect();
     let mut msg = format!(
         "{} of {} {script} scripts failed. Failed Jobs: {}",
@@ -131,7 +138,7 @@ fn failed_message(script: &str, failed: &[ScriptFailure], succeeded: &[String]) 
     }
     msg.push('.');
     for f in failed {
-        msg.push_str(&format!(" {} {script}: {}.", f.job, f.reason));
+        msg.push_str(&format!(" {} {script}: {}{reason_end}", f.job, f.reason));
     }
     msg
 }
