@@ -239,19 +239,8 @@ impl NatsTransport {
                 reason: "the process uuid is not a subject token".into(),
             });
         }
-        let mut sub =
-            client
-                .subscribe(subject.clone())
-                .await
-                .map_err(|e| NatsError::Subscribe {
-                    subject: subject.clone(),
-                    reason: e.to_string(),
-                })?;
         // The SUB must reach the server before any request is published.
-        client.flush().await.map_err(|e| NatsError::Subscribe {
-            subject,
-            reason: e.to_string(),
-        })?;
+        let mut sub = subscribe_flushed(&client, subject).await?;
         let pending: Pending = Arc::default();
         let routes = pending.clone();
         let reader = tokio::spawn(async move {
@@ -450,18 +439,25 @@ pub async fn heartbeats(
         }
         None => "hm.agent.heartbeat.*".into(),
     };
+    let sub = subscribe_flushed(client, subject).await?;
+    Ok(Heartbeats { sub })
+}
+
+/// Subscribes to `subject` and flushes, so the subscription is sent before anything else.
+async fn subscribe_flushed(
+    client: &async_nats::Client,
+    subject: String,
+) -> Result<async_nats::Subscriber, NatsError> {
+    let failed = |subject: &str, e: &dyn std::fmt::Display| NatsError::Subscribe {
+        subject: subject.to_string(),
+        reason: e.to_string(),
+    };
     let sub = client
         .subscribe(subject.clone())
         .await
-        .map_err(|e| NatsError::Subscribe {
-            subject: subject.clone(),
-            reason: e.to_string(),
-        })?;
-    client.flush().await.map_err(|e| NatsError::Subscribe {
-        subject,
-        reason: e.to_string(),
-    })?;
-    Ok(Heartbeats { sub })
+        .map_err(|e| failed(&subject, &e))?;
+    client.flush().await.map_err(|e| failed(&subject, &e))?;
+    Ok(sub)
 }
 
 #[cfg(test)]
