@@ -12,6 +12,7 @@ pub mod agentd;
 pub mod api;
 pub mod cli;
 pub mod cpi;
+pub mod digest;
 pub mod ids;
 pub mod manifest;
 pub mod ops;

@@ -5,7 +5,7 @@ mod agentd_common;
 use std::path::Path;
 
 use kubosh::agentd::compile::{CompileError, CompileRequest, Compiler, PackageSource};
-use kubosh::agentd::digest::{sha1_hex, sha256_hex};
+use kubosh::digest::{sha1_hex, sha256_hex};
 use kubosh::agentd::layout::Layout;
 
 /// A source package tarball: `files` (path, content, mode), gzipped or not.

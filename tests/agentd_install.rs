@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentd_common::*;
 use kubosh::agentd::blobs::Blobstore;
-use kubosh::agentd::digest::{sha1_hex, sha256_hex};
+use kubosh::digest::{sha1_hex, sha256_hex};
 use kubosh::agentd::install::{InstallError, InstallPlan, Installer};
 use kubosh::agentd::layout::Layout;
 use kubosh::agentd::supervisor::{JobState, Supervisor, SupervisorConfig};

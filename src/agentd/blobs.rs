@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::digest::{DigestError, MultiDigest};
+use crate::digest::{DigestError, MultiDigest};
 use super::layout::{InvalidName, Layout, check_name};
 
 /// Why a blob could not be read or written.
@@ -154,7 +154,7 @@ async fn write_atomic(dir: &Path, id: &str, bytes: &[u8]) -> Result<(), BlobErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agentd::digest::sha1_hex;
+    use crate::digest::sha1_hex;
 
     #[tokio::test]
     async fn stores_finds_and_verifies() {

@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::digest::{DigestError, MultiDigest, sha1_hex, sha256_hex};
+use crate::digest::{DigestError, MultiDigest, sha1_hex, sha256_hex};
 use super::exec;
 use super::layout::{InvalidName, Layout, check_name};
 

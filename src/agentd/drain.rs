@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::digest::MultiDigest;
+use crate::digest::MultiDigest;
 use super::exec;
 use super::layout::{InvalidName, Layout, check_name};
 

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::compile::{replace_symlink, unpack_into};
-use super::digest::{DigestError, MultiDigest, sha1_hex};
+use crate::digest::{DigestError, MultiDigest, sha1_hex};
 use super::layout::{InvalidName, Layout, check_name};
 
 /// A job of the instance (`job.templates[]` of the apply spec).

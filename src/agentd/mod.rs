@@ -15,19 +15,19 @@
 //!   `prepare`/`apply`, from the blobs the director stored.
 //! - [`disk`] is `add_persistent_disk`, `mount_disk`, `unmount_disk`, `migrate_disk` and
 //!   `list_disk`, emulated with directories.
-//! - [`digest`] handles BOSH multi-digests (`sha1`, `sha256:…`, `sha1;sha256:…`).
+
 //!
 //! Child processes never inherit the agent's environment: they get [`default_env`] plus what
 //! the caller adds, so nothing secret the agent holds leaks into job processes.
 
 pub mod blobs;
 pub mod compile;
-pub mod digest;
 pub mod disk;
 pub mod drain;
 mod exec;
 pub mod install;
 pub mod layout;
+pub mod mbus;
 pub mod monit;
 mod proc;
 pub mod scripts;
