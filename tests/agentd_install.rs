@@ -7,26 +7,10 @@ use std::time::Duration;
 
 use agentd_common::*;
 use kubosh::agentd::blobs::Blobstore;
-use kubosh::digest::{sha1_hex, sha256_hex};
 use kubosh::agentd::install::{InstallError, InstallPlan, Installer};
 use kubosh::agentd::layout::Layout;
 use kubosh::agentd::supervisor::{JobState, Supervisor, SupervisorConfig};
-
-/// A gzipped tar of `(path, content, mode)` entries, paths as given.
-fn tgz(files: &[(&str, &str, u32)]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (path, content, mode) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(content.len() as u64);
-        h.set_mode(*mode);
-        h.set_cksum();
-        b.append_data(&mut h, path, content.as_bytes()).unwrap();
-    }
-    use std::io::Write;
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&b.into_inner().unwrap()).unwrap();
-    gz.finish().unwrap()
-}
+use kubosh::digest::{sha1_hex, sha256_hex};
 
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777

@@ -444,7 +444,7 @@ pub async fn heartbeats(
 }
 
 /// Subscribes to `subject` and flushes, so the subscription is sent before anything else.
-async fn subscribe_flushed(
+pub(crate) async fn subscribe_flushed(
     client: &async_nats::Client,
     subject: String,
 ) -> Result<async_nats::Subscriber, NatsError> {

@@ -123,6 +123,11 @@ impl Disks {
         Ok(())
     }
 
+    /// Whether `add_persistent_disk` recorded a hint for `cid`.
+    pub fn has_hint(&self, cid: &str) -> Result<bool, DiskError> {
+        Ok(self.hints()?.contains_key(cid))
+    }
+
     fn device(&self, cid: &str) -> Result<PathBuf, DiskError> {
         let hints = self.hints()?;
         let hint = hints

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::compile::{replace_symlink, unpack_into};
-use crate::digest::{DigestError, MultiDigest, sha1_hex};
 use super::layout::{InvalidName, Layout, check_name};
+use crate::digest::{DigestError, MultiDigest, sha1_hex};
 
 /// A job of the instance (`job.templates[]` of the apply spec).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,6 +275,18 @@ impl Installer {
         })
         .await??;
         Ok(targets.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// Switches `packages/<name>` to an installed package (for `compile_package`'s
+    /// dependencies), leaving everything else as it is.
+    pub fn enable_package(&self, pkg: &PackageRef) -> Result<(), InstallError> {
+        let dir = self.package_install_dir(pkg)?;
+        if !dir.is_dir() {
+            return Err(InstallError::NotInstalled(format!("package {}", pkg.name)));
+        }
+        let l = &self.layout;
+        replace_symlink(&relative_to(l.base(), &dir, 1), &l.package_dir(&pkg.name))
+            .map_err(io(format!("enabling package {}", pkg.name)))
     }
 
     /// Switches the instance to `plan` (see the module documentation). Everything in it

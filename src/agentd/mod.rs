@@ -31,7 +31,11 @@ pub mod mbus;
 pub mod monit;
 mod proc;
 pub mod scripts;
+pub mod service;
+pub mod settings;
 pub mod supervisor;
+pub mod tasks;
+pub mod vitals;
 
 use std::collections::BTreeMap;
 

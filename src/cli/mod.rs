@@ -1,5 +1,6 @@
 //! The `kubosh` command line: thin wrappers that read files, call the library and print.
 
+mod agent;
 mod cpi;
 mod dev;
 mod input;
@@ -28,6 +29,8 @@ enum Command {
     Crd(CrdArgs),
     /// The local cloud as a CPI executable: a JSON request on stdin, a JSON response on stdout.
     Cpi(cpi::CpiArgs),
+    /// kubosh's BOSH agent: serves a VM's agent settings over NATS (started by a CPI).
+    Agent(agent::AgentArgs),
     /// Development helpers (a local control plane).
     #[command(subcommand)]
     Dev(dev::DevCommand),
@@ -50,6 +53,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Cpi(args) => cpi::run(&args),
+        Command::Agent(args) => agent::run(&args),
         Command::Interpolate(args) => interpolate::run(&args),
         Command::Crd(args) => match crd(&args) {
             Ok(()) => ExitCode::SUCCESS,

@@ -12,5 +12,5 @@ mod process;
 
 pub use bins::{BinError, bin_dir, binary};
 pub use control_plane::{ControlPlane, ControlPlaneError};
-pub use nats::{NatsError, NatsServer, NatsTls};
+pub use nats::{BoshNats, BoshNatsError, ClientPem, NatsError, NatsServer, NatsTls};
 pub use process::{ManagedChild, free_port, spawn_tied};

@@ -119,3 +119,126 @@ impl NatsServer {
         self.child.is_running()
     }
 }
+
+/// A message bus as a BOSH director sets one up: a CA, a nats-server whose certificate CN is
+/// `default.nats.bosh-internal`, client certificates mapped to users with BOSH's production
+/// permissions (bosh-nats-sync's `auth.json`: the director publishes `agent.*` and
+/// subscribes `director.>`; the health monitor subscribes `hm.*`; each agent may only
+/// subscribe `agent.<id>` and publish its own `hm.agent.*.<id>` and `director.*.<id>.*`).
+pub struct BoshNats {
+    ca: crate::pki::Ca,
+    /// The running server.
+    pub server: NatsServer,
+}
+
+/// Why [`BoshNats`] could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BoshNatsError {
+    /// Issuing a certificate failed.
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
+    /// nats-server did not start.
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+}
+
+/// PEM text of a client identity.
+#[derive(Clone)]
+pub struct ClientPem {
+    /// The CA that signed the server and every client.
+    pub ca_pem: String,
+    /// The client certificate.
+    pub cert_pem: String,
+    /// Its key.
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for ClientPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientPem").finish_non_exhaustive()
+    }
+}
+
+impl BoshNats {
+    /// Starts nats-server with users for the director, the health monitor and `agent_ids`.
+    pub fn start(agent_ids: &[&str]) -> Result<BoshNats, BoshNatsError> {
+        let ca = crate::pki::Ca::new("nats-ca")?;
+        let server = ca.issue(&crate::pki::Leaf {
+            common_name: "default.nats.bosh-internal",
+            alternative_names: &["127.0.0.1"],
+            server: true,
+            ..crate::pki::Leaf::default()
+        })?;
+        let dir = tempfile::Builder::new()
+            .prefix("kubosh-bosh-nats-")
+            .tempdir()
+            .map_err(NatsError::from)?;
+        let write = |name: &str, text: &str| -> Result<String, NatsError> {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text)?;
+            Ok(p.display().to_string())
+        };
+        let agent_users: Vec<String> = agent_ids
+            .iter()
+            .map(|id| {
+                format!(
+                    r#"{{ user: "CN={id}.agent.bosh-internal", permissions: {{
+                 publish: ["hm.agent.heartbeat.{id}", "hm.agent.alert.{id}", "hm.agent.shutdown.{id}", "director.*.{id}.*"],
+                 subscribe: ["agent.{id}"] }} }}"#
+                )
+            })
+            .collect();
+        let config = format!(
+            r#"tls {{
+  cert_file: {:?}
+  key_file: {:?}
+  ca_file: {:?}
+  verify_and_map: true
+  timeout: 5
+}}
+authorization {{
+  users = [
+    {{ user: "CN=default.director.bosh-internal", permissions: {{ publish: ["agent.*", "hm.director.alert"], subscribe: ["director.>"] }} }}
+    {{ user: "CN=default.hm.bosh-internal", permissions: {{ publish: [], subscribe: ["hm.agent.heartbeat.*", "hm.agent.alert.*", "hm.agent.shutdown.*", "hm.director.alert"] }} }}
+    {}
+  ]
+}}
+"#,
+            write("server.crt", &server.cert_pem)?,
+            write("server.key", &server.key_pem)?,
+            write("ca.crt", &ca.cert_pem())?,
+            agent_users.join("\n    "),
+        );
+        let server = NatsServer::start(None, &config)?;
+        Ok(BoshNats { ca, server })
+    }
+
+    /// A client identity with common name `cn`.
+    pub fn client(&self, cn: &str) -> Result<ClientPem, BoshNatsError> {
+        let c = self.ca.issue(&crate::pki::Leaf {
+            common_name: cn,
+            client: true,
+            ..crate::pki::Leaf::default()
+        })?;
+        Ok(ClientPem {
+            ca_pem: self.ca.cert_pem(),
+            cert_pem: c.cert_pem,
+            key_pem: c.key_pem,
+        })
+    }
+
+    /// The director's identity (`default.director.bosh-internal`).
+    pub fn director(&self) -> Result<ClientPem, BoshNatsError> {
+        self.client("default.director.bosh-internal")
+    }
+
+    /// The identity of agent `id` (`<id>.agent.bosh-internal`).
+    pub fn agent(&self, id: &str) -> Result<ClientPem, BoshNatsError> {
+        self.client(&format!("{id}.agent.bosh-internal"))
+    }
+
+    /// The server URL.
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+}

@@ -96,3 +96,19 @@ pub fn http_get(port: u16) -> Option<String> {
     let text = String::from_utf8_lossy(&buf);
     text.lines().next().map(str::to_string)
 }
+
+/// A gzipped tar of `(path, content, mode)` entries, paths as given.
+pub fn tgz(files: &[(&str, &str, u32)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, content, mode) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(content.len() as u64);
+        h.set_mode(*mode);
+        h.set_cksum();
+        b.append_data(&mut h, path, content.as_bytes()).unwrap();
+    }
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&b.into_inner().unwrap()).unwrap();
+    gz.finish().unwrap()
+}

@@ -16,3 +16,5 @@ pub trait Handler: Send + Sync + 'static {
     /// Handles one request.
     fn handle(&self, request: Request) -> BoxFuture<'_, Reply>;
 }
+
+pub mod nats;

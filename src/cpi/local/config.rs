@@ -25,7 +25,7 @@ pub const CONFIG_KEYS: &[&str] = &[
 /// ```yaml
 /// state_dir: /var/lib/kubosh-cloud     # required; relative paths are relative to the file
 /// agent:
-///   command: ["{kubosh}", "agent", "--settings", "{settings}"]   # the default
+///   command: ["{kubosh}", "agent", "-b", "{root}", "-C", "{agent_config}"]   # the default
 ///   env: {RUST_LOG: debug}
 ///   stop_timeout_seconds: 10
 /// mbus: nats://10.0.0.1:4222           # settings `mbus` handed to agents
@@ -94,7 +94,7 @@ fn default_stemcell_formats() -> Vec<String> {
 }
 
 fn default_agent_command() -> Vec<String> {
-    ["{kubosh}", "agent", "--settings", "{settings}"]
+    ["{kubosh}", "agent", "-b", "{root}", "-C", "{agent_config}"]
         .into_iter()
         .map(String::from)
         .collect()

@@ -1,5 +1,6 @@
 //! Agent processes: started detached (own session and process group), found again by pid and
-//! start time, stopped as a whole group.
+//! start time. The session is the VM: the agent's job processes run in process groups of
+//! their own but stay in its session, so stopping a VM stops the whole session.
 
 use std::fs::File;
 use std::io;
@@ -23,7 +24,9 @@ pub(crate) struct ProcessRecord {
 #[derive(Debug, Clone, Copy)]
 struct Stat {
     state: u8,
+    #[cfg_attr(not(test), allow(dead_code))]
     pgrp: i32,
+    session: i32,
     start_time: u64,
 }
 
@@ -36,6 +39,7 @@ fn stat(pid: i32) -> Option<Stat> {
     Some(Stat {
         state: *fields.first()?.as_bytes().first()?,
         pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -44,15 +48,26 @@ fn is_dead(state: u8) -> bool {
     matches!(state, b'Z' | b'X' | b'x')
 }
 
-/// Live (not zombie) members of process group `pgid`.
-fn group_members(pgid: i32) -> Vec<i32> {
+/// Live (not zombie) processes whose `/proc` stat satisfies `member`.
+fn live_where(member: impl Fn(&Stat) -> bool) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| stat(pid).is_some_and(|s| s.pgrp == pgid && !is_dead(s.state)))
+        .filter(|&pid| stat(pid).is_some_and(|s| member(&s) && !is_dead(s.state)))
         .collect()
+}
+
+/// Live members of process group `pgid`.
+#[cfg(test)]
+fn group_members(pgid: i32) -> Vec<i32> {
+    live_where(|s| s.pgrp == pgid)
+}
+
+/// Live members of session `sid`: the agent and every job process it started.
+fn session_members(sid: i32) -> Vec<i32> {
+    live_where(|s| s.session == sid)
 }
 
 /// Whether process group `record.pid` is still the agent's: the leader is there with the
@@ -65,14 +80,14 @@ fn owns_group(record: &ProcessRecord) -> bool {
     }
 }
 
-/// True while any process of the agent's group runs (a stopped — SIGSTOPped — agent counts
-/// as running).
+/// True while any process of the agent's session runs (a stopped — SIGSTOPped — agent
+/// counts as running).
 pub(crate) fn is_alive(record: &ProcessRecord) -> bool {
     match stat(record.pid) {
-        // The leader itself runs: no need to look at the rest of the group.
+        // The leader itself runs: no need to look at the rest of the session.
         Some(s) if s.start_time == record.start_time && !is_dead(s.state) => true,
         Some(s) if s.start_time != record.start_time => false,
-        _ => !group_members(record.pid).is_empty(),
+        _ => !session_members(record.pid).is_empty(),
     }
 }
 
@@ -83,9 +98,10 @@ fn signal_group(record: &ProcessRecord, signal: i32) {
     }
 }
 
-/// Stops the agent's whole process group: SIGTERM (and SIGCONT, so stopped processes see
-/// it), up to `grace` to exit, then SIGKILL. Returns once nothing of the group runs (or after
-/// another second of waiting for the kill to land).
+/// Stops the VM: SIGTERM (and SIGCONT, so a frozen agent sees it) to the agent's process
+/// group, so the agent stops its jobs; up to `grace` for the whole session to exit; then
+/// SIGKILL to every process left in the session. Returns once nothing of the session runs
+/// (or after another second of waiting for the kill to land).
 pub(crate) fn stop_group(record: &ProcessRecord, grace: Duration) {
     signal_group(record, libc::SIGTERM);
     signal_group(record, libc::SIGCONT);
@@ -93,6 +109,12 @@ pub(crate) fn stop_group(record: &ProcessRecord, grace: Duration) {
         return;
     }
     signal_group(record, libc::SIGKILL);
+    if record.pid > 1 && owns_group(record) {
+        for pid in session_members(record.pid) {
+            // SAFETY: kill(2) on a pid of the VM's session; no memory involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
     wait_gone(record, Duration::from_secs(1));
 }
 

@@ -1,0 +1,100 @@
+//! `kubosh agent`: kubosh's BOSH agent. Takes bosh-agent's flags (`-b` base directory, `-C`
+//! agent.json; `-P`/`-M` accepted for compatibility) so a CPI can start it exactly as it
+//! starts bosh-agent.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::agentd::layout::Layout;
+use crate::agentd::mbus::nats::{self as mbus_nats, NatsMbusOptions};
+use crate::agentd::service::{Agent, AgentOptions};
+use crate::agentd::settings::Settings;
+
+/// Arguments of `kubosh agent`.
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// The VM's base directory (bosh-agent's `-b`).
+    #[arg(short = 'b', long = "base-dir", default_value = "/var/vcap")]
+    base_dir: PathBuf,
+    /// The agent configuration (`agent.json`) naming the settings file (bosh-agent's `-C`).
+    #[arg(short = 'C', long = "config", conflicts_with = "settings")]
+    config: Option<PathBuf>,
+    /// The settings file itself, instead of an agent.json.
+    #[arg(long)]
+    settings: Option<PathBuf>,
+    /// Platform (bosh-agent's `-P`); accepted and ignored.
+    #[arg(short = 'P', long = "platform")]
+    platform: Option<String>,
+    /// Job supervisor (bosh-agent's `-M`); accepted and ignored: jobs always run under
+    /// kubosh's monit-compatible supervisor.
+    #[arg(short = 'M', long = "job-supervisor")]
+    job_supervisor: Option<String>,
+    /// Seconds between heartbeats.
+    #[arg(long, default_value_t = 30)]
+    heartbeat_interval: u64,
+}
+
+/// Runs the agent until SIGTERM or SIGINT, then stops the job processes and exits.
+pub fn run(args: &AgentArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kubosh agent: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubosh agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: &AgentArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let settings = match (&args.settings, &args.config) {
+        (Some(path), _) => Settings::read(path)?,
+        (None, Some(config)) => Settings::from_agent_config(config)?,
+        (None, None) => return Err("give -C <agent.json> or --settings <file>".into()),
+    };
+    if let Some(m) = &args.job_supervisor {
+        tracing::info!(supervisor = %m, "-M is ignored: jobs run under kubosh's supervisor");
+    }
+    let _ = &args.platform;
+    let agent = Agent::new(AgentOptions::new(Layout::new(&args.base_dir), settings)).await?;
+    agent.resume().await?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        let _ = stop_tx.send(true);
+    });
+    let heartbeat = Duration::from_secs(args.heartbeat_interval.max(1));
+    let result = async {
+        // A settings change of the message bus ends one round; serve again with the new
+        // settings (bosh-agent exits and is restarted by its service manager).
+        while !*stop_rx.borrow() {
+            let mut options = NatsMbusOptions::from_agent(&agent)?;
+            options.heartbeat_interval = heartbeat;
+            if options.urls.iter().any(|u| u.starts_with("https://")) {
+                return Err::<(), Box<dyn std::error::Error>>(
+                    "the HTTPS mbus is not available yet".into(),
+                );
+            }
+            mbus_nats::serve(agent.clone(), options, stopped(stop_rx.clone())).await?;
+        }
+        Ok(())
+    }
+    .await;
+    agent.shutdown().await;
+    result
+}
+
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
