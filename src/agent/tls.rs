@@ -8,7 +8,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
 /// A TLS setting could not be built. Never contains key material.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +28,12 @@ pub enum TlsError {
     /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     Config(String),
+    /// The server certificate PEM holds no certificate.
+    #[error("no certificate in the server certificate PEM")]
+    NoServerCert,
+    /// The server private key PEM could not be read (its content is not shown).
+    #[error("cannot read the server private key")]
+    BadServerKey,
 }
 
 /// The message bosh-agent fails the handshake with (`mbus/nats_handler.go`).
@@ -111,6 +117,35 @@ pub fn client_config(
         }
         None => Ok(builder.with_no_client_auth()),
     }
+}
+
+/// A server configuration presenting the certificate chain `cert_pem` (leaf first) with
+/// `key_pem`, without client authentication, TLS 1.2 and 1.3, offering only the ALPN
+/// protocols in `alpn` (bosh-agent's HTTPS mbus offers `http/1.1`). A key that does not
+/// belong to the certificate is refused.
+pub fn server_config(
+    cert_pem: &str,
+    key_pem: &str,
+    alpn: &[&[u8]],
+) -> Result<ServerConfig, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| TlsError::NoServerCert)?;
+    if certs.is_empty() {
+        return Err(TlsError::NoServerCert);
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| TlsError::BadServerKey)?;
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_no_client_auth()
+        // rustls's errors here name the problem (key mismatch, unsupported key type), never
+        // the key itself.
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
 }
 
 /// Standard WebPKI verification (chain to the CA, validity, server name) followed by
@@ -348,5 +383,30 @@ mod tests {
         let ca = crate::pki::Ca::new("ca").unwrap();
         let err = client_config(&ca.cert_pem(), Some(("", "SECRET-KEY")), true).unwrap_err();
         assert!(!err.to_string().contains("SECRET"));
+    }
+
+    #[test]
+    fn server_config_checks_its_inputs() {
+        let ca = crate::pki::Ca::new("ca").unwrap();
+        let leaf = ca
+            .issue(&crate::pki::Leaf {
+                common_name: "agent",
+                alternative_names: &["127.0.0.1"],
+                server: true,
+                ..Default::default()
+            })
+            .unwrap();
+        let config = server_config(&leaf.cert_pem, &leaf.key_pem, &[b"http/1.1"]).unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert_eq!(
+            server_config("", &leaf.key_pem, &[]).unwrap_err(),
+            TlsError::NoServerCert
+        );
+        let err = server_config(&leaf.cert_pem, "SECRET-KEY", &[]).unwrap_err();
+        assert_eq!(err, TlsError::BadServerKey);
+        // A key of another certificate.
+        let (other_key, _) = crate::pki::key_pair_pem().unwrap();
+        let err = server_config(&leaf.cert_pem, &other_key, &[]).unwrap_err();
+        assert!(matches!(err, TlsError::Config(_)), "{err:?}");
     }
 }

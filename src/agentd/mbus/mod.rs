@@ -2,6 +2,8 @@
 //! the agent's actions and how replies go back. Transports only; what a request does is the
 //! [`Handler`]'s business.
 
+pub mod https;
+
 use futures::future::BoxFuture;
 
 use crate::agent::protocol::{Reply, Request};
