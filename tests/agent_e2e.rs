@@ -12,12 +12,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentd_common::{free_port, http_get, live_processes, tgz, wait_for};
+use futures::StreamExt;
 use indexmap::IndexMap;
 use kubosh::agent::protocol::{
     ApplySpec, CompilePackageArgs, DiskHint, DrainType, JobSpec, JobState, JobTemplateSpec,
     PackageSpec, RenderedTemplatesArchive, RunScriptOptions,
 };
-use kubosh::agent::{AgentClient, AgentError, ClientOptions, MbusTls, NatsOptions, NatsTransport};
+use kubosh::agent::{
+    AgentClient, AgentError, ClientOptions, MbusTls, NatsOptions, NatsTransport, heartbeats,
+};
 use kubosh::cpi::local::{self, set_agent_frozen};
 use kubosh::cpi::*;
 use kubosh::digest::sha1_hex;
@@ -558,12 +561,42 @@ async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_doe
         })
         .await
         .unwrap();
+    // The health monitor's view: heartbeats and shutdown notices.
+    let hm_pem = w.nats.client("default.hm.bosh-internal").unwrap();
+    let hm = kubosh::agent::nats::connect(&NatsOptions::new(
+        w.nats.url(),
+        MbusTls::new(hm_pem.ca_pem, hm_pem.cert_pem, hm_pem.key_pem),
+    ))
+    .await
+    .unwrap();
+    let mut beats = heartbeats(&hm, Some(AGENT_ID)).await.unwrap();
+    let mut shutdowns = hm
+        .subscribe(format!("hm.agent.shutdown.{AGENT_ID}"))
+        .await
+        .unwrap();
+    hm.flush().await.unwrap();
+
     let vm = w.create_vm(&stemcell, AGENT_ID, "10.0.0.7").await;
     let agent = w.agent(AGENT_ID, fast());
     agent
         .wait_until_ready(vm.as_str(), Duration::from_secs(30))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", w.agent_log(&vm)));
+    let (id, beat) = tokio::time::timeout(Duration::from_secs(10), beats.next())
+        .await
+        .expect("a heartbeat at startup")
+        .unwrap()
+        .unwrap();
+    assert_eq!(id, AGENT_ID);
+    assert_eq!(beat.job_state, JobState::Running, "no jobs: nothing fails, as with monit");
+    assert_eq!(beat.number_of_processes, Some(0));
+    assert!(beat.vitals.load.is_some() && beat.vitals.mem.is_some());
+    assert_eq!(agent.drain(DrainType::Shutdown, None).await.unwrap(), 0);
+    let notice = tokio::time::timeout(Duration::from_secs(10), shutdowns.next())
+        .await
+        .expect("hm.agent.shutdown after drain shutdown")
+        .unwrap();
+    assert_eq!(&notice.payload[..], b"null");
 
     let raw = |method: &str, args: Vec<Value>| {
         let agent = &agent;
@@ -611,4 +644,116 @@ async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_doe
     w.cpi.delete_vm(&vm).await.unwrap();
     w.cpi.delete_stemcell(&stemcell).await.unwrap();
     assert!(local::inventory(&w.state()).unwrap().is_empty());
+}
+
+/// create-env's message bus: the agent serves HTTPS with its mbus certificate; the CLI side
+/// uploads the package source into the agent's blobstore, compiles, and downloads the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_env_talks_to_the_agent_over_https() {
+    use kubosh::agent::HttpsTransport;
+    use kubosh::pki::{Ca, Leaf};
+
+    let ca = Ca::new("mbus-ca").unwrap();
+    let server = ca
+        .issue(&Leaf {
+            common_name: "127.0.0.1",
+            alternative_names: &["127.0.0.1"],
+            server: true,
+            ..Leaf::default()
+        })
+        .unwrap();
+    let port = free_port();
+    let mbus = format!("https://mbus:mbus-secret@127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cpi.json");
+    std::fs::write(
+        &config,
+        json!({
+            "state_dir": dir.path().join("state"),
+            "mbus": mbus,
+            "blobstore": {"provider": "dav", "options": {"endpoint": format!("https://127.0.0.1:{port}/blobs")}},
+            "agent": {"env": {"KUBOSH_LOG": "kubosh=info"}},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let cpi = ExternalCpi::new(
+        CpiCommand::new(KUBOSH)
+            .args(["cpi", "--config", config.to_str().unwrap()])
+            .timeout(Duration::from_secs(60)),
+        "director-uuid",
+    );
+    let image = dir.path().join("image");
+    std::fs::write(&image, b"img").unwrap();
+    let stemcell = cpi
+        .create_stemcell(&CreateStemcell {
+            image_path: image,
+            cloud_properties: Object::new(),
+        })
+        .await
+        .unwrap();
+    let vm = cpi
+        .create_vm(&CreateVm {
+            agent_id: "create-env-agent".into(),
+            stemcell_cid: stemcell.clone(),
+            cloud_properties: Object::new(),
+            networks: Networks::new(),
+            disk_cids: vec![],
+            env: json!({"bosh": {"mbus": {"cert": {
+                "ca": ca.cert_pem(), "certificate": server.cert_pem, "private_key": server.key_pem}}}})
+            .as_object()
+            .unwrap()
+            .clone(),
+        })
+        .await
+        .unwrap()
+        .cid;
+    let log = || {
+        std::fs::read_to_string(
+            dir.path()
+                .join("state/vms")
+                .join(vm.as_str())
+                .join("agent.log"),
+        )
+        .unwrap_or_default()
+    };
+    let transport = HttpsTransport::new(&mbus, &ca.cert_pem(), "director-uuid").unwrap();
+    let agent = transport
+        .clone()
+        .agent("create-env-agent")
+        .with_options(fast());
+    agent
+        .wait_until_ready(vm.as_str(), Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+
+    let (src, sha1) = source_package(&[(
+        "packaging",
+        "set -e\necho compiled > $BOSH_INSTALL_TARGET/out.txt\n",
+        0o644,
+    )]);
+    transport.put_blob("source-blob", src).await.unwrap();
+    let compiled = agent
+        .compile_package(&CompilePackageArgs {
+            blobstore_id: "source-blob".into(),
+            sha1,
+            name: "tiny".into(),
+            version: "1".into(),
+            dependencies: IndexMap::new(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", log()))
+        .result;
+    let tarball = transport.get_blob(&compiled.blobstore_id).await.unwrap();
+    assert_eq!(sha1_hex(&tarball), compiled.sha1);
+    let state = agent.get_state(false).await.unwrap();
+    assert_eq!(state.agent_id.as_deref(), Some("create-env-agent"));
+
+    cpi.delete_vm(&vm).await.unwrap();
+    cpi.delete_stemcell(&stemcell).await.unwrap();
+    assert!(
+        local::inventory(&dir.path().join("state"))
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -4,11 +4,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agentd::layout::Layout;
+use crate::agentd::mbus::https::{self as mbus_https, HttpsMbusConfig};
 use crate::agentd::mbus::nats::{self as mbus_nats, NatsMbusOptions};
-use crate::agentd::service::{Agent, AgentOptions};
+use crate::agentd::service::{Agent, AgentOptions, Notice};
 use crate::agentd::settings::Settings;
 
 /// Arguments of `kubosh agent`.
@@ -63,7 +65,8 @@ async fn serve(args: &AgentArgs) -> Result<(), Box<dyn std::error::Error>> {
         tracing::info!(supervisor = %m, "-M is ignored: jobs run under kubosh's supervisor");
     }
     let _ = &args.platform;
-    let agent = Agent::new(AgentOptions::new(Layout::new(&args.base_dir), settings)).await?;
+    let layout = Layout::new(&args.base_dir);
+    let agent = Agent::new(AgentOptions::new(layout.clone(), settings)).await?;
     agent.resume().await?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -79,16 +82,39 @@ async fn serve(args: &AgentArgs) -> Result<(), Box<dyn std::error::Error>> {
         // A settings change of the message bus ends one round; serve again with the new
         // settings (bosh-agent exits and is restarted by its service manager).
         while !*stop_rx.borrow() {
-            let mut options = NatsMbusOptions::from_agent(&agent)?;
-            options.heartbeat_interval = heartbeat;
-            if options.urls.iter().any(|u| u.starts_with("https://")) {
-                return Err::<(), Box<dyn std::error::Error>>(
-                    "the HTTPS mbus is not available yet".into(),
-                );
+            let settings = agent.settings();
+            let https_url = settings
+                .mbus_urls()
+                .into_iter()
+                .find(|u| u.starts_with("https://"));
+            if let Some(url) = https_url {
+                // create-env: the agent is the server, with its mbus certificate.
+                let cert = &settings.env.bosh.mbus.cert;
+                let config = HttpsMbusConfig::from_url(
+                    &url,
+                    &cert.certificate,
+                    &cert.private_key,
+                    layout.blobs_dir(),
+                )?;
+                let server = mbus_https::serve(config, Arc::new(agent.clone())).await?;
+                tracing::info!(addr = %server.local_addr(), "serving the HTTPS mbus");
+                let mut notices = agent.notices();
+                let stop = stopped(stop_rx.clone());
+                tokio::pin!(stop);
+                loop {
+                    tokio::select! {
+                        () = &mut stop => break,
+                        n = notices.recv() => if matches!(n, Ok(Notice::Restart)) { break },
+                    }
+                }
+                server.shutdown().await;
+            } else {
+                let mut options = NatsMbusOptions::from_agent(&agent)?;
+                options.heartbeat_interval = heartbeat;
+                mbus_nats::serve(agent.clone(), options, stopped(stop_rx.clone())).await?;
             }
-            mbus_nats::serve(agent.clone(), options, stopped(stop_rx.clone())).await?;
         }
-        Ok(())
+        Ok::<(), Box<dyn std::error::Error>>(())
     }
     .await;
     agent.shutdown().await;
