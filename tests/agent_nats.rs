@@ -18,7 +18,7 @@ use kubosh::agent::{
     AgentError, ClientOptions, MbusTls, Method, NatsOptions, NatsTransport, heartbeats,
 };
 use kubosh::pki::{Ca, CertifiedKey, Leaf};
-use kubosh::testenv::{NatsServer, NatsTls};
+use kubosh::testenv::{BoshNats, ClientPem, NatsServer, NatsTls};
 use serde_json::{Value, json};
 
 const AGENT: &str = "4149ba0f-38d9-4485-476f-1581be36f290";
@@ -887,69 +887,28 @@ async fn heartbeats_arrive_typed() {
     assert!(heartbeats(&hm, Some("a.b")).await.is_err());
 }
 
-/// BOSH's production permissions (bosh-nats-sync `auth.json`), users mapped from the
-/// client certificate subject with `verify_and_map`.
-fn permissions_config(pki: &Pki, dir: &std::path::Path) -> String {
-    let write = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.display().to_string()
-    };
-    let agent_user = |id: &str| {
-        format!(
-            r#"{{ user: "CN={id}.agent.bosh-internal", permissions: {{
-                 publish: ["hm.agent.heartbeat.{id}", "hm.agent.alert.{id}", "hm.agent.shutdown.{id}", "director.*.{id}.*"],
-                 subscribe: ["agent.{id}"] }} }}"#
-        )
-    };
-    format!(
-        r#"tls {{
-  cert_file: {:?}
-  key_file: {:?}
-  ca_file: {:?}
-  verify_and_map: true
-  timeout: 5
-}}
-authorization {{
-  users = [
-    {{ user: "CN=default.director.bosh-internal", permissions: {{ publish: ["agent.*", "hm.director.alert"], subscribe: ["director.>"] }} }}
-    {{ user: "CN=default.hm.bosh-internal", permissions: {{ publish: [], subscribe: ["hm.agent.heartbeat.*", "hm.agent.alert.*", "hm.agent.shutdown.*", "hm.director.alert"] }} }}
-    {}
-    {}
-  ]
-}}
-"#,
-        write("server.crt", &pki.server.cert_pem),
-        write("server.key", &pki.server.key_pem),
-        write("ca.crt", &pki.ca.cert_pem()),
-        agent_user("agent-a"),
-        agent_user("agent-b"),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_permissions_confine_an_agent_to_its_own_subjects() {
-    let pki = Pki::new("default.nats.bosh-internal");
-    let dir = tempfile::tempdir().unwrap();
-    let server = NatsServer::start(None, &permissions_config(&pki, dir.path())).unwrap();
-    let transport = director(&server, &pki).await;
+    let nats = BoshNats::start(&["agent-a", "agent-b"]).unwrap();
+    let tls = |pem: ClientPem| MbusTls::new(pem.ca_pem, pem.cert_pem, pem.key_pem);
+    let transport = Arc::new(
+        NatsTransport::connect(&NatsOptions::new(nats.url(), tls(nats.director().unwrap())))
+            .await
+            .expect("director connects"),
+    );
 
     // Agent A, with A's certificate, reports permission errors through the event callback.
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let a = async_nats::ConnectOptions::new()
         .require_tls(true)
-        .tls_client_config(
-            pki.client("agent-a.agent.bosh-internal")
-                .client_config()
-                .unwrap(),
-        )
+        .tls_client_config(tls(nats.agent("agent-a").unwrap()).client_config().unwrap())
         .event_callback(move |event| {
             let tx = events_tx.clone();
             async move {
                 let _ = tx.send(event.to_string());
             }
         })
-        .connect(server.url())
+        .connect(nats.url())
         .await
         .expect("agent A connects");
 
@@ -1015,7 +974,8 @@ async fn nats_permissions_confine_an_agent_to_its_own_subjects() {
     }
 
     // And a client certificate that maps to no user is not let in at all.
-    let mut options = NatsOptions::new(server.url(), pki.client("stranger.agent.bosh-internal"));
+    let stranger = tls(nats.client("stranger.agent.bosh-internal").unwrap());
+    let mut options = NatsOptions::new(nats.url(), stranger);
     options.connect_timeout = Duration::from_secs(2);
     let outcome =
         tokio::time::timeout(Duration::from_secs(15), NatsTransport::connect(&options)).await;
