@@ -65,8 +65,18 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Stops every agent of a local cloud when dropped: a failing test leaves no process behind.
+struct StopAgents(PathBuf);
+
+impl Drop for StopAgents {
+    fn drop(&mut self) {
+        let _ = local::stop_all_agents(&self.0, Duration::from_secs(5));
+    }
+}
+
 /// The director's view of the world in this test.
 struct World {
+    _stop_agents: StopAgents,
     dir: tempfile::TempDir,
     nats: BoshNats,
     cpi: ExternalCpi,
@@ -106,6 +116,7 @@ impl World {
                 .expect("director connects"),
         );
         World {
+            _stop_agents: StopAgents(dir.path().join("state")),
             dir,
             nats,
             cpi,
@@ -588,7 +599,11 @@ async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_doe
         .unwrap()
         .unwrap();
     assert_eq!(id, AGENT_ID);
-    assert_eq!(beat.job_state, JobState::Running, "no jobs: nothing fails, as with monit");
+    assert_eq!(
+        beat.job_state,
+        JobState::Running,
+        "no jobs: nothing fails, as with monit"
+    );
     assert_eq!(beat.number_of_processes, Some(0));
     assert!(beat.vitals.load.is_some() && beat.vitals.mem.is_some());
     assert_eq!(agent.drain(DrainType::Shutdown, None).await.unwrap(), 0);
@@ -665,6 +680,7 @@ async fn create_env_talks_to_the_agent_over_https() {
     let port = free_port();
     let mbus = format!("https://mbus:mbus-secret@127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();
+    let _stop_agents = StopAgents(dir.path().join("state"));
     let config = dir.path().join("cpi.json");
     std::fs::write(
         &config,
@@ -756,4 +772,74 @@ async fn create_env_talks_to_the_agent_over_https() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// SIGTERM stops the agent promptly even when its message bus has gone away (a flush to a
+/// dead server would wait forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_an_agent_whose_nats_server_is_gone() {
+    let nats = BoshNats::start(&[AGENT_ID]).unwrap();
+    let pem = nats.agent(AGENT_ID).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        json!({
+            "agent_id": AGENT_ID,
+            "vm": {"name": "vm-x"},
+            "mbus": nats.url(),
+            "env": {"bosh": {"mbus": {"cert": {
+                "ca": pem.ca_pem, "certificate": pem.cert_pem, "private_key": pem.key_pem}}}},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let director_pem = nats.director().unwrap();
+    let director = Arc::new(
+        NatsTransport::connect(&NatsOptions::new(
+            nats.url(),
+            MbusTls::new(
+                director_pem.ca_pem,
+                director_pem.cert_pem,
+                director_pem.key_pem,
+            ),
+        ))
+        .await
+        .unwrap(),
+    );
+    /// Kills the agent if the test fails before it exits.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        std::process::Command::new(KUBOSH)
+            .args(["agent", "-b"])
+            .arg(dir.path().join("root"))
+            .arg("--settings")
+            .arg(&settings)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let agent = director.agent(AGENT_ID).with_options(fast());
+    agent
+        .wait_until_ready("vm-x", Duration::from_secs(20))
+        .await
+        .expect("the agent answers");
+    drop(agent);
+    drop(director);
+    drop(nats);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let exited = wait_for(Duration::from_secs(10), "the agent to exit", || {
+        child.0.try_wait().unwrap()
+    })
+    .await;
+    assert!(exited.success(), "{exited:?}");
 }

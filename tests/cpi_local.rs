@@ -89,14 +89,7 @@ impl TestCloud {
 
 impl Drop for TestCloud {
     fn drop(&mut self) {
-        if let Ok(inventory) = local::inventory(&self.state()) {
-            for vm in inventory.vms {
-                if let (Some(pid), true) = (vm.pid, vm.agent_alive) {
-                    // SAFETY: kill(2) on the agent's process group.
-                    unsafe { libc::kill(-pid, libc::SIGKILL) };
-                }
-            }
-        }
+        let _ = local::stop_all_agents(&self.state(), Duration::from_secs(1));
     }
 }
 

@@ -161,7 +161,8 @@ pub async fn serve(
             }
         }
     }
-    let _ = client.flush().await;
+    // Bounded: a flush waits for the server, which may be gone for good.
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
     Ok(())
 }
 

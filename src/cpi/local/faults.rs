@@ -178,6 +178,19 @@ pub fn set_agent_frozen(state_dir: &Path, vm: &VmCid, frozen: bool) -> io::Resul
     Ok(())
 }
 
+/// Stops every VM's agent session (the agent and its job processes) after `grace`, leaving
+/// the records: for test teardown, so a failed test leaves no process behind.
+pub fn stop_all_agents(state_dir: &Path, grace: std::time::Duration) -> io::Result<()> {
+    let store = Store::open(state_dir)?;
+    let _lock = store.lock()?;
+    for (_, record) in store.list::<VmRecord>(Kind::Vm)? {
+        if let Some(agent) = record.agent {
+            process::stop_group(&agent, grace);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

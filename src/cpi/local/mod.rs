@@ -32,7 +32,7 @@ use super::protocol::{self, Response};
 
 pub use calls::{CallRecord, read_calls};
 pub use config::{AgentConfig, CONFIG_KEYS, Config, ConfigError};
-pub use faults::{Fault, FaultError, Faults, Hang, set_agent_frozen};
+pub use faults::{Fault, FaultError, Faults, Hang, set_agent_frozen, stop_all_agents};
 pub use inventory::{DiskEntry, Inventory, SnapshotEntry, StemcellEntry, VmEntry, inventory};
 
 use store::Store;
