@@ -17,6 +17,7 @@ pub mod ids;
 pub mod manifest;
 pub mod ops;
 pub mod pki;
+pub mod release;
 pub mod testenv;
 pub mod validate;
 pub mod yaml;
