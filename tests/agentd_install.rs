@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use agentd_common::*;
 use kubosh::agentd::blobs::Blobstore;
-use kubosh::digest::{sha1_hex, sha256_hex};
 use kubosh::agentd::install::{InstallError, InstallPlan, Installer};
 use kubosh::agentd::layout::Layout;
 use kubosh::agentd::supervisor::{JobState, Supervisor, SupervisorConfig};
+use kubosh::digest::{sha1_hex, sha256_hex};
 
 /// A gzipped tar of `(path, content, mode)` entries, paths as given.
 fn tgz(files: &[(&str, &str, u32)]) -> Vec<u8> {

@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::digest::{DigestError, MultiDigest};
 use super::layout::{InvalidName, Layout, check_name};
+use crate::digest::{DigestError, MultiDigest};
 
 /// Why a blob could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -23,9 +23,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::digest::{DigestError, MultiDigest, sha1_hex, sha256_hex};
 use super::exec;
 use super::layout::{InvalidName, Layout, check_name};
+use crate::digest::{DigestError, MultiDigest, sha1_hex, sha256_hex};
 
 /// How much of the packaging script's stdout and stderr an error carries (the agent: 10 KiB).
 const OUTPUT_TAIL: usize = 10 * 1024;

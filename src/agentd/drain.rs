@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::digest::MultiDigest;
 use super::exec;
 use super::layout::{InvalidName, Layout, check_name};
+use crate::digest::MultiDigest;
 
 /// The `type` argument of the `drain` action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::compile::{replace_symlink, unpack_into};
-use crate::digest::{DigestError, MultiDigest, sha1_hex};
 use super::layout::{InvalidName, Layout, check_name};
+use crate::digest::{DigestError, MultiDigest, sha1_hex};
 
 /// A job of the instance (`job.templates[]` of the apply spec).
 #[derive(Debug, Clone, PartialEq, Eq)]
