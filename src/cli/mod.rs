@@ -4,6 +4,8 @@ mod cpi;
 mod dev;
 mod input;
 mod interpolate;
+mod release;
+mod stemcell;
 mod validate;
 
 use std::process::ExitCode;
@@ -28,6 +30,12 @@ enum Command {
     Crd(CrdArgs),
     /// The local cloud as a CPI executable: a JSON request on stdin, a JSON response on stdout.
     Cpi(cpi::CpiArgs),
+    /// BOSH release tarballs: build one from a release directory, inspect one.
+    #[command(subcommand)]
+    Release(release::ReleaseCommand),
+    /// BOSH stemcell tarballs: create a minimal one, inspect one.
+    #[command(subcommand)]
+    Stemcell(stemcell::StemcellCommand),
     /// Development helpers (a local control plane).
     #[command(subcommand)]
     Dev(dev::DevCommand),
@@ -51,6 +59,8 @@ pub fn main() -> ExitCode {
         Command::Dev(command) => dev::run(&command),
         Command::Cpi(args) => cpi::run(&args),
         Command::Interpolate(args) => interpolate::run(&args),
+        Command::Release(command) => release::run(&command),
+        Command::Stemcell(command) => stemcell::run(&command),
         Command::Crd(args) => match crd(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -449,7 +449,7 @@ fn archive(
         what: what.to_string(),
         message: e.to_string(),
     };
-    let mut w = TarWriter::new("./");
+    let mut w = TarWriter::new();
     for (rel, c) in &contents {
         match c {
             Content::File { data, executable } => w.file(rel, data, *executable),

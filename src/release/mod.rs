@@ -21,6 +21,7 @@ pub mod graph;
 mod job;
 pub mod manifest;
 mod read;
+pub mod summary;
 pub mod tarball;
 mod write;
 

@@ -144,19 +144,23 @@ pub fn normalize(path: &str) -> String {
 /// Builds a deterministic tar archive in memory.
 pub struct TarWriter {
     builder: tar::Builder<Vec<u8>>,
-    prefix: &'static str,
     dirs: BTreeSet<String>,
 }
 
+impl Default for TarWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl TarWriter {
-    /// A new archive; every path is written under `prefix` (`"./"` as bosh-cli's
-    /// `tar -C dir .` does, or `""`).
-    pub fn new(prefix: &'static str) -> Self {
+    /// A new, empty archive. Paths are written relative (`job.MF`; the `tar` crate has no
+    /// `./` prefix as bosh-cli's `tar -C dir .` writes, which readers treat alike).
+    pub fn new() -> Self {
         let mut builder = tar::Builder::new(Vec::new());
         builder.mode(tar::HeaderMode::Deterministic);
         Self {
             builder,
-            prefix,
             dirs: BTreeSet::new(),
         }
     }
@@ -178,7 +182,7 @@ impl TarWriter {
             let dir = parts[..i].join("/");
             if self.dirs.insert(dir.clone()) {
                 let mut h = Self::header(tar::EntryType::Directory, 0o755, 0);
-                let name = format!("{}{dir}/", self.prefix);
+                let name = format!("{dir}/");
                 self.builder.append_data(&mut h, name, std::io::empty())?;
             }
         }
@@ -190,16 +194,14 @@ impl TarWriter {
         self.parents(path)?;
         let mode = if executable { 0o755 } else { 0o644 };
         let mut h = Self::header(tar::EntryType::Regular, mode, data.len() as u64);
-        let name = format!("{}{path}", self.prefix);
-        self.builder.append_data(&mut h, name, data)
+        self.builder.append_data(&mut h, path, data)
     }
 
     /// Adds a symlink to `target`.
     pub fn symlink(&mut self, path: &str, target: &str) -> std::io::Result<()> {
         self.parents(path)?;
         let mut h = Self::header(tar::EntryType::Symlink, 0o777, 0);
-        let name = format!("{}{path}", self.prefix);
-        self.builder.append_link(&mut h, name, target)
+        self.builder.append_link(&mut h, path, target)
     }
 
     /// The finished archive, gzipped unless `plain`.
@@ -223,7 +225,7 @@ mod tests {
     #[test]
     fn writes_deterministically_and_reads_back() {
         let build = || {
-            let mut w = TarWriter::new("./");
+            let mut w = TarWriter::new();
             w.file("job.MF", b"name: x\n", false).unwrap();
             w.file("templates/bin/ctl.erb", b"#!/bin/sh\n", true)
                 .unwrap();

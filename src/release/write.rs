@@ -18,7 +18,7 @@ impl Release {
             path: "release.MF".into(),
             message: e.to_string(),
         })?;
-        let mut w = TarWriter::new("");
+        let mut w = TarWriter::new();
         w.file("release.MF", manifest.as_bytes(), false)
             .map_err(write_err)?;
         for j in &self.jobs {
