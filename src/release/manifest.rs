@@ -349,6 +349,15 @@ mod tests {
         let back: ReleaseManifest = parse_yaml(&text, "again").unwrap();
         assert_eq!(back, m);
         assert!(!text.contains("no_compression"), "{text}");
+        // Hex that looks like a number stays a string.
+        for tricky in ["0000000000", "1e10", "0x1f", "123", "true", "~", "0+dev.1"] {
+            let mut m2 = m.clone();
+            m2.jobs[0].sha1 = tricky.into();
+            m2.jobs[0].version = tricky.into();
+            let text = crate::yaml::to_string(&m2).unwrap();
+            let back: ReleaseManifest = parse_yaml(&text, "again").unwrap();
+            assert_eq!(back.jobs[0].sha1, tricky, "{text}");
+        }
     }
 
     #[test]
