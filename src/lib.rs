@@ -3,6 +3,7 @@
 //! The crate is layered (see `ARCHITECTURE.md`):
 //! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
 //! - the protocol edges: the CPI ([`cpi`]) and the BOSH agent protocol ([`agent`]),
+//! - release and stemcell tarballs ([`release`], [`stemcell`]),
 //! - the VM side of kubosh's own agent ([`agentd`]),
 //! - the Kubernetes API types ([`api`]),
 //! - the command line ([`cli`]).
@@ -17,6 +18,8 @@ pub mod ids;
 pub mod manifest;
 pub mod ops;
 pub mod pki;
+pub mod release;
+pub mod stemcell;
 pub mod testenv;
 pub mod validate;
 pub mod yaml;

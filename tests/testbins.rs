@@ -1,6 +1,6 @@
 //! The control-plane binaries are installed and of matching versions: kube-apiserver and
 //! kubectl on the Kubernetes minor the crate's k8s-openapi feature targets, etcd 3.6, helm 4,
-//! nats-server 2.
+//! nats-server 2, bosh-cli 7.
 
 use std::process::Command;
 
@@ -28,6 +28,7 @@ fn binaries_match_the_kubernetes_line_we_build_against() {
     assert!(version("etcd", &["--version"]).contains("etcd Version: 3.6."));
     assert!(version("helm", &["version", "--short"]).starts_with("v4."));
     assert!(version("nats-server", &["--version"]).starts_with("nats-server: v2."));
+    assert!(version("bosh", &["--version"]).starts_with("version 7."));
 }
 
 #[test]

@@ -4,6 +4,8 @@
 #   kube-apiserver, kubectl  - tools/k8s-testbins (k8s.io/kubernetes module)
 #   helm                     - go install helm.sh/helm/v4/cmd/helm
 #   nats-server              - go install github.com/nats-io/nats-server/v2
+#   bosh                     - go install github.com/cloudfoundry/bosh-cli/v7 (the real
+#                              bosh-cli, for release tarball cross-checks)
 # (etcd comes from the crates.io crate etcd-bin-vendored-linux-amd64.)
 #
 # Output: ${KUBOSH_CACHE:-$HOME/.cache/kubosh}/bin/k8s-v<K8S_VERSION>/
@@ -12,12 +14,13 @@
 #   KUBOSH_BIN_DIR=$(tools/testbins.sh)
 #
 # Overrides: K8S_VERSION (default: tools/k8s-testbins/go.mod), HELM_VERSION,
-# NATS_VERSION, KUBOSH_CACHE, and the usual Go variables (GOPROXY, GOMODCACHE, GOCACHE).
+# NATS_VERSION, BOSH_CLI_VERSION, KUBOSH_CACHE, and the usual Go variables (GOPROXY, GOMODCACHE, GOCACHE).
 set -euo pipefail
 exec 3>&1 1>&2 # everything but the final path goes to stderr
 
 HELM_VERSION=${HELM_VERSION:-4.3.1}
 NATS_VERSION=${NATS_VERSION:-2.15.2}
+BOSH_CLI_VERSION=${BOSH_CLI_VERSION:-7.9.12} # v7.10.x: the proxy serves .info but refuses the .zip (403)
 GO_MIN=1.26.0 # go line of k8s.io/kubernetes 1.36, helm 4.3 and nats-server 2.15
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,15 +44,16 @@ has() { # has NAME: 0 if $out/NAME exists and reports the wanted version
 	kubectl) v=$("$f" version --client 2>/dev/null) && [[ $v == *"Client Version: v${K8S_VERSION}"* ]] ;;
 	helm) v=$("$f" version --template '{{.Version}}' 2>/dev/null) && [[ $v == "v${HELM_VERSION}" ]] ;;
 	nats-server) v=$("$f" --version 2>/dev/null) && [[ $v == "nats-server: v${NATS_VERSION}" ]] ;;
+	bosh) v=$("$f" --version 2>/dev/null) && [[ $v == "version ${BOSH_CLI_VERSION}"* ]] ;;
 	*) return 1 ;;
 	esac
 }
-all=(kube-apiserver kubectl helm nats-server)
+all=(kube-apiserver kubectl helm nats-server bosh)
 missing() { local b; for b in "${all[@]}"; do has "$b" || echo "$b"; done; }
 
 todo=$(missing)
 if [[ -z $todo ]]; then
-	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION})"
+	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION}, bosh v${BOSH_CLI_VERSION})"
 	echo "$out" >&3
 	exit 0
 fi
@@ -114,6 +118,18 @@ for b in $todo; do
 			-X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
 	nats-server)
 		goinstall nats-server "github.com/nats-io/nats-server/v2@v${NATS_VERSION}" -ldflags "-s -w" ;;
+	bosh) # `go install M@V` looks up M's deprecation in the @v/list the proxy refuses for
+		# bosh-cli, so: download the module, build it in place with its own go.mod/go.sum
+		# (-mod=mod: the module zip keeps vendor/modules.txt but not the vendored code).
+		log "building bosh (github.com/cloudfoundry/bosh-cli/v7@v${BOSH_CLI_VERSION}) ..."
+		start=$(date +%s)
+		dir=$(cd "$tmp" && go mod download -json "github.com/cloudfoundry/bosh-cli/v7@v${BOSH_CLI_VERSION}" </dev/null |
+			sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		[[ -n $dir && -d $dir ]] || die "cannot download bosh-cli v${BOSH_CLI_VERSION}"
+		(cd "$dir" && nice -n 10 go build -mod=mod -trimpath -o "$tmp/bosh" -ldflags "-s -w \
+			-X github.com/cloudfoundry/bosh-cli/v7/cmd.VersionLabel=${BOSH_CLI_VERSION}" . </dev/null)
+		mv -f "$tmp/bosh" "$out/bosh"
+		log "built bosh in $(($(date +%s) - start))s -> $out/bosh" ;;
 	esac
 done
 

@@ -5,6 +5,8 @@ mod cpi;
 mod dev;
 mod input;
 mod interpolate;
+mod release;
+mod stemcell;
 mod validate;
 
 use std::process::ExitCode;
@@ -31,6 +33,12 @@ enum Command {
     Cpi(cpi::CpiArgs),
     /// kubosh's BOSH agent: serves a VM's agent settings over NATS (started by a CPI).
     Agent(agent::AgentArgs),
+    /// BOSH release tarballs: build one from a release directory, inspect one.
+    #[command(subcommand)]
+    Release(release::ReleaseCommand),
+    /// BOSH stemcell tarballs: create a minimal one, inspect one.
+    #[command(subcommand)]
+    Stemcell(stemcell::StemcellCommand),
     /// Development helpers (a local control plane).
     #[command(subcommand)]
     Dev(dev::DevCommand),
@@ -55,6 +63,8 @@ pub fn main() -> ExitCode {
         Command::Cpi(args) => cpi::run(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Interpolate(args) => interpolate::run(&args),
+        Command::Release(command) => release::run(&command),
+        Command::Stemcell(command) => stemcell::run(&command),
         Command::Crd(args) => match crd(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

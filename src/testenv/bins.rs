@@ -13,7 +13,7 @@ pub struct BinError {
     pub looked: String,
 }
 
-/// The directory holding kube-apiserver, kubectl, helm and nats-server.
+/// The directory holding kube-apiserver, kubectl, helm, nats-server and bosh (bosh-cli).
 pub fn bin_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("KUBOSH_BIN_DIR") {
         return Some(PathBuf::from(dir));
