@@ -4,9 +4,12 @@
 //! a minimal responder on `agent.<id>` (a raw async-nats subscriber answering a canned
 //! `get_state` value), and measures, sequentially and with 1,000 calls in flight:
 //! - kubosh: `AgentClient::get_state` (envelope, inbox routing by request uuid, typed decode);
-//! - raw: async-nats `Client::request` with the same payload (the floor).
+//! - raw: async-nats `Client::request` with the same payload (the floor);
+//! - agentd: `AgentClient::get_state` against kubosh's real agent ([`Agent`] served by
+//!   `agentd::mbus::nats::serve` in-process, on a fresh VM tree with a networks-only apply
+//!   spec), so the agent side's dispatch, state building and reply encoding count too.
 //!
-//! It prints calls/s, p50 and p99 of each and the kubosh/raw ratio. `AGENT_BENCH_N` sets the
+//! It prints calls/s, p50 and p99 of each and their ratios to raw. `AGENT_BENCH_N` sets the
 //! number of sequential calls (default 2,000); `AGENT_BENCH_ROUNDS` the concurrent rounds
 //! (default 5).
 
@@ -14,12 +17,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use kubosh::agent::protocol::Request;
 use kubosh::agent::{MbusTls, NatsOptions, NatsTransport};
+use kubosh::agentd::layout::Layout;
+use kubosh::agentd::mbus::nats::{NatsMbusOptions, serve};
+use kubosh::agentd::service::{Agent, AgentOptions};
+use kubosh::agentd::settings::Settings;
 use kubosh::pki::{Ca, Leaf};
 use kubosh::testenv::{NatsServer, NatsTls};
 use serde_json::{Value, json};
 
 const AGENT: &str = "bench-agent";
+const REAL_AGENT: &str = "bench-real-agent";
 const CONCURRENCY: usize = 1_000;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -167,6 +176,60 @@ async fn run() {
     .expect("director connects");
     let director = Arc::new(director);
     let agent = director.agent(AGENT);
+
+    // kubosh's real agent, with its own identity from the same CA.
+    let vm_dir = tempfile::tempdir().expect("vm dir");
+    let real_cert = ca
+        .issue(&Leaf {
+            common_name: "bench-real-agent.agent.bosh-internal",
+            client: true,
+            ..Leaf::default()
+        })
+        .expect("agent cert");
+    let settings = json!({
+        "agent_id": REAL_AGENT,
+        "vm": {"name": "vm-bench"},
+        "mbus": server.url(),
+        "networks": state()["networks"],
+        "env": {"bosh": {"mbus": {"cert": {
+            "ca": ca.cert_pem(), "certificate": real_cert.cert_pem, "private_key": real_cert.key_pem,
+        }}}},
+    });
+    let settings = Settings::from_slice(
+        settings.to_string().as_bytes(),
+        std::path::Path::new("settings.json"),
+    )
+    .expect("settings");
+    let real = Agent::new(AgentOptions::new(
+        Layout::new(vm_dir.path().join("vcap")),
+        settings,
+    ))
+    .await
+    .expect("agent");
+    apply_networks_only(&real).await;
+    let mbus = NatsMbusOptions::from_agent(&real).expect("mbus options");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(serve(real, mbus, async {
+        let _ = stop_rx.await;
+    }));
+    let real_agent = director.agent(REAL_AGENT);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Requests sent before the agent subscribed are lost: ping with a short timeout.
+    loop {
+        let ping = tokio::time::timeout(Duration::from_millis(500), real_agent.ping()).await;
+        if matches!(ping, Ok(Ok(_))) {
+            break;
+        }
+        if served.is_finished() {
+            panic!("the real agent stopped serving: {:?}", served.await);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the real agent never answered: {ping:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     let raw = async_nats::ConnectOptions::new()
         .require_tls(true)
         .tls_client_config(identity("raw.bosh-internal").client_config().expect("tls"))
@@ -178,9 +241,10 @@ async fn run() {
     }))
     .expect("payload");
 
-    // Warm up both paths.
+    // Warm up all paths.
     for _ in 0..200 {
         agent.get_state(false).await.expect("get_state");
+        real_agent.get_state(false).await.expect("real get_state");
         raw.request(format!("agent.{AGENT}"), raw_payload.clone().into())
             .await
             .expect("raw request");
@@ -207,10 +271,20 @@ async fn run() {
         }
     })
     .await;
+    let mut real = Vec::with_capacity(n);
+    let wall_real = timed(async {
+        for _ in 0..n {
+            let t = Instant::now();
+            real_agent.get_state(false).await.expect("real get_state");
+            real.push(t.elapsed());
+        }
+    })
+    .await;
     report(
         &format!("sequential ({n} calls)"),
         stats(ours, wall_ours),
         stats(floor, wall_floor),
+        stats(real, wall_real),
     );
 
     // 1,000 in flight.
@@ -218,6 +292,8 @@ async fn run() {
     let mut wall_ours = Duration::ZERO;
     let mut floor = Vec::new();
     let mut wall_floor = Duration::ZERO;
+    let mut real = Vec::new();
+    let mut wall_real = Duration::ZERO;
     for _ in 0..rounds {
         let t = Instant::now();
         let lat = futures::future::join_all((0..CONCURRENCY).map(|_| {
@@ -246,27 +322,83 @@ async fn run() {
         .await;
         wall_floor += t.elapsed();
         floor.extend(lat);
+        let t = Instant::now();
+        let lat = futures::future::join_all((0..CONCURRENCY).map(|_| {
+            let agent = real_agent.clone();
+            async move {
+                let t = Instant::now();
+                agent.get_state(false).await.expect("real get_state");
+                t.elapsed()
+            }
+        }))
+        .await;
+        wall_real += t.elapsed();
+        real.extend(lat);
     }
     report(
         &format!("{CONCURRENCY} concurrent x {rounds} rounds"),
         stats(ours, wall_ours),
         stats(floor, wall_floor),
+        stats(real, wall_real),
     );
+
+    let _ = stop_tx.send(());
+    let _ = served.await;
 }
 
-fn report(title: &str, ours: Stats, floor: Stats) {
+/// The director's first apply on a new VM (networks only), so `get_state` answers a
+/// realistic spec; through `dispatch`, polling the task.
+async fn apply_networks_only(agent: &Agent) {
+    let mut spec = state();
+    for key in [
+        "agent_id",
+        "job_state",
+        "processes",
+        "vm",
+        "rendered_templates_archive",
+    ] {
+        spec.as_object_mut().expect("object").remove(key);
+    }
+    spec["configuration_hash"] = json!("");
+    let request = |method: &str, arguments: Value| -> Request {
+        serde_json::from_value(json!({
+            "protocol": 3, "method": method, "arguments": arguments, "reply_to": "bench"
+        }))
+        .expect("request")
+    };
+    let started = agent
+        .dispatch(request("apply", json!([spec])))
+        .await
+        .to_json();
+    let id = started["value"]["agent_task_id"].clone();
+    loop {
+        let reply = agent
+            .dispatch(request("get_task", json!([id])))
+            .await
+            .to_json();
+        if reply["value"]["state"] != "running" {
+            assert_eq!(reply, json!({"value": "applied"}));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn report(title: &str, ours: Stats, floor: Stats, real: Stats) {
     println!("\n{title}");
     println!("  {:<10} {:>12} {:>12} {:>12}", "", "calls/s", "p50", "p99");
-    for (name, s) in [("kubosh", &ours), ("raw nats", &floor)] {
+    for (name, s) in [("kubosh", &ours), ("raw nats", &floor), ("agentd", &real)] {
         println!(
             "  {:<10} {:>12.0} {:>12.3?} {:>12.3?}",
             name, s.calls_per_s, s.p50, s.p99
         );
     }
-    println!(
-        "  ratio kubosh/raw: throughput {:.2}x, p50 {:.2}x, p99 {:.2}x",
-        ours.calls_per_s / floor.calls_per_s,
-        ours.p50.as_secs_f64() / floor.p50.as_secs_f64().max(f64::MIN_POSITIVE),
-        ours.p99.as_secs_f64() / floor.p99.as_secs_f64().max(f64::MIN_POSITIVE),
-    );
+    for (name, s) in [("kubosh", &ours), ("agentd", &real)] {
+        println!(
+            "  ratio {name}/raw: throughput {:.2}x, p50 {:.2}x, p99 {:.2}x",
+            s.calls_per_s / floor.calls_per_s,
+            s.p50.as_secs_f64() / floor.p50.as_secs_f64().max(f64::MIN_POSITIVE),
+            s.p99.as_secs_f64() / floor.p99.as_secs_f64().max(f64::MIN_POSITIVE),
+        );
+    }
 }

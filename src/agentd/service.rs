@@ -34,6 +34,7 @@ use super::vitals::{self, VitalsDisks};
 use crate::agent::Method;
 use crate::agent::client::Mode;
 use crate::agent::protocol::{Reply, Request, UploadBlob};
+use crate::digest::{DigestError, MultiDigest};
 
 /// How many packages `prepare`/`apply` fetch at once (the agent's `env.bosh.parallel`
 /// default).
@@ -424,16 +425,32 @@ impl Inner {
                     .put_sensitive(&blob.blob_id, &bytes, &blob.checksum)
                     .await
                     .map_err(|e| match e {
-                        BlobError::Digest { .. } => ActionError::Other(format!(
-                            "Payload corrupted. Checksum mismatch. Expected '{}'",
+                        // The agent's words (`upload_blob.go`, bosh-utils `digest.go`): the
+                        // canonical multi-digest, then which digest was checked and what the
+                        // payload hashes to.
+                        BlobError::Digest {
+                            source: DigestError::Mismatch { expected, actual },
+                            ..
+                        } => ActionError::Other(format!(
+                            "Payload corrupted. Checksum mismatch. Expected '{}': Expected \
+                             stream to have digest '{expected}' but was '{actual}'",
                             blob.checksum
+                                .parse::<MultiDigest>()
+                                .map_or_else(|_| blob.checksum.clone(), |d| d.to_string())
+                        )),
+                        BlobError::Digest { source, .. } => ActionError::Arguments(format!(
+                            "Unmarshalling action argument: {source}"
                         )),
                         other => other.into(),
                     })?;
                 Ok(json!(blob.blob_id))
             }
             Method::FetchLogs => self.fetch_logs(&args).await,
-            Method::DeleteArpEntries => Ok(json!({})),
+            Method::DeleteArpEntries => {
+                // `{"ips": [...]}`; there is no ARP cache to clear on a local VM.
+                let _: Map<String, Value> = arg(&args, 0, 1)?;
+                Ok(json!({}))
+            }
             Method::Shutdown => Ok(json!("")),
             _ => Err(ActionError::Other(format!(
                 "unknown message {}",
@@ -459,51 +476,20 @@ impl Inner {
         serde_json::to_value(v).unwrap_or_default()
     }
 
-    /// `get_state`: the spec in bosh-agent's `V1ApplySpec` shape (only its keys, Go's zero
-    /// values for missing ones) plus `agent_id`, `job_state`, `processes`, `vm` and, with
+    /// `get_state`: the spec in bosh-agent's `V1ApplySpec` shape ([`v1_apply_spec`]; nil
+    /// `networks`, `resource_pool` and `packages` as `{}`) plus `agent_id`, `job_state`, `processes`, `vm` and, with
     /// `full`, `vitals`.
     fn state(&self, full: bool) -> Value {
         let spec = lock(&self.spec).clone();
         let settings = lock(&self.settings).clone();
         let status = self.supervisor.status();
-        let or = |key: &str, default: Value| match spec.get(key) {
-            Some(v) if !v.is_null() => v.clone(),
-            _ => default,
-        };
-        let mut out = Map::new();
-        out.insert(
-            "properties".into(),
-            or("properties", json!({"logging": {"max_log_file_size": ""}})),
-        );
-        out.insert(
-            "job".into(),
-            or(
-                "job",
-                json!({"name": null, "release": "", "template": "", "version": "", "templates": null}),
-            ),
-        );
-        out.insert("packages".into(), or("packages", json!({})));
-        out.insert(
-            "configuration_hash".into(),
-            or("configuration_hash", json!("")),
-        );
-        out.insert("networks".into(), or("networks", json!({})));
-        out.insert("resource_pool".into(), or("resource_pool", json!({})));
-        out.insert("deployment".into(), or("deployment", json!("")));
-        out.insert("name".into(), or("name", json!("")));
-        out.insert(
-            "index".into(),
-            spec.get("index").cloned().unwrap_or(Value::Null),
-        );
-        out.insert("id".into(), or("id", json!("")));
-        out.insert("az".into(), or("az", json!("")));
-        out.insert("persistent_disk".into(), or("persistent_disk", json!(0)));
-        out.insert(
-            "rendered_templates_archive".into(),
-            spec.get("rendered_templates_archive")
-                .cloned()
-                .unwrap_or(Value::Null),
-        );
+        let mut out = v1_apply_spec(&spec);
+        // `get_state` reports nil maps as empty ones (`get_state.go`).
+        for key in ["networks", "resource_pool", "packages"] {
+            if out[key].is_null() {
+                out.insert(key.into(), json!({}));
+            }
+        }
         out.insert("agent_id".into(), json!(settings.agent_id));
         out.insert("job_state".into(), json!(status.job_state.as_str()));
         if full {
@@ -624,6 +610,8 @@ impl Inner {
             self.supervisor.load_jobs(&jobs).await?;
         }
         self.fill_dynamic_networks(&mut spec);
+        // The agent persists the spec as its typed `V1ApplySpec`: unknown keys dropped.
+        let spec = Value::Object(v1_apply_spec(&spec));
         write_json(&self.layout.spec_file(), &spec)?;
         for key in ["id", "az", "name", "deployment"] {
             let text = spec[key].as_str().unwrap_or_default();
@@ -802,16 +790,19 @@ impl Inner {
     async fn fetch_logs(&self, args: &[Value]) -> Result<Value, ActionError> {
         let log_type: String = arg(args, 0, 2)?;
         let filters: Vec<String> = arg(args, 1, 2).unwrap_or_default();
-        let dir: PathBuf = match log_type.as_str() {
-            "job" => self.layout.sys_log_dir(),
-            "agent" => self.layout.bosh_log_dir(),
-            other => {
-                return Err(ActionError::Other(format!(
-                    "Building logs tarball: Invalid log type: {other}"
-                )));
+        // Comma-separated types, as `logs_tar_provider.go` reads them. `system` is the
+        // host's `/var/log` there; a local VM has no system logs of its own, so it adds
+        // nothing (as on a non-Linux agent).
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for log_type in log_type.split(',') {
+            match log_type {
+                "job" => dirs.push(self.layout.sys_log_dir()),
+                "agent" => dirs.push(self.layout.bosh_log_dir()),
+                "system" => {}
+                _ => return Err(ActionError::Other("Invalid log type".into())),
             }
-        };
-        let tarball = tokio::task::spawn_blocking(move || logs_tarball(&dir, &filters))
+        }
+        let tarball = tokio::task::spawn_blocking(move || logs_tarball(&dirs, &filters))
             .await
             .map_err(|e| ActionError::Other(e.to_string()))?
             .map_err(|e| ActionError::Other(format!("Building logs tarball: {e}")))?;
@@ -825,18 +816,120 @@ impl Inner {
     }
 }
 
+/// An apply spec as bosh-agent's typed `V1ApplySpec` (`agent/applier/applyspec`) marshals it:
+/// exactly its keys, nested ones included (`job.templates[]` keeps `name` and `version`, each
+/// package `name`, `version`, `sha1`, `blobstore_id`, `signed_url`, `blobstore_headers`;
+/// `properties` only `logging.max_log_file_size`), Go's zero values for what is missing
+/// (`""`, `0`, `null` for nil maps, slices and pointers), `networks` and `resource_pool`
+/// verbatim, and `rendered_templates_archive` null unless it names a blob or a digest.
+fn v1_apply_spec(spec: &Value) -> Map<String, Value> {
+    fn string(v: &Value) -> Value {
+        json!(v.as_str().unwrap_or_default())
+    }
+    fn object_or_null(v: &Value) -> Value {
+        if v.is_object() {
+            v.clone()
+        } else {
+            Value::Null
+        }
+    }
+    let job = &spec["job"];
+    let templates = job["templates"].as_array().map(|ts| {
+        ts.iter()
+            .map(|t| json!({"name": string(&t["name"]), "version": string(&t["version"])}))
+            .collect::<Vec<_>>()
+    });
+    let packages = spec["packages"].as_object().map(|ps| {
+        ps.iter()
+            .map(|(key, p)| {
+                let headers = p["blobstore_headers"]
+                    .as_object()
+                    .map(|h| {
+                        h.iter()
+                            .map(|(k, v)| (k.clone(), string(v)))
+                            .collect::<Map<_, _>>()
+                    })
+                    .map_or(Value::Null, Value::Object);
+                let package = json!({
+                    "name": string(&p["name"]),
+                    "version": string(&p["version"]),
+                    "sha1": string(&p["sha1"]),
+                    "blobstore_id": string(&p["blobstore_id"]),
+                    "signed_url": string(&p["signed_url"]),
+                    "blobstore_headers": headers,
+                });
+                (key.clone(), package)
+            })
+            .collect::<Map<_, _>>()
+    });
+    let archive = &spec["rendered_templates_archive"];
+    let archive = if ["blobstore_id", "sha1"]
+        .iter()
+        .any(|k| archive[k].as_str().is_some_and(|s| !s.is_empty()))
+    {
+        json!({"sha1": string(&archive["sha1"]), "blobstore_id": string(&archive["blobstore_id"])})
+    } else {
+        Value::Null
+    };
+    let mut out = Map::new();
+    out.insert(
+        "properties".into(),
+        json!({"logging": {"max_log_file_size":
+            string(&spec["properties"]["logging"]["max_log_file_size"])}}),
+    );
+    out.insert(
+        "job".into(),
+        json!({
+            "name": job["name"].as_str(),
+            "release": string(&job["release"]),
+            "template": string(&job["template"]),
+            "version": string(&job["version"]),
+            "templates": templates,
+        }),
+    );
+    out.insert(
+        "packages".into(),
+        packages.map_or(Value::Null, Value::Object),
+    );
+    out.insert(
+        "configuration_hash".into(),
+        string(&spec["configuration_hash"]),
+    );
+    out.insert("networks".into(), object_or_null(&spec["networks"]));
+    out.insert("resource_pool".into(), spec["resource_pool"].clone());
+    out.insert("deployment".into(), string(&spec["deployment"]));
+    out.insert("name".into(), string(&spec["name"]));
+    out.insert("index".into(), json!(spec["index"].as_i64()));
+    out.insert("id".into(), string(&spec["id"]));
+    out.insert("az".into(), string(&spec["az"]));
+    out.insert(
+        "persistent_disk".into(),
+        json!(spec["persistent_disk"].as_i64().unwrap_or(0)),
+    );
+    out.insert("rendered_templates_archive".into(), archive);
+    out
+}
+
 /// The HTTP client for signed URLs: HTTPS trusts the CA of the agent's mbus identity (the
-/// director's CA), plain HTTP works as is.
+/// director's CA), plain HTTP works as is. Without a CA nothing is trusted over HTTPS (and
+/// the TLS configuration is still given: reqwest has no crypto provider of its own here).
 fn signed_url_client(settings: &Settings) -> Result<reqwest::Client, ActionError> {
     let fail = |e: String| ActionError::Other(format!("building the HTTP client: {e}"));
-    let mut builder = reqwest::Client::builder().no_proxy();
     let ca = &settings.env.bosh.mbus.cert.ca;
-    if !ca.is_empty() {
-        let config =
-            crate::agent::tls::client_config(ca, None, false).map_err(|e| fail(e.to_string()))?;
-        builder = builder.tls_backend_preconfigured(config);
-    }
-    builder.build().map_err(|e| fail(e.to_string()))
+    let config = if ca.is_empty() {
+        rustls::ClientConfig::builder_with_provider(crate::agent::tls::provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| fail(e.to_string()))?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth()
+    } else {
+        crate::agent::tls::client_config(ca, None, false).map_err(|e| fail(e.to_string()))?
+    };
+    reqwest::Client::builder()
+        .no_proxy()
+        .tls_backend_preconfigured(config)
+        .build()
+        .map_err(|e| fail(e.to_string()))
 }
 
 fn package_entry<'a>(spec: &'a Value, name: &str) -> &'a Value {
@@ -856,27 +949,30 @@ fn base64_decode(payload: &str) -> Result<Vec<u8>, ActionError> {
         .map_err(|e| ActionError::Other(format!("Decoding payload: {e}")))
 }
 
-/// A gzipped tarball of the files under `dir` whose path (relative to `dir`) matches one of
-/// `filters` (`*` within a path segment, `**` across segments); no filters: everything.
-fn logs_tarball(dir: &std::path::Path, filters: &[String]) -> std::io::Result<Vec<u8>> {
+/// A gzipped tarball of the files under `dirs` (each at the tarball's root) whose path
+/// relative to its directory matches one of `filters` (`*` within a path segment, `**`
+/// across segments); no filters: everything.
+fn logs_tarball(dirs: &[PathBuf], filters: &[String]) -> std::io::Result<Vec<u8>> {
     let enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut tar = tar::Builder::new(enc);
     tar.follow_symlinks(false);
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let ft = entry.file_type()?;
-            if ft.is_dir() {
-                stack.push(path);
-            } else if ft.is_file() {
-                let rel = path.strip_prefix(dir).unwrap_or(&path);
-                let rel_text = rel.to_string_lossy();
-                if filters.is_empty() || filters.iter().any(|f| glob_match(f, &rel_text)) {
-                    tar.append_path_with_name(&path, rel)?;
+    for dir in dirs {
+        let mut stack = vec![dir.clone()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let ft = entry.file_type()?;
+                if ft.is_dir() {
+                    stack.push(path);
+                } else if ft.is_file() {
+                    let rel = path.strip_prefix(dir).unwrap_or(&path);
+                    let rel_text = rel.to_string_lossy();
+                    if filters.is_empty() || filters.iter().any(|f| glob_match(f, &rel_text)) {
+                        tar.append_path_with_name(&path, rel)?;
+                    }
                 }
             }
         }
