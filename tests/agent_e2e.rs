@@ -180,6 +180,38 @@ impl World {
         created.cid
     }
 
+    /// `create_disk`, `attach_disk`, `add_persistent_disk`, `mount_disk`, as the Director
+    /// does for a new persistent disk.
+    async fn attach_and_mount_disk(
+        &self,
+        vm: &VmCid,
+        agent: &AgentClient,
+        size_mib: u64,
+    ) -> DiskCid {
+        let disk = self
+            .cpi
+            .create_disk(&CreateDisk {
+                size_mib,
+                cloud_properties: Object::new(),
+                vm_cid: Some(vm.clone()),
+            })
+            .await
+            .unwrap();
+        let hint = self
+            .cpi
+            .attach_disk(vm, &disk)
+            .await
+            .unwrap()
+            .expect("v2 hint");
+        let hint: DiskHint = serde_json::from_value(serde_json::to_value(&hint).unwrap()).unwrap();
+        agent
+            .add_persistent_disk(disk.as_str(), &hint)
+            .await
+            .unwrap();
+        agent.mount_disk(disk.as_str()).await.unwrap();
+        disk
+    }
+
     fn agent(&self, agent_id: &str, options: ClientOptions) -> AgentClient {
         self.director
             .agent(agent_id)
@@ -420,51 +452,10 @@ async fn a_vm_lives_its_whole_life_on_the_local_cloud() {
     assert!(full.vitals.unwrap().load.is_some());
 
     // A persistent disk: create, attach, mount, write; then migrate to a bigger one.
-    let disk1 = w
-        .cpi
-        .create_disk(&CreateDisk {
-            size_mib: 1024,
-            cloud_properties: Object::new(),
-            vm_cid: Some(vm.clone()),
-        })
-        .await
-        .unwrap();
-    let hint1 = w
-        .cpi
-        .attach_disk(&vm, &disk1)
-        .await
-        .unwrap()
-        .expect("v2 hint");
-    let hint1: DiskHint = serde_json::from_value(serde_json::to_value(&hint1).unwrap()).unwrap();
-    agent
-        .add_persistent_disk(disk1.as_str(), &hint1)
-        .await
-        .unwrap();
-    agent.mount_disk(disk1.as_str()).await.unwrap();
+    let disk1 = w.attach_and_mount_disk(&vm, &agent, 1024).await;
     assert_eq!(agent.list_disk().await.unwrap(), vec![disk1.to_string()]);
     std::fs::write(root.join("store/data.txt"), "precious").unwrap();
-
-    let disk2 = w
-        .cpi
-        .create_disk(&CreateDisk {
-            size_mib: 2048,
-            cloud_properties: Object::new(),
-            vm_cid: Some(vm.clone()),
-        })
-        .await
-        .unwrap();
-    let hint2 = w
-        .cpi
-        .attach_disk(&vm, &disk2)
-        .await
-        .unwrap()
-        .expect("v2 hint");
-    let hint2: DiskHint = serde_json::from_value(serde_json::to_value(&hint2).unwrap()).unwrap();
-    agent
-        .add_persistent_disk(disk2.as_str(), &hint2)
-        .await
-        .unwrap();
-    agent.mount_disk(disk2.as_str()).await.unwrap();
+    let disk2 = w.attach_and_mount_disk(&vm, &agent, 2048).await;
     agent
         .migrate_disk(disk1.as_str(), disk2.as_str())
         .await

@@ -10,22 +10,11 @@ use kubosh::digest::{sha1_hex, sha256_hex};
 
 /// A source package tarball: `files` (path, content, mode), gzipped or not.
 fn source_tarball(files: &[(&str, &str, u32)], gzip: bool) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (path, content, mode) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(content.len() as u64);
-        h.set_mode(*mode);
-        h.set_cksum();
-        b.append_data(&mut h, path, content.as_bytes()).unwrap();
+    if gzip {
+        agentd_common::tgz(files)
+    } else {
+        agentd_common::tar(files)
     }
-    let tar = b.into_inner().unwrap();
-    if !gzip {
-        return tar;
-    }
-    use std::io::Write;
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&tar).unwrap();
-    gz.finish().unwrap()
 }
 
 fn unpack(bytes: &[u8], dir: &Path) {

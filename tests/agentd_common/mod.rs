@@ -97,8 +97,8 @@ pub fn http_get(port: u16) -> Option<String> {
     text.lines().next().map(str::to_string)
 }
 
-/// A gzipped tar of `(path, content, mode)` entries, paths as given.
-pub fn tgz(files: &[(&str, &str, u32)]) -> Vec<u8> {
+/// A plain tar of `(path, content, mode)` entries, paths as given.
+pub fn tar(files: &[(&str, &str, u32)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (path, content, mode) in files {
         let mut h = tar::Header::new_gnu();
@@ -107,8 +107,13 @@ pub fn tgz(files: &[(&str, &str, u32)]) -> Vec<u8> {
         h.set_cksum();
         b.append_data(&mut h, path, content.as_bytes()).unwrap();
     }
+    b.into_inner().unwrap()
+}
+
+/// A gzipped [`tar`].
+pub fn tgz(files: &[(&str, &str, u32)]) -> Vec<u8> {
     use std::io::Write;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&b.into_inner().unwrap()).unwrap();
+    gz.write_all(&tar(files)).unwrap();
     gz.finish().unwrap()
 }
