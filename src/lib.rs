@@ -4,6 +4,7 @@
 //! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
 //! - the protocol edges: the CPI ([`cpi`]) and the BOSH agent protocol ([`agent`]),
 //! - the VM side of kubosh's own agent ([`agentd`]),
+//! - job template rendering with Ruby's ERB ([`render`]),
 //! - the Kubernetes API types ([`api`]),
 //! - the command line ([`cli`]).
 
@@ -17,6 +18,7 @@ pub mod ids;
 pub mod manifest;
 pub mod ops;
 pub mod pki;
+pub mod render;
 pub mod testenv;
 pub mod validate;
 pub mod yaml;
