@@ -624,6 +624,12 @@ async fn odd_templates_do_not_break_the_batch() {
             ("exits.erb", "<% exit 3 %>"),
             ("unicode.erb", "héllo <%= p('u') %> ✓"),
             ("empty.erb", ""),
+            // A constant cannot be assigned in a method body: rendered with a binding instead.
+            ("const.erb", "<% LIMIT = 3 -%>\n<%= LIMIT %>\n"),
+            (
+                "nested.erb",
+                "<% def helper; p('u') * 2; end -%>\n<%= ERB.new('[<' + '%= helper %' + '>]').result(binding) %>",
+            ),
             (
                 "helpers.erb",
                 "<%= ''.blank? %> <%= 'x'.present? %> <%= 'a b'.shellescape %> <%= JSON.dump({'k' => 1}) %> <%= {'k' => 1}.to_yaml.lines.last %>",
@@ -642,6 +648,8 @@ async fn odd_templates_do_not_break_the_batch() {
     assert_eq!(content(&out, "prints.erb"), "ok");
     assert_eq!(content(&out, "unicode.erb"), "héllo ü ✓");
     assert_eq!(content(&out, "empty.erb"), "");
+    assert_eq!(content(&out, "const.erb"), "3\n");
+    assert_eq!(content(&out, "nested.erb"), "[üü]");
     assert_eq!(
         content(&out, "helpers.erb"),
         "true true a\\ b {\"k\":1} k: 1\n"

@@ -321,16 +321,27 @@ module KuboshRender
   # The object templates are evaluated against (`self` in a template).
   class EvaluationContext
     include Lookup
-    attr_reader :name, :index, :properties, :raw_properties, :spec
+    attr_reader :name, :index, :raw_properties
 
     def initialize(spec, dns_encoder)
       @name = spec['name']
       @index = spec['index']
-      @spec = KuboshRender.structify(spec, SpecStruct)
+      @spec_hash = spec
       @raw_properties = spec['properties'] || {}
-      @properties = KuboshRender.structify(@raw_properties)
       @links = spec['links'] || {}
       @dns_encoder = dns_encoder
+    end
+
+    # `spec` and `properties` are built on first use: building OpenStructs is most of the cost
+    # of a context, and many templates use neither. (One difference from the Director: a
+    # template that changes an array or hash returned by `p` before it first uses `spec` sees
+    # the change in `spec.properties`.)
+    def spec
+      @spec ||= KuboshRender.structify(@spec_hash, SpecStruct)
+    end
+
+    def properties
+      @properties ||= KuboshRender.structify(@raw_properties)
     end
 
     # Error messages (NameError, NoMethodError) print the receiver: never its properties.
@@ -371,7 +382,9 @@ module KuboshRender
   class CompiledJob
     attr_reader :release, :name
 
-    Template = Struct.new(:source_path, :destination, :erb, :compile_error)
+    Template = Struct.new(:source_path, :destination, :erb, :method, :compile_error)
+
+    @@methods = 0
 
     def initialize(job)
       @release = job['release'] || {}
@@ -408,12 +421,22 @@ module KuboshRender
       File.join(@name, source_path)
     end
 
+    # The template also becomes a method of the context, so Ruby parses it once per batch
+    # rather than once per instance. Code that cannot live in a method body (assigning a
+    # constant) keeps the Director's way, `result(binding)`, as do syntax errors (reported
+    # when rendering, per unit).
     def compile(source_path, destination, text)
       erb = ERB.new(text, trim_mode: '-')
       erb.filename = filename(source_path)
-      Template.new(source_path, destination, erb, nil)
+      method = "__kubosh_template_#{@@methods += 1}"
+      begin
+        erb.def_method(EvaluationContext, "#{method}()", erb.filename)
+      rescue SyntaxError
+        method = nil
+      end
+      Template.new(source_path, destination, erb, method, nil)
     rescue Exception => e # rubocop:disable Lint/RescueException
-      Template.new(source_path, destination, nil, e)
+      Template.new(source_path, destination, nil, nil, e)
     end
 
     # Each template gets a fresh context (a template may change what it was given).
@@ -421,7 +444,11 @@ module KuboshRender
       raise template.compile_error if template.compile_error
 
       context = EvaluationContext.new(Marshal.load(Marshal.dump(context_hash)), dns_encoder)
-      content = template.erb.result(context.get_binding)
+      content = if template.method
+                  context.__send__(template.method)
+                else
+                  template.erb.result(context.get_binding)
+                end
       unless content.dup.force_encoding(Encoding::UTF_8).valid_encoding?
         raise EncodingError, 'rendered content is not valid UTF-8'
       end
