@@ -5,6 +5,7 @@
 //! - the protocol edges: the CPI ([`cpi`]) and the BOSH agent protocol ([`agent`]),
 //! - release and stemcell tarballs ([`release`], [`stemcell`]),
 //! - the VM side of kubosh's own agent ([`agentd`]),
+//! - job template rendering with Ruby's ERB ([`render`]),
 //! - the Kubernetes API types ([`api`]),
 //! - the command line ([`cli`]).
 
@@ -19,6 +20,7 @@ pub mod manifest;
 pub mod ops;
 pub mod pki;
 pub mod release;
+pub mod render;
 pub mod stemcell;
 pub mod testenv;
 pub mod validate;

@@ -1,0 +1,47 @@
+//! What rendering needs of a release job: its templates, its `monit` file, its declared
+//! properties and its optional `properties_schema.json`. Filled from the release model.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::spec::ReleaseRef;
+
+/// A release job, as far as rendering is concerned.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobTemplates {
+    /// Job name within its release.
+    pub name: String,
+    /// The job's release.
+    pub release: ReleaseRef,
+    /// The `monit` file's text (an ERB template too); none when the job has none.
+    pub monit: Option<String>,
+    /// Templates in job-spec order.
+    pub templates: Vec<TemplateSource>,
+    /// Properties declared in the job spec, in spec order.
+    pub properties: IndexMap<String, PropertyDefinition>,
+    /// `properties_schema.json`, when the job has one.
+    pub properties_schema: Option<Value>,
+}
+
+/// One entry of the job spec's `templates:` with its text.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TemplateSource {
+    /// Path under the job's `templates/` directory (`config.yml.erb`).
+    pub source_path: String,
+    /// Path under the job's directory on the VM (`config/config.yml`).
+    pub destination: String,
+    /// The ERB text.
+    pub text: String,
+}
+
+/// A property declared in the job spec (`properties:` entry).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PropertyDefinition {
+    /// The default, used when the manifest gives no value (or `null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    /// Human description (unused by rendering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
