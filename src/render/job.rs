@@ -45,3 +45,66 @@ pub struct PropertyDefinition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
+
+/// A release job template that is not UTF-8 text (ERB needs text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("template {template:?} of job {job:?} is not UTF-8 text")]
+pub struct NotText {
+    /// The job.
+    pub job: String,
+    /// The template's source path.
+    pub template: String,
+}
+
+impl JobTemplates {
+    /// What rendering needs of a job of a release: templates in job-spec order with their
+    /// text, the `monit` file, declared properties and `properties_schema.json`.
+    pub fn from_release_job(
+        job: &crate::release::Job,
+        release: ReleaseRef,
+    ) -> Result<JobTemplates, NotText> {
+        let mut templates = Vec::new();
+        for (source, destination) in &job.spec.templates {
+            let bytes = job
+                .templates
+                .get(source)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let text = String::from_utf8(bytes.to_vec()).map_err(|_| NotText {
+                job: job.name.clone(),
+                template: source.clone(),
+            })?;
+            templates.push(TemplateSource {
+                source_path: source.clone(),
+                destination: destination.clone(),
+                text,
+            });
+        }
+        let properties = job
+            .spec
+            .properties
+            .iter()
+            .map(|(name, def)| {
+                (
+                    name.clone(),
+                    PropertyDefinition {
+                        default: def.default.clone(),
+                        description: def
+                            .description
+                            .as_ref()
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
+                    },
+                )
+            })
+            .collect();
+        Ok(JobTemplates {
+            name: job.name.clone(),
+            release,
+            monit: job.monit.clone(),
+            templates,
+            properties,
+            properties_schema: job.properties_schema.clone(),
+        })
+    }
+}

@@ -17,6 +17,7 @@
 //! This module runs processes (`ruby`) but knows nothing of Kubernetes, NATS or CPIs.
 //! Property values are never logged.
 
+pub mod archive;
 pub mod job;
 pub mod properties;
 pub mod ruby;
@@ -24,7 +25,11 @@ pub mod spec;
 
 use serde::{Deserialize, Serialize};
 
-pub use job::{JobTemplates, PropertyDefinition, TemplateSource};
+pub use archive::{
+    ProvidedLinkEntry, add_links_json, configuration_hash, rendered_templates_archive,
+    template_hash, template_hashes,
+};
+pub use job::{JobTemplates, NotText, PropertyDefinition, TemplateSource};
 pub use properties::{PropertyBinder, property_source};
 pub use ruby::{RENDERER_RB, RenderUnit, Renderer, RendererConfig};
 pub use spec::{
