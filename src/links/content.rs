@@ -344,3 +344,186 @@ pub fn group_address(link: &Value, dns: &DnsSettings) -> Result<String, ContentE
         dns.short.as_ref(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::links::{ConsumerSite, ShortDnsIds};
+    use crate::validate::Path;
+
+    fn provider() -> ProviderRef {
+        ProviderRef {
+            deployment: "cf".into(),
+            instance_group: "nats".into(),
+            job: "nats".into(),
+            original_name: "nats".into(),
+            name: "nats".into(),
+            link_type: "nats".into(),
+            shared: false,
+            consumable: true,
+            custom: false,
+            property_names: vec![],
+            networks: vec!["default".into(), "dyn".into()],
+            default_network: Some("default".into()),
+        }
+    }
+
+    fn instance() -> LinkInstance {
+        LinkInstance {
+            index: 0,
+            id: "abc".into(),
+            az: None,
+            bootstrap: true,
+            networks: vec![
+                InstanceNetwork {
+                    name: "default".into(),
+                    ip: Some("10.0.0.5".into()),
+                    dynamic: false,
+                },
+                InstanceNetwork {
+                    name: "dyn".into(),
+                    ip: None,
+                    dynamic: true,
+                },
+            ],
+        }
+    }
+
+    fn binding(network: Option<&str>) -> Binding {
+        Binding {
+            consumer: ConsumerSite {
+                deployment: "cf".into(),
+                instance_group: "router".into(),
+                job: "gorouter".into(),
+                release: "routing".into(),
+                name: "nats".into(),
+                link_type: "nats".into(),
+                optional: false,
+                explicit: false,
+                path: Path::root(),
+            },
+            target: Target::Provider(provider()),
+            network: network.map(String::from),
+            ip_addresses: None,
+        }
+    }
+
+    fn ids() -> ShortDnsIds {
+        let mut ids = ShortDnsIds::default();
+        ids.instances.insert("abc".into(), 4);
+        ids.networks.insert("default".into(), 1);
+        ids.networks.insert("dyn".into(), 2);
+        ids.groups
+            .insert((GroupType::Link, "nats-nats".into(), "cf".into()), 9);
+        ids.groups
+            .insert((GroupType::InstanceGroup, "nats".into(), "cf".into()), 2);
+        ids
+    }
+
+    fn build(
+        features: ProviderFeatures,
+        dns: &DnsSettings,
+    ) -> Result<ProviderContent, ContentError> {
+        provider_content(
+            &provider(),
+            features,
+            &[instance()],
+            &Value::Null,
+            &IndexMap::new(),
+            dns,
+        )
+    }
+
+    #[test]
+    fn dynamic_networks_always_get_dns_names() {
+        let c = build(ProviderFeatures::default(), &DnsSettings::default()).unwrap();
+        assert_eq!(c.instances[0].addresses["dyn"], "abc.nats.dyn.cf.bosh");
+        assert_eq!(c.instances[0].addresses["default"], "10.0.0.5");
+        let v = content(&binding(Some("dyn")), Some(&c)).unwrap().unwrap();
+        assert_eq!(v["instances"][0]["address"], "abc.nats.dyn.cf.bosh");
+        assert_eq!(
+            content(&binding(Some("other")), Some(&c))
+                .unwrap_err()
+                .to_string(),
+            "Provider link does not have network: 'other'"
+        );
+    }
+
+    #[test]
+    fn short_and_link_dns_names() {
+        let dns = DnsSettings {
+            short: Some(ids()),
+            ..DnsSettings::default()
+        };
+        let short = ProviderFeatures {
+            use_dns_addresses: true,
+            use_short_dns_addresses: true,
+            use_link_dns_names: false,
+        };
+        let c = build(short, &dns).unwrap();
+        assert_eq!(c.instances[0].address, "q-m4n1s0.q-g2.bosh");
+        let v = content(&binding(None), Some(&c)).unwrap().unwrap();
+        assert_eq!(group_address(&v, &dns).unwrap(), "q-n1s0.q-g2.bosh");
+
+        let link = ProviderFeatures {
+            use_link_dns_names: true,
+            use_short_dns_addresses: false,
+            ..short
+        };
+        let c = build(link, &dns).unwrap();
+        assert_eq!(c.instances[0].address, "q-m4n1s0.q-g9.bosh");
+        let v = content(&binding(None), Some(&c)).unwrap().unwrap();
+        assert_eq!(v["group_name"], "nats-nats");
+        // `link.address` with link DNS names but no short names: the long form of the group.
+        assert_eq!(
+            group_address(&v, &dns).unwrap(),
+            "q-s0.nats-nats.default.cf.bosh"
+        );
+
+        // Short names need the numeric encodings.
+        assert!(matches!(
+            build(short, &DnsSettings::default()),
+            Err(ContentError::Dns(_))
+        ));
+    }
+
+    #[test]
+    fn missing_inputs_are_errors_not_panics() {
+        let mut p = provider();
+        p.default_network = None;
+        assert_eq!(
+            provider_content(
+                &p,
+                ProviderFeatures::default(),
+                &[],
+                &Value::Null,
+                &IndexMap::new(),
+                &DnsSettings::default()
+            )
+            .unwrap_err(),
+            ContentError::NoDefaultNetwork("nats".into())
+        );
+        let mut i = instance();
+        i.networks[0].ip = None;
+        let e = provider_content(
+            &provider(),
+            ProviderFeatures::default(),
+            &[i],
+            &Value::Null,
+            &IndexMap::new(),
+            &DnsSettings::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "instance nats/abc has no IP on network 'default'"
+        );
+        assert_eq!(
+            content(&binding(None), None).unwrap_err(),
+            ContentError::MissingProviderContent("nats".into())
+        );
+        let mut b = binding(None);
+        b.target = Target::Unresolved;
+        assert_eq!(content(&b, None).unwrap(), None);
+    }
+}

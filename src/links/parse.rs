@@ -159,7 +159,7 @@ fn default_network(group: &InstanceGroup) -> Option<String> {
     };
     with("addressable")
         .or_else(|| with("gateway"))
-        .or_else(|| match group.networks.as_slice() {
+        .or(match group.networks.as_slice() {
             [only] => Some(only),
             _ => None,
         })

@@ -68,7 +68,9 @@ fn bind(
     }
     let found = candidates(consumer, deployment, own, others);
     let explicit = consumer.site.explicit;
-    if found.is_empty() && consumer.site.optional && !(explicit && !consumer.blocked) {
+    // An optional link may stay unresolved, unless the manifest names it (and does not
+    // block it).
+    if found.is_empty() && consumer.site.optional && (!explicit || consumer.blocked) {
         return Some(if consumer.blocked {
             Target::Blocked
         } else {
@@ -161,4 +163,107 @@ fn link_error(consumer: &Consumer, found: &[&ProviderRef], network: Option<&Stri
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::links::ConsumerSite;
+    use crate::validate::Path;
+
+    fn consumer(name: &str, alias: &str) -> Consumer {
+        Consumer {
+            site: ConsumerSite {
+                deployment: "d".into(),
+                instance_group: "g".into(),
+                job: "j".into(),
+                release: "r".into(),
+                name: name.into(),
+                link_type: "t".into(),
+                optional: false,
+                explicit: true,
+                path: Path::root(),
+            },
+            alias: alias.into(),
+            name: alias.into(),
+            blocked: false,
+            manual: None,
+            network: None,
+            ip_addresses: None,
+            from_deployment: None,
+        }
+    }
+
+    fn provider(group: &str, name: &str) -> ProviderRef {
+        ProviderRef {
+            deployment: "d".into(),
+            instance_group: group.into(),
+            job: "p".into(),
+            original_name: "l".into(),
+            name: name.into(),
+            link_type: "t".into(),
+            shared: false,
+            consumable: true,
+            custom: false,
+            property_names: vec![],
+            networks: vec!["n".into()],
+            default_network: Some("n".into()),
+        }
+    }
+
+    #[test]
+    fn error_texts_follow_the_links_error_builder() {
+        let c = consumer("l", "l");
+        assert_eq!(
+            link_error(&c, &[], None),
+            "Failed to resolve link 'l' with type 't' from job 'j' in instance group 'g'. Details below:\n    - No link providers found"
+        );
+        let (a, b) = (provider("a", "l"), provider("b", "x"));
+        assert_eq!(
+            link_error(&consumer("l", "x"), &[&a, &b], None),
+            "Failed to resolve link 'l' with alias 'x' and type 't' from job 'j' in instance group 'g'. Multiple link providers found:\n    - Link provider 'l' from job 'p' in instance group 'a' in deployment 'd'\n    - Link provider 'l' with alias 'x' from job 'p' in instance group 'b' in deployment 'd'"
+        );
+        assert_eq!(
+            link_error(&c, &[&a], Some(&"m".to_string())),
+            "Failed to resolve link 'l' with type 't' from job 'j' in instance group 'g'. Details below:\n    - Link provider 'l' from job 'p' in instance group 'a' in deployment 'd' does not belong to network 'm'"
+        );
+    }
+
+    #[test]
+    fn candidates_follow_explicitness_sharing_and_consumability() {
+        let mut disabled = provider("c", "l");
+        disabled.consumable = false;
+        let mut other_type = provider("e", "l");
+        other_type.link_type = "u".into();
+        let own = [provider("a", "l"), provider("b", "x"), disabled, other_type];
+        let groups = |c: &Consumer, others: &[OtherDeployment]| -> Vec<String> {
+            candidates(c, "d", &own, others)
+                .iter()
+                .map(|p| p.instance_group.clone())
+                .collect()
+        };
+        let mut c = consumer("l", "l");
+        assert_eq!(groups(&c, &[]), ["a"]);
+        c.site.explicit = false;
+        assert_eq!(groups(&c, &[]), ["a", "b"]);
+        c.blocked = true;
+        assert!(groups(&c, &[]).is_empty());
+
+        let mut shared = provider("s", "l");
+        shared.deployment = "o".into();
+        shared.shared = true;
+        let mut private = shared.clone();
+        private.instance_group = "p".into();
+        private.shared = false;
+        let others = [OtherDeployment {
+            name: "o".into(),
+            providers: vec![shared, private],
+        }];
+        let mut c = consumer("l", "l");
+        c.from_deployment = Some("o".into());
+        assert_eq!(groups(&c, &others), ["s"]);
+        // Naming one's own deployment is no cross-deployment link.
+        c.from_deployment = Some("d".into());
+        assert_eq!(groups(&c, &others), ["a"]);
+    }
 }
