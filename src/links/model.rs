@@ -143,8 +143,8 @@ pub struct Binding {
 /// The result of [`resolve`](super::resolve).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Resolution {
-    /// Every consumed link, in manifest order: instance groups, then their jobs, then the
-    /// job spec's `consumes`; addon jobs after the instance group's own jobs.
+    /// Every consumed link, in the Director's order: instance groups, their jobs, each job
+    /// spec's `consumes`; then addons, their jobs, the groups each applies to.
     pub bindings: Vec<Binding>,
     /// Every link provided in this deployment, in the same order (custom definitions of a
     /// job before its release's).
