@@ -1,7 +1,7 @@
 //! kubosh: the BOSH Director's deploy flow as a Kubernetes reconciling controller.
 //!
 //! The crate is layered (see `ARCHITECTURE.md`):
-//! - a pure core ([`manifest`], [`validate`], [`ops`]) with no I/O and no Kubernetes,
+//! - a pure core ([`manifest`], [`validate`], [`ops`], [`links`]) with no I/O and no Kubernetes,
 //! - the protocol edges: the CPI ([`cpi`]) and the BOSH agent protocol ([`agent`]),
 //! - release and stemcell tarballs ([`release`], [`stemcell`]),
 //! - the VM side of kubosh's own agent ([`agentd`]),
@@ -16,6 +16,7 @@ pub mod cli;
 pub mod cpi;
 pub mod digest;
 pub mod ids;
+pub mod links;
 pub mod manifest;
 pub mod ops;
 pub mod pki;
