@@ -22,4 +22,5 @@ pub mod release;
 pub mod stemcell;
 pub mod testenv;
 pub mod validate;
+pub mod variables;
 pub mod yaml;
