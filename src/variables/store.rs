@@ -64,8 +64,8 @@ pub enum StoreError {
 }
 
 /// A place to keep generated variables, by name. Implementations must be safe to share
-/// between tasks; values are [`SecretValue`]s end to end.
-pub trait VariableStore: Send + Sync {
+/// between tasks; values are [`SecretValue`]s end to end, and `Debug` must not show them.
+pub trait VariableStore: Send + Sync + std::fmt::Debug {
     /// The stored variable `name`, if there is one.
     fn get<'a>(
         &'a self,
@@ -90,11 +90,19 @@ pub trait VariableStore: Send + Sync {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
-/// Variables kept in memory (tests, dry runs).
-#[derive(Debug, Default)]
+/// Variables kept in memory (tests, dry runs). `Debug` shows names only.
+#[derive(Default)]
 pub struct MemoryStore {
     values: Mutex<Map<String, Value>>,
     digests: Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("names", &self.names())
+            .finish()
+    }
 }
 
 impl MemoryStore {
