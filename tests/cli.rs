@@ -227,6 +227,25 @@ fn interpolate_vars_store_matches_bosh_cli() {
     assert!(value(&run(kubosh, &theirs)) == value(&bosh_out));
     assert!(value(&run(bosh, &ours)) == value(&kubosh_out));
 
+    // Without `internal_ip`, definitions whose options need it are not generated, and stay
+    // in the document's `variables:`, as with bosh-cli.
+    let partial = |tool: fn(&[&str]) -> (i32, String, String), store: &std::path::Path| {
+        let (code, out, err) = tool(&["interpolate", &b, "--vars-store", store.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        let doc = kubosh::yaml::parse_value(&out, "out").unwrap();
+        (names(&yaml_file(store)), doc["variables"].clone())
+    };
+    let (theirs_partial, ours_partial) = (
+        tmp.path().join("p-bosh.yml"),
+        tmp.path().join("p-kubosh.yml"),
+    );
+    let (their_names, their_left) = partial(bosh, &theirs_partial);
+    let (our_names, our_left) = partial(kubosh, &ours_partial);
+    assert_eq!(our_names, their_names);
+    assert!(our_names.len() < names(&o).len());
+    assert_eq!(our_left, their_left);
+    assert!(!our_left.as_array().unwrap().is_empty());
+
     // Each signs with the other's CA.
     let extra = tmp.path().join("extra.yml");
     std::fs::write(

@@ -534,6 +534,17 @@ fn bad_definitions_are_reported_with_their_paths() {
         err,
         "variables[0].options.ca: Generating variable 'l': Loading certificates: Expected variable 'ca' to be a certificate with 'certificate'"
     );
+    // A definition whose options need a variable nothing provides is not generated.
+    let store = MemoryStore::new();
+    let r = resolve(
+        &defs(
+            "- {name: pw, type: password, options: {length: ((len))}}\n- {name: ok, type: password}\n",
+        ),
+        &Vars::new(),
+        &store,
+    );
+    assert_eq!(r.sources[0], ("pw".to_string(), Source::Missing));
+    assert_eq!(store.names(), ["ok"]);
     // A type-less definition nothing provides is simply missing.
     let r = resolve(
         &defs("- {name: given, type: ''}\n"),

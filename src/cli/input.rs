@@ -80,13 +80,17 @@ impl DocumentArgs {
     pub fn load_with_vars_store(&self, path: &Path, store: &Path) -> Result<Value, String> {
         let doc = self.patched(path)?;
         let store = FileStore::new(store);
-        let mut vars = self.vars()?;
-        for (name, value) in store.load().map_err(|e| e.to_string())? {
-            vars.add_stored(&name, value);
-        }
         let defs = variables::definitions(&doc).map_err(|e| e.to_string())?;
-        let resolved = futures::executor::block_on(variables::resolve(&defs, &vars, &store))
-            .map_err(|e| e.to_string())?;
+        let mut resolved =
+            futures::executor::block_on(variables::resolve(&defs, &self.vars()?, &store))
+                .map_err(|e| e.to_string())?;
+        // The rest of the file are variables too.
+        let present = resolved.vars.resolved();
+        for (name, value) in store.load().map_err(|e| e.to_string())? {
+            if !present.contains_key(&name) {
+                resolved.vars.add_stored(&name, value);
+            }
+        }
         let out = variables::interpolate(&doc, &resolved.vars, &self.options())
             .map_err(|e| e.to_string())?;
         Ok(out.value)

@@ -8,7 +8,7 @@ use super::order::generation_order;
 use super::store::{StoredVariable, VariableStore};
 use super::{SecretValue, VariableError};
 use crate::manifest::Variable;
-use crate::ops::{self, MissingVars, Vars};
+use crate::ops::{self, InterpolateOptions, InterpolationError, MissingVars, Vars};
 
 /// When a stored value is replaced (`update_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +62,8 @@ pub enum Source {
     Generated,
     /// Generated now, replacing a stored value (`overwrite`, `converge`).
     Regenerated,
-    /// No value: the definition has no `type` and nothing provides it.
+    /// No value: the definition has no `type`, or its options use variables nothing
+    /// provides; nothing provides it either.
     Missing,
 }
 
@@ -116,7 +117,21 @@ pub async fn resolve_with(
             sources.push((name.to_string(), Source::Provided));
             continue;
         }
-        let def_options = interpolated_options(def, i, &vars)?;
+        let def_options = match interpolated_options(def, i, &vars)? {
+            Options::Ready(options) => options,
+            Options::Missing(missing) => {
+                // As bosh-cli: a definition whose options need a variable nothing provides
+                // is not generated (the placeholders stay, and strict interpolation names
+                // the missing variables).
+                tracing::debug!(
+                    variable = name,
+                    ?missing,
+                    "variable not generated: its options use missing variables"
+                );
+                sources.push((name.to_string(), Source::Missing));
+                continue;
+            }
+        };
         let stored = store.get(name).await?;
         let kind = Kind::parse(&def.kind);
 
@@ -223,27 +238,39 @@ fn ca_name(options: Option<&Value>) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
-/// The definition's options with placeholders resolved from `vars` (which must have them:
-/// dependencies come first).
-fn interpolated_options(
-    def: &Variable,
-    i: usize,
-    vars: &Vars,
-) -> Result<Option<Value>, VariableError> {
+/// A definition's options, ready for generation or not.
+enum Options {
+    /// Interpolated (or none).
+    Ready(Option<Value>),
+    /// They use these variables, which have no value.
+    Missing(Vec<String>),
+}
+
+/// The definition's options with placeholders resolved from `vars` (dependencies come
+/// first, so any variable still missing is one nothing provides).
+fn interpolated_options(def: &Variable, i: usize, vars: &Vars) -> Result<Options, VariableError> {
     let Some(options) = &def.options else {
-        return Ok(None);
+        return Ok(Options::Ready(None));
     };
     let options = Value::Object(options.clone());
     if ops::placeholders(&options).is_empty() {
-        return Ok(Some(options));
+        return Ok(Options::Ready(Some(options)));
     }
-    ops::interpolate(&options, vars, MissingVars::Error)
-        .map(Some)
-        .map_err(|e| VariableError::Options {
+    let strict = InterpolateOptions {
+        missing: MissingVars::Error,
+        error_on_unused: false,
+    };
+    match ops::interpolate_with(&options, vars, &strict) {
+        Ok(done) => Ok(Options::Ready(Some(done.value))),
+        Err(InterpolationError::Variables { missing, .. }) if !missing.is_empty() => {
+            Ok(Options::Missing(missing))
+        }
+        Err(e) => Err(VariableError::Options {
             path: format!("variables[{i}].options"),
             name: def.name.clone(),
             message: super::scrub(&e.to_string(), vars),
-        })
+        }),
+    }
 }
 
 /// SHA-256 (hex) of the type and options, with map keys sorted (so reordering options in a
