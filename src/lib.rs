@@ -25,4 +25,5 @@ pub mod render;
 pub mod stemcell;
 pub mod testenv;
 pub mod validate;
+pub mod variables;
 pub mod yaml;

@@ -90,3 +90,248 @@ fn interpolate_with_var_errs_lists_missing_variables() {
     assert!(err.contains("Expected to find variables:"), "{err}");
     assert!(err.contains("internal_ip"), "{err}");
 }
+
+/// `bosh` (bosh-cli, built by tools/testbins.sh).
+fn bosh(args: &[&str]) -> (i32, String, String) {
+    let bin = kubosh::testenv::binary("bosh").unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(bin).args(args).output().expect("run bosh");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn yaml_file(path: &std::path::Path) -> serde_json::Value {
+    kubosh::yaml::parse_value(&std::fs::read_to_string(path).unwrap(), "vars store").unwrap()
+}
+
+/// What a variable's value looks like, without the value: its keys, and for each string a
+/// description of its form.
+fn shape(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
+        Value::String(s) => {
+            let form =
+                if let Some(first) = s.lines().next().filter(|l| l.starts_with("-----BEGIN ")) {
+                    format!(
+                        "{first} ({} lines)",
+                        if s.ends_with('\n') {
+                            "newline-terminated"
+                        } else {
+                            "unterminated"
+                        }
+                    )
+                } else if s.starts_with("ssh-rsa ") {
+                    format!("ssh-rsa line, ends with newline: {}", s.ends_with('\n'))
+                } else if s.len() == 47 && s.split(':').count() == 16 {
+                    "md5 fingerprint".to_string()
+                } else if s
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                {
+                    format!("{} chars of a-z0-9", s.len())
+                } else {
+                    "other".to_string()
+                };
+            Value::String(form)
+        }
+        other => other.clone(),
+    }
+}
+
+/// The first place `a` and `b` differ, as a path.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
+                (Some(p), Some(q)) => first_difference(p, q, &format!("{at}/{k}")),
+                _ => Some(format!("{at}/{k} (only one side)")),
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(p, q, &format!("{at}/{i}"))),
+        _ if a == b => None,
+        _ => Some(format!("{at}: {a} != {b}")),
+    }
+}
+
+/// bosh-deployment's bosh.yml with the real bosh-cli and with kubosh: the same variables
+/// are stored, each with the same keys and forms; the interpolated documents have the same
+/// structure; each tool reads the other's vars store without generating anything, and signs
+/// new certificates with the other's CA.
+#[test]
+fn interpolate_vars_store_matches_bosh_cli() {
+    let b = format!("{FIXTURES}/bosh-deployment/bosh.yml");
+    let tmp = tempfile::tempdir().unwrap();
+    let theirs = tmp.path().join("bosh-creds.yml");
+    let ours = tmp.path().join("kubosh-creds.yml");
+    let args = |store: &std::path::Path| -> Vec<String> {
+        [
+            "interpolate",
+            &b,
+            "-v",
+            "internal_ip=10.0.0.6",
+            "-v",
+            "director_name=d",
+            "--vars-store",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([store.display().to_string()])
+        .collect()
+    };
+    let run = |tool: fn(&[&str]) -> (i32, String, String), store: &std::path::Path| {
+        let a = args(store);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (code, out, err) = tool(&refs);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let bosh_out = run(bosh, &theirs);
+    let kubosh_out = run(kubosh, &ours);
+
+    let (t, o) = (yaml_file(&theirs), yaml_file(&ours));
+    let names = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&t), names(&o));
+    assert!(names(&o).len() > 10);
+    for name in names(&t) {
+        let diff = first_difference(&shape(&t[&name]), &shape(&o[&name]), &name);
+        assert_eq!(diff, None);
+    }
+    let parse = |s: &str| shape(&kubosh::yaml::parse_value(s, "out").unwrap());
+    let diff = first_difference(&parse(&bosh_out), &parse(&kubosh_out), "");
+    assert_eq!(diff, None);
+    let mode = std::fs::metadata(&ours).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+
+    // Generated once: a second run changes nothing and prints the same.
+    let before = std::fs::read_to_string(&ours).unwrap();
+    assert_eq!(run(kubosh, &ours), kubosh_out);
+    assert_eq!(std::fs::read_to_string(&ours).unwrap(), before);
+    // Each reads the other's store as its own (same documents; the YAML emitters quote
+    // differently).
+    let value = |s: &str| kubosh::yaml::parse_value(s, "out").unwrap();
+    assert!(value(&run(kubosh, &theirs)) == value(&bosh_out));
+    assert!(value(&run(bosh, &ours)) == value(&kubosh_out));
+
+    // Without `internal_ip`, definitions whose options need it are not generated, and stay
+    // in the document's `variables:`, as with bosh-cli.
+    let partial = |tool: fn(&[&str]) -> (i32, String, String), store: &std::path::Path| {
+        let (code, out, err) = tool(&["interpolate", &b, "--vars-store", store.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        let doc = kubosh::yaml::parse_value(&out, "out").unwrap();
+        (names(&yaml_file(store)), doc["variables"].clone())
+    };
+    let (theirs_partial, ours_partial) = (
+        tmp.path().join("p-bosh.yml"),
+        tmp.path().join("p-kubosh.yml"),
+    );
+    let (their_names, their_left) = partial(bosh, &theirs_partial);
+    let (our_names, our_left) = partial(kubosh, &ours_partial);
+    assert_eq!(our_names, their_names);
+    assert!(our_names.len() < names(&o).len());
+    assert_eq!(our_left, their_left);
+    assert!(!our_left.as_array().unwrap().is_empty());
+
+    // Each signs with the other's CA.
+    let extra = tmp.path().join("extra.yml");
+    std::fs::write(
+        &extra,
+        "variables:\n- {name: extra_tls, type: certificate, options: {ca: default_ca, common_name: extra}}\n",
+    )
+    .unwrap();
+    for (tool, store) in [
+        (kubosh as fn(&[&str]) -> (i32, String, String), &theirs),
+        (bosh, &ours),
+    ] {
+        let (code, _, err) = tool(&[
+            "interpolate",
+            extra.to_str().unwrap(),
+            "--vars-store",
+            store.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v = yaml_file(store);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ca.pem"),
+            v["default_ca"]["certificate"].as_str().unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("leaf.pem"),
+            v["extra_tls"]["certificate"].as_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["extra_tls"]["ca"], v["default_ca"]["certificate"]);
+        let out = Command::new("openssl")
+            .args(["verify", "-CAfile", "ca.pem", "leaf.pem"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn interpolate_vars_store_lets_user_values_win() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = tmp.path().join("m.yml");
+    std::fs::write(
+        &doc,
+        "a: ((pw))\nb: ((other))\nvariables:\n- {name: pw, type: password}\n- {name: other, type: password, options: {length: 8}}\n",
+    )
+    .unwrap();
+    let store = tmp.path().join("creds.yml");
+    let s = store.to_str().unwrap();
+    let (code, out, err) = kubosh(&[
+        "interpolate",
+        doc.to_str().unwrap(),
+        "--vars-store",
+        s,
+        "-v",
+        "pw=mine",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("a: mine\nb: "), "{out}");
+    assert!(out.ends_with("variables: []\n"), "{out}");
+    let stored = yaml_file(&store);
+    // The user's value is not stored; the generated one is, and is reused.
+    assert!(stored.get("pw").is_none());
+    assert_eq!(stored["other"].as_str().unwrap().len(), 8);
+    let (_, again, _) = kubosh(&[
+        "interpolate",
+        doc.to_str().unwrap(),
+        "--vars-store",
+        s,
+        "-v",
+        "pw=mine",
+    ]);
+    assert_eq!(again, out);
+    // Errors name the definition's path.
+    std::fs::write(
+        &doc,
+        "variables:\n- {name: tls, type: certificate, options: {ca: nowhere, common_name: x}}\n",
+    )
+    .unwrap();
+    let (code, _, err) = kubosh(&["interpolate", doc.to_str().unwrap(), "--vars-store", s]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("variables[0].options.ca: "), "{err}");
+}

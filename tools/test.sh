@@ -9,7 +9,7 @@ started=$SECONDS
 
 # System packages the tests use (Debian). Only installs what is missing.
 need_pkgs=()
-for pair in "openssl:openssl" "curl:curl" "git:git" "cc:build-essential" "ruby:ruby"; do
+for pair in "openssl:openssl" "ssh-keygen:openssh-client" "curl:curl" "git:git" "cc:build-essential" "ruby:ruby"; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done

@@ -7,6 +7,7 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::ops::{self, InterpolateOptions, MissingVars, OpsFile, Vars};
+use crate::variables::{self, FileStore};
 
 /// Ops-file and variable flags, as the BOSH CLI spells them.
 #[derive(Debug, Clone, Default, Args)]
@@ -67,6 +68,36 @@ impl DocumentArgs {
 
     /// Reads `path`, applies the ops files and interpolates the variables.
     pub fn load(&self, path: &Path) -> Result<Value, String> {
+        let doc = self.patched(path)?;
+        let out = ops::interpolate_with(&doc, &self.vars()?, &self.options())
+            .map_err(|e| e.to_string())?;
+        Ok(out.value)
+    }
+
+    /// [`DocumentArgs::load`] with a vars-store file, as bosh-cli's `--vars-store`: every
+    /// variable in the file is a variable (below all other sources), and the document's
+    /// definitions that nothing gives a value are generated and saved to the file first.
+    pub fn load_with_vars_store(&self, path: &Path, store: &Path) -> Result<Value, String> {
+        let doc = self.patched(path)?;
+        let store = FileStore::new(store);
+        let defs = variables::definitions(&doc).map_err(|e| e.to_string())?;
+        let mut resolved =
+            futures::executor::block_on(variables::resolve(&defs, &self.vars()?, &store))
+                .map_err(|e| e.to_string())?;
+        // The rest of the file are variables too.
+        let present = resolved.vars.resolved();
+        for (name, value) in store.load().map_err(|e| e.to_string())? {
+            if !present.contains_key(&name) {
+                resolved.vars.add_stored(&name, value);
+            }
+        }
+        let out = variables::interpolate(&doc, &resolved.vars, &self.options())
+            .map_err(|e| e.to_string())?;
+        Ok(out.value)
+    }
+
+    /// The document with the ops files applied.
+    fn patched(&self, path: &Path) -> Result<Value, String> {
         let mut doc = read_yaml(path)?;
         let ops: Vec<OpsFile> = self
             .ops_files
@@ -74,16 +105,17 @@ impl DocumentArgs {
             .map(|p| OpsFile::parse(&read(p)?, &p.display().to_string()).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?;
         ops::apply_all(&ops, &mut doc).map_err(|e| e.to_string())?;
-        let options = InterpolateOptions {
+        Ok(doc)
+    }
+
+    fn options(&self) -> InterpolateOptions {
+        InterpolateOptions {
             missing: if self.var_errs {
                 MissingVars::Error
             } else {
                 MissingVars::Leave
             },
             error_on_unused: self.var_errs_unused,
-        };
-        let out =
-            ops::interpolate_with(&doc, &self.vars()?, &options).map_err(|e| e.to_string())?;
-        Ok(out.value)
+        }
     }
 }

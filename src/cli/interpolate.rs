@@ -18,6 +18,11 @@ pub struct InterpolateArgs {
     /// Print only the value at this go-patch path, e.g. `/instance_groups/name=web/instances`.
     #[arg(long)]
     pub path: Option<String>,
+    /// Load variables from, and save generated ones to, this YAML file: variables the
+    /// document's `variables:` section defines and no other source gives are generated once
+    /// (`bosh interpolate --vars-store`).
+    #[arg(long = "vars-store", value_name = "PATH")]
+    pub vars_store: Option<PathBuf>,
 }
 
 /// Runs the command.
@@ -35,7 +40,10 @@ pub fn run(args: &InterpolateArgs) -> ExitCode {
 }
 
 fn interpolate(args: &InterpolateArgs) -> Result<String, String> {
-    let mut doc = args.input.load(&args.file)?;
+    let mut doc = match &args.vars_store {
+        None => args.input.load(&args.file)?,
+        Some(store) => args.input.load_with_vars_store(&args.file, store)?,
+    };
     if let Some(path) = &args.path {
         let pointer = Pointer::parse(path).map_err(|e| e.to_string())?;
         doc = find(&doc, &pointer).map_err(|e| e.to_string())?;

@@ -21,7 +21,7 @@ mod external;
 mod ids;
 pub mod local;
 pub mod protocol;
-mod secret;
+pub(crate) mod secret;
 pub mod types;
 
 pub use cloud::{Cloud, CloudFuture};

@@ -3,8 +3,9 @@
 //! `vars_file_arg.go`, `vars_env_arg.go`, `static_vars.go`).
 //!
 //! Precedence does not depend on the order calls are made in, only on the kind of source,
-//! lowest first: `--vars-env`, `-l`/`--vars-file`, `--var-file`, `-v`/`--var`. Within one
-//! kind, later additions win. A later source replaces a variable whole (no deep merge).
+//! lowest first: a vars store (`--vars-store`), `--vars-env`, `-l`/`--vars-file`,
+//! `--var-file`, `-v`/`--var`. Within one kind, later additions win. A later source replaces
+//! a variable whole (no deep merge).
 
 use serde_json::{Map, Value};
 
@@ -43,9 +44,11 @@ pub enum VarsError {
 }
 
 /// Variable values from CLI-style sources. Build it up, then pass it to
-/// [`interpolate`](super::interpolate).
-#[derive(Debug, Clone, Default)]
+/// [`interpolate`](super::interpolate). `Debug` shows names only: values are often secrets.
+#[derive(Clone, Default)]
 pub struct Vars {
+    /// Stored and generated values (a vars store): below every user source.
+    stored: Map<String, Value>,
     env: Map<String, Value>,
     files: Map<String, Value>,
     var_files: Map<String, Value>,
@@ -56,6 +59,19 @@ fn set(layer: &mut Map<String, Value>, name: String, value: Value) {
     // Re-inserting moves the name last, so it is also applied last when names are nested.
     layer.shift_remove(&name);
     layer.insert(name, value);
+}
+
+impl std::fmt::Debug for Vars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |m: &Map<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+        f.debug_struct("Vars")
+            .field("stored", &names(&self.stored))
+            .field("env", &names(&self.env))
+            .field("files", &names(&self.files))
+            .field("var_files", &names(&self.var_files))
+            .field("kvs", &names(&self.kvs))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Vars {
@@ -114,6 +130,12 @@ impl Vars {
         Ok(())
     }
 
+    /// A stored or generated value (a vars store's): lower precedence than every user
+    /// source, as bosh-cli consults `--vars-store` after `-v`, `-l` and the rest.
+    pub fn add_stored(&mut self, name: &str, value: Value) {
+        set(&mut self.stored, name.to_string(), value);
+    }
+
     /// `-v`-level value given directly (no parsing).
     pub fn add_var(&mut self, name: &str, value: Value) {
         set(&mut self.kvs, name.to_string(), value);
@@ -167,7 +189,13 @@ impl Vars {
     /// names (`-v a.b=1`) nested into maps (`a: {b: 1}`), merging with what is there.
     pub fn resolved(&self) -> Map<String, Value> {
         let mut flat = Map::new();
-        for layer in [&self.env, &self.files, &self.var_files, &self.kvs] {
+        for layer in [
+            &self.stored,
+            &self.env,
+            &self.files,
+            &self.var_files,
+            &self.kvs,
+        ] {
             for (name, value) in layer {
                 set(&mut flat, name.clone(), value.clone());
             }
@@ -187,7 +215,8 @@ impl Vars {
 
     /// Whether no source set anything.
     pub fn is_empty(&self) -> bool {
-        self.env.is_empty()
+        self.stored.is_empty()
+            && self.env.is_empty()
             && self.files.is_empty()
             && self.var_files.is_empty()
             && self.kvs.is_empty()

@@ -1,0 +1,300 @@
+//! Resolution: for each definition, the user's value, else the stored one, else a generated
+//! one, stored before it is used.
+
+use serde_json::{Map, Value};
+
+use super::generate::{self, CaMaterial, Kind};
+use super::order::generation_order;
+use super::store::{StoredVariable, VariableStore};
+use super::{SecretValue, VariableError};
+use crate::manifest::Variable;
+use crate::ops::{self, InterpolateOptions, InterpolationError, MissingVars, Vars};
+
+/// When a stored value is replaced (`update_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateMode {
+    /// `no-overwrite` (the default): a stored value is kept forever.
+    NoOverwrite,
+    /// `overwrite`: generated anew at every resolution.
+    Overwrite,
+    /// `converge`: generated anew when the type or options changed (stores that keep a
+    /// digest of them only), or, for a certificate, when its CA's certificate changed.
+    Converge,
+}
+
+impl UpdateMode {
+    fn parse(
+        def: &Variable,
+        i: usize,
+        options: &ResolveOptions,
+    ) -> Result<UpdateMode, VariableError> {
+        match def.update_mode.as_deref() {
+            None if options.converge_variables => Ok(UpdateMode::Converge),
+            None | Some("no-overwrite") => Ok(UpdateMode::NoOverwrite),
+            Some("overwrite") => Ok(UpdateMode::Overwrite),
+            Some("converge") => Ok(UpdateMode::Converge),
+            Some(other) => Err(VariableError::Definition {
+                path: format!("variables[{i}].update_mode"),
+                message: format!(
+                    "unknown update_mode '{other}' (expected no-overwrite, overwrite or converge)"
+                ),
+            }),
+        }
+    }
+}
+
+/// Resolution settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResolveOptions {
+    /// The manifest's `features.converge_variables`: definitions without `update_mode` behave
+    /// as `converge`.
+    pub converge_variables: bool,
+}
+
+/// Where a variable's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The user gave it (`-v`, `-l`, ...); never stored.
+    Provided,
+    /// Found in the store.
+    Stored,
+    /// Generated now and stored.
+    Generated,
+    /// Generated now, replacing a stored value (`overwrite`, `converge`).
+    Regenerated,
+    /// No value: the definition has no `type`, or its options use variables nothing
+    /// provides; nothing provides it either.
+    Missing,
+}
+
+/// The outcome of [`resolve`]: variables for interpolation and where each came from.
+/// `Debug` shows names only.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The user's variables, plus stored and generated ones below them.
+    pub vars: Vars,
+    /// Each definition, in generation order, with its source.
+    pub sources: Vec<(String, Source)>,
+}
+
+/// [`resolve_with`] with default options.
+pub async fn resolve(
+    defs: &[Variable],
+    user: &Vars,
+    store: &dyn VariableStore,
+) -> Result<Resolved, VariableError> {
+    resolve_with(defs, user, store, &ResolveOptions::default()).await
+}
+
+/// Resolves every definition: the user's value wins; else the stored value (kept or replaced
+/// per `update_mode`); else a value is generated and stored first. Dependencies (a
+/// certificate's `ca`, variables its options use) are resolved first. The CA of a
+/// certificate may also be a variable the user provides or the store holds without a
+/// definition.
+pub async fn resolve_with(
+    defs: &[Variable],
+    user: &Vars,
+    store: &dyn VariableStore,
+    options: &ResolveOptions,
+) -> Result<Resolved, VariableError> {
+    let order = generation_order(defs)?;
+    let modes = defs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| UpdateMode::parse(d, i, options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let provided = user.resolved();
+    let mut vars = user.clone();
+    // Stored and generated values so far, for CA look-ups (cheaper than `vars.get`).
+    let mut values: Map<String, Value> = Map::new();
+    let mut sources = Vec::with_capacity(defs.len());
+
+    for i in order {
+        let def = &defs[i];
+        let name = def.name.as_str();
+        if provided.contains_key(name) {
+            tracing::debug!(variable = name, "variable provided by the user");
+            sources.push((name.to_string(), Source::Provided));
+            continue;
+        }
+        let def_options = match interpolated_options(def, i, &vars)? {
+            Options::Ready(options) => options,
+            Options::Missing(missing) => {
+                // As bosh-cli: a definition whose options need a variable nothing provides
+                // is not generated (the placeholders stay, and strict interpolation names
+                // the missing variables).
+                tracing::debug!(
+                    variable = name,
+                    ?missing,
+                    "variable not generated: its options use missing variables"
+                );
+                sources.push((name.to_string(), Source::Missing));
+                continue;
+            }
+        };
+        let stored = store.get(name).await?;
+        let kind = Kind::parse(&def.kind);
+
+        // A certificate's CA: needed to generate, and for `converge` to notice a new CA.
+        let ca = match (&kind, ca_name(def_options.as_ref())) {
+            (Some(Kind::Certificate), Some(ca)) => {
+                let value = match provided.get(ca).or_else(|| values.get(ca)) {
+                    Some(v) => Some(v.clone()),
+                    None => store.get(ca).await?.map(|s| s.value.expose().clone()),
+                };
+                let Some(value) = value else {
+                    return Err(VariableError::MissingCa {
+                        path: format!("variables[{i}].options.ca"),
+                        name: name.to_string(),
+                        ca: ca.to_string(),
+                    });
+                };
+                let material = CaMaterial::from_value(ca, &value).map_err(|source| {
+                    VariableError::Generate {
+                        path: format!("variables[{i}].options.ca"),
+                        name: name.to_string(),
+                        source,
+                    }
+                })?;
+                Some(material)
+            }
+            _ => None,
+        };
+
+        let digest = options_digest(&def.kind, def_options.as_ref());
+        let keep = match &stored {
+            None => false,
+            Some(_) if def.kind.is_empty() => true,
+            Some(s) => match modes[i] {
+                UpdateMode::NoOverwrite => true,
+                UpdateMode::Overwrite => false,
+                UpdateMode::Converge => {
+                    let same_options = s.options_digest.as_ref().is_none_or(|d| *d == digest);
+                    let same_ca = ca.as_ref().is_none_or(|ca| {
+                        s.value
+                            .expose()
+                            .get("ca")
+                            .and_then(Value::as_str)
+                            .map(str::trim)
+                            == Some(ca.certificate.trim())
+                    });
+                    same_options && same_ca
+                }
+            },
+        };
+
+        let (value, source) = if keep {
+            let stored = stored.map(|s| s.value).unwrap_or_default();
+            (stored, Source::Stored)
+        } else if def.kind.is_empty() {
+            tracing::debug!(variable = name, "variable has no type and no value");
+            sources.push((name.to_string(), Source::Missing));
+            continue;
+        } else {
+            let Some(kind) = kind else {
+                return Err(VariableError::Generate {
+                    path: format!("variables[{i}].type"),
+                    name: name.to_string(),
+                    source: generate::GenerateError::UnsupportedType(def.kind.clone()),
+                });
+            };
+            let value =
+                generate::generate(kind, def_options.as_ref(), ca.as_ref()).map_err(|source| {
+                    VariableError::Generate {
+                        path: format!("variables[{i}]"),
+                        name: name.to_string(),
+                        source,
+                    }
+                })?;
+            let fresh = StoredVariable {
+                value,
+                options_digest: Some(digest),
+            };
+            if stored.is_none() {
+                let kept = store.create(name, &fresh).await?;
+                tracing::info!(variable = name, kind = %def.kind, "generated variable");
+                (kept.value, Source::Generated)
+            } else {
+                store.replace(name, &fresh).await?;
+                tracing::info!(variable = name, kind = %def.kind, mode = ?modes[i], "regenerated variable");
+                (fresh.value, Source::Regenerated)
+            }
+        };
+        if source == Source::Stored {
+            tracing::debug!(variable = name, "variable found in the store");
+        }
+        let value: Value = SecretValue::expose(&value).clone();
+        values.insert(name.to_string(), value.clone());
+        vars.add_stored(name, value);
+        sources.push((name.to_string(), source));
+    }
+    Ok(Resolved { vars, sources })
+}
+
+fn ca_name(options: Option<&Value>) -> Option<&str> {
+    options?
+        .get("ca")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// A definition's options, ready for generation or not.
+enum Options {
+    /// Interpolated (or none).
+    Ready(Option<Value>),
+    /// They use these variables, which have no value.
+    Missing(Vec<String>),
+}
+
+/// The definition's options with placeholders resolved from `vars` (dependencies come
+/// first, so any variable still missing is one nothing provides).
+fn interpolated_options(def: &Variable, i: usize, vars: &Vars) -> Result<Options, VariableError> {
+    let Some(options) = &def.options else {
+        return Ok(Options::Ready(None));
+    };
+    let options = Value::Object(options.clone());
+    if ops::placeholders(&options).is_empty() {
+        return Ok(Options::Ready(Some(options)));
+    }
+    let strict = InterpolateOptions {
+        missing: MissingVars::Error,
+        error_on_unused: false,
+    };
+    match ops::interpolate_with(&options, vars, &strict) {
+        Ok(done) => Ok(Options::Ready(Some(done.value))),
+        Err(InterpolationError::Variables { missing, .. }) if !missing.is_empty() => {
+            Ok(Options::Missing(missing))
+        }
+        Err(e) => Err(VariableError::Options {
+            path: format!("variables[{i}].options"),
+            name: def.name.clone(),
+            message: super::scrub(&e.to_string(), vars),
+        }),
+    }
+}
+
+/// SHA-256 (hex) of the type and options, with map keys sorted (so reordering options in a
+/// manifest is not a change).
+fn options_digest(kind: &str, options: Option<&Value>) -> String {
+    fn canonical(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), canonical(&map[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    let doc = serde_json::json!({
+        "type": kind,
+        "options": options.map(canonical).unwrap_or(Value::Null),
+    });
+    let text = serde_json::to_string(&doc).unwrap_or_default();
+    crate::digest::sha256_hex(text.as_bytes())
+}
