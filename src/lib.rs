@@ -14,6 +14,7 @@ pub mod api;
 pub mod cli;
 pub mod cpi;
 pub mod digest;
+mod https_server;
 pub mod ids;
 pub mod manifest;
 pub mod ops;
