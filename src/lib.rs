@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod agentd;
 pub mod api;
+pub mod blobstore;
 pub mod cli;
 pub mod cpi;
 pub mod digest;
