@@ -203,6 +203,65 @@ impl MultiDigest {
     }
 }
 
+/// An incremental check of data against a [`MultiDigest`] (its strongest digest), for data
+/// that arrives in pieces, e.g. a download streamed to a file.
+pub struct Verifier {
+    expected: Digest,
+    state: HashState,
+}
+
+enum HashState {
+    Sha1(sha1::Sha1),
+    Sha256(sha2::Sha256),
+    Sha512(sha2::Sha512),
+}
+
+impl MultiDigest {
+    /// A [`Verifier`] for the strongest digest; an error if that algorithm is unknown.
+    pub fn verifier(&self) -> Result<Verifier, DigestError> {
+        let expected = self.strongest().clone();
+        let state = match &expected.algorithm {
+            Algorithm::Sha1 => HashState::Sha1(sha1::Sha1::new()),
+            Algorithm::Sha256 => HashState::Sha256(sha2::Sha256::new()),
+            Algorithm::Sha512 => HashState::Sha512(sha2::Sha512::new()),
+            Algorithm::Unknown(name) => return Err(DigestError::UnknownAlgorithm(name.clone())),
+        };
+        Ok(Verifier { expected, state })
+    }
+}
+
+impl Verifier {
+    /// Feeds the next piece of data.
+    pub fn update(&mut self, data: &[u8]) {
+        match &mut self.state {
+            HashState::Sha1(h) => h.update(data),
+            HashState::Sha256(h) => h.update(data),
+            HashState::Sha512(h) => h.update(data),
+        }
+    }
+
+    /// Checks everything fed so far.
+    pub fn finish(self) -> Result<(), DigestError> {
+        let actual = match self.state {
+            HashState::Sha1(h) => to_hex(&h.finalize()),
+            HashState::Sha256(h) => to_hex(&h.finalize()),
+            HashState::Sha512(h) => to_hex(&h.finalize()),
+        };
+        if actual.eq_ignore_ascii_case(&self.expected.hex) {
+            Ok(())
+        } else {
+            Err(DigestError::Mismatch {
+                expected: self.expected.to_string(),
+                actual: Digest {
+                    algorithm: self.expected.algorithm,
+                    hex: actual,
+                }
+                .to_string(),
+            })
+        }
+    }
+}
+
 fn hash_reader(algorithm: &Algorithm, mut reader: impl Read) -> Result<String, DigestError> {
     fn run<H: sha1::Digest>(mut h: H, r: &mut dyn Read) -> Result<String, DigestError> {
         let mut buf = vec![0u8; 64 * 1024];
@@ -294,5 +353,15 @@ mod tests {
             format!("{sha1};sha256:{}", "0".repeat(64)).parse().unwrap();
         let err = strong_wrong.verify(data).unwrap_err();
         assert!(err.to_string().contains(&sha256), "{err}");
+        // The incremental verifier agrees, whatever the pieces.
+        let mut v = ok.verifier().unwrap();
+        v.update(b"he");
+        v.update(b"llo");
+        v.finish().unwrap();
+        let mut v = strong_wrong.verifier().unwrap();
+        v.update(data);
+        assert!(matches!(v.finish(), Err(DigestError::Mismatch { .. })));
+        let unknown: MultiDigest = "md5:abc".parse().unwrap();
+        assert!(unknown.verifier().is_err());
     }
 }

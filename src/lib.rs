@@ -12,9 +12,11 @@
 pub mod agent;
 pub mod agentd;
 pub mod api;
+pub mod blobstore;
 pub mod cli;
 pub mod cpi;
 pub mod digest;
+mod https_server;
 pub mod ids;
 pub mod links;
 pub mod manifest;

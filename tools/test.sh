@@ -13,6 +13,8 @@ for pair in "openssl:openssl" "ssh-keygen:openssh-client" "curl:curl" "git:git" 
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
+# python3 -m venv, for the S3-compatible test server (moto, installed by tools/testbins.sh).
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if ((${#need_pkgs[@]})); then
   step "apt-get install ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -23,7 +25,8 @@ fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 
 # Real control-plane binaries (kube-apiserver, kubectl, helm, nats-server), built once from
-# the Go module proxy and cached under ~/.cache/kubosh, keyed by version.
+# the Go module proxy, and moto (an S3-compatible server) from PyPI, cached under
+# ~/.cache/kubosh, keyed by version.
 if [[ -x tools/testbins.sh ]]; then
   step "control-plane binaries"
   KUBOSH_BIN_DIR=$(tools/testbins.sh | tail -n 1)

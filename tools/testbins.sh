@@ -6,6 +6,10 @@
 #   nats-server              - go install github.com/nats-io/nats-server/v2
 #   bosh                     - go install github.com/cloudfoundry/bosh-cli/v7 (the real
 #                              bosh-cli, for release tarball cross-checks)
+#   moto_server              - moto[server] from PyPI in a Python venv (a real S3-compatible
+#                              server for the blobstore tests), in
+#                              ${KUBOSH_CACHE:-$HOME/.cache/kubosh}/venv-moto-<MOTO_VERSION>/,
+#                              linked into the bin directory
 # (etcd comes from the crates.io crate etcd-bin-vendored-linux-amd64.)
 #
 # Output: ${KUBOSH_CACHE:-$HOME/.cache/kubosh}/bin/k8s-v<K8S_VERSION>/
@@ -14,13 +18,14 @@
 #   KUBOSH_BIN_DIR=$(tools/testbins.sh)
 #
 # Overrides: K8S_VERSION (default: tools/k8s-testbins/go.mod), HELM_VERSION,
-# NATS_VERSION, BOSH_CLI_VERSION, KUBOSH_CACHE, and the usual Go variables (GOPROXY, GOMODCACHE, GOCACHE).
+# NATS_VERSION, BOSH_CLI_VERSION, MOTO_VERSION, KUBOSH_CACHE, and the usual Go variables (GOPROXY, GOMODCACHE, GOCACHE).
 set -euo pipefail
 exec 3>&1 1>&2 # everything but the final path goes to stderr
 
 HELM_VERSION=${HELM_VERSION:-4.3.1}
 NATS_VERSION=${NATS_VERSION:-2.15.2}
 BOSH_CLI_VERSION=${BOSH_CLI_VERSION:-7.9.12} # v7.10.x: the proxy serves .info but refuses the .zip (403)
+MOTO_VERSION=${MOTO_VERSION:-5.2.1}
 GO_MIN=1.26.0 # go line of k8s.io/kubernetes 1.36, helm 4.3 and nats-server 2.15
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,8 +37,39 @@ K8S_VERSION=${K8S_VERSION:-$(awk '{ sub(/^require[ \t]+/, "") }
 [[ $K8S_VERSION =~ ^1\.[0-9]+\.[0-9]+$ ]] || die "bad K8S_VERSION '$K8S_VERSION'"
 export K8S_VERSION
 
-out="${KUBOSH_CACHE:-$HOME/.cache/kubosh}/bin/k8s-v${K8S_VERSION}"
+cache="${KUBOSH_CACHE:-$HOME/.cache/kubosh}"
+out="$cache/bin/k8s-v${K8S_VERSION}"
 mkdir -p "$out"
+
+as_root() { if [[ $(id -u) == 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else return 1; fi; }
+apt_install() {
+	command -v apt-get >/dev/null || die "need $*, and apt-get is not available"
+	log "apt-get install $*"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >&2 &&
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" </dev/null >&2 ||
+		die "apt-get install $* failed"
+}
+
+# --- moto (S3-compatible server) in its own venv, from PyPI; no Go needed
+venv="$cache/venv-moto-${MOTO_VERSION}"
+has_moto() { [[ -x $venv/bin/moto_server ]] && [[ $("$venv/bin/python" -c 'import moto; print(moto.__version__)' 2>/dev/null) == "$MOTO_VERSION" ]]; }
+if ! has_moto; then
+	exec 8>"$cache/.venv-moto.lock"
+	command -v flock >/dev/null && flock 8
+	if ! has_moto; then
+		command -v python3 >/dev/null || apt_install python3
+		python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+		log "installing moto[server]==${MOTO_VERSION} into $venv ..."
+		# Built in place (a venv is not relocatable), then marked complete by moto_server's link.
+		rm -rf "$venv"
+		python3 -m venv "$venv" >&2
+		"$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==${MOTO_VERSION}" </dev/null >&2 ||
+			{ rm -rf "$venv"; die "pip install moto[server]==${MOTO_VERSION} failed"; }
+		has_moto || { rm -rf "$venv"; die "moto ${MOTO_VERSION} not usable after installing"; }
+	fi
+	exec 8>&-
+fi
+ln -sfn "$venv/bin/moto_server" "$out/moto_server"
 
 # --- is each binary already there, at the wanted version? (cheap: runs --version)
 has() { # has NAME: 0 if $out/NAME exists and reports the wanted version
@@ -53,7 +89,7 @@ missing() { local b; for b in "${all[@]}"; do has "$b" || echo "$b"; done; }
 
 todo=$(missing)
 if [[ -z $todo ]]; then
-	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION}, bosh v${BOSH_CLI_VERSION})"
+	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION}, bosh v${BOSH_CLI_VERSION}, moto ${MOTO_VERSION})"
 	echo "$out" >&3
 	exit 0
 fi
@@ -66,14 +102,6 @@ if command -v flock >/dev/null; then
 fi
 
 # --- prerequisites
-as_root() { if [[ $(id -u) == 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else return 1; fi; }
-apt_install() {
-	command -v apt-get >/dev/null || die "need $*, and apt-get is not available"
-	log "apt-get install $*"
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >&2 &&
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" </dev/null >&2 ||
-		die "apt-get install $* failed"
-}
 if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then export PATH="/usr/local/go/bin:$PATH"; fi
 command -v go >/dev/null ||
 	die "Go >= $GO_MIN is required (Debian's golang-go is too old); install it to /usr/local/go or put it on PATH"

@@ -1,6 +1,7 @@
-//! Real Kubernetes and NATS for tests and demos: etcd + kube-apiserver (with RBAC, a CA, a
-//! service-account signer, admin and operator identities) and nats-server (optionally with
-//! mutual TLS), started as child processes on free loopback ports.
+//! Real Kubernetes, NATS and S3 for tests and demos: etcd + kube-apiserver (with RBAC, a CA, a
+//! service-account signer, admin and operator identities), nats-server (optionally with
+//! mutual TLS) and an S3-compatible server (moto), started as child processes on free
+//! loopback ports.
 //!
 //! Children are tied to the life of this process (they get SIGKILL when it dies, even on a
 //! panic or a kill), so no test run leaves stray processes behind.
@@ -9,8 +10,10 @@ mod bins;
 mod control_plane;
 mod nats;
 mod process;
+mod s3;
 
 pub use bins::{BinError, bin_dir, binary};
 pub use control_plane::{ControlPlane, ControlPlaneError};
 pub use nats::{BoshNats, BoshNatsError, ClientPem, NatsError, NatsServer, NatsTls};
 pub use process::{ManagedChild, free_port, spawn_tied};
+pub use s3::{S3Server, S3ServerError};

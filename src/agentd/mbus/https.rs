@@ -32,38 +32,27 @@
 //! * rustls's default TLS 1.2 cipher suites (bosh-agent restricts TLS 1.2 to ECDHE-RSA with
 //!   AES-GCM, which would leave ECDSA certificates to TLS 1.3 only).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine as _;
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use http::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Empty, Full, StreamBody};
-use hyper::body::{Bytes, Frame, Incoming};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use super::Handler;
 use crate::agent::protocol::Request;
 use crate::agent::tls::{self, TlsError};
 use crate::agentd::layout::check_name;
-
-/// How long a client may take to complete the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How much of a blob is read per response chunk.
-const CHUNK: usize = 64 * 1024;
+use crate::https_server::{Body, HttpsServer, empty, file_response, full};
 
 /// The subdirectory of the blobs directory where uploads are written before they are
 /// renamed into place (bosh-agent's blob manager keeps its temporary files there too).
@@ -193,32 +182,19 @@ impl HttpsMbusConfig {
 /// flight still finish in the background.
 #[derive(Debug)]
 pub struct HttpsMbusServer {
-    local_addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    server: HttpsServer,
 }
 
 impl HttpsMbusServer {
     /// The address the server listens on (useful when the configured port was 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.server.local_addr()
     }
 
     /// Stops accepting connections, closes idle ones, and returns once every request in
     /// flight has been answered.
-    pub async fn shutdown(mut self) {
-        let _ = self.stop.send(true);
-        if let Some(task) = self.task.take()
-            && let Err(e) = task.await
-        {
-            tracing::warn!(error = %e, "HTTPS mbus server task failed");
-        }
-    }
-}
-
-impl Drop for HttpsMbusServer {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
     }
 }
 
@@ -240,12 +216,6 @@ pub async fn serve(
                 addr: config.listen,
                 source,
             })?;
-    let local_addr = listener
-        .local_addr()
-        .map_err(|source| HttpsMbusError::Bind {
-            addr: config.listen,
-            source,
-        })?;
     let credentials = format!("{}:{}", config.user, config.password);
     let expected_authorization = format!(
         "Basic {}",
@@ -258,14 +228,14 @@ pub async fn serve(
         blobs_dir: config.blobs_dir,
         tmp_dir,
     });
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(accept_loop(listener, acceptor, routes, stopped));
-    tracing::info!(addr = %local_addr, "HTTPS mbus listening");
-    Ok(HttpsMbusServer {
-        local_addr,
-        stop,
-        task: Some(task),
-    })
+    let server =
+        HttpsServer::spawn(listener, acceptor, routes, "HTTPS mbus").map_err(|source| {
+            HttpsMbusError::Bind {
+                addr: config.listen,
+                source,
+            }
+        })?;
+    Ok(HttpsMbusServer { server })
 }
 
 async fn create_dir(dir: &Path) -> Result<(), HttpsMbusError> {
@@ -278,81 +248,6 @@ async fn create_dir(dir: &Path) -> Result<(), HttpsMbusError> {
             path: dir.to_path_buf(),
             source,
         })
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    routes: Arc<Routes>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    let graceful = GracefulShutdown::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = stopped.wait_for(|stop| *stop) => break,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors and the like: back off as Go's http.Server does.
-                tracing::warn!(error = %e, "HTTPS mbus: accepting a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let acceptor = acceptor.clone();
-        let routes = routes.clone();
-        // Taken before the handshake, so a shutdown during the handshake still waits for
-        // (and immediately winds down) this connection.
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "HTTPS mbus: TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "HTTPS mbus: TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = hyper::service::service_fn(move |req| {
-                let routes = routes.clone();
-                async move { Ok::<_, Infallible>(routes.route(req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .serve_connection(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "HTTPS mbus: connection error");
-            }
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
-    tracing::info!("HTTPS mbus stopped");
-}
-
-type Body = UnsyncBoxBody<Bytes, std::io::Error>;
-
-fn empty(status: StatusCode) -> Response<Body> {
-    let mut resp = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
-    *resp.status_mut() = status;
-    resp
-}
-
-fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut resp = Response::new(
-        Full::new(body.into())
-            .map_err(|never| match never {})
-            .boxed_unsync(),
-    );
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    resp
 }
 
 /// The request envelope as bosh-agent reads it: every key optional, `null` as absent.
@@ -378,6 +273,12 @@ struct Routes {
 enum Route {
     Agent,
     Blobs,
+}
+
+impl crate::https_server::Routes for Routes {
+    async fn route(&self, req: hyper::Request<Incoming>) -> Response<Body> {
+        self.route(req).await
+    }
 }
 
 impl Routes {
@@ -532,23 +433,7 @@ impl Routes {
                 return empty(StatusCode::INTERNAL_SERVER_ERROR);
             }
         };
-        let chunks = futures::stream::try_unfold(file, |mut file| async move {
-            let mut buf = vec![0u8; CHUNK];
-            let n = file.read(&mut buf).await?;
-            if n == 0 {
-                return Ok(None);
-            }
-            buf.truncate(n);
-            Ok(Some((Frame::data(Bytes::from(buf)), file)))
-        });
-        let mut resp = Response::new(StreamBody::new(chunks).boxed_unsync());
-        resp.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
-        resp.headers_mut()
-            .insert(CONTENT_LENGTH, HeaderValue::from(meta.len()));
-        resp
+        file_response(file, meta.len())
     }
 }
 
