@@ -6,7 +6,7 @@
 //! - release and stemcell tarballs ([`release`], [`stemcell`]),
 //! - the VM side of kubosh's own agent ([`agentd`]),
 //! - job template rendering with Ruby's ERB ([`render`]),
-//! - the Kubernetes API types ([`api`]),
+//! - the Kubernetes API types ([`api`]) and their reconcilers ([`controller`]),
 //! - the command line ([`cli`]).
 
 pub mod agent;
@@ -14,6 +14,7 @@ pub mod agentd;
 pub mod api;
 pub mod blobstore;
 pub mod cli;
+pub mod controller;
 pub mod cpi;
 pub mod digest;
 mod https_server;

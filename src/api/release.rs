@@ -58,6 +58,10 @@ pub struct ReleaseSpec {
     /// kubosh trusts whatever the URL serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha1: Option<String>,
+    /// A Secret in this namespace with credentials for `url`: `username` and `password`
+    /// (basic auth) or `token` (bearer), and optionally `ca.crt` to trust.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
 }
 
 /// The observed state of a `Release`: what the tarball turned out to contain. All of it is
@@ -108,6 +112,9 @@ pub struct ReleaseItem {
     /// Packages: names of the packages it depends on. Jobs: packages it uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dependencies: Vec<String>,
+    /// Where kubosh stored its archive in the blobstore (content-addressed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob_id: Option<String>,
 }
 
 /// A stemcell operating system and version.

@@ -58,6 +58,10 @@ pub struct StemcellSpec {
     /// kubosh trusts whatever the URL serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha1: Option<String>,
+    /// A Secret in this namespace with credentials for `url`: `username` and `password`
+    /// (basic auth) or `token` (bearer), and optionally `ca.crt` to trust.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
     /// Written by kubosh: the IaaS identifier of the uploaded image. Do not set or change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cid: Option<String>,
@@ -87,4 +91,9 @@ pub struct StemcellStatus {
     /// Version of the agent API the stemcell speaks (`api_version` in `stemcell.MF`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<i32>,
+
+    /// Where kubosh stored the tarball in the blobstore (content-addressed), for the CPI's
+    /// `create_stemcell` when a deployment first needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob_id: Option<String>,
 }

@@ -1,0 +1,12 @@
+//! The Kubernetes side of kubosh: reconcilers that turn resources into work and work into
+//! status. Thin on purpose: the logic lives in the core and the protocol edges; this layer
+//! reads resources, calls them and writes kstatus conditions.
+//!
+//! - [`artifacts`] reconciles `Release` and `Stemcell` resources (download, verify, store in
+//!   the blobstore) and tells a deployment what it still waits for.
+//! - [`fetch`] downloads `http(s)://` and `file://` URLs with optional Secret credentials.
+//! - [`status`] writes `Ready`/`Reconciling`/`Stalled` conditions.
+
+pub mod artifacts;
+pub mod fetch;
+pub mod status;

@@ -1,0 +1,113 @@
+//! kstatus conditions (`Ready`, `Reconciling`, `Stalled`) as kubosh writes them: every
+//! condition carries the generation it describes, and `lastTransitionTime` only moves when
+//! the status does.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::condition::{READY, RECONCILING, STALLED};
+
+/// A condition of `kind` with `status` (`"True"`/`"False"`), stamped now.
+pub fn condition(
+    kind: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: kind.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time: now_seconds(),
+    }
+}
+
+/// Now, at the precision the API server keeps (whole seconds), so a status read back
+/// compares equal to the one written.
+fn now_seconds() -> Time {
+    use k8s_openapi::jiff::Timestamp;
+    let now = Timestamp::now();
+    Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// Replaces the condition of the same type, keeping its `lastTransitionTime` when the status
+/// did not change.
+pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(old) => {
+            let keep_time = old.status == new.status;
+            let time = old.last_transition_time.clone();
+            *old = new;
+            if keep_time {
+                old.last_transition_time = time;
+            }
+        }
+        None => conditions.push(new),
+    }
+}
+
+/// The kstatus trio for a finished reconcile: Ready, or Stalled with `reason`.
+pub fn outcome(
+    conditions: &mut Vec<Condition>,
+    result: Result<&str, (&str, &str)>,
+    generation: Option<i64>,
+) {
+    match result {
+        Ok(message) => {
+            set_condition(
+                conditions,
+                condition(READY, true, "Succeeded", message, generation),
+            );
+            set_condition(
+                conditions,
+                condition(STALLED, false, "Succeeded", "", generation),
+            );
+        }
+        Err((reason, message)) => {
+            set_condition(
+                conditions,
+                condition(READY, false, reason, message, generation),
+            );
+            set_condition(
+                conditions,
+                condition(STALLED, true, reason, message, generation),
+            );
+        }
+    }
+    set_condition(
+        conditions,
+        condition(RECONCILING, false, "Done", "", generation),
+    );
+}
+
+/// True when `conditions` say Ready for `generation`.
+pub fn is_ready(conditions: &[Condition], generation: Option<i64>) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.status == "True" && c.observed_generation == generation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_with_the_status() {
+        let mut conds = Vec::new();
+        set_condition(&mut conds, condition(READY, false, "A", "", Some(1)));
+        let long_ago = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        conds[0].last_transition_time = long_ago.clone();
+        set_condition(&mut conds, condition(READY, false, "B", "m", Some(2)));
+        assert_eq!(conds[0].last_transition_time, long_ago);
+        assert_eq!(
+            (conds[0].reason.as_str(), conds[0].observed_generation),
+            ("B", Some(2))
+        );
+        set_condition(&mut conds, condition(READY, true, "C", "", Some(2)));
+        assert_ne!(conds[0].last_transition_time, long_ago);
+        assert!(is_ready(&conds, Some(2)));
+        assert!(!is_ready(&conds, Some(3)));
+    }
+}
