@@ -1,0 +1,417 @@
+//! A deploy's progress as BOSH's event log (`bosh-protocols.md` §4.15): typed lines with the
+//! exact JSON shape the Director writes (`{"time", "stage", "tags", "total", "task", "index",
+//! "state", "progress", "data"}`, warnings, errors with codes), helpers that number a stage's
+//! tasks and name instance tasks as BOSH does, and a renderer that prints them the way the
+//! BOSH CLI shows a task (`Task 4 | 17:08:07 | Compiling packages: zookeeper/c98c52
+//! (00:00:18)`). Pure: no I/O beyond the writer a renderer is given.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+
+/// The state of a stage task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// The task began.
+    Started,
+    /// The task reports progress (`data.status`).
+    InProgress,
+    /// The task succeeded.
+    Finished,
+    /// The task failed (`data.error`).
+    Failed,
+}
+
+/// `data` of a stage event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventData {
+    /// What the task is doing (`executing pre-start`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Why the task failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One task of a stage changing state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageEvent {
+    /// Unix seconds.
+    pub time: i64,
+    /// The stage, e.g. `Updating instance`.
+    pub stage: String,
+    /// Tags, e.g. the instance group.
+    pub tags: Vec<String>,
+    /// Number of tasks in the stage.
+    pub total: u64,
+    /// The task, e.g. `web/8493a031-... (0) (canary)`.
+    pub task: String,
+    /// 1-based position of the task in the stage.
+    pub index: u64,
+    /// What happened.
+    pub state: State,
+    /// 0 to 100.
+    pub progress: u8,
+    /// Status or error.
+    #[serde(default, skip_serializing_if = "is_empty_data")]
+    pub data: EventData,
+}
+
+fn is_empty_data(d: &EventData) -> bool {
+    d.status.is_none() && d.error.is_none()
+}
+
+/// A warning or deprecation line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoticeEvent {
+    /// Unix seconds.
+    pub time: i64,
+    /// `warning` or `deprecation`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text.
+    pub message: String,
+}
+
+/// The error that ended a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskError {
+    /// BOSH's error code (e.g. 400007 for an instance that failed to start).
+    pub code: u32,
+    /// The message.
+    pub message: String,
+}
+
+/// An error line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorEvent {
+    /// Unix seconds.
+    pub time: i64,
+    /// The error.
+    pub error: TaskError,
+}
+
+/// One line of the event log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EventLine {
+    /// A stage task changed state.
+    Stage(StageEvent),
+    /// A warning or deprecation.
+    Notice(NoticeEvent),
+    /// The task's error.
+    Error(ErrorEvent),
+}
+
+impl EventLine {
+    /// The line as the Director writes it (one JSON object, no newline).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The steps of updating one instance, in order, as `data.status` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateStep {
+    /// `executing pre-stop`
+    PreStop,
+    /// `executing drain`
+    Drain,
+    /// `stopping jobs`
+    StopJobs,
+    /// `executing post-stop`
+    PostStop,
+    /// `installing packages`
+    InstallPackages,
+    /// `configuring jobs`
+    ConfigureJobs,
+    /// `executing pre-start`
+    PreStart,
+    /// `starting jobs`
+    StartJobs,
+    /// `executing post-start`
+    PostStart,
+}
+
+impl UpdateStep {
+    /// The status text.
+    pub fn status(self) -> &'static str {
+        match self {
+            UpdateStep::PreStop => "executing pre-stop",
+            UpdateStep::Drain => "executing drain",
+            UpdateStep::StopJobs => "stopping jobs",
+            UpdateStep::PostStop => "executing post-stop",
+            UpdateStep::InstallPackages => "installing packages",
+            UpdateStep::ConfigureJobs => "configuring jobs",
+            UpdateStep::PreStart => "executing pre-start",
+            UpdateStep::StartJobs => "starting jobs",
+            UpdateStep::PostStart => "executing post-start",
+        }
+    }
+}
+
+/// The task name of an instance: `<group>/<uuid> (<index>)`, plus ` (canary)` for canaries.
+pub fn instance_task(group: &str, uuid: &str, index: u64, canary: bool) -> String {
+    let mut s = format!("{group}/{uuid} ({index})");
+    if canary {
+        s.push_str(" (canary)");
+    }
+    s
+}
+
+/// Numbers the tasks of one stage and builds their events.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    name: String,
+    tags: Vec<String>,
+    total: u64,
+    next: u64,
+}
+
+/// A task of a [`Stage`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageTask {
+    /// Its 1-based index.
+    pub index: u64,
+    /// Its name.
+    pub name: String,
+}
+
+impl Stage {
+    /// A stage of `total` tasks.
+    pub fn new(name: impl Into<String>, tags: Vec<String>, total: u64) -> Stage {
+        Stage {
+            name: name.into(),
+            tags,
+            total,
+            next: 1,
+        }
+    }
+
+    /// Begins the next task: its handle and its `started` event.
+    pub fn start(&mut self, task: impl Into<String>, time: i64) -> (StageTask, EventLine) {
+        let t = StageTask {
+            index: self.next,
+            name: task.into(),
+        };
+        self.next += 1;
+        let e = self.event(&t, State::Started, 0, EventData::default(), time);
+        (t, e)
+    }
+
+    /// `in_progress` with a status.
+    pub fn progress(&self, task: &StageTask, status: &str, progress: u8, time: i64) -> EventLine {
+        let data = EventData {
+            status: Some(status.to_string()),
+            error: None,
+        };
+        self.event(task, State::InProgress, progress.min(100), data, time)
+    }
+
+    /// `finished`.
+    pub fn finish(&self, task: &StageTask, time: i64) -> EventLine {
+        self.event(task, State::Finished, 100, EventData::default(), time)
+    }
+
+    /// `failed` with the error.
+    pub fn fail(&self, task: &StageTask, error: &str, time: i64) -> EventLine {
+        let data = EventData {
+            status: None,
+            error: Some(error.to_string()),
+        };
+        self.event(task, State::Failed, 100, data, time)
+    }
+
+    fn event(
+        &self,
+        task: &StageTask,
+        state: State,
+        progress: u8,
+        data: EventData,
+        time: i64,
+    ) -> EventLine {
+        EventLine::Stage(StageEvent {
+            time,
+            stage: self.name.clone(),
+            tags: self.tags.clone(),
+            total: self.total,
+            task: task.name.clone(),
+            index: task.index,
+            state,
+            progress,
+            data,
+        })
+    }
+}
+
+/// `HH:MM:SS` of a duration in seconds, as the BOSH CLI prints durations.
+pub fn duration_text(secs: i64) -> String {
+    let s = secs.max(0);
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// `HH:MM:SS` (UTC) of a Unix time.
+pub fn clock_text(time: i64) -> String {
+    duration_text(time.rem_euclid(86_400))
+}
+
+/// Prints events the way the BOSH CLI shows a running task: one line per finished or
+/// failed task (`Task <id> | <start> | <stage>: <task> (<duration>)`), progress lines
+/// (`L <status>: <task>`), `L Error:` under a failed task, warnings and errors.
+pub struct CliRenderer<W: Write> {
+    out: W,
+    task_id: u64,
+    started: HashMap<(String, Vec<String>, String), i64>,
+}
+
+impl<W: Write> CliRenderer<W> {
+    /// A renderer for task `task_id` writing to `out`.
+    pub fn new(out: W, task_id: u64) -> CliRenderer<W> {
+        CliRenderer {
+            out,
+            task_id,
+            started: HashMap::new(),
+        }
+    }
+
+    /// The writer back.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// Prints one event.
+    pub fn render(&mut self, line: &EventLine) -> std::io::Result<()> {
+        let id = self.task_id;
+        match line {
+            EventLine::Stage(e) => {
+                let key = (e.stage.clone(), e.tags.clone(), e.task.clone());
+                match e.state {
+                    State::Started => {
+                        self.started.insert(key, e.time);
+                    }
+                    State::InProgress => {
+                        if let Some(status) = &e.data.status {
+                            writeln!(
+                                self.out,
+                                "Task {id} | {} | L {status}: {}",
+                                clock_text(e.time),
+                                e.task
+                            )?;
+                        }
+                    }
+                    State::Finished | State::Failed => {
+                        let start = self.started.remove(&key).unwrap_or(e.time);
+                        writeln!(
+                            self.out,
+                            "Task {id} | {} | {}: {} ({})",
+                            clock_text(start),
+                            e.stage,
+                            e.task,
+                            duration_text(e.time - start)
+                        )?;
+                        if e.state == State::Failed {
+                            let pad = " ".repeat(id.to_string().len());
+                            writeln!(
+                                self.out,
+                                "     {pad}            L Error: {}",
+                                e.data.error.as_deref().unwrap_or_default()
+                            )?;
+                        }
+                    }
+                }
+            }
+            EventLine::Notice(n) => {
+                let label = if n.kind == "deprecation" {
+                    "Deprecation"
+                } else {
+                    "Warning"
+                };
+                writeln!(self.out, "{label}: {}", n.message)?;
+            }
+            EventLine::Error(e) => writeln!(self.out, "Error: {}", e.error.message)?,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lines_have_the_directors_shape() {
+        let mut stage = Stage::new("Updating instance", vec!["web".into()], 3);
+        let (task, started) = stage.start(instance_task("web", "8493a031", 0, true), 1712345678);
+        let progress = stage.progress(&task, UpdateStep::PreStart.status(), 50, 1712345679);
+        let v: serde_json::Value = serde_json::from_str(&progress.to_json()).unwrap();
+        assert_eq!(
+            v,
+            json!({"time": 1712345679, "stage": "Updating instance", "tags": ["web"], "total": 3,
+                   "task": "web/8493a031 (0) (canary)", "index": 1, "state": "in_progress",
+                   "progress": 50, "data": {"status": "executing pre-start"}})
+        );
+        let v: serde_json::Value = serde_json::from_str(&started.to_json()).unwrap();
+        assert_eq!(v["state"], "started");
+        assert!(v.get("data").is_none());
+        let (second, _) = stage.start("web/x (1)", 0);
+        assert_eq!(second.index, 2);
+        let warning = EventLine::Notice(NoticeEvent {
+            time: 1,
+            kind: "warning".into(),
+            message: "m".into(),
+        });
+        assert_eq!(
+            warning.to_json(),
+            r#"{"time":1,"type":"warning","message":"m"}"#
+        );
+        let error = EventLine::Error(ErrorEvent {
+            time: 1,
+            error: TaskError {
+                code: 400007,
+                message: "'web/0' is not running after update".into(),
+            },
+        });
+        assert_eq!(
+            error.to_json(),
+            r#"{"time":1,"error":{"code":400007,"message":"'web/0' is not running after update"}}"#
+        );
+        // Lines read back as the same variant.
+        for line in [started, progress, warning, error] {
+            let back: EventLine = serde_json::from_str(&line.to_json()).unwrap();
+            assert_eq!(back, line);
+        }
+    }
+
+    #[test]
+    fn the_cli_rendering_is_bosh_clis() {
+        let mut stage = Stage::new("Compiling packages", vec![], 1);
+        let (t, started) = stage.start("zookeeper/c98c52", 61_687);
+        let done = stage.finish(&t, 61_705);
+        let mut upd = Stage::new("Updating instance", vec!["web".into()], 1);
+        let (u, u_started) = upd.start(instance_task("web", "abc", 0, true), 61_710);
+        let status = upd.progress(&u, UpdateStep::StartJobs.status(), 80, 61_711);
+        let failed = upd.fail(&u, "'web/abc (0)' is not running after update", 61_740);
+        let mut r = CliRenderer::new(Vec::new(), 4);
+        for e in [started, done, u_started, status, failed] {
+            r.render(&e).unwrap();
+        }
+        let text = String::from_utf8(r.into_inner()).unwrap();
+        assert_eq!(
+            text,
+            "Task 4 | 17:08:07 | Compiling packages: zookeeper/c98c52 (00:00:18)\n\
+             Task 4 | 17:08:31 | L starting jobs: web/abc (0) (canary)\n\
+             Task 4 | 17:08:30 | Updating instance: web/abc (0) (canary) (00:00:30)\n      \
+             \x20           L Error: 'web/abc (0)' is not running after update\n"
+        );
+    }
+
+    #[test]
+    fn durations_and_clock() {
+        assert_eq!(duration_text(3_725), "01:02:05");
+        assert_eq!(clock_text(86_400 + 61), "00:01:01");
+        assert_eq!(duration_text(-5), "00:00:00");
+    }
+}
