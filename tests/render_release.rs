@@ -16,9 +16,9 @@ use kubosh::release::Release;
 use kubosh::release::create::{CreateOptions, create};
 use kubosh::render::{
     InstanceGroupSpec, JobTemplates, LinkInstance, LinkSpec, NetworkSpec, PropertyBinder,
-    ProvidedLinkEntry, ReleaseRef, RenderUnit, RenderedJob, Renderer, RendererConfig, TemplateSpec,
-    add_links_json, configuration_hash, property_source, rendered_templates_archive,
-    template_hashes,
+    PropertyDefinition, ProvidedLinkEntry, ReleaseRef, RenderUnit, RenderedJob, Renderer,
+    RendererConfig, TemplateSource, TemplateSpec, add_links_json, configuration_hash,
+    property_source, rendered_templates_archive, template_hashes,
 };
 use serde_json::{Value, json};
 
@@ -228,4 +228,129 @@ async fn the_example_release_renders_hashes_and_installs() {
 
 fn job_version(release: &Release) -> String {
     release.job("hello").unwrap().version.clone()
+}
+
+/// A second job of our own next to `hello`: it uses `logger.level` only.
+fn logger_job() -> JobTemplates {
+    JobTemplates {
+        name: "logger".into(),
+        release: ReleaseRef {
+            name: "logging".into(),
+            version: "0.1.0".into(),
+        },
+        monit: Some("check process logger\n  group vcap\n".into()),
+        templates: vec![TemplateSource {
+            source_path: "logger.conf.erb".into(),
+            destination: "config/logger.conf".into(),
+            text: "level=<%= p('logger.level') %>\nhost=<%= spec.address %>\n".into(),
+        }],
+        properties: [(
+            "logger.level".to_string(),
+            PropertyDefinition {
+                default: Some(json!("info")),
+                description: None,
+            },
+        )]
+        .into_iter()
+        .collect(),
+        properties_schema: None,
+    }
+}
+
+/// Renders both jobs of one instance (index 0) in one batch, each job's properties bound from
+/// the instance group's `properties` (neither job has its own, as in a manifest where
+/// `properties` sits on the group).
+async fn render_instance(jobs: &[Arc<JobTemplates>], group_props: Value) -> Vec<RenderedJob> {
+    let source = property_source(None, Some(&object(group_props)), None);
+    let units: Vec<RenderUnit> = jobs
+        .iter()
+        .map(|job| {
+            let bound = PropertyBinder::new(job).unwrap().bind(&source).unwrap();
+            let mut spec = spec(bound, 0, Some(peers_link()));
+            spec.release = job.release.clone();
+            RenderUnit {
+                job: job.clone(),
+                spec,
+            }
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let renderer = Renderer::new(RendererConfig {
+        cache_dir: dir.path().to_path_buf(),
+        timeout: Duration::from_secs(60),
+        ..RendererConfig::default()
+    })
+    .unwrap();
+    renderer
+        .render(&units, None)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_property_a_job_does_not_use_changes_nothing_for_that_job() {
+    let release = example_release();
+    let hello = Arc::new(
+        JobTemplates::from_release_job(
+            release.job("hello").unwrap(),
+            ReleaseRef {
+                name: release.manifest.name.clone(),
+                version: release.manifest.version.clone(),
+            },
+        )
+        .unwrap(),
+    );
+    let jobs = [hello, Arc::new(logger_job())];
+
+    let base = render_instance(
+        &jobs,
+        json!({"hello": {"port": 8443}, "logger": {"level": "info"}}),
+    )
+    .await;
+    let hashes = template_hashes(&base);
+    assert_eq!(hashes.keys().collect::<Vec<_>>(), ["hello", "logger"]);
+    assert_eq!(
+        file(&base[1], "config/logger.conf"),
+        "level=info\nhost=10.0.0.10\n"
+    );
+
+    // A property only the logger job uses: hello's template hash stays, logger's and the
+    // instance's configuration hash change (so the instance is updated, hello's files are
+    // the same).
+    let logger_changed = render_instance(
+        &jobs,
+        json!({"hello": {"port": 8443}, "logger": {"level": "debug"}}),
+    )
+    .await;
+    assert_eq!(
+        file(&logger_changed[1], "config/logger.conf"),
+        "level=debug\nhost=10.0.0.10\n"
+    );
+    let changed = template_hashes(&logger_changed);
+    assert_eq!(changed["hello"], hashes["hello"]);
+    assert_ne!(changed["logger"], hashes["logger"]);
+    assert_ne!(
+        configuration_hash(&logger_changed),
+        configuration_hash(&base)
+    );
+
+    // A property neither job declares: nothing changes at all.
+    let undeclared = render_instance(
+        &jobs,
+        json!({
+            "hello": {"port": 8443, "undeclared": "x"},
+            "logger": {"level": "info"},
+            "unrelated": {"anything": [1, 2, 3]},
+        }),
+    )
+    .await;
+    assert_eq!(undeclared, base);
+    assert_eq!(template_hashes(&undeclared), hashes);
+    assert_eq!(configuration_hash(&undeclared), configuration_hash(&base));
+    assert_eq!(
+        rendered_templates_archive(&undeclared).unwrap(),
+        rendered_templates_archive(&base).unwrap()
+    );
 }

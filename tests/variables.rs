@@ -846,3 +846,164 @@ async fn values_never_reach_logs_errors_or_debug() {
         }
     }
 }
+
+/// The definitions of the "generated once" tests: two passwords, a CA, and two leaves it
+/// signs, one with the default `update_mode` (`no-overwrite`) and one with `converge`.
+const ONCE: &str = "\
+- {name: pw, type: password}
+- {name: other_pw, type: password}
+- {name: ca, type: certificate, options: {is_ca: true, common_name: ca, key_length: 2048}}
+- {name: tls, type: certificate, options: {ca: ca, common_name: web, key_length: 2048}}
+- {name: tls_conv, type: certificate, update_mode: converge, options: {ca: ca, common_name: api, key_length: 2048}}
+";
+const ONCE_NAMES: [&str; 5] = ["pw", "other_pw", "ca", "tls", "tls_conv"];
+
+fn sources(r: &kubosh::variables::Resolved) -> std::collections::HashMap<String, Source> {
+    r.sources.iter().cloned().collect()
+}
+
+/// Whether `openssl verify` accepts `cert` (PEM) as signed by `ca` (PEM).
+fn verifies(ca: &Value, cert: &Value) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "ca.pem", ca.as_str().unwrap());
+    write(dir.path(), "cert.pem", cert.as_str().unwrap());
+    Command::new("openssl")
+        .args(["verify", "-CAfile", "ca.pem", "cert.pem"])
+        .current_dir(dir.path())
+        .output()
+        .expect("openssl is installed (tools/test.sh)")
+        .status
+        .success()
+}
+
+/// What happens across resolutions, whatever the store: `first` is the first resolution,
+/// `again` a second one, `after_pw` one after `pw` was deleted from the store, `after_ca`
+/// one after `ca` was deleted from it.
+fn check_generated_once(
+    first: &kubosh::variables::Resolved,
+    again: &kubosh::variables::Resolved,
+    after_pw: &kubosh::variables::Resolved,
+    after_ca: &kubosh::variables::Resolved,
+) {
+    assert!(first.sources.iter().all(|(_, s)| *s == Source::Generated));
+    // Stable across reconciles: nothing generated, the same values.
+    assert!(
+        again.sources.iter().all(|(_, s)| *s == Source::Stored),
+        "{:?}",
+        again.sources
+    );
+    for name in ONCE_NAMES {
+        assert_eq!(value(first, name), value(again, name), "{name}");
+    }
+
+    // `pw` deleted: only it is generated anew.
+    let s = sources(after_pw);
+    assert_eq!(s["pw"], Source::Generated);
+    assert_ne!(value(after_pw, "pw"), value(first, "pw"));
+    for name in ["other_pw", "ca", "tls", "tls_conv"] {
+        assert_eq!(s[name], Source::Stored, "{name}");
+        assert_eq!(value(after_pw, name), value(first, name), "{name}");
+    }
+
+    // `ca` deleted: a new CA. As BOSH (bosh-cli's vars store, the config server's
+    // `no-overwrite`): the default leaf is kept as stored, still signed by the old CA (its
+    // `ca` field is the old CA); only `converge` notices the new CA and regenerates the leaf.
+    let s = sources(after_ca);
+    assert_eq!(s["ca"], Source::Generated);
+    let (old_ca, new_ca) = (value(first, "ca"), value(after_ca, "ca"));
+    assert_ne!(old_ca, new_ca);
+    assert_ne!(old_ca["certificate"], new_ca["certificate"]);
+    for name in ["pw", "other_pw"] {
+        assert_eq!(s[name], Source::Stored, "{name}");
+        assert_eq!(value(after_ca, name), value(after_pw, name), "{name}");
+    }
+
+    assert_eq!(s["tls"], Source::Stored);
+    let tls = value(after_ca, "tls");
+    assert_eq!(tls, value(first, "tls"), "no-overwrite keeps the old leaf");
+    assert_eq!(tls["ca"], old_ca["certificate"]);
+    assert!(verifies(&old_ca["certificate"], &tls["certificate"]));
+    assert!(
+        !verifies(&new_ca["certificate"], &tls["certificate"]),
+        "the kept leaf is not signed by the new CA"
+    );
+
+    assert_eq!(s["tls_conv"], Source::Regenerated);
+    let conv = value(after_ca, "tls_conv");
+    assert_ne!(conv, value(first, "tls_conv"));
+    assert_eq!(conv["ca"], new_ca["certificate"]);
+    assert!(verifies(&new_ca["certificate"], &conv["certificate"]));
+    assert!(!verifies(&old_ca["certificate"], &conv["certificate"]));
+}
+
+/// Removes `name` from the vars-store file, as an operator would with an editor.
+fn remove_from_vars_file(path: &Path, name: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut doc = kubosh::yaml::parse_value(&text, "creds.yml").unwrap();
+    assert!(
+        doc.as_object_mut().unwrap().remove(name).is_some(),
+        "{name}"
+    );
+    std::fs::write(path, kubosh::yaml::to_string(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn file_store_values_are_stable_and_regenerated_only_when_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("creds.yml");
+    let d = defs(ONCE);
+    // A new store on the same file each time, as each `kubosh` run has.
+    let run = || resolve(&d, &Vars::new(), &FileStore::new(&path));
+    let first = run();
+    let again = run();
+    remove_from_vars_file(&path, "pw");
+    let after_pw = run();
+    remove_from_vars_file(&path, "ca");
+    let after_ca = run();
+    check_generated_once(&first, &again, &after_pw, &after_ca);
+    // The file holds the current values.
+    let stored = FileStore::new(&path).load().unwrap();
+    for name in ONCE_NAMES {
+        assert_eq!(stored[name], value(&after_ca, name), "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secret_store_values_are_stable_and_regenerated_only_when_deleted() {
+    let ns = support::namespace("vars-once").await;
+    let d = defs(ONCE);
+    let client = support::control_plane().await.client().await.unwrap();
+    let api: Api<Secret> = Api::namespaced(client, &ns);
+    let delete = |name: &str| {
+        let api = api.clone();
+        let secret = SecretStore::secret_name("db", name);
+        async move {
+            api.delete(&secret, &Default::default())
+                .await
+                .unwrap_or_else(|e| panic!("delete {secret}: {e}"));
+        }
+    };
+    // A new store each time, as each reconcile (or controller restart) has.
+    let run = || {
+        let ns = ns.clone();
+        let d = d.clone();
+        async move {
+            variables::resolve(&d, &Vars::new(), &kube_store(&ns, "db").await)
+                .await
+                .unwrap()
+        }
+    };
+    let first = run().await;
+    let again = run().await;
+    delete("pw").await;
+    let after_pw = run().await;
+    delete("ca").await;
+    let after_ca = run().await;
+    check_generated_once(&first, &again, &after_pw, &after_ca);
+    // One Secret per variable, still.
+    let list = api
+        .list(&ListParams::default().labels("kubosh.io/deployment=db"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), ONCE_NAMES.len());
+}
