@@ -154,6 +154,38 @@ where
     Ok(())
 }
 
+/// Downloads `url` (with the resource's credentials Secret) into fresh scratch space, which
+/// lives as long as the returned directory. The inner error is a failed download.
+async fn download<K: ResourceExt>(
+    ctx: &ArtifactContext,
+    resource: &K,
+    url: &str,
+    secret: Option<&str>,
+) -> Result<Result<(tempfile::TempDir, Fetched), FetchError>, ReconcileError> {
+    let namespace = resource.namespace().unwrap_or_default();
+    let creds = credentials(&ctx.client, &namespace, secret).await?;
+    let dir = scratch(ctx)?;
+    Ok(fetch::fetch(url, &creds, dir.path())
+        .await
+        .map(|f| (dir, f)))
+}
+
+/// A failed download: not Ready, and still Reconciling (it is retried).
+fn download_failed(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    error: &FetchError,
+    generation: Option<i64>,
+) {
+    use crate::api::condition::{READY, RECONCILING};
+    let message = error.to_string();
+    for (kind, value) in [(READY, false), (RECONCILING, true)] {
+        status::set_condition(
+            conditions,
+            status::condition(kind, value, "DownloadFailed", &message, generation),
+        );
+    }
+}
+
 /// Reconciles one `Release`: returns the status written.
 pub async fn reconcile_release(
     resource: &ReleaseResource,
@@ -164,43 +196,17 @@ pub async fn reconcile_release(
     if status::is_ready(&current.conditions, generation) && blobs_present(ctx, &current).await {
         return Ok(current);
     }
-    let namespace = resource.namespace().unwrap_or_default();
-    let creds = credentials(
-        &ctx.client,
-        &namespace,
-        resource.spec.credentials_secret.as_deref(),
-    )
-    .await?;
-    let dir = scratch(ctx)?;
     let mut next = ReleaseStatus {
         observed_generation: generation,
         conditions: current.conditions.clone(),
         ..ReleaseStatus::default()
     };
-    let fetched = match fetch::fetch(&resource.spec.url, &creds, dir.path()).await {
-        Ok(f) => f,
+    let spec = &resource.spec;
+    let download = download(ctx, resource, &spec.url, spec.credentials_secret.as_deref()).await?;
+    let (_dir, fetched) = match download {
+        Ok(d) => d,
         Err(e) => {
-            let message = e.to_string();
-            status::set_condition(
-                &mut next.conditions,
-                status::condition(
-                    crate::api::condition::READY,
-                    false,
-                    "DownloadFailed",
-                    &message,
-                    generation,
-                ),
-            );
-            status::set_condition(
-                &mut next.conditions,
-                status::condition(
-                    crate::api::condition::RECONCILING,
-                    true,
-                    "DownloadFailed",
-                    &message,
-                    generation,
-                ),
-            );
+            download_failed(&mut next.conditions, &e, generation);
             write_status(&ctx.client, resource, json!(next)).await?;
             return Err(e.into());
         }
@@ -320,43 +326,17 @@ pub async fn reconcile_stemcell(
             return Ok(current);
         }
     }
-    let namespace = resource.namespace().unwrap_or_default();
-    let creds = credentials(
-        &ctx.client,
-        &namespace,
-        resource.spec.credentials_secret.as_deref(),
-    )
-    .await?;
-    let dir = scratch(ctx)?;
     let mut next = StemcellStatus {
         observed_generation: generation,
         conditions: current.conditions.clone(),
         ..StemcellStatus::default()
     };
-    let fetched = match fetch::fetch(&resource.spec.url, &creds, dir.path()).await {
-        Ok(f) => f,
+    let spec = &resource.spec;
+    let download = download(ctx, resource, &spec.url, spec.credentials_secret.as_deref()).await?;
+    let (_dir, fetched) = match download {
+        Ok(d) => d,
         Err(e) => {
-            let message = e.to_string();
-            status::set_condition(
-                &mut next.conditions,
-                status::condition(
-                    crate::api::condition::READY,
-                    false,
-                    "DownloadFailed",
-                    &message,
-                    generation,
-                ),
-            );
-            status::set_condition(
-                &mut next.conditions,
-                status::condition(
-                    crate::api::condition::RECONCILING,
-                    true,
-                    "DownloadFailed",
-                    &message,
-                    generation,
-                ),
-            );
+            download_failed(&mut next.conditions, &e, generation);
             write_status(&ctx.client, resource, json!(next)).await?;
             return Err(e.into());
         }
