@@ -212,6 +212,22 @@ impl World {
         disk
     }
 
+    /// `create_stemcell` with a small image file.
+    async fn stemcell(&self) -> StemcellCid {
+        let image = self.dir.path().join("image");
+        std::fs::write(&image, b"stemcell image").unwrap();
+        self.cpi
+            .create_stemcell(&CreateStemcell {
+                image_path: image,
+                cloud_properties: json!({"name": "kubosh-local", "version": "1"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            })
+            .await
+            .expect("create_stemcell")
+    }
+
     fn agent(&self, agent_id: &str, options: ClientOptions) -> AgentClient {
         self.director
             .agent(agent_id)
@@ -266,19 +282,7 @@ fn monit_file(root: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_lives_its_whole_life_on_the_local_cloud() {
     let w = World::new().await;
-    let image = w.dir.path().join("image");
-    std::fs::write(&image, b"stemcell image").unwrap();
-    let stemcell = w
-        .cpi
-        .create_stemcell(&CreateStemcell {
-            image_path: image,
-            cloud_properties: json!({"name": "kubosh-local", "version": "1"})
-                .as_object()
-                .unwrap()
-                .clone(),
-        })
-        .await
-        .expect("create_stemcell");
+    let stemcell = w.stemcell().await;
 
     // create_vm: the agent comes up and answers ping.
     let vm = w.create_vm(&stemcell, AGENT_ID, "10.0.0.5").await;
@@ -502,16 +506,7 @@ async fn a_vm_lives_its_whole_life_on_the_local_cloud() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unresponsive_agent_times_out_with_boshs_message_and_delete_vm_still_cleans_up() {
     let w = World::new().await;
-    let image = w.dir.path().join("image");
-    std::fs::write(&image, b"img").unwrap();
-    let stemcell = w
-        .cpi
-        .create_stemcell(&CreateStemcell {
-            image_path: image,
-            cloud_properties: Object::new(),
-        })
-        .await
-        .unwrap();
+    let stemcell = w.stemcell().await;
     let vm = w.create_vm(&stemcell, FROZEN_AGENT_ID, "10.0.0.6").await;
     let agent = w.agent(
         FROZEN_AGENT_ID,
@@ -553,16 +548,7 @@ async fn an_unresponsive_agent_times_out_with_boshs_message_and_delete_vm_still_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_does() {
     let w = World::new().await;
-    let image = w.dir.path().join("image");
-    std::fs::write(&image, b"img").unwrap();
-    let stemcell = w
-        .cpi
-        .create_stemcell(&CreateStemcell {
-            image_path: image,
-            cloud_properties: Object::new(),
-        })
-        .await
-        .unwrap();
+    let stemcell = w.stemcell().await;
     // The health monitor's view: heartbeats and shutdown notices.
     let hm_pem = w.nats.client("default.hm.bosh-internal").unwrap();
     let hm = kubosh::agent::nats::connect(&NatsOptions::new(
