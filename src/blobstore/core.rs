@@ -16,6 +16,53 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use super::{BlobInfo, BlobRef, BlobstoreError, check_id, is_content_id};
 use crate::digest::{MultiDigest, to_hex};
 
+/// The [`super::Blobstore`] methods every store implements by handing them to its `core`
+/// field (a [`Core`]): storing, reading, listing and deleting are the same on every backend.
+macro_rules! forward_to_core {
+    () => {
+        fn put_bytes(&self, bytes: bytes::Bytes) -> super::BlobFuture<'_, super::BlobRef> {
+            Box::pin(self.core.put_bytes(bytes))
+        }
+
+        fn put_file<'a>(
+            &'a self,
+            path: &'a std::path::Path,
+        ) -> super::BlobFuture<'a, super::BlobRef> {
+            Box::pin(self.core.put_file(path))
+        }
+
+        fn get<'a>(
+            &'a self,
+            id: &'a str,
+            digest: &'a crate::digest::MultiDigest,
+            dest: &'a std::path::Path,
+        ) -> super::BlobFuture<'a, u64> {
+            Box::pin(self.core.get(id, digest, dest))
+        }
+
+        fn get_bytes<'a>(
+            &'a self,
+            id: &'a str,
+            digest: &'a crate::digest::MultiDigest,
+        ) -> super::BlobFuture<'a, bytes::Bytes> {
+            Box::pin(self.core.get_bytes(id, digest))
+        }
+
+        fn exists<'a>(&'a self, id: &'a str) -> super::BlobFuture<'a, bool> {
+            Box::pin(self.core.exists(id))
+        }
+
+        fn delete<'a>(&'a self, id: &'a str) -> super::BlobFuture<'a, ()> {
+            Box::pin(self.core.delete(id))
+        }
+
+        fn list(&self) -> super::BlobFuture<'_, Vec<super::BlobInfo>> {
+            Box::pin(self.core.list())
+        }
+    };
+}
+pub(super) use forward_to_core;
+
 /// The prefix of staged uploads: starts with `.`, so it is never a blob id.
 pub(super) const STAGING: &str = ".staging";
 

@@ -10,8 +10,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use super::core::{Core, STAGING};
-use super::{BlobFuture, BlobInfo, BlobRef, Blobstore, BlobstoreError, HmacSigner, SignedMethod};
-use crate::digest::MultiDigest;
+use super::{BlobFuture, Blobstore, BlobstoreError, HmacSigner, SignedMethod};
 
 /// A blobstore in a local directory, shared with the agents of the local cloud (`provider:
 /// local`). With an [`HmacSigner`] it also hands out signed URLs for the HTTPS endpoint
@@ -81,42 +80,7 @@ impl LocalBlobstore {
 }
 
 impl Blobstore for LocalBlobstore {
-    fn put_bytes(&self, bytes: bytes::Bytes) -> BlobFuture<'_, BlobRef> {
-        Box::pin(self.core.put_bytes(bytes))
-    }
-
-    fn put_file<'a>(&'a self, path: &'a Path) -> BlobFuture<'a, BlobRef> {
-        Box::pin(self.core.put_file(path))
-    }
-
-    fn get<'a>(
-        &'a self,
-        id: &'a str,
-        digest: &'a MultiDigest,
-        dest: &'a Path,
-    ) -> BlobFuture<'a, u64> {
-        Box::pin(self.core.get(id, digest, dest))
-    }
-
-    fn get_bytes<'a>(
-        &'a self,
-        id: &'a str,
-        digest: &'a MultiDigest,
-    ) -> BlobFuture<'a, bytes::Bytes> {
-        Box::pin(self.core.get_bytes(id, digest))
-    }
-
-    fn exists<'a>(&'a self, id: &'a str) -> BlobFuture<'a, bool> {
-        Box::pin(self.core.exists(id))
-    }
-
-    fn delete<'a>(&'a self, id: &'a str) -> BlobFuture<'a, ()> {
-        Box::pin(self.core.delete(id))
-    }
-
-    fn list(&self) -> BlobFuture<'_, Vec<BlobInfo>> {
-        Box::pin(self.core.list())
-    }
+    super::core::forward_to_core!();
 
     /// Removes old files under `<dir>/.staging/`, including the backend's own `#<n>`
     /// staging files there (which the object listing hides).

@@ -1,7 +1,6 @@
 //! The S3 store: a bucket on AWS or on any S3-compatible server (path-style requests), with
 //! presigned URLs for agents.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,8 +11,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use super::core::{Core, location};
-use super::{BlobFuture, BlobInfo, BlobRef, Blobstore, BlobstoreError, SignedMethod};
-use crate::digest::MultiDigest;
+use super::{BlobFuture, Blobstore, BlobstoreError, SignedMethod};
 
 /// Where the bucket is and how to reach it. `Debug` leaves out the secret key.
 #[derive(Clone)]
@@ -104,42 +102,7 @@ impl S3Blobstore {
 }
 
 impl Blobstore for S3Blobstore {
-    fn put_bytes(&self, bytes: bytes::Bytes) -> BlobFuture<'_, BlobRef> {
-        Box::pin(self.core.put_bytes(bytes))
-    }
-
-    fn put_file<'a>(&'a self, path: &'a Path) -> BlobFuture<'a, BlobRef> {
-        Box::pin(self.core.put_file(path))
-    }
-
-    fn get<'a>(
-        &'a self,
-        id: &'a str,
-        digest: &'a MultiDigest,
-        dest: &'a Path,
-    ) -> BlobFuture<'a, u64> {
-        Box::pin(self.core.get(id, digest, dest))
-    }
-
-    fn get_bytes<'a>(
-        &'a self,
-        id: &'a str,
-        digest: &'a MultiDigest,
-    ) -> BlobFuture<'a, bytes::Bytes> {
-        Box::pin(self.core.get_bytes(id, digest))
-    }
-
-    fn exists<'a>(&'a self, id: &'a str) -> BlobFuture<'a, bool> {
-        Box::pin(self.core.exists(id))
-    }
-
-    fn delete<'a>(&'a self, id: &'a str) -> BlobFuture<'a, ()> {
-        Box::pin(self.core.delete(id))
-    }
-
-    fn list(&self) -> BlobFuture<'_, Vec<BlobInfo>> {
-        Box::pin(self.core.list())
-    }
+    super::core::forward_to_core!();
 
     /// Removes staged objects under `.staging/`. Multipart uploads that were never completed
     /// are invisible to listing; a bucket lifecycle rule
