@@ -21,6 +21,7 @@ pub mod events;
 mod https_server;
 pub mod ids;
 pub mod links;
+pub mod lock;
 pub mod manifest;
 pub mod ops;
 pub mod pki;
