@@ -77,6 +77,20 @@ pub enum LockError {
     },
 }
 
+impl LockError {
+    /// The timeout error for `ours`, naming the `other` holder when it is known.
+    fn timeout(name: &str, ours: &Holder, other: Option<Holder>) -> LockError {
+        let (task_id, description) =
+            other.map_or_else(Default::default, |o| (o.task_id, o.description));
+        LockError::Timeout {
+            name: name.to_string(),
+            uid: ours.uid.clone(),
+            task_id,
+            description,
+        }
+    }
+}
+
 /// A held lock. Dropping it releases it (best effort); [`Guard::lost`] completes if the lock
 /// was taken away (renewal failed).
 pub struct Guard {
@@ -185,20 +199,10 @@ impl Lock for FileLocks {
                     return Err(store(err.to_string()));
                 }
                 if tokio::time::Instant::now() >= deadline {
-                    let other: Option<Holder> = std::fs::read(&path)
+                    let other = std::fs::read(&path)
                         .ok()
                         .and_then(|b| serde_json::from_slice(&b).ok());
-                    let other = other.unwrap_or_else(|| Holder {
-                        uid: String::new(),
-                        task_id: String::new(),
-                        description: String::new(),
-                    });
-                    return Err(LockError::Timeout {
-                        name: name.to_string(),
-                        uid: holder.uid.clone(),
-                        task_id: other.task_id,
-                        description: other.description,
-                    });
+                    return Err(LockError::timeout(name, holder, other));
                 }
                 tokio::time::sleep(POLL).await;
             }
@@ -389,17 +393,7 @@ impl Lock for LeaseLocks {
                     Ok(lease) => break lease,
                     Err(other) => {
                         if tokio::time::Instant::now() >= deadline {
-                            let other = other.unwrap_or(Holder {
-                                uid: String::new(),
-                                task_id: String::new(),
-                                description: String::new(),
-                            });
-                            return Err(LockError::Timeout {
-                                name: name.to_string(),
-                                uid: holder.uid.clone(),
-                                task_id: other.task_id,
-                                description: other.description,
-                            });
+                            return Err(LockError::timeout(name, holder, other));
                         }
                         tokio::time::sleep(POLL).await;
                     }
