@@ -103,12 +103,7 @@ async fn run() {
 
     let ca = Ca::new("nats-ca").expect("ca");
     let server_cert = ca
-        .issue(&Leaf {
-            common_name: "default.nats.bosh-internal",
-            alternative_names: &["127.0.0.1"],
-            server: true,
-            ..Leaf::default()
-        })
+        .issue(&Leaf::loopback_server("default.nats.bosh-internal"))
         .expect("server cert");
     let server = NatsServer::start(
         Some(&NatsTls {

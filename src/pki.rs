@@ -48,6 +48,19 @@ pub struct Leaf<'a> {
     pub client: bool,
 }
 
+impl<'a> Leaf<'a> {
+    /// A server certificate for `common_name` that is valid for `127.0.0.1` (what every
+    /// loopback test server and the local NATS use).
+    pub fn loopback_server(common_name: &'a str) -> Leaf<'a> {
+        Leaf {
+            common_name,
+            alternative_names: &["127.0.0.1"],
+            server: true,
+            ..Leaf::default()
+        }
+    }
+}
+
 /// A certificate and its private key, PEM-encoded.
 #[derive(Debug, Clone)]
 pub struct CertifiedKey {

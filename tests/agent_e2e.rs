@@ -646,14 +646,7 @@ async fn create_env_talks_to_the_agent_over_https() {
     use kubosh::pki::{Ca, Leaf};
 
     let ca = Ca::new("mbus-ca").unwrap();
-    let server = ca
-        .issue(&Leaf {
-            common_name: "127.0.0.1",
-            alternative_names: &["127.0.0.1"],
-            server: true,
-            ..Leaf::default()
-        })
-        .unwrap();
+    let server = ca.issue(&Leaf::loopback_server("127.0.0.1")).unwrap();
     let port = free_port();
     let mbus = format!("https://mbus:mbus-secret@127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();

@@ -46,14 +46,7 @@ impl Drop for FakeHttpsAgent {
 impl FakeHttpsAgent {
     async fn start() -> FakeHttpsAgent {
         let ca = Ca::new("mbus-ca").unwrap();
-        let cert = ca
-            .issue(&Leaf {
-                common_name: "agent",
-                alternative_names: &["127.0.0.1"],
-                server: true,
-                ..Leaf::default()
-            })
-            .unwrap();
+        let cert = ca.issue(&Leaf::loopback_server("agent")).unwrap();
         let certs = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .unwrap();

@@ -32,14 +32,7 @@ struct Pki {
 impl Pki {
     fn new(server_cn: &str) -> Pki {
         let ca = Ca::new("nats-ca").unwrap();
-        let server = ca
-            .issue(&Leaf {
-                common_name: server_cn,
-                alternative_names: &["127.0.0.1"],
-                server: true,
-                ..Leaf::default()
-            })
-            .unwrap();
+        let server = ca.issue(&Leaf::loopback_server(server_cn)).unwrap();
         Pki { ca, server }
     }
 

@@ -62,14 +62,7 @@ struct Agent {
 impl Agent {
     async fn start() -> Agent {
         let ca = Ca::new("mbus-ca").unwrap();
-        let cert = ca
-            .issue(&Leaf {
-                common_name: "agent",
-                alternative_names: &["127.0.0.1"],
-                server: true,
-                ..Leaf::default()
-            })
-            .unwrap();
+        let cert = ca.issue(&Leaf::loopback_server("agent")).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let url = format!(
             "https://{USER}:{}@127.0.0.1:0",
@@ -585,14 +578,7 @@ async fn dropping_the_server_stops_it() {
 #[tokio::test]
 async fn serve_reports_bad_certificates_and_busy_ports() {
     let ca = Ca::new("ca").unwrap();
-    let cert = ca
-        .issue(&Leaf {
-            common_name: "agent",
-            alternative_names: &["127.0.0.1"],
-            server: true,
-            ..Leaf::default()
-        })
-        .unwrap();
+    let cert = ca.issue(&Leaf::loopback_server("agent")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let handler: Arc<dyn Handler> = Arc::new(TestHandler::default());
 

@@ -278,14 +278,7 @@ struct Endpoint {
 impl Endpoint {
     async fn start() -> Endpoint {
         let ca = Ca::new("blobstore-ca").unwrap();
-        let cert = ca
-            .issue(&Leaf {
-                common_name: "director",
-                alternative_names: &["127.0.0.1"],
-                server: true,
-                ..Leaf::default()
-            })
-            .unwrap();
+        let cert = ca.issue(&Leaf::loopback_server("director")).unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let config = EndpointConfig {
             listen: "127.0.0.1:0".parse().unwrap(),

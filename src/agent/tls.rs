@@ -389,12 +389,7 @@ mod tests {
     fn server_config_checks_its_inputs() {
         let ca = crate::pki::Ca::new("ca").unwrap();
         let leaf = ca
-            .issue(&crate::pki::Leaf {
-                common_name: "agent",
-                alternative_names: &["127.0.0.1"],
-                server: true,
-                ..Default::default()
-            })
+            .issue(&crate::pki::Leaf::loopback_server("agent"))
             .unwrap();
         let config = server_config(&leaf.cert_pem, &leaf.key_pem, &[b"http/1.1"]).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);

@@ -163,12 +163,9 @@ impl BoshNats {
     /// Starts nats-server with users for the director, the health monitor and `agent_ids`.
     pub fn start(agent_ids: &[&str]) -> Result<BoshNats, BoshNatsError> {
         let ca = crate::pki::Ca::new("nats-ca")?;
-        let server = ca.issue(&crate::pki::Leaf {
-            common_name: "default.nats.bosh-internal",
-            alternative_names: &["127.0.0.1"],
-            server: true,
-            ..crate::pki::Leaf::default()
-        })?;
+        let server = ca.issue(&crate::pki::Leaf::loopback_server(
+            "default.nats.bosh-internal",
+        ))?;
         let dir = tempfile::Builder::new()
             .prefix("kubosh-bosh-nats-")
             .tempdir()
