@@ -4,9 +4,7 @@
 //! The requests are compared byte for byte with what the director writes
 //! (`bosh-protocols.md` §1.2, §1.6, §1.7), with only the random request ID masked.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kubosh::cpi::*;
@@ -36,7 +34,7 @@ struct FakeCpi {
 
 impl FakeCpi {
     fn new() -> Self {
-        logs();
+        kubosh::testenv::captured_logs();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("cpi.sh"), SCRIPT).unwrap();
         std::fs::create_dir(dir.path().join("responses")).unwrap();
@@ -879,47 +877,9 @@ async fn the_environment_is_the_directors_or_the_clis() {
     assert!(env.lines().any(|l| l == format!("PATH={path}")), "{env}");
 }
 
-/// A `MakeWriter` that keeps everything written.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-/// Every log line of this test binary. A global subscriber, because tracing caches per
-/// call site whether anyone listens, and a thread-local one set while other tests run
-/// concurrently can miss events.
-fn logs() -> &'static Captured {
-    static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let captured = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        captured
-    })
-}
-
 #[tokio::test]
 async fn secrets_never_reach_the_logs() {
-    let captured = logs();
+    let captured = kubosh::testenv::captured_logs();
 
     let secrets = [
         "AKIA-very-secret-key",
@@ -969,7 +929,7 @@ async fn secrets_never_reach_the_logs() {
     let sent = fake.requests_of("create_vm").join("");
     assert!(sent.contains("AKIA-very-secret-key") && sent.contains("secretkeymaterial"));
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert!(logs.contains("CPI request"), "{logs}");
     assert!(
         logs.contains("CPI stderr: fake cpi: call 0 of create_vm"),

@@ -5,10 +5,8 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
@@ -692,42 +690,6 @@ async fn kubernetes_secrets_generate_once() {
     assert_eq!(secret.metadata.owner_references.unwrap()[0].name, "owner");
 }
 
-/// A `MakeWriter` that keeps everything written.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-/// Every log line of this test binary, at TRACE, from every crate (kube, hyper, rustls...).
-fn logs() -> &'static Captured {
-    static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let captured = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        captured
-    })
-}
-
 /// Each secret's text, and each line of multi-line ones (PEM bodies), long enough to be
 /// unambiguous.
 fn needles(values: &[&Value]) -> Vec<String> {
@@ -753,7 +715,7 @@ fn needles(values: &[&Value]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn values_never_reach_logs_errors_or_debug() {
-    let logs = logs();
+    let logs = kubosh::testenv::captured_logs();
     const PLANTED: &str = "planted-S3cret-never-to-be-logged";
     let ns = support::namespace("leak").await;
     let doc = kubosh::yaml::parse_value(
@@ -828,7 +790,7 @@ async fn values_never_reach_logs_errors_or_debug() {
     let refs: Vec<&Value> = secrets.iter().collect();
     let needles = needles(&refs);
     assert!(needles.len() > 20);
-    let log_text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let log_text = logs.text();
     assert!(
         log_text.contains("generated variable"),
         "logs were captured"

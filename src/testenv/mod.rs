@@ -8,12 +8,14 @@
 
 mod bins;
 mod control_plane;
+mod logs;
 mod nats;
 mod process;
 mod s3;
 
 pub use bins::{BinError, bin_dir, binary};
 pub use control_plane::{ControlPlane, ControlPlaneError};
+pub use logs::{CapturedLogs, captured_logs};
 pub use nats::{BoshNats, BoshNatsError, ClientPem, NatsError, NatsServer, NatsTls};
 pub use process::{ManagedChild, free_port, spawn_tied};
 pub use s3::{S3Server, S3ServerError};
