@@ -1,0 +1,4 @@
+//! The deploy planner: pure, no I/O.
+
+pub mod changes;
+pub mod placement;

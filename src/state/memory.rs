@@ -1,0 +1,46 @@
+//! A state store in memory.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::{DeploymentState, StateStore, StoreFuture, Write};
+
+/// State in memory; clones share it. Counts writes, which tests and benchmarks read.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<(DeploymentState, u64)>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// A copy of the state.
+    pub fn snapshot(&self) -> DeploymentState {
+        self.lock().0.clone()
+    }
+
+    /// Writes made so far.
+    pub fn writes(&self) -> u64 {
+        self.lock().1
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (DeploymentState, u64)> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl StateStore for MemoryStore {
+    fn load(&self) -> StoreFuture<'_, DeploymentState> {
+        let state = self.snapshot();
+        Box::pin(async move { Ok(state) })
+    }
+
+    fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()> {
+        let mut inner = self.lock();
+        inner.0.apply(write);
+        inner.1 += 1;
+        Box::pin(async { Ok(()) })
+    }
+}
