@@ -2,3 +2,4 @@
 
 pub mod changes;
 pub mod placement;
+pub mod desired;
