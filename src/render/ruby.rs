@@ -113,11 +113,16 @@ impl Renderer {
             .max(concurrency.min(units.len()));
         let size = units.len().div_ceil(batches);
         let started = Instant::now();
-        let results: Vec<Vec<Result<RenderedJob, RenderError>>> =
-            futures::stream::iter(units.chunks(size).map(|chunk| self.run_batch(chunk, dns)))
-                .buffered(concurrency)
-                .collect()
-                .await;
+        // The batches are built before the stream so that no closure is held across an
+        // await (which would keep the future from being `Send` for every lifetime).
+        let batches: Vec<_> = units
+            .chunks(size)
+            .map(|chunk| self.run_batch(chunk, dns))
+            .collect();
+        let results: Vec<Vec<Result<RenderedJob, RenderError>>> = futures::stream::iter(batches)
+            .buffered(concurrency)
+            .collect()
+            .await;
         tracing::debug!(
             units = units.len(),
             processes = results.len(),

@@ -1,0 +1,188 @@
+//! The deploy executor: runs the Director's `bosh deploy` steps (seed `000`,
+//! `bosh-protocols.md` §4.1) against a [`Cloud`], agents reached through a [`Transport`], a
+//! [`Blobstore`] and a [`StateStore`], planning with the pure [`crate::plan`] and reporting
+//! progress as BOSH's event log.
+//!
+//! The executor never parses YAML and the planner never calls the cloud: a deploy takes
+//! already-read documents, asks [`crate::plan`] what to do, and does it.
+
+pub mod instance;
+pub mod progress;
+pub mod recover;
+pub mod templates;
+pub mod vm;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map as JsonMap, Value};
+
+use crate::agent::client::{ClientOptions, Transport};
+use crate::blobstore::Blobstore;
+use crate::cpi::Cloud;
+use crate::lock::Lock;
+use crate::plan::changes::Requests;
+use crate::plan::desired::StemcellInfo;
+use crate::release::Release;
+use crate::state::{StateStore, Write};
+use crate::validate::Problems;
+
+pub use progress::{EventLog, EventSink, NoEvents};
+pub use templates::{LiteralRenderer, TemplateRenderer};
+
+/// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
+/// certificate: `{"bosh": {"mbus": {"cert": ...}}}`), by agent id.
+pub type AgentEnv = Arc<dyn Fn(&str) -> JsonMap<String, Value> + Send + Sync>;
+
+/// How the engine behaves.
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// Timeouts and retries of agent calls.
+    pub agent_options: ClientOptions,
+    /// How long a new VM's agent gets to answer `ping` (the Director's `agent_wait_timeout`,
+    /// 600 s).
+    pub agent_wait_timeout: Duration,
+    /// Env added to every new VM (per agent).
+    pub agent_env: Option<AgentEnv>,
+    /// How many agents are asked for their state at once.
+    pub get_state_concurrency: usize,
+    /// How many VMs are created at once in "Creating missing vms".
+    pub create_vm_concurrency: usize,
+    /// Update all AZs of a group in one pass (our opt-in; BOSH updates AZ by AZ).
+    pub parallel_azs: bool,
+    /// The DNS root domain.
+    pub dns_root_domain: String,
+    /// How long one deployment lock acquisition waits (the Director: 10 s).
+    pub lock_wait: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            agent_options: ClientOptions::default(),
+            agent_wait_timeout: Duration::from_secs(600),
+            agent_env: None,
+            get_state_concurrency: 64,
+            create_vm_concurrency: 32,
+            parallel_azs: false,
+            dns_root_domain: "bosh".into(),
+            lock_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The deploy engine: the edges it drives and its configuration.
+#[derive(Clone)]
+pub struct Engine {
+    /// The cloud.
+    pub cloud: Arc<dyn Cloud>,
+    /// How agents are reached.
+    pub agents: Arc<dyn Transport>,
+    /// The director's blobstore.
+    pub blobstore: Arc<dyn Blobstore>,
+    /// Job template rendering.
+    pub renderer: Arc<dyn TemplateRenderer>,
+    /// Durable state of the deployment.
+    pub store: Arc<dyn StateStore>,
+    /// Deployment locks.
+    pub locks: Arc<dyn Lock>,
+    /// Where progress goes.
+    pub events: Arc<dyn EventSink>,
+    /// Settings.
+    pub config: EngineConfig,
+}
+
+/// A stemcell the deployment may use, with its image for `create_stemcell`.
+#[derive(Debug, Clone)]
+pub struct StemcellSource {
+    /// Name, version, OS.
+    pub info: StemcellInfo,
+    /// The extracted image.
+    pub image_path: PathBuf,
+    /// `cloud_properties` from `stemcell.MF`.
+    pub cloud_properties: JsonMap<String, Value>,
+}
+
+/// What to deploy.
+#[derive(Clone)]
+pub struct DeployRequest {
+    /// The deployment manifest, interpolated (variables resolved).
+    pub manifest: Value,
+    /// The cloud config.
+    pub cloud_config: Value,
+    /// The releases the manifest names.
+    pub releases: Vec<Arc<Release>>,
+    /// The stemcells at hand.
+    pub stemcells: Vec<StemcellSource>,
+    /// `--recreate`, `restart`, ...
+    pub requests: Requests,
+}
+
+/// A deploy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The documents are invalid (every problem, nothing was changed).
+    #[error("{0}")]
+    Invalid(Problems),
+    /// Another task holds the deployment.
+    #[error("{0}")]
+    Lock(#[from] crate::lock::LockError),
+    /// The state store failed.
+    #[error("{0}")]
+    Store(#[from] crate::state::StoreError),
+    /// A cloud call failed.
+    #[error("{0}")]
+    Cloud(String),
+    /// An agent call failed.
+    #[error("{0}")]
+    Agent(String),
+    /// The blobstore failed.
+    #[error("{0}")]
+    Blobstore(String),
+    /// Planning failed (IPs, stemcells, links, templates, packages): nothing was changed.
+    #[error("{}", .0.join("\n"))]
+    Plan(Vec<String>),
+    /// An instance did not reach running in its watch time (BOSH error 400007).
+    #[error("'{instance}' is not running after update. Review logs for failed jobs: {}", .failing.join(", "))]
+    NotRunning {
+        /// `group/uuid (index)`.
+        instance: String,
+        /// Processes not running.
+        failing: Vec<String>,
+    },
+}
+
+impl EngineError {
+    /// The Director's error code for the task's error line.
+    pub fn code(&self) -> u32 {
+        match self {
+            EngineError::NotRunning { .. } => 400_007,
+            EngineError::Lock(_) => 100_001,
+            EngineError::Invalid(_) => 190_000,
+            EngineError::Agent(m) if m.starts_with("Timed out sending") => 450_002,
+            _ => 100,
+        }
+    }
+}
+
+impl Engine {
+    /// Makes one state write durable.
+    pub(crate) async fn write(&self, write: Write) -> Result<(), EngineError> {
+        Ok(self.store.write(&write).await?)
+    }
+}
+
+/// Merges `from` into `into` recursively (env and cloud properties).
+pub(crate) fn desired_merge(into: &mut JsonMap<String, Value>, from: &JsonMap<String, Value>) {
+    crate::plan::desired::deep_merge(into, from);
+}
+
+/// Releases by name.
+pub(crate) fn releases_by_name(releases: &[Arc<Release>]) -> BTreeMap<String, Arc<Release>> {
+    releases
+        .iter()
+        .map(|r| (r.name().to_string(), r.clone()))
+        .collect()
+}

@@ -1,0 +1,145 @@
+//! Settling what a killed run left behind: pending intents (a cloud creation whose result
+//! was never recorded, or recorded but never owned) and orphan records of disks that are
+//! still in use.
+
+use std::time::Duration;
+
+use super::{Engine, EngineError, progress};
+use crate::cpi::{DiskCid, SnapshotCid, StemcellCid, VmCid};
+use crate::state::{DeploymentState, Intent, IntentKind, Write};
+
+impl Engine {
+    /// Settles every pending intent of `state` (updating it as the store is updated):
+    /// creations the owner record carries are kept, everything else the cloud made is
+    /// deleted. A VM whose CID was never recorded is found through its agent, which knows
+    /// its VM's name; what cannot be found within `wait` is reported and forgotten.
+    pub async fn recover(
+        &self,
+        state: &mut DeploymentState,
+        wait: Duration,
+    ) -> Result<(), EngineError> {
+        let intents: Vec<Intent> = state.intents.values().cloned().collect();
+        for intent in intents {
+            if self.settle_intent(state, &intent, wait).await? {
+                let write = Write::DeleteIntent(intent.id.clone());
+                self.write(write.clone()).await?;
+                state.apply(&write);
+            }
+        }
+        // A disk orphaned just before its instance record let go of it is still in use.
+        let active: Vec<String> = state
+            .instances
+            .values()
+            .flat_map(|i| i.disks.iter().map(|d| d.cid.clone()))
+            .filter(|cid| state.orphaned_disks.contains_key(cid))
+            .collect();
+        for cid in active {
+            let write = Write::DeleteOrphanedDisk(cid);
+            self.write(write.clone()).await?;
+            state.apply(&write);
+        }
+        Ok(())
+    }
+
+    /// Deletes what one intent made unless its owner has it; true when it is settled.
+    async fn settle_intent(
+        &self,
+        state: &DeploymentState,
+        intent: &Intent,
+        wait: Duration,
+    ) -> Result<bool, EngineError> {
+        match &intent.kind {
+            IntentKind::CreateVm { instance, agent_id } => {
+                let owned = state.instances.values().any(|i| {
+                    i.vm.as_ref().is_some_and(|vm| &vm.agent_id == agent_id)
+                });
+                if owned {
+                    return Ok(true);
+                }
+                let cid = match &intent.cid {
+                    Some(cid) => Some(cid.clone()),
+                    None => self.find_vm_by_agent(agent_id, wait).await,
+                };
+                match cid {
+                    Some(cid) => {
+                        self.delete_vm_cid(&cid).await?;
+                        tracing::info!(vm = %cid, agent_id, "deleted a VM a previous run created but never recorded");
+                        Ok(true)
+                    }
+                    None => {
+                        progress::warn(
+                            self.events.as_ref(),
+                            format!(
+                                "A previous run asked the cloud for a VM (agent id {agent_id}{}) and stopped before the cloud answered; no agent with that id answered within {} s, so no VM was made",
+                                instance
+                                    .as_ref()
+                                    .map(|i| format!(", instance {i}"))
+                                    .unwrap_or_default(),
+                                wait.as_secs()
+                            ),
+                        );
+                        Ok(true)
+                    }
+                }
+            }
+            IntentKind::CreateDisk { instance, name } => {
+                let Some(cid) = &intent.cid else {
+                    progress::warn(
+                        self.events.as_ref(),
+                        format!(
+                            "A previous run stopped while the cloud was creating disk '{name}' of instance {instance}; the cloud did not report its CID, so it cannot be found: check the cloud for an unattached disk"
+                        ),
+                    );
+                    return Ok(true);
+                };
+                let owner = state.instances.get(instance);
+                if owner.is_some_and(|i| i.disks.iter().any(|d| &d.cid == cid)) {
+                    return Ok(true);
+                }
+                // Never made active: the data is still on the disk it was to replace.
+                if let Some(vm) = owner.and_then(|i| i.vm.as_ref()) {
+                    let _ = self
+                        .cloud
+                        .detach_disk(&VmCid(vm.cid.clone()), &DiskCid(cid.clone()))
+                        .await;
+                }
+                match self.cloud.delete_disk(&DiskCid(cid.clone())).await {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.kind() == Some(&crate::cpi::ErrorKind::DiskNotFound) => Ok(true),
+                    Err(e) => Err(EngineError::Cloud(e.to_string())),
+                }
+            }
+            IntentKind::SnapshotDisk { .. } => match &intent.cid {
+                Some(cid) => {
+                    self.cloud
+                        .delete_snapshot(&SnapshotCid(cid.clone()))
+                        .await
+                        .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                    Ok(true)
+                }
+                None => Ok(true),
+            },
+            IntentKind::CreateStemcell { stemcell } => {
+                if state.stemcells.contains_key(stemcell) {
+                    return Ok(true);
+                }
+                if let Some(cid) = &intent.cid {
+                    self.cloud
+                        .delete_stemcell(&StemcellCid(cid.clone()))
+                        .await
+                        .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// The CID of the VM whose agent is `agent_id`, asked of the agent itself (its
+    /// `get_state` names its VM).
+    async fn find_vm_by_agent(&self, agent_id: &str, wait: Duration) -> Option<String> {
+        let agent = self.agent(agent_id, "unknown");
+        agent.wait_until_ready("unknown", wait).await.ok()?;
+        let state = agent.get_state(false).await.ok()?;
+        state.vm.map(|vm| vm.name).filter(|name| !name.is_empty())
+    }
+}
