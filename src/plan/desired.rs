@@ -168,18 +168,16 @@ fn group_spec(
             cloud_properties: Value::Object(JsonMap::new()),
         });
     }
-    let mut disk_of_type = |name: String, type_name: &str| match cloud
-        .disk_types
-        .iter()
-        .find(|t| t.name == type_name)
-    {
-        Some(t) => disks.push(DiskSpec {
-            name,
-            size_mib: t.disk_size.unwrap_or(0),
-            cloud_properties: Value::Object(t.cloud_properties.clone().unwrap_or_default()),
-        }),
-        None => errors.push(unknown(group, "disk_type", type_name)),
-    };
+    let mut disk_of_type =
+        |name: String, type_name: &str| match cloud.disk_types.iter().find(|t| t.name == type_name)
+        {
+            Some(t) => disks.push(DiskSpec {
+                name,
+                size_mib: t.disk_size.unwrap_or(0),
+                cloud_properties: Value::Object(t.cloud_properties.clone().unwrap_or_default()),
+            }),
+            None => errors.push(unknown(group, "disk_type", type_name)),
+        };
     if let Some(t) = &group.persistent_disk_type {
         disk_of_type(String::new(), t);
     }
@@ -197,11 +195,14 @@ fn group_spec(
             azs: group.azs.clone(),
             stemcell,
             vm_cloud_properties,
-            vm_resources: group.vm_resources.as_ref().map(|r| crate::cpi::VmResources {
-                cpu: r.cpu,
-                ram: r.ram,
-                ephemeral_disk_size: r.ephemeral_disk_size,
-            }),
+            vm_resources: group
+                .vm_resources
+                .as_ref()
+                .map(|r| crate::cpi::VmResources {
+                    cpu: r.cpu,
+                    ram: r.ram,
+                    ephemeral_disk_size: r.ephemeral_disk_size,
+                }),
             env: Value::Object(group.env.clone().unwrap_or_default()),
             disks,
             jobs: group.jobs.clone(),

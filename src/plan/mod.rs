@@ -1,5 +1,6 @@
 //! The deploy planner: pure, no I/O.
 
 pub mod changes;
-pub mod placement;
 pub mod desired;
+pub mod dns;
+pub mod placement;
