@@ -3,4 +3,5 @@
 pub mod changes;
 pub mod desired;
 pub mod dns;
+pub mod ip;
 pub mod placement;

@@ -14,7 +14,7 @@ mod capacity;
 mod cloud_config;
 mod deployment;
 mod init;
-mod network;
+pub mod network;
 mod problem;
 pub mod shape;
 
