@@ -17,6 +17,7 @@ pub mod cli;
 pub mod controller;
 pub mod cpi;
 pub mod digest;
+pub mod engine;
 pub mod events;
 mod https_server;
 pub mod ids;

@@ -1,0 +1,3 @@
+//! The deploy executor.
+
+pub mod pool;
