@@ -26,6 +26,7 @@ pub mod lock;
 pub mod manifest;
 pub mod ops;
 pub mod pki;
+pub mod plan;
 pub mod release;
 pub mod render;
 pub mod stemcell;

@@ -1,0 +1,3 @@
+//! The deploy planner: pure, no I/O.
+
+pub mod rollout;
