@@ -1,3 +1,4 @@
 //! The deploy planner: pure, no I/O.
 
+pub mod bound;
 pub mod rollout;
