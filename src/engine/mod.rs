@@ -7,6 +7,7 @@
 //! already-read documents, asks [`crate::plan`] what to do, and does it.
 
 pub mod instance;
+pub mod pool;
 pub mod progress;
 pub mod recover;
 pub mod templates;
