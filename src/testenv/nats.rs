@@ -40,6 +40,8 @@ pub struct NatsServer {
     port: u16,
     tls: bool,
     dir: tempfile::TempDir,
+    /// The generated part of the configuration (listen address, TLS), before the caller's.
+    base_config: String,
 }
 
 impl NatsServer {
@@ -64,6 +66,7 @@ impl NatsServer {
                 t.verify_clients
             ));
         }
+        let base_config = conf.clone();
         conf.push_str(extra_config);
         let conf_path = dir.path().join("nats.conf");
         std::fs::write(&conf_path, conf)?;
@@ -81,9 +84,41 @@ impl NatsServer {
             port,
             tls: tls.is_some(),
             dir,
+            base_config,
         };
         server.wait_listening(&log)?;
         Ok(server)
+    }
+
+    /// Replaces the caller's part of the configuration and has the server reload it
+    /// (SIGHUP), waiting until it says it did.
+    pub fn reload(&self, extra_config: &str) -> Result<(), NatsError> {
+        let log = self.dir.path().join("nats.log");
+        let reloads = |log: &Path| {
+            std::fs::read_to_string(log)
+                .map(|t| t.matches("Reloaded server configuration").count())
+                .unwrap_or(0)
+        };
+        let before = reloads(&log);
+        std::fs::write(
+            self.dir.path().join("nats.conf"),
+            format!("{}{extra_config}", self.base_config),
+        )?;
+        let pid = libc::pid_t::try_from(self.child.id())
+            .map_err(|_| NatsError::Io(std::io::Error::other("nats-server pid out of range")))?;
+        // SAFETY: kill(2) with a pid of our own child and a valid signal number.
+        if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+            return Err(NatsError::Io(std::io::Error::last_os_error()));
+        }
+        let within = Duration::from_secs(10);
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if reloads(&log) > before {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(NatsError::NotReady(within, log))
     }
 
     fn wait_listening(&self, log: &Path) -> Result<(), NatsError> {
@@ -129,6 +164,46 @@ pub struct BoshNats {
     ca: crate::pki::Ca,
     /// The running server.
     pub server: NatsServer,
+    /// Server certificate, key and CA files.
+    files: [String; 3],
+    /// Agents allowed in.
+    agents: std::sync::Mutex<Vec<String>>,
+    _dir: tempfile::TempDir,
+}
+
+/// The server's TLS and authorization configuration for these agents.
+fn bosh_config(files: &[String; 3], agents: &[String]) -> String {
+    let agent_users: Vec<String> = agents
+        .iter()
+        .map(|id| {
+            format!(
+                r#"{{ user: "CN={id}.agent.bosh-internal", permissions: {{
+                 publish: ["hm.agent.heartbeat.{id}", "hm.agent.alert.{id}", "hm.agent.shutdown.{id}", "director.*.{id}.*"],
+                 subscribe: ["agent.{id}"] }} }}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"tls {{
+  cert_file: {:?}
+  key_file: {:?}
+  ca_file: {:?}
+  verify_and_map: true
+  timeout: 5
+}}
+authorization {{
+  users = [
+    {{ user: "CN=default.director.bosh-internal", permissions: {{ publish: ["agent.*", "hm.director.alert"], subscribe: ["director.>"] }} }}
+    {{ user: "CN=default.hm.bosh-internal", permissions: {{ publish: [], subscribe: ["hm.agent.heartbeat.*", "hm.agent.alert.*", "hm.agent.shutdown.*", "hm.director.alert"] }} }}
+    {}
+  ]
+}}
+"#,
+        files[0],
+        files[1],
+        files[2],
+        agent_users.join("\n    "),
+    )
 }
 
 /// Why [`BoshNats`] could not start.
@@ -175,39 +250,35 @@ impl BoshNats {
             std::fs::write(&p, text)?;
             Ok(p.display().to_string())
         };
-        let agent_users: Vec<String> = agent_ids
-            .iter()
-            .map(|id| {
-                format!(
-                    r#"{{ user: "CN={id}.agent.bosh-internal", permissions: {{
-                 publish: ["hm.agent.heartbeat.{id}", "hm.agent.alert.{id}", "hm.agent.shutdown.{id}", "director.*.{id}.*"],
-                 subscribe: ["agent.{id}"] }} }}"#
-                )
-            })
-            .collect();
-        let config = format!(
-            r#"tls {{
-  cert_file: {:?}
-  key_file: {:?}
-  ca_file: {:?}
-  verify_and_map: true
-  timeout: 5
-}}
-authorization {{
-  users = [
-    {{ user: "CN=default.director.bosh-internal", permissions: {{ publish: ["agent.*", "hm.director.alert"], subscribe: ["director.>"] }} }}
-    {{ user: "CN=default.hm.bosh-internal", permissions: {{ publish: [], subscribe: ["hm.agent.heartbeat.*", "hm.agent.alert.*", "hm.agent.shutdown.*", "hm.director.alert"] }} }}
-    {}
-  ]
-}}
-"#,
+        let files = [
             write("server.crt", &server.cert_pem)?,
             write("server.key", &server.key_pem)?,
             write("ca.crt", &ca.cert_pem())?,
-            agent_users.join("\n    "),
-        );
-        let server = NatsServer::start(None, &config)?;
-        Ok(BoshNats { ca, server })
+        ];
+        let agents: Vec<String> = agent_ids.iter().map(|id| id.to_string()).collect();
+        let server = NatsServer::start(None, &bosh_config(&files, &agents))?;
+        Ok(BoshNats {
+            ca,
+            server,
+            files,
+            agents: std::sync::Mutex::new(agents),
+            _dir: dir,
+        })
+    }
+
+    /// Lets agent `id` in (what bosh-nats-sync does when the director creates a VM) and
+    /// returns its identity.
+    pub fn allow_agent(&self, id: &str) -> Result<ClientPem, BoshNatsError> {
+        let mut agents = self
+            .agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !agents.iter().any(|a| a == id) {
+            agents.push(id.to_string());
+            self.server.reload(&bosh_config(&self.files, &agents))?;
+        }
+        drop(agents);
+        self.agent(id)
     }
 
     /// A client identity with common name `cn`.
