@@ -26,6 +26,7 @@ pub mod disk;
 pub mod drain;
 mod exec;
 pub mod install;
+pub mod isolate;
 pub mod layout;
 pub mod mbus;
 pub mod monit;

@@ -35,10 +35,25 @@ pub struct AgentArgs {
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 30)]
     heartbeat_interval: u64,
+    /// Run in a private mount namespace with this directory bind-mounted on the base
+    /// directory, so jobs find their files at `/var/vcap/...` (Linux, root). The local cloud
+    /// uses it to run real releases: `--bind-base {root} -b /var/vcap`.
+    #[arg(long, value_name = "DIR")]
+    bind_base: Option<PathBuf>,
 }
 
 /// Runs the agent until SIGTERM or SIGINT, then stops the job processes and exits.
 pub fn run(args: &AgentArgs) -> ExitCode {
+    if let Some(dir) = &args.bind_base
+        && let Err(e) = crate::agentd::isolate::bind_base(dir, &args.base_dir)
+    {
+        eprintln!(
+            "kubosh agent: cannot mount {} on {}: {e}",
+            dir.display(),
+            args.base_dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
