@@ -1,7 +1,8 @@
 /* hello-server: answers every HTTP request on a port with one static greeting.
  *
  * usage: hello-server PORT GREETING NAME [BODY_FILE]
- * The response body is hello_format(GREETING, NAME), then the contents of BODY_FILE. */
+ * The response body is hello_format(GREETING, NAME), then the contents of BODY_FILE.
+ * It listens on every address, or on HELLO_BIND (an IPv4 address) when that is set. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -38,6 +39,11 @@ int main(int argc, char **argv)
 	struct sockaddr_in addr = {0};
 	addr.sin_family = AF_INET;
 	addr.sin_addr.s_addr = htonl(INADDR_ANY);
+	const char *bind_to = getenv("HELLO_BIND");
+	if (bind_to && *bind_to && inet_pton(AF_INET, bind_to, &addr.sin_addr) != 1) {
+		fprintf(stderr, "hello-server: HELLO_BIND=%s is not an IPv4 address\n", bind_to);
+		return 2;
+	}
 	addr.sin_port = htons((unsigned short)atoi(argv[1]));
 	if (s < 0 || bind(s, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(s, 16) < 0) {
 		perror("hello-server");
