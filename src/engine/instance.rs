@@ -20,8 +20,7 @@ use crate::events::{StageTask, UpdateStep};
 use crate::manifest::WatchTime;
 use crate::plan::changes::{Change, Changes};
 use crate::state::{
-    AppliedSpec, DiskRecord, DiskSpec, InstanceRecord, InstanceState, OrphanedDisk, VmRecord,
-    Write,
+    AppliedSpec, DiskRecord, DiskSpec, InstanceRecord, InstanceState, OrphanedDisk, VmRecord, Write,
 };
 
 /// Everything needed to bring one instance to its desired state.
@@ -209,7 +208,10 @@ impl Engine {
 
     /// Unmounts and detaches the instance's disks, deletes its VM, and records that it has
     /// none.
-    pub(crate) async fn delete_vm_of(&self, record: &mut InstanceRecord) -> Result<(), EngineError> {
+    pub(crate) async fn delete_vm_of(
+        &self,
+        record: &mut InstanceRecord,
+    ) -> Result<(), EngineError> {
         let Some(vm) = record.vm.clone() else {
             return Ok(());
         };
@@ -284,10 +286,9 @@ impl Engine {
         let agent = self.agent(&vm.agent_id, name);
         for spec in wanted {
             let current = record.disks.iter().find(|d| d.name == spec.name).cloned();
-            if current
-                .as_ref()
-                .is_some_and(|d| d.size_mib == spec.size_mib && d.cloud_properties == spec.cloud_properties)
-            {
+            if current.as_ref().is_some_and(|d| {
+                d.size_mib == spec.size_mib && d.cloud_properties == spec.cloud_properties
+            }) {
                 continue;
             }
             let (disk, intent) = self

@@ -6,7 +6,10 @@
 //! The executor never parses YAML and the planner never calls the cloud: a deploy takes
 //! already-read documents, asks [`crate::plan`] what to do, and does it.
 
+pub mod compile;
+pub mod deploy;
 pub mod instance;
+pub mod network;
 pub mod pool;
 pub mod progress;
 pub mod recover;
@@ -57,6 +60,8 @@ pub struct EngineConfig {
     pub dns_root_domain: String,
     /// How long one deployment lock acquisition waits (the Director: 10 s).
     pub lock_wait: Duration,
+    /// How long recovery waits for the agent of a VM whose creation was interrupted.
+    pub recovery_wait: Duration,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +75,7 @@ impl Default for EngineConfig {
             parallel_azs: false,
             dns_root_domain: "bosh".into(),
             lock_wait: Duration::from_secs(10),
+            recovery_wait: Duration::from_secs(60),
         }
     }
 }

@@ -2,9 +2,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::events::{
-    ErrorEvent, EventLine, NoticeEvent, Stage, StageTask, TaskError, UpdateStep,
-};
+use crate::events::{ErrorEvent, EventLine, NoticeEvent, Stage, StageTask, TaskError, UpdateStep};
 
 /// A consumer of the event log: the controller (status and Kubernetes Events), create-env
 /// (the terminal), tests.

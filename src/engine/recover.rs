@@ -50,9 +50,10 @@ impl Engine {
     ) -> Result<bool, EngineError> {
         match &intent.kind {
             IntentKind::CreateVm { instance, agent_id } => {
-                let owned = state.instances.values().any(|i| {
-                    i.vm.as_ref().is_some_and(|vm| &vm.agent_id == agent_id)
-                });
+                let owned = state
+                    .instances
+                    .values()
+                    .any(|i| i.vm.as_ref().is_some_and(|vm| &vm.agent_id == agent_id));
                 if owned {
                     return Ok(true);
                 }

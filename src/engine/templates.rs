@@ -183,7 +183,10 @@ pub fn units(
             );
             match PropertyBinder::new(&templates).and_then(|b| b.bind(&source)) {
                 Ok(props) => {
-                    bound.insert((group.name.clone(), job.release.clone(), job.name.clone()), props);
+                    bound.insert(
+                        (group.name.clone(), job.release.clone(), job.name.clone()),
+                        props,
+                    );
                 }
                 Err(e) => errors.push(e.into()),
             }
@@ -217,7 +220,14 @@ pub fn units(
                 position,
                 RenderUnit {
                     job: templates.clone(),
-                    spec: template_spec(&deployment, ctx, inst, properties.clone(), links, templates),
+                    spec: template_spec(
+                        &deployment,
+                        ctx,
+                        inst,
+                        properties.clone(),
+                        links,
+                        templates,
+                    ),
                 },
             ));
         }
@@ -335,7 +345,11 @@ fn provider_contents(
             .map(|j| j.release)
             .unwrap_or_default();
         let properties = bound
-            .get(&(provider.instance_group.clone(), release.clone(), provider.job.clone()))
+            .get(&(
+                provider.instance_group.clone(),
+                release.clone(),
+                provider.job.clone(),
+            ))
             .cloned()
             .unwrap_or_default();
         let definitions = ctx
@@ -379,18 +393,16 @@ fn consumed_links(
         .filter(|b| b.consumer.instance_group == group && b.consumer.job == job)
     {
         let provider = match &binding.target {
-            Target::Provider(p) => providers.get(&(
-                p.instance_group.clone(),
-                p.job.clone(),
-                p.name.clone(),
-            )),
+            Target::Provider(p) => {
+                providers.get(&(p.instance_group.clone(), p.job.clone(), p.name.clone()))
+            }
             _ => None,
         };
-        let content = links::content(binding, provider)
-            .map_err(|e| TemplateError::Link(e.to_string()))?;
+        let content =
+            links::content(binding, provider).map_err(|e| TemplateError::Link(e.to_string()))?;
         if let Some(value) = content {
-            let spec: LinkSpec = serde_json::from_value(value)
-                .map_err(|e| TemplateError::Link(e.to_string()))?;
+            let spec: LinkSpec =
+                serde_json::from_value(value).map_err(|e| TemplateError::Link(e.to_string()))?;
             out.insert(binding.consumer.name.clone(), spec);
         }
     }
@@ -406,6 +418,8 @@ pub struct RenderedInstance {
     pub configuration_hash: String,
     /// §4.11 template hashes by job.
     pub template_hashes: IndexMap<String, String>,
+    /// The rendered templates archive in the blobstore: `(blob id, sha1)`, once uploaded.
+    pub archive: Option<(String, String)>,
 }
 
 impl RenderedInstance {
@@ -415,6 +429,7 @@ impl RenderedInstance {
             configuration_hash: render::configuration_hash(&jobs),
             template_hashes: render::template_hashes(&jobs),
             jobs,
+            archive: None,
         }
     }
 }

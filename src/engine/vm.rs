@@ -7,9 +7,7 @@ use serde_json::{Map as JsonMap, Value, json};
 
 use super::{Engine, EngineError};
 use crate::agent::AgentClient;
-use crate::cpi::{
-    CreateDisk, CreateVm, DiskCid, Networks, NetworkSettings, StemcellCid, VmCid,
-};
+use crate::cpi::{CreateDisk, CreateVm, DiskCid, NetworkSettings, Networks, StemcellCid, VmCid};
 use crate::state::{DiskRecord, Intent, IntentKind, Write};
 
 /// What a new VM is made from.

@@ -121,7 +121,7 @@ pub struct StemcellJobs {
 #[derive(Debug, Clone, Copy)]
 pub struct CompileInput<'a> {
     /// The deployment's releases, one version per name.
-    pub releases: &'a [Release],
+    pub releases: &'a [&'a Release],
     /// Each stemcell with the jobs that run on it.
     pub stemcells: &'a [StemcellJobs],
     /// Packages already compiled (the compiled package store).
@@ -1134,7 +1134,8 @@ mod tests {
 
     #[test]
     fn plans_tasks_after_their_dependencies_and_reuses_exact_records() {
-        let releases = [app_release()];
+        let owned = [app_release()];
+        let releases: Vec<&Release> = owned.iter().collect();
         let stemcells = [
             uses(stemcell("1.10"), &[("app", "web"), ("app", "worker")]),
             uses(stemcell("2.0"), &[("app", "worker")]),
@@ -1213,7 +1214,8 @@ mod tests {
 
     #[test]
     fn priorities_weigh_the_estimate() {
-        let releases = [app_release()];
+        let owned = [app_release()];
+        let releases: Vec<&Release> = owned.iter().collect();
         let stemcells = [uses(stemcell("1"), &[("app", "web")])];
         let plan = plan_compilation(
             CompileInput {
@@ -1236,7 +1238,7 @@ mod tests {
 
     #[test]
     fn identical_packages_of_two_releases_compile_once() {
-        let releases = [
+        let owned = [
             source_release(
                 "a",
                 vec![job("x", &["golang"])],
@@ -1248,6 +1250,7 @@ mod tests {
                 vec![package("golang", &[])],
             ),
         ];
+        let releases: Vec<&Release> = owned.iter().collect();
         let stemcells = [uses(stemcell("1"), &[("a", "x"), ("b", "y"), ("a", "x")])];
         let plan = plan_compilation(
             CompileInput {
@@ -1276,7 +1279,8 @@ mod tests {
 
     #[test]
     fn compiled_releases_match_exactly_or_by_major_version() {
-        let releases = [compiled_release("ubuntu-jammy", "1.10")];
+        let owned = [compiled_release("ubuntu-jammy", "1.10")];
+        let releases: Vec<&Release> = owned.iter().collect();
         let stemcells = [
             uses(stemcell("1.10"), &[("cr", "db")]),
             uses(stemcell("1.20"), &[("cr", "db")]),
@@ -1326,7 +1330,8 @@ mod tests {
 
     #[test]
     fn packages_without_source_for_another_major_version_are_reported_as_the_director_does() {
-        let releases = [compiled_release("ubuntu-jammy", "1.10")];
+        let owned = [compiled_release("ubuntu-jammy", "1.10")];
+        let releases: Vec<&Release> = owned.iter().collect();
         let stemcells = [uses(stemcell("2.1"), &[("cr", "db")])];
         let plan = plan_compilation(
             CompileInput {
@@ -1344,7 +1349,8 @@ mod tests {
         };
         // The job needs mariadb only; its dependency is named too, as the Director does.
         assert_eq!(plan.problems, vec![missing("cmake"), missing("mariadb")]);
-        let releases = [compiled_release("ubuntu-jammy", "1.10")];
+        let owned = [compiled_release("ubuntu-jammy", "1.10")];
+        let releases: Vec<&Release> = owned.iter().collect();
         let two = [
             uses(stemcell("2.1"), &[("cr", "db")]),
             uses(stemcell("3.1"), &[("cr", "db")]),
@@ -1390,7 +1396,8 @@ mod tests {
             vec![package("a", &["b"]), package("b", &["a"])],
         );
         broken.manifest.version = "2".into();
-        let releases = [app_release(), broken];
+        let owned = [app_release(), broken];
+        let releases: Vec<&Release> = owned.iter().collect();
         let stemcells = [uses(
             stemcell("1"),
             &[
@@ -1432,7 +1439,8 @@ mod tests {
             plan.problems[2].to_string(),
             "release 'broken/2': package dependency cycle: a => b => a"
         );
-        let releases = [with_missing];
+        let owned = [with_missing];
+        let releases: Vec<&Release> = owned.iter().collect();
         let stemcells = [uses(stemcell("1"), &[("app", "bad")])];
         let plan = plan_compilation(
             CompileInput {
@@ -1452,7 +1460,7 @@ mod tests {
     fn records_serialize_and_give_the_apply_spec_entry() {
         let task_plan = plan_compilation(
             CompileInput {
-                releases: &[app_release()],
+                releases: &[&app_release()],
                 stemcells: &[uses(stemcell("1"), &[("app", "worker")])],
                 compiled: &[],
             },

@@ -102,7 +102,7 @@ pub fn records(
     let mut groups: BTreeMap<&str, u64> = BTreeMap::new();
     let mut azs: BTreeMap<&str, u64> = BTreeMap::new();
     let mut networks: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut next_id = |map: &mut BTreeMap<_, u64>, key| {
+    let next_id = |map: &mut BTreeMap<_, u64>, key| {
         let n = map.len() as u64 + 1;
         *map.entry(key).or_insert(n)
     };

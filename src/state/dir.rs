@@ -48,7 +48,7 @@ impl DirStore {
         state.instances = rekey(state.instances, |r| r.uuid.clone());
         state.intents = rekey(state.intents, |r| r.id.clone());
         state.orphaned_disks = rekey(state.orphaned_disks, |r| r.disk.cid.clone());
-        state.compiled_packages = rekey(state.compiled_packages, |r| r.key());
+        state.compiled_packages = rekey(state.compiled_packages, super::compiled_package_key);
         state.stemcells = rekey(state.stemcells, |r| r.key());
         if let Some(meta) = read_record(&self.dir.join(META))? {
             state.meta = meta;
@@ -64,7 +64,9 @@ impl DirStore {
             Write::DeleteIntent(id) => self.remove(INTENTS, id),
             Write::OrphanedDisk(r) => self.put(ORPHANED_DISKS, &r.disk.cid, r),
             Write::DeleteOrphanedDisk(cid) => self.remove(ORPHANED_DISKS, cid),
-            Write::CompiledPackage(r) => self.put(COMPILED_PACKAGES, &r.key(), r),
+            Write::CompiledPackage(r) => {
+                self.put(COMPILED_PACKAGES, &super::compiled_package_key(r), r)
+            }
             Write::Stemcell(r) => self.put(STEMCELLS, &r.key(), r),
             Write::DeleteStemcell(key) => self.remove(STEMCELLS, key),
             Write::Meta(m) => {
@@ -124,6 +126,19 @@ fn file_name(key: &str) -> String {
     }
     if name.is_empty() {
         name.push('%');
+    }
+    // File names are limited (255 bytes on most file systems); long keys (compiled
+    // packages carry their dependency key) are named by their digest.
+    if name.len() > 200 {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(key.as_bytes());
+        name = format!(
+            "%{}",
+            digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
     }
     name.push_str(".json");
     name
@@ -263,7 +278,10 @@ mod tests {
     async fn a_torn_temporary_file_is_not_a_record_and_a_corrupt_record_is_named() {
         let tmp = tempfile::tempdir().unwrap();
         let store = DirStore::new(tmp.path());
-        store.write(&Write::Instance(Box::new(instance("a")))).await.unwrap();
+        store
+            .write(&Write::Instance(Box::new(instance("a"))))
+            .await
+            .unwrap();
         fs::write(tmp.path().join(INSTANCES).join(".b.json.tmp"), "{").unwrap();
         assert_eq!(store.load().await.unwrap().instances.len(), 1);
         fs::write(tmp.path().join(INSTANCES).join("c.json"), "{").unwrap();
@@ -277,5 +295,7 @@ mod tests {
         assert_eq!(file_name("a/b"), "a%2Fb.json");
         assert_eq!(file_name(".."), "%2E..json");
         assert_eq!(file_name(""), "%.json");
+        let long = file_name(&"x".repeat(300));
+        assert!(long.starts_with('%') && long.len() == 1 + 64 + 5, "{long}");
     }
 }

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::plan::compile::CompiledPackage;
+
 /// Everything the engine knows of one deployment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeploymentState {
@@ -46,7 +48,8 @@ impl DeploymentState {
                 self.orphaned_disks.remove(cid);
             }
             Write::CompiledPackage(r) => {
-                self.compiled_packages.insert(r.key(), r.clone());
+                self.compiled_packages
+                    .insert(compiled_package_key(r), r.clone());
             }
             Write::Stemcell(r) => {
                 self.stemcells.insert(r.key(), r.clone());
@@ -317,47 +320,13 @@ pub struct OrphanedDisk {
     pub orphaned_at: String,
 }
 
-/// A package compiled for a stemcell (`bosh-protocols.md` §4.12).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CompiledPackage {
-    /// Package name.
-    pub name: String,
-    /// Package version (its fingerprint).
-    pub version: String,
-    /// Stemcell operating system.
-    pub stemcell_os: String,
-    /// Stemcell version.
-    pub stemcell_version: String,
-    /// The Director's dependency key (versions of all transitive dependencies).
-    pub dependency_key: String,
-    /// Blob id of the compiled package.
-    pub blobstore_id: String,
-    /// Digest of the compiled package.
-    pub sha1: String,
-}
-
-impl CompiledPackage {
-    /// The lookup key: `(package, os, stemcell version, dependency key)`.
-    pub fn key(&self) -> String {
-        compiled_package_key(
-            &self.name,
-            &self.version,
-            &self.stemcell_os,
-            &self.stemcell_version,
-            &self.dependency_key,
-        )
-    }
-}
-
-/// The key a [`CompiledPackage`] is stored under.
-pub fn compiled_package_key(
-    name: &str,
-    version: &str,
-    os: &str,
-    stemcell_version: &str,
-    dependency_key: &str,
-) -> String {
-    format!("{name}/{version}/{os}/{stemcell_version}/{dependency_key}")
+/// The key a [`CompiledPackage`] is stored under: `(package, fingerprint, os, stemcell
+/// version, dependency key)`.
+pub fn compiled_package_key(p: &CompiledPackage) -> String {
+    format!(
+        "{}/{}/{}/{}/{}/{}",
+        p.name, p.version, p.fingerprint, p.stemcell_os, p.stemcell_version, p.dependency_key
+    )
 }
 
 /// A stemcell the cloud holds.
@@ -389,6 +358,9 @@ pub struct DeploymentMeta {
     /// Blob id of that DNS records blob.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_blob: Option<String>,
+    /// Digest of the records in it (publishing is skipped while it holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_records: Option<String>,
     /// Digest of the inputs of the last deploy that completed; equal inputs and healthy
     /// agents make a deploy a no-op.
     #[serde(default, skip_serializing_if = "Option::is_none")]

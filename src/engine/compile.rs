@@ -1,0 +1,477 @@
+//! Steps 6–8 of the seed: compilation VMs, `compile_package` for every missing package in
+//! dependency order (critical path first, work-conserving), and the VMs deleted again —
+//! also when compilation fails (`bosh-protocols.md` §4.12).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use super::progress::StageRun;
+use super::vm::{NewVm, VmRequest};
+use super::{Engine, EngineError};
+use crate::agent::protocol::{CompilePackageArgs, PackageRef};
+use crate::manifest::{CloudConfig, DeploymentManifest, JobRef};
+use crate::plan::compile::{
+    self, CompileInput, CompilePlan, CompiledPackage, JobUse, Provision, ReuseSource, Stemcell,
+    StemcellJobs,
+};
+use crate::plan::desired::{GroupSpec, StemcellInfo};
+use crate::release::Release;
+use crate::state::{DeploymentState, PackageVersion, Write};
+
+/// The packages of a deploy: every job's version and every needed package compiled.
+#[derive(Debug, Clone, Default)]
+pub struct Packages {
+    /// How many were compiled by this deploy.
+    pub compiled: usize,
+    /// Job fingerprints by `(release, job)`.
+    jobs: BTreeMap<(String, String), (String, Vec<String>)>,
+    /// Compiled packages by `(os, stemcell version, release, package)`.
+    packages: BTreeMap<(String, String, String, String), CompiledPackage>,
+}
+
+impl Packages {
+    /// A job's version (fingerprint).
+    pub fn job_version(&self, release: &str, job: &str) -> String {
+        self.jobs
+            .get(&(release.to_string(), job.to_string()))
+            .map(|(v, _)| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// The compiled packages the jobs need on `stemcell`, by name, as the apply spec lists
+    /// them.
+    pub fn for_jobs(
+        &self,
+        stemcell: &StemcellInfo,
+        jobs: &[JobRef],
+    ) -> BTreeMap<String, PackageVersion> {
+        let mut out = BTreeMap::new();
+        for job in jobs {
+            let Some((_, packages)) = self.jobs.get(&(job.release.clone(), job.name.clone()))
+            else {
+                continue;
+            };
+            for name in packages {
+                let key = (
+                    stemcell.os.clone(),
+                    stemcell.version.clone(),
+                    job.release.clone(),
+                    name.clone(),
+                );
+                if let Some(p) = self.packages.get(&key) {
+                    out.insert(
+                        name.clone(),
+                        PackageVersion {
+                            version: p.agent_version(),
+                            sha1: p.sha1.clone(),
+                            blobstore_id: p.blob_id.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A reusable compilation VM and the stemcell (`name/version`) it runs.
+type WorkerVm = (String, NewVm);
+
+/// The stemcell as compilation sees it.
+fn stemcell(info: &StemcellInfo) -> Stemcell {
+    Stemcell {
+        name: info.name.clone(),
+        os: info.os.clone(),
+        version: info.version.clone(),
+        sha1: String::new(),
+    }
+}
+
+impl Engine {
+    /// Compiles what the deployment's jobs need and has not been compiled, and returns every
+    /// needed package.
+    pub(crate) async fn compile(
+        &self,
+        manifest: &DeploymentManifest,
+        cloud: &CloudConfig,
+        groups: &[GroupSpec],
+        releases: &BTreeMap<String, Arc<Release>>,
+        state: &mut DeploymentState,
+        stemcell_cids: &BTreeMap<String, String>,
+    ) -> Result<Packages, EngineError> {
+        let mut by_stemcell: BTreeMap<String, StemcellJobs> = BTreeMap::new();
+        for g in groups.iter().filter(|g| g.instances > 0) {
+            let entry = by_stemcell
+                .entry(g.stemcell.key())
+                .or_insert_with(|| StemcellJobs {
+                    stemcell: stemcell(&g.stemcell),
+                    jobs: Vec::new(),
+                });
+            for j in super::templates::group_jobs(manifest, &g.name) {
+                entry.jobs.push(JobUse {
+                    release: j.release,
+                    job: j.name,
+                });
+            }
+        }
+        let stemcells: Vec<StemcellJobs> = by_stemcell.into_values().collect();
+        let compiled: Vec<CompiledPackage> = state.compiled_packages.values().cloned().collect();
+        let release_list: Vec<&Release> = releases.values().map(|r| r.as_ref()).collect();
+        let plan = compile::plan_compilation(
+            CompileInput {
+                releases: &release_list,
+                stemcells: &stemcells,
+                compiled: &compiled,
+            },
+            |_| 1,
+        );
+        if !plan.problems.is_empty() {
+            let message = compile::not_compiled_message(&plan.problems);
+            let mut lines: Vec<String> = plan
+                .problems
+                .iter()
+                .filter(|p| !matches!(p, compile::CompileProblem::NotCompiled { .. }))
+                .map(ToString::to_string)
+                .collect();
+            lines.extend(message);
+            return Err(EngineError::Plan(lines));
+        }
+
+        let mut out = Packages::default();
+        for r in releases.values() {
+            for j in &r.jobs {
+                out.jobs.insert(
+                    (r.name().to_string(), j.name.clone()),
+                    (j.fingerprint.clone(), j.spec.packages.clone()),
+                );
+            }
+        }
+        // Packages of compiled releases go into the blobstore under their own id.
+        for reused in &plan.reused {
+            if let ReuseSource::CompiledRelease { release } = &reused.source {
+                self.store_compiled_release_package(releases, release, &reused.record)
+                    .await?;
+            }
+        }
+        let results = if plan.tasks.is_empty() {
+            Vec::new()
+        } else {
+            self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest)
+                .await?
+        };
+        out.compiled = results.len();
+        for record in &results {
+            let write = Write::CompiledPackage(record.clone());
+            self.write(write.clone()).await?;
+            state.apply(&write);
+        }
+        for (used, provision) in &plan.provisions {
+            let record = match provision {
+                Provision::Compile(i) => results.get(*i).cloned(),
+                Provision::Reuse(i) => plan.reused.get(*i).map(|r| r.record.clone()),
+            };
+            if let Some(record) = record {
+                out.packages.insert(
+                    (
+                        used.stemcell_os.clone(),
+                        used.stemcell_version.clone(),
+                        used.release.clone(),
+                        used.package.clone(),
+                    ),
+                    record,
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    async fn store_compiled_release_package(
+        &self,
+        releases: &BTreeMap<String, Arc<Release>>,
+        release: &str,
+        record: &CompiledPackage,
+    ) -> Result<(), EngineError> {
+        let exists = self
+            .blobstore
+            .exists(&record.blob_id)
+            .await
+            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+        if exists {
+            return Ok(());
+        }
+        let archive = releases
+            .get(release)
+            .and_then(|r| {
+                r.compiled_packages.iter().find(|cp| {
+                    cp.name == record.name
+                        && cp.version == record.version
+                        && cp.stemcell.os == record.stemcell_os
+                })
+            })
+            .map(|cp| cp.archive.clone())
+            .unwrap_or_default();
+        self.blobstore
+            .put_bytes(bytes::Bytes::from(archive))
+            .await
+            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Runs the compile tasks on compilation VMs; the records in task order.
+    async fn compile_tasks(
+        &self,
+        cloud: &CloudConfig,
+        plan: &CompilePlan,
+        releases: &BTreeMap<String, Arc<Release>>,
+        stemcell_cids: &BTreeMap<String, String>,
+        manifest: &DeploymentManifest,
+    ) -> Result<Vec<CompiledPackage>, EngineError> {
+        let compilation = cloud.compilation.clone().unwrap_or_default();
+        let workers = usize::try_from(compilation.workers.unwrap_or(1).max(1)).unwrap_or(1);
+        let reuse = compilation.reuse_compilation_vms.unwrap_or(false);
+        let preparing = StageRun::new(
+            self.events.clone(),
+            "Preparing package compilation",
+            vec![],
+            1,
+        );
+        let task = preparing.start("Finding packages to compile");
+        // Source packages into the blobstore (content-addressed: a stored one is kept).
+        let mut sources: Vec<(String, String)> = Vec::new();
+        for t in &plan.tasks {
+            let package = releases
+                .get(&t.release)
+                .and_then(|r| r.package(&t.package.name));
+            let Some(package) = package else {
+                let e = EngineError::Plan(vec![format!(
+                    "Package '{}' is missing from release '{}'",
+                    t.package.name, t.release
+                )]);
+                preparing.end(&task, &Err::<(), _>(&e));
+                return Err(e);
+            };
+            let stored = self
+                .blobstore
+                .put_bytes(bytes::Bytes::from(package.archive.clone()))
+                .await
+                .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+            sources.push((stored.id, package.digest.to_string()));
+        }
+        preparing.end(&task, &Ok::<(), EngineError>(()));
+
+        let stage = StageRun::new(
+            self.events.clone(),
+            "Compiling packages",
+            vec![],
+            plan.tasks.len(),
+        );
+        let results: Arc<Mutex<Vec<Option<CompiledPackage>>>> =
+            Arc::new(Mutex::new(vec![None; plan.tasks.len()]));
+        // With reuse, one VM per worker slot, kept until the end of the stage.
+        let slots: Arc<Mutex<Vec<Option<WorkerVm>>>> = Arc::new(Mutex::new(vec![None; workers]));
+        let deployment = manifest.name.clone().unwrap_or_default();
+        let dag: Vec<super::pool::DagTask> = plan
+            .tasks
+            .iter()
+            .map(|t| super::pool::DagTask {
+                depends_on: t.depends_on.clone(),
+                priority: t.priority,
+            })
+            .collect();
+        let outcome = super::pool::run_dag(&dag, workers, |i: usize, slot: usize| {
+            let t = plan.tasks[i].clone();
+            let stage = stage.clone();
+            let results = results.clone();
+            let slots = slots.clone();
+            let (blob, sha1) = sources[i].clone();
+            let compilation = compilation.clone();
+            let deployment = deployment.clone();
+            async move {
+                let name = format!("{}/{}", t.package.name, t.package.version);
+                stage
+                    .task(name, async {
+                        let key = format!("{}/{}", t.stemcell.name, t.stemcell.version);
+                        let kept = if reuse {
+                            slots.lock().unwrap_or_else(PoisonError::into_inner)[slot].take()
+                        } else {
+                            None
+                        };
+                        let reused_vm = match kept {
+                            Some((k, vm)) if k == key => Some(vm),
+                            Some((_, other)) => {
+                                // A worker of another stemcell makes room.
+                                self.delete_vm_cid(&other.cid).await?;
+                                None
+                            }
+                            None => None,
+                        };
+                        let vm = match reused_vm {
+                            Some(vm) => vm,
+                            None => {
+                                let request = VmRequest {
+                                    instance: None,
+                                    display_name: format!("compilation-{}", crate::ids::uuid_v4()),
+                                    stemcell_cid: stemcell_cids
+                                        .get(&key)
+                                        .cloned()
+                                        .unwrap_or_default(),
+                                    stemcell: key.clone(),
+                                    cloud_properties: compilation_cloud_properties(
+                                        cloud,
+                                        &compilation,
+                                    ),
+                                    networks: self.compilation_networks(cloud, &compilation),
+                                    env: Value::Object(compilation.env.clone().unwrap_or_default()),
+                                    disk_cids: vec![],
+                                    metadata: [
+                                        ("director", "kubosh".to_string()),
+                                        ("deployment", deployment.clone()),
+                                        ("compiling", t.package.name.clone()),
+                                    ]
+                                    .into_iter()
+                                    .map(|(k, v)| (k.to_string(), Value::String(v)))
+                                    .collect(),
+                                };
+                                self.create_vm(&request, async |_| Ok(())).await?
+                            }
+                        };
+                        let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
+                        if reuse && compiled.is_ok() {
+                            slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
+                                Some((key, vm));
+                        } else {
+                            self.delete_vm_cid(&vm.cid).await?;
+                        }
+                        let record = compiled?;
+                        results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(record);
+                        Ok::<(), EngineError>(())
+                    })
+                    .await
+            }
+        })
+        .await;
+        // The workers go, whatever happened.
+        let leftovers: Vec<NewVm> = slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+            .flatten()
+            .map(|(_, vm)| vm)
+            .collect();
+        for vm in leftovers {
+            self.delete_vm_cid(&vm.cid).await?;
+        }
+        outcome
+            .map_err(|e| EngineError::Plan(vec![e.to_string()]))?
+            .into_result()
+            .map_err(|(_, e)| e)?;
+        let results = results
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// One `compile_package` call.
+    async fn compile_on(
+        &self,
+        vm: &NewVm,
+        t: &compile::CompileTask,
+        blob: &str,
+        sha1: &str,
+        plan: &CompilePlan,
+        results: &Mutex<Vec<Option<CompiledPackage>>>,
+    ) -> Result<CompiledPackage, EngineError> {
+        let mut dependencies: IndexMap<String, PackageRef> = IndexMap::new();
+        for d in &t.dependencies {
+            let record = match d {
+                Provision::Compile(j) => results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(*j)
+                    .cloned()
+                    .flatten(),
+                Provision::Reuse(j) => plan.reused.get(*j).map(|r| r.record.clone()),
+            };
+            if let Some(r) = record {
+                dependencies.insert(
+                    r.name.clone(),
+                    PackageRef {
+                        name: r.name.clone(),
+                        version: r.agent_version(),
+                        sha1: r.sha1.clone(),
+                        blobstore_id: r.blob_id.clone(),
+                        ..PackageRef::default()
+                    },
+                );
+            }
+        }
+        let agent = self.agent(&vm.agent_id, &format!("compilation/{}", t.package.name));
+        let result = agent
+            .compile_package(&CompilePackageArgs {
+                blobstore_id: blob.to_string(),
+                sha1: sha1.to_string(),
+                name: t.package.name.clone(),
+                version: format!("{}.{}", t.package.version, t.build),
+                dependencies,
+            })
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        Ok(t.record(&result.result.blobstore_id, &result.result.sha1))
+    }
+
+    /// A compilation VM's network settings: a dynamic-looking manual address is not
+    /// reserved here; the compilation network's settings without an IP.
+    fn compilation_networks(
+        &self,
+        cloud: &CloudConfig,
+        compilation: &crate::manifest::Compilation,
+    ) -> Value {
+        let name = compilation.network.clone().unwrap_or_default();
+        let kind = cloud
+            .networks
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.network_type());
+        let mut settings = serde_json::Map::new();
+        settings.insert(
+            "type".into(),
+            Value::String(match kind {
+                Some(crate::manifest::NetworkType::Vip) => "vip".into(),
+                _ => "dynamic".into(),
+            }),
+        );
+        settings.insert("default".into(), serde_json::json!(["dns", "gateway"]));
+        settings.insert("cloud_properties".into(), serde_json::json!({}));
+        let mut out = serde_json::Map::new();
+        out.insert(name, Value::Object(settings));
+        Value::Object(out)
+    }
+}
+
+fn compilation_cloud_properties(
+    cloud: &CloudConfig,
+    compilation: &crate::manifest::Compilation,
+) -> Value {
+    let mut out = compilation
+        .az
+        .as_ref()
+        .and_then(|az| cloud.azs.iter().find(|a| &a.name == az))
+        .and_then(|a| a.cloud_properties.clone())
+        .unwrap_or_default();
+    if let Some(t) = compilation
+        .vm_type
+        .as_ref()
+        .and_then(|t| cloud.vm_types.iter().find(|v| &v.name == t))
+    {
+        super::desired_merge(&mut out, &t.cloud_properties.clone().unwrap_or_default());
+    }
+    super::desired_merge(
+        &mut out,
+        &compilation.cloud_properties.clone().unwrap_or_default(),
+    );
+    Value::Object(out)
+}

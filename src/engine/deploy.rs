@@ -1,0 +1,876 @@
+//! `bosh deploy`: the seed's steps in order (lock, validate, ask every VM, plan networks,
+//! delete removed groups, compile, create missing VMs, update groups, publish DNS).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use indexmap::IndexMap;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::instance::InstanceTarget;
+use super::progress::{self, StageRun};
+use super::templates::{InstanceView, RenderedInstance, TemplateContext};
+use super::vm::VmRequest;
+use super::{DeployRequest, Engine, EngineError, releases_by_name};
+use crate::agent::protocol::{
+    ApplySpec, JobSpec, JobTemplateSpec, PackageSpec, RenderedTemplatesArchive,
+};
+use crate::cpi::CreateStemcell;
+use crate::events::instance_task;
+use crate::lock::{Holder, deployment_lock};
+use crate::manifest::{CloudConfig, DeploymentManifest};
+use crate::plan::changes::{self, Changes, Observed};
+use crate::plan::desired::{self, GroupSpec, StemcellInfo};
+use crate::plan::dns::{self, DnsInstance};
+use crate::plan::placement::{self, GroupDemand, Placed};
+use crate::state::{
+    AppliedSpec, DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind,
+    JobVersion, StemcellRecord, Write,
+};
+
+/// What a deploy did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeployReport {
+    /// Nothing needed changing.
+    pub noop: bool,
+    /// Instances updated (created, changed, recreated).
+    pub updated: Vec<String>,
+    /// Instances deleted.
+    pub deleted: Vec<String>,
+    /// Packages compiled.
+    pub compiled: usize,
+}
+
+/// One desired instance while a deploy is planned.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    /// Index of its group in the resolved groups.
+    pub group: usize,
+    /// Identity and placement.
+    pub placed: Placed,
+    /// Its record (new instances get a fresh one).
+    pub record: InstanceRecord,
+    /// What its agent said.
+    pub observed: Observed,
+    /// Network settings by network name, IPs included.
+    pub networks: IndexMap<String, Value>,
+    /// Rendered templates.
+    pub rendered: Option<RenderedInstance>,
+    /// The desired spec.
+    pub desired: AppliedSpec,
+    /// Why it is touched.
+    pub changes: Changes,
+}
+
+impl Engine {
+    /// Deploys: brings the cloud in line with the request. Every failure is also reported
+    /// on the event log as BOSH's error line.
+    pub async fn deploy(&self, request: &DeployRequest) -> Result<DeployReport, EngineError> {
+        let result = self.deploy_locked(request).await;
+        if let Err(e) = &result {
+            progress::error(self.events.as_ref(), e.code(), e.to_string());
+        }
+        result
+    }
+
+    async fn deploy_locked(&self, request: &DeployRequest) -> Result<DeployReport, EngineError> {
+        let name = request
+            .manifest
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let holder = Holder::new(crate::ids::uuid_v4(), "create deployment");
+        let guard = self
+            .locks
+            .acquire(&deployment_lock(&name), &holder, self.config.lock_wait)
+            .await?;
+        let result = self.deploy_validated(request).await;
+        drop(guard);
+        result
+    }
+
+    async fn deploy_validated(&self, req: &DeployRequest) -> Result<DeployReport, EngineError> {
+        let validated = crate::validate::deployment(&req.manifest, &req.cloud_config)
+            .map_err(EngineError::Invalid)?;
+        for w in validated.warnings.all() {
+            progress::warn(self.events.as_ref(), w.to_string());
+        }
+        let (manifest, cloud) = validated.document;
+        let mut state = self.store.load().await?;
+        self.recover(&mut state, self.config.recovery_wait).await?;
+
+        let inputs = inputs_digest(req);
+        let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
+            && req.requests == changes::Requests::default()
+            && state.instances.values().all(|i| i.update_completed);
+
+        let preparing = StageRun::new(self.events.clone(), "Preparing deployment", vec![], 2);
+        let observed = preparing
+            .task("Preparing deployment", self.observe(&state))
+            .await?;
+        if settled
+            && state.instances.values().all(|i| {
+                i.state != InstanceState::Started
+                    || matches!(observed.get(&i.uuid), Some(Observed::Answered { job_state }) if job_state == "running")
+            })
+        {
+            return Ok(DeployReport {
+                noop: true,
+                ..DeployReport::default()
+            });
+        }
+
+        let infos: Vec<StemcellInfo> = req.stemcells.iter().map(|s| s.info.clone()).collect();
+        let groups = desired::groups(&manifest, &cloud, &infos)
+            .map_err(|e| EngineError::Plan(e.iter().map(ToString::to_string).collect()))?;
+        let (mut planned, obsolete) = place_all(&cloud, &groups, &state, &observed)?;
+        super::network::plan_networks(&manifest, &cloud, &groups, &mut planned, &state)?;
+
+        let releases = releases_by_name(&req.releases);
+        preparing
+            .task(
+                "Rendering templates",
+                self.render_all(&manifest, &groups, &releases, &mut planned),
+            )
+            .await?;
+
+        let stemcells = self
+            .upload_stemcells(req, &groups, &planned, &mut state)
+            .await?;
+        let packages = self
+            .compile(
+                &manifest, &cloud, &groups, &releases, &mut state, &stemcells,
+            )
+            .await?;
+
+        for p in planned.iter_mut() {
+            let group = &groups[p.group];
+            p.desired = desired_spec(&manifest, &cloud, group, p, &packages, &self.config);
+            p.changes = match &p.record.applied {
+                None => Changes(BTreeSet::from([changes::Change::Dirty])),
+                Some(_) => changes::detect(
+                    &p.record,
+                    &p.desired,
+                    p.record.state,
+                    &p.observed,
+                    req.requests,
+                ),
+            };
+        }
+
+        let mut report = DeployReport {
+            compiled: packages.compiled,
+            ..DeployReport::default()
+        };
+        self.delete_obsolete(&state, &obsolete, &mut report).await?;
+        self.create_missing_vms(&manifest, &groups, &mut planned, &stemcells)
+            .await?;
+        self.update_groups(&manifest, &groups, &mut planned, &stemcells, &mut report)
+            .await?;
+        self.publish_dns(&manifest, &planned, &mut state).await?;
+        let meta = DeploymentMeta {
+            deployed_inputs: Some(inputs),
+            ..state.meta.clone()
+        };
+        self.write(Write::Meta(meta)).await?;
+        Ok(report)
+    }
+
+    /// Step 3: `get_state` of every VM (bounded concurrency). Any agent that does not answer
+    /// fails the deploy with BOSH's timeout text, before anything changed.
+    async fn observe(
+        &self,
+        state: &DeploymentState,
+    ) -> Result<BTreeMap<String, Observed>, EngineError> {
+        let asks = state.instances.values().map(|i| async move {
+            let observed = match &i.vm {
+                None => Ok(Observed::NoVm),
+                Some(vm) => self
+                    .agent(&vm.agent_id, &i.name())
+                    .get_state(false)
+                    .await
+                    .map(|s| Observed::Answered {
+                        job_state: String::from(s.job_state),
+                    })
+                    .map_err(|e| e.to_string()),
+            };
+            (i.uuid.clone(), observed)
+        });
+        let answers: Vec<(String, Result<Observed, String>)> = futures::stream::iter(asks)
+            .buffer_unordered(self.config.get_state_concurrency.max(1))
+            .collect()
+            .await;
+        let mut out = BTreeMap::new();
+        let mut errors = Vec::new();
+        for (uuid, answer) in answers {
+            match answer {
+                Ok(o) => {
+                    out.insert(uuid, o);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            errors.sort();
+            Err(EngineError::Agent(errors.join("\n")))
+        }
+    }
+
+    /// Renders every planned instance's templates (one batch).
+    async fn render_all(
+        &self,
+        manifest: &DeploymentManifest,
+        groups: &[GroupSpec],
+        releases: &BTreeMap<String, Arc<crate::release::Release>>,
+        planned: &mut [Planned],
+    ) -> Result<(), EngineError> {
+        let specs = LinkSpecs(releases);
+        let resolution = crate::links::resolve(manifest, &specs, &[])
+            .map_err(|p| EngineError::Plan(vec![p.to_string()]))?
+            .document;
+        let dns = crate::links::DnsSettings {
+            root_domain: self.config.dns_root_domain.clone(),
+            ..crate::links::DnsSettings::default()
+        };
+        let ctx = TemplateContext {
+            manifest,
+            releases,
+            links: &resolution,
+            dns: &dns,
+        };
+        let views: Vec<InstanceView> = planned
+            .iter()
+            .map(|p| InstanceView {
+                group: p.record.group.clone(),
+                uuid: p.placed.uuid.clone(),
+                index: p.placed.index,
+                az: p.placed.az.clone(),
+                bootstrap: p.placed.bootstrap,
+                networks: p.networks.clone(),
+                persistent_disk: groups[p.group]
+                    .disks
+                    .iter()
+                    .find(|d| d.name.is_empty())
+                    .map_or(0, |d| d.size_mib),
+            })
+            .collect();
+        let units = super::templates::units(&ctx, &views).map_err(|errors| {
+            EngineError::Plan(errors.iter().map(ToString::to_string).collect())
+        })?;
+        let (positions, units): (Vec<usize>, Vec<_>) = units.into_iter().unzip();
+        let results = self.renderer.render(&units).await;
+        let mut jobs: BTreeMap<usize, Vec<crate::render::RenderedJob>> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for (position, result) in positions.into_iter().zip(results) {
+            match result {
+                Ok(job) => jobs.entry(position).or_default().push(job),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(EngineError::Plan(errors));
+        }
+        for (position, p) in planned.iter_mut().enumerate() {
+            p.rendered = Some(RenderedInstance::new(
+                jobs.remove(&position).unwrap_or_default(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Step 5: deletes instances no longer wanted, disks orphaned.
+    async fn delete_obsolete(
+        &self,
+        state: &DeploymentState,
+        obsolete: &[String],
+        report: &mut DeployReport,
+    ) -> Result<(), EngineError> {
+        if obsolete.is_empty() {
+            return Ok(());
+        }
+        let stage = StageRun::new(
+            self.events.clone(),
+            "Deleting unneeded instances",
+            vec![],
+            obsolete.len(),
+        );
+        let work = obsolete
+            .iter()
+            .filter_map(|uuid| state.instances.get(uuid))
+            .map(|r| {
+                let stage = stage.clone();
+                async move {
+                    let name = r.display_name();
+                    stage
+                        .task(name.clone(), self.delete_instance(r.clone()))
+                        .await
+                        .map(|()| name)
+                }
+            });
+        let results: Vec<Result<String, EngineError>> = futures::stream::iter(work)
+            .buffer_unordered(self.config.create_vm_concurrency.max(1))
+            .collect()
+            .await;
+        for r in results {
+            report.deleted.push(r?);
+        }
+        report.deleted.sort();
+        Ok(())
+    }
+
+    /// Uploads the stemcells in use that the cloud does not have yet; their CIDs by
+    /// `name/version`.
+    async fn upload_stemcells(
+        &self,
+        req: &DeployRequest,
+        groups: &[GroupSpec],
+        planned: &[Planned],
+        state: &mut DeploymentState,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        let used: BTreeSet<String> = planned
+            .iter()
+            .map(|p| groups[p.group].stemcell.key())
+            .collect();
+        let mut out = BTreeMap::new();
+        for key in used {
+            if let Some(s) = state.stemcells.get(&key) {
+                out.insert(key, s.cid.clone());
+                continue;
+            }
+            let Some(source) = req.stemcells.iter().find(|s| s.info.key() == key) else {
+                return Err(EngineError::Plan(vec![format!(
+                    "Stemcell '{key}' doesn't exist"
+                )]));
+            };
+            let intent = crate::state::Intent {
+                id: crate::ids::uuid_v4(),
+                kind: IntentKind::CreateStemcell {
+                    stemcell: key.clone(),
+                },
+                cid: None,
+            };
+            self.write(Write::Intent(intent.clone())).await?;
+            let cid = self
+                .cloud
+                .create_stemcell(&CreateStemcell {
+                    image_path: source.image_path.clone(),
+                    cloud_properties: source.cloud_properties.clone(),
+                })
+                .await
+                .map_err(|e| EngineError::Cloud(e.to_string()))?;
+            let record = StemcellRecord {
+                name: source.info.name.clone(),
+                version: source.info.version.clone(),
+                os: source.info.os.clone(),
+                cid: cid.0.clone(),
+            };
+            self.write(Write::Stemcell(record.clone())).await?;
+            state.apply(&Write::Stemcell(record));
+            self.settle(intent.id).await?;
+            out.insert(key, cid.0);
+        }
+        Ok(out)
+    }
+
+    /// Steps 9–10: VMs for instances that have none ("Creating missing vms").
+    async fn create_missing_vms(
+        &self,
+        manifest: &DeploymentManifest,
+        groups: &[GroupSpec],
+        planned: &mut [Planned],
+        stemcells: &BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
+        let missing: Vec<usize> = planned
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.record.vm.is_none() && p.record.state != InstanceState::Detached)
+            .map(|(i, _)| i)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let stage = StageRun::new(
+            self.events.clone(),
+            "Creating missing vms",
+            vec![],
+            missing.len(),
+        );
+        let deployment = manifest.name.clone().unwrap_or_default();
+        let work = missing.iter().map(|&i| {
+            let p = &planned[i];
+            let request = vm_request(&deployment, &groups[p.group], p, stemcells);
+            let mut record = p.record.clone();
+            let stage = stage.clone();
+            async move {
+                let task = instance_task(&record.group, &record.uuid, record.index, false);
+                let created = stage
+                    .task(task, async {
+                        self.persist(&record).await?;
+                        self.create_instance_vm(&mut record, &request).await
+                    })
+                    .await;
+                (i, created.map(|_| record))
+            }
+        });
+        let results: Vec<(usize, Result<InstanceRecord, EngineError>)> =
+            futures::stream::iter(work)
+                .buffer_unordered(self.config.create_vm_concurrency.max(1))
+                .collect()
+                .await;
+        let mut first_error = None;
+        for (i, result) in results {
+            match result {
+                Ok(record) => planned[i].record = record,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Step 11: updates changed instances group by group, canaries first.
+    async fn update_groups(
+        &self,
+        manifest: &DeploymentManifest,
+        groups: &[GroupSpec],
+        planned: &mut [Planned],
+        stemcells: &BTreeMap<String, String>,
+        report: &mut DeployReport,
+    ) -> Result<(), EngineError> {
+        let deployment = manifest.name.clone().unwrap_or_default();
+        for (gi, group) in groups.iter().enumerate() {
+            let changed: Vec<usize> = planned
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.group == gi && !p.changes.is_empty())
+                .map(|(i, _)| i)
+                .collect();
+            if changed.is_empty() {
+                continue;
+            }
+            let stage = StageRun::new(
+                self.events.clone(),
+                "Updating instance",
+                vec![group.name.clone()],
+                changed.len(),
+            );
+            let canaries = group
+                .update
+                .canaries
+                .map_or(0, |c| c.canaries(changed.len()))
+                .min(changed.len());
+            let max_in_flight = group
+                .update
+                .max_in_flight
+                .map_or(1, |m| m.max_in_flight(changed.len()))
+                .max(1);
+            let phases = [super::pool::Phase {
+                len: changed.len(),
+                canaries,
+                max_in_flight,
+            }];
+            for &i in &changed {
+                self.upload_archive(&mut planned[i]).await?;
+            }
+            let targets: Vec<InstanceTarget> = changed
+                .iter()
+                .enumerate()
+                .map(|(n, &i)| {
+                    let p = &planned[i];
+                    self.target(&deployment, group, p, stemcells, n < canaries)
+                })
+                .collect::<Result<_, _>>()?;
+            let outcome = super::pool::run_phases(&phases, |n: usize, _slot: usize| {
+                let target = targets[n].clone();
+                let stage = stage.clone();
+                async move {
+                    let task_name = instance_task(
+                        &target.record.group,
+                        &target.record.uuid,
+                        target.record.index,
+                        target.canary,
+                    );
+                    let task = stage.start(task_name);
+                    let result = self.update_instance(&stage, &task, target).await;
+                    stage.end(&task, &result);
+                    result
+                }
+            })
+            .await;
+            let first_failure = outcome.first_failure;
+            let mut error = None;
+            for (n, task) in outcome.tasks.into_iter().enumerate() {
+                match task {
+                    super::pool::TaskOutcome::Succeeded(record) => {
+                        report.updated.push(record.display_name());
+                        planned[changed[n]].record = record;
+                    }
+                    super::pool::TaskOutcome::Failed(e)
+                        if first_failure == Some(n) || error.is_none() =>
+                    {
+                        error = Some(e);
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(error) = error {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores an instance's rendered templates archive in the blobstore (once).
+    async fn upload_archive(&self, p: &mut Planned) -> Result<(), EngineError> {
+        let Some(rendered) = p.rendered.as_mut() else {
+            return Ok(());
+        };
+        if rendered.archive.is_some() {
+            return Ok(());
+        }
+        let bytes = crate::render::rendered_templates_archive(&rendered.jobs)
+            .map_err(|e| EngineError::Plan(vec![e.to_string()]))?;
+        let stored = self
+            .blobstore
+            .put_bytes(bytes::Bytes::from(bytes))
+            .await
+            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+        rendered.archive = Some((stored.id, stored.sha1));
+        Ok(())
+    }
+
+    /// What one changed instance gets.
+    fn target(
+        &self,
+        deployment: &str,
+        group: &GroupSpec,
+        p: &Planned,
+        stemcells: &BTreeMap<String, String>,
+        canary: bool,
+    ) -> Result<InstanceTarget, EngineError> {
+        let watch = if canary {
+            group.update.canary_watch_time
+        } else {
+            group.update.update_watch_time
+        }
+        .unwrap_or(crate::manifest::WatchTime {
+            min_ms: 30_000,
+            max_ms: 30_000,
+        });
+        Ok(InstanceTarget {
+            record: p.record.clone(),
+            desired: p.desired.clone(),
+            desired_state: p.record.state,
+            changes: p.changes.clone(),
+            apply: apply_spec(deployment, group, p, &self.config.dns_root_domain),
+            vm: vm_request(deployment, group, p, stemcells),
+            watch,
+            canary,
+            responsive: !matches!(p.observed, Observed::Unresponsive),
+        })
+    }
+
+    /// Step 12: publishes the records dataset when it changed and sends `sync_dns` to every
+    /// VM of the deployment.
+    async fn publish_dns(
+        &self,
+        manifest: &DeploymentManifest,
+        planned: &[Planned],
+        state: &mut DeploymentState,
+    ) -> Result<(), EngineError> {
+        let deployment = manifest.name.clone().unwrap_or_default();
+        let instances: Vec<DnsInstance> = planned.iter().map(dns_instance).collect();
+        let records = dns::records(&deployment, &self.config.dns_root_domain, false, &instances);
+        let digest = records.digest();
+        if state.meta.dns_records.as_deref() == Some(digest.as_str()) {
+            return Ok(());
+        }
+        let version = state.meta.dns_version + 1;
+        let blob = records.blob(version);
+        let stored = self
+            .blobstore
+            .put_bytes(bytes::Bytes::from(blob.clone()))
+            .await
+            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+        let sha = format!("sha256:{}", stored.sha256);
+        let syncs = planned
+            .iter()
+            .filter_map(|p| p.record.vm.clone())
+            .map(|vm| {
+                let agent = self.agent(&vm.agent_id, "dns");
+                let (id, sha) = (stored.id.clone(), sha.clone());
+                async move { agent.sync_dns(&id, &sha, version).await.is_ok() }
+            });
+        let synced: Vec<bool> = futures::stream::iter(syncs)
+            .buffer_unordered(self.config.get_state_concurrency.max(1))
+            .collect()
+            .await;
+        let failed = synced.iter().filter(|ok| !**ok).count();
+        if failed > 0 {
+            progress::warn(
+                self.events.as_ref(),
+                format!(
+                    "{failed} of {} agents did not acknowledge DNS records version {version}",
+                    synced.len()
+                ),
+            );
+        }
+        state.meta.dns_version = version;
+        state.meta.dns_blob = Some(stored.id);
+        state.meta.dns_records = Some(digest);
+        self.write(Write::Meta(state.meta.clone())).await
+    }
+}
+
+/// Places every group; the planned instances and the uuids of obsolete instances (those
+/// of groups no longer in the manifest included).
+fn place_all(
+    cloud: &CloudConfig,
+    groups: &[GroupSpec],
+    state: &DeploymentState,
+    observed: &BTreeMap<String, Observed>,
+) -> Result<(Vec<Planned>, Vec<String>), EngineError> {
+    let existing: Vec<&InstanceRecord> = state.instances.values().collect();
+    let mut planned = Vec::new();
+    let mut obsolete = Vec::new();
+    let mut claimed: BTreeSet<String> = BTreeSet::new();
+    for (gi, group) in groups.iter().enumerate() {
+        let demand = GroupDemand {
+            name: group.name.clone(),
+            instances: if group.errand { 0 } else { group.instances },
+            azs: group.azs.clone(),
+            static_ip_azs: super::network::static_ip_azs(cloud, group)?,
+            migrated_from: group.migrated_from.clone(),
+        };
+        let placement = placement::place(&demand, &existing, &mut crate::ids::uuid_v4);
+        obsolete.extend(placement.obsolete);
+        for placed in placement.instances {
+            claimed.insert(placed.uuid.clone());
+            let record = match state.instances.get(&placed.uuid) {
+                Some(r) => InstanceRecord {
+                    group: group.name.clone(),
+                    index: placed.index,
+                    az: placed.az.clone(),
+                    bootstrap: placed.bootstrap,
+                    ..r.clone()
+                },
+                None => InstanceRecord {
+                    group: group.name.clone(),
+                    index: placed.index,
+                    uuid: placed.uuid.clone(),
+                    az: placed.az.clone(),
+                    bootstrap: placed.bootstrap,
+                    state: InstanceState::Started,
+                    update_completed: false,
+                    vm: None,
+                    disks: vec![],
+                    ips: BTreeMap::new(),
+                    applied: None,
+                },
+            };
+            planned.push(Planned {
+                group: gi,
+                observed: observed
+                    .get(&placed.uuid)
+                    .cloned()
+                    .unwrap_or(Observed::NoVm),
+                placed,
+                record,
+                networks: IndexMap::new(),
+                rendered: None,
+                desired: AppliedSpec::default(),
+                changes: Changes::default(),
+            });
+        }
+    }
+    // Instances of groups that left the manifest.
+    for r in state.instances.values() {
+        if !claimed.contains(&r.uuid) && !obsolete.contains(&r.uuid) {
+            obsolete.push(r.uuid.clone());
+        }
+    }
+    Ok((planned, obsolete))
+}
+
+/// The desired spec of a planned instance.
+fn desired_spec(
+    manifest: &DeploymentManifest,
+    cloud: &CloudConfig,
+    group: &GroupSpec,
+    p: &Planned,
+    packages: &super::compile::Packages,
+    config: &super::EngineConfig,
+) -> AppliedSpec {
+    let deployment = manifest.name.clone().unwrap_or_default();
+    let jobs = super::templates::group_jobs(manifest, &group.name);
+    let mut job_versions: Vec<JobVersion> = jobs
+        .iter()
+        .map(|j| JobVersion {
+            name: j.name.clone(),
+            release: j.release.clone(),
+            version: packages.job_version(&j.release, &j.name),
+        })
+        .collect();
+    job_versions.sort();
+    AppliedSpec {
+        stemcell: group.stemcell.key(),
+        cloud_properties: group.cloud_properties(cloud, p.placed.az.as_deref(), None),
+        env: group.env.clone(),
+        networks: Value::Object(p.networks.clone().into_iter().collect()),
+        disks: group.disks.clone(),
+        jobs: job_versions,
+        packages: packages.for_jobs(&group.stemcell, &jobs),
+        configuration_hash: p.rendered.as_ref().map(|r| r.configuration_hash.clone()),
+        dns: Some(dns::instance_digest(
+            &deployment,
+            &config.dns_root_domain,
+            &dns_instance(p),
+        )),
+        tags: manifest
+            .tags
+            .clone()
+            .map(Value::Object)
+            .unwrap_or(Value::Null),
+    }
+}
+
+fn dns_instance(p: &Planned) -> DnsInstance {
+    DnsInstance {
+        uuid: p.placed.uuid.clone(),
+        index: p.placed.index,
+        group: p.record.group.clone(),
+        az: p.placed.az.clone(),
+        addresses: p
+            .networks
+            .iter()
+            .filter_map(|(net, s)| Some((net.clone(), s.get("ip")?.as_str()?.to_string())))
+            .collect(),
+        agent_id: p.record.vm.as_ref().map(|vm| vm.agent_id.clone()),
+    }
+}
+
+/// How a planned instance's VM is made.
+fn vm_request(
+    deployment: &str,
+    group: &GroupSpec,
+    p: &Planned,
+    stemcells: &BTreeMap<String, String>,
+) -> VmRequest {
+    let mut metadata = serde_json::Map::new();
+    for (k, v) in [
+        ("director", "kubosh".to_string()),
+        ("deployment", deployment.to_string()),
+        ("instance_group", group.name.clone()),
+        ("job", group.name.clone()),
+        ("id", p.placed.uuid.clone()),
+        ("index", p.placed.index.to_string()),
+        ("name", format!("{}/{}", group.name, p.placed.uuid)),
+    ] {
+        metadata.insert(k.into(), Value::String(v));
+    }
+    VmRequest {
+        instance: Some(p.placed.uuid.clone()),
+        display_name: p.record.display_name(),
+        stemcell_cid: stemcells
+            .get(&group.stemcell.key())
+            .cloned()
+            .unwrap_or_default(),
+        stemcell: group.stemcell.key(),
+        cloud_properties: p.desired.cloud_properties.clone(),
+        networks: Value::Object(p.networks.clone().into_iter().collect()),
+        env: group.env.clone(),
+        disk_cids: p.record.disks.iter().map(|d| d.cid.clone()).collect(),
+        metadata,
+    }
+}
+
+/// The full apply spec (§2.5) of a planned instance.
+fn apply_spec(deployment: &str, group: &GroupSpec, p: &Planned, root: &str) -> ApplySpec {
+    let templates: Vec<JobTemplateSpec> = p
+        .desired
+        .jobs
+        .iter()
+        .map(|j| JobTemplateSpec {
+            name: j.name.clone(),
+            version: j.version.clone(),
+            ..JobTemplateSpec::default()
+        })
+        .collect();
+    let packages: IndexMap<String, PackageSpec> = p
+        .desired
+        .packages
+        .iter()
+        .map(|(name, v)| {
+            (
+                name.clone(),
+                PackageSpec {
+                    name: name.clone(),
+                    version: v.version.clone(),
+                    sha1: v.sha1.clone(),
+                    blobstore_id: v.blobstore_id.clone(),
+                    ..PackageSpec::default()
+                },
+            )
+        })
+        .collect();
+    let rendered = p.rendered.as_ref();
+    ApplySpec {
+        deployment: Some(deployment.to_string()),
+        job: Some(Some(JobSpec {
+            name: Some(Some(group.name.clone())),
+            template: templates.first().map(|t| t.name.clone()),
+            version: templates.first().map(|t| t.version.clone()),
+            templates: Some(Some(templates)),
+            ..JobSpec::default()
+        })),
+        index: Some(Some(p.placed.index)),
+        name: Some(group.name.clone()),
+        id: Some(p.placed.uuid.clone()),
+        az: Some(p.placed.az.clone()),
+        networks: Some(p.networks.clone().into_iter().collect()),
+        packages: Some(packages),
+        dns_domain_name: Some(root.to_string()),
+        persistent_disk: Some(
+            group
+                .disks
+                .iter()
+                .find(|d| d.name.is_empty())
+                .map_or(0, |d| d.size_mib),
+        ),
+        template_hashes: rendered.map(|r| r.template_hashes.clone()),
+        rendered_templates_archive: rendered
+            .and_then(|r| r.archive.clone())
+            .map(|(blobstore_id, sha1)| Some(RenderedTemplatesArchive { blobstore_id, sha1 })),
+        configuration_hash: rendered.map(|r| r.configuration_hash.clone()),
+        extra: serde_json::Map::new(),
+    }
+}
+
+/// A digest of everything a deploy reads: equal digests, healthy agents and no pending work
+/// make a deploy a no-op.
+fn inputs_digest(req: &DeployRequest) -> String {
+    let mut h = Sha256::new();
+    let doc = json!({
+        "manifest": req.manifest,
+        "cloud_config": req.cloud_config,
+        "releases": req.releases.iter().map(|r| format!("{}/{}", r.name(), r.version())).collect::<Vec<_>>(),
+        "stemcells": req.stemcells.iter().map(|s| s.info.key()).collect::<Vec<_>>(),
+    });
+    h.update(doc.to_string().as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Job specs of the deploy's releases, for link resolution.
+struct LinkSpecs<'a>(&'a BTreeMap<String, Arc<crate::release::Release>>);
+
+impl crate::links::JobSpecs for LinkSpecs<'_> {
+    fn job_spec(&self, release: &str, job: &str) -> Option<&crate::release::manifest::JobSpec> {
+        self.0.get(release)?.job(job).map(|j| &j.spec)
+    }
+}

@@ -1,0 +1,404 @@
+//! The deploy engine on the local cloud, every part real: the `kubosh` binary as CPI (one
+//! process per call) starts `kubosh agent` processes as VMs, each in its own mount namespace
+//! with its VM directory on `/var/vcap`; they reach a real nats-server with BOSH's
+//! production permissions and mutual TLS; the example release is compiled from C source by
+//! `cc` on compilation VMs, its ERB templates rendered by Ruby, and its job started by the
+//! agent's supervisor. Each instance listens on its own loopback address.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubosh::agent::{ClientOptions, MbusTls, NatsOptions, NatsTransport};
+use kubosh::blobstore::LocalBlobstore;
+use kubosh::cpi::local::{self, read_calls};
+use kubosh::cpi::{CpiCommand, ExternalCpi};
+use kubosh::engine::deploy::DeployReport;
+use kubosh::engine::vm::mbus_cert_env;
+use kubosh::engine::{DeployRequest, Engine, EngineConfig, EventLog, StemcellSource};
+use kubosh::lock::FileLocks;
+use kubosh::plan::changes::Requests;
+use kubosh::plan::desired::StemcellInfo;
+use kubosh::release::Release;
+use kubosh::release::create::{CreateOptions, create};
+use kubosh::render::{Renderer, RendererConfig};
+use kubosh::state::{DeploymentState, DirStore, StateStore};
+use kubosh::stemcell::CreateStemcellOptions;
+use kubosh::stemcell::Stemcell;
+use kubosh::testenv::BoshNats;
+use serde_json::{Value, json};
+
+const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
+
+/// Stops every agent of a local cloud when dropped: a failing test leaves no process behind.
+struct StopAgents(PathBuf);
+
+impl Drop for StopAgents {
+    fn drop(&mut self) {
+        let _ = local::stop_all_agents(&self.0, Duration::from_secs(5));
+    }
+}
+
+struct World {
+    _stop_agents: StopAgents,
+    dir: tempfile::TempDir,
+    _nats: Arc<BoshNats>,
+    engine: Engine,
+    events: EventLog,
+    store: DirStore,
+    release: Arc<Release>,
+    stemcell: StemcellSource,
+    port: u16,
+}
+
+fn example_release() -> Release {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
+    let built = create(
+        &dir,
+        &CreateOptions {
+            name: None,
+            version: Some("1.0.0".into()),
+        },
+    )
+    .expect("the example release builds");
+    Release::from_bytes(&built.to_tarball().unwrap()).expect("the tarball reads back")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl World {
+    async fn new() -> World {
+        let nats = Arc::new(BoshNats::start(&[]).expect("nats-server starts"));
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("cloud");
+        let config = dir.path().join("cpi.json");
+        std::fs::write(
+            &config,
+            json!({
+                "state_dir": state,
+                "mbus": nats.url(),
+                "agent": {
+                    "command": ["{kubosh}", "agent", "--bind-base", "{root}", "-b", "/var/vcap", "-C", "{agent_config}"],
+                    "env": {"KUBOSH_LOG": "kubosh=info"},
+                    "stop_timeout_seconds": 20,
+                },
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let cpi = ExternalCpi::new(
+            CpiCommand::new(KUBOSH)
+                .args(["cpi", "--config", config.to_str().unwrap()])
+                .timeout(Duration::from_secs(60)),
+            "director-uuid",
+        );
+        let pem = nats.director().unwrap();
+        let transport = NatsTransport::connect(&NatsOptions::new(
+            nats.url(),
+            MbusTls::new(pem.ca_pem, pem.cert_pem, pem.key_pem),
+        ))
+        .await
+        .expect("director connects");
+        let events = EventLog::new();
+        let store = DirStore::new(dir.path().join("deployment-state"));
+        let agent_nats = nats.clone();
+        let renderer = Renderer::new(RendererConfig {
+            cache_dir: dir.path().join("render"),
+            ..RendererConfig::default()
+        })
+        .unwrap();
+        let engine = Engine {
+            cloud: Arc::new(cpi),
+            agents: Arc::new(transport),
+            blobstore: Arc::new(LocalBlobstore::new(state.join("blobstore")).unwrap()),
+            renderer: Arc::new(renderer),
+            store: Arc::new(store.clone()),
+            locks: Arc::new(FileLocks::new(dir.path().join("locks"))),
+            events: Arc::new(events.clone()),
+            config: EngineConfig {
+                agent_options: ClientOptions {
+                    timeout: Duration::from_secs(20),
+                    poll_interval: Duration::from_millis(100),
+                    ..ClientOptions::default()
+                },
+                agent_wait_timeout: Duration::from_secs(60),
+                agent_env: Some(Arc::new(move |agent_id: &str| {
+                    let pem = agent_nats.allow_agent(agent_id).expect("agent certificate");
+                    mbus_cert_env(&pem.ca_pem, &pem.cert_pem, &pem.key_pem)
+                })),
+                recovery_wait: Duration::from_secs(5),
+                ..EngineConfig::default()
+            },
+        };
+        let stemcell = stemcell(dir.path());
+        World {
+            _stop_agents: StopAgents(state),
+            dir,
+            _nats: nats,
+            engine,
+            events,
+            store,
+            release: Arc::new(example_release()),
+            stemcell,
+            port: free_port(),
+        }
+    }
+
+    fn cloud_state(&self) -> PathBuf {
+        self.dir.path().join("cloud")
+    }
+
+    fn request(&self, manifest: Value) -> DeployRequest {
+        DeployRequest {
+            manifest,
+            cloud_config: cloud_config(),
+            releases: vec![self.release.clone()],
+            stemcells: vec![self.stemcell.clone()],
+            requests: Requests::default(),
+        }
+    }
+
+    async fn deploy(&self, manifest: Value) -> DeployReport {
+        match self.engine.deploy(&self.request(manifest)).await {
+            Ok(report) => report,
+            Err(e) => panic!(
+                "deploy failed: {e}\nevents:\n{}",
+                self.events
+                    .lines()
+                    .iter()
+                    .map(|l| l.to_json())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        }
+    }
+
+    async fn state(&self) -> DeploymentState {
+        self.store.load().await.unwrap()
+    }
+
+    fn calls(&self) -> Vec<String> {
+        read_calls(&self.cloud_state())
+            .unwrap()
+            .into_iter()
+            .map(|c| c.method)
+            .collect()
+    }
+
+    /// The host path of an instance's `/var/vcap`.
+    fn vm_root(&self, vm_cid: &str) -> PathBuf {
+        self.cloud_state().join("vms").join(vm_cid).join("root")
+    }
+}
+
+fn stemcell(dir: &Path) -> StemcellSource {
+    let tarball = dir.join("stemcell.tgz");
+    kubosh::stemcell::create(
+        &CreateStemcellOptions {
+            name: "bosh-kubosh-local-ubuntu-jammy".into(),
+            version: "1.0".into(),
+            operating_system: "ubuntu-jammy".into(),
+            image: None,
+            stemcell_formats: vec!["warden-tar".into()],
+            api_version: 3,
+            cloud_properties: Default::default(),
+        },
+        &tarball,
+    )
+    .unwrap();
+    let extracted = Stemcell::extract(&tarball, &dir.join("stemcell")).unwrap();
+    StemcellSource {
+        info: StemcellInfo {
+            name: extracted.stemcell.manifest.name.clone(),
+            version: extracted.stemcell.manifest.version.clone(),
+            os: extracted.stemcell.manifest.operating_system.clone(),
+        },
+        image_path: extracted.image_path,
+        cloud_properties: Default::default(),
+    }
+}
+
+fn cloud_config() -> Value {
+    json!({
+        "azs": [{"name": "z1"}],
+        "vm_types": [{"name": "small", "cloud_properties": {}}],
+        "disk_types": [{"name": "small", "disk_size": 64}],
+        "networks": [{
+            "name": "default",
+            "type": "manual",
+            "subnets": [{
+                "range": "127.0.1.0/24",
+                "gateway": "127.0.1.1",
+                "az": "z1",
+                "reserved": ["127.0.1.200-127.0.1.254"],
+                "static": ["127.0.1.50-127.0.1.60"],
+            }],
+        }],
+        "compilation": {
+            "workers": 2, "network": "default", "az": "z1", "vm_type": "small",
+            "reuse_compilation_vms": true,
+        },
+    })
+}
+
+fn manifest(port: u16, web_greeting: &str, disk: u64, with_api: bool) -> Value {
+    let mut groups = vec![json!({
+        "name": "web",
+        "instances": 2,
+        "azs": ["z1"],
+        "vm_type": "small",
+        "stemcell": "default",
+        "persistent_disk": disk,
+        "networks": [{"name": "default"}],
+        "jobs": [{"name": "hello", "release": "hello",
+                  "provides": {"greeter": {"as": "web_greeter"}},
+                  "consumes": {"peers": {"from": "web_greeter"}},
+                  "properties": {"hello": {"port": port, "bind": "instance", "greeting": web_greeting}}}],
+    })];
+    if with_api {
+        groups.push(json!({
+            "name": "api",
+            "instances": 1,
+            "azs": ["z1"],
+            "vm_type": "small",
+            "stemcell": "default",
+            "networks": [{"name": "default", "static_ips": ["127.0.1.50"]}],
+            "jobs": [{"name": "hello", "release": "hello",
+                      "consumes": {"peers": "nil"},
+                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
+        }));
+    }
+    json!({
+        "name": "hello",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {
+            "canaries": 1, "max_in_flight": 2,
+            "canary_watch_time": "500-30000", "update_watch_time": "500-30000",
+        },
+        "instance_groups": groups,
+    })
+}
+
+/// `GET /` on `ip:port`, the body.
+fn http_get(ip: &str, port: u16) -> Option<String> {
+    let addr = SocketAddr::new(ip.parse::<IpAddr>().ok()?, port);
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+}
+
+fn ip_of(state: &DeploymentState, group: &str, index: u64) -> String {
+    state
+        .instances
+        .values()
+        .find(|i| i.group == group && i.index == index)
+        .and_then(|i| i.ips.get("default"))
+        .map(|r| r.ip.clone())
+        .unwrap_or_else(|| panic!("{group}/{index} has no address"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
+    let w = World::new().await;
+
+    // A fresh deploy: compile from source, create VMs, start the jobs.
+    let report = w.deploy(manifest(w.port, "Hello", 64, true)).await;
+    assert!(!report.noop);
+    assert_eq!(report.updated.len(), 3, "{report:?}");
+    assert_eq!(report.compiled, 2, "libhello and hello-server");
+    let state = w.state().await;
+    assert_eq!(state.instances.len(), 3);
+    assert!(state.intents.is_empty(), "{:?}", state.intents);
+    assert_eq!(ip_of(&state, "api", 0), "127.0.1.50");
+    for (group, index, greeting) in [("web", 0, "Hello"), ("web", 1, "Hello"), ("api", 0, "Hi")] {
+        let ip = ip_of(&state, group, index);
+        let body =
+            http_get(&ip, w.port).unwrap_or_else(|| panic!("{group}/{index} answers on {ip}"));
+        assert!(body.starts_with(greeting), "{group}/{index}: {body}");
+    }
+    let inventory = local::inventory(&w.cloud_state()).unwrap();
+    assert_eq!(
+        inventory.vms.len(),
+        3,
+        "compilation VMs are gone: {inventory:?}"
+    );
+    assert_eq!(inventory.disks.len(), 2);
+
+    // A marker on web/0's persistent disk, written through the VM's /var/vcap/store.
+    let web0 = state
+        .instances
+        .values()
+        .find(|i| i.group == "web" && i.index == 0)
+        .unwrap()
+        .clone();
+    let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
+    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
+
+    // The same deploy again: no cloud call at all.
+    let before = w.calls().len();
+    let report = w.deploy(manifest(w.port, "Hello", 64, true)).await;
+    assert!(report.noop, "{report:?}");
+    assert_eq!(w.calls().len(), before, "a no-op deploy calls the cloud");
+
+    // A property of one group: only its instances restart; no cloud call.
+    let before = w.calls().len();
+    let report = w.deploy(manifest(w.port, "Howdy", 64, true)).await;
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    assert!(
+        report.updated.iter().all(|n| n.starts_with("web/")),
+        "{report:?}"
+    );
+    assert_eq!(w.calls().len(), before, "{:?}", &w.calls()[before..]);
+    let state = w.state().await;
+    assert!(
+        http_get(&ip_of(&state, "web", 1), w.port)
+            .unwrap()
+            .starts_with("Howdy")
+    );
+    assert!(
+        http_get(&ip_of(&state, "api", 0), w.port)
+            .unwrap()
+            .starts_with("Hi")
+    );
+
+    // A bigger disk: the data moves to the new disk, the old one is orphaned.
+    let report = w.deploy(manifest(w.port, "Howdy", 128, true)).await;
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    let state = w.state().await;
+    let web0 = state.instances.get(&web0.uuid).unwrap();
+    assert_eq!(web0.disks[0].size_mib, 128);
+    let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
+    assert_eq!(
+        std::fs::read_to_string(root.join("store").join("marker")).unwrap(),
+        "keep me"
+    );
+    assert_eq!(state.orphaned_disks.len(), 2);
+
+    // The api group leaves the manifest: its VM goes.
+    let report = w.deploy(manifest(w.port, "Howdy", 128, false)).await;
+    assert_eq!(report.deleted.len(), 1, "{report:?}");
+    let state = w.state().await;
+    assert_eq!(state.instances.len(), 2);
+    let inventory = local::inventory(&w.cloud_state()).unwrap();
+    assert_eq!(inventory.vms.len(), 2);
+    let recorded: Vec<String> = state
+        .instances
+        .values()
+        .filter_map(|i| i.vm.as_ref().map(|v| v.cid.clone()))
+        .collect();
+    for vm in &inventory.vms {
+        assert!(recorded.contains(&vm.cid), "leaked VM {vm:?}");
+    }
+}
