@@ -25,6 +25,7 @@ use crate::plan::changes::{self, Changes, Observed};
 use crate::plan::desired::{self, GroupSpec, StemcellInfo};
 use crate::plan::dns::{self, DnsInstance};
 use crate::plan::placement::{self, GroupDemand, Placed};
+use crate::plan::rollout::{GroupInput, GroupRollout, InstanceInput, RolloutOptions, plan_rollout};
 use crate::state::{
     AppliedSpec, DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind,
     JobVersion, StemcellRecord, Write,
@@ -42,6 +43,10 @@ pub struct DeployReport {
     /// Packages compiled.
     pub compiled: usize,
 }
+
+/// What updating one group did: the records updated (by planned index) and the failure that
+/// stopped it.
+type GroupOutcome = (Vec<(usize, InstanceRecord)>, Option<EngineError>);
 
 /// One desired instance while a deploy is planned.
 #[derive(Debug, Clone)]
@@ -168,8 +173,16 @@ impl Engine {
         self.delete_obsolete(&state, &obsolete, &mut report).await?;
         self.create_missing_vms(&manifest, &groups, &mut planned, &stemcells)
             .await?;
-        self.update_groups(&manifest, &groups, &mut planned, &stemcells, &mut report)
-            .await?;
+        let initial_deploy = state.meta.deployed_inputs.is_none();
+        self.update_groups(
+            &manifest,
+            &groups,
+            &mut planned,
+            &stemcells,
+            initial_deploy,
+            &mut report,
+        )
+        .await?;
         self.publish_dns(&manifest, &planned, &mut state).await?;
         let meta = DeploymentMeta {
             deployed_inputs: Some(inputs),
@@ -434,72 +447,137 @@ impl Engine {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Step 11: updates changed instances group by group, canaries first.
+    /// Step 11: updates changed instances: runs of groups (serial or together), each group
+    /// AZ by AZ (or all AZs at once), canaries first, then `max_in_flight` at a time on a
+    /// work-conserving pool.
     async fn update_groups(
         &self,
         manifest: &DeploymentManifest,
         groups: &[GroupSpec],
         planned: &mut [Planned],
         stemcells: &BTreeMap<String, String>,
+        initial_deploy: bool,
         report: &mut DeployReport,
     ) -> Result<(), EngineError> {
         let deployment = manifest.name.clone().unwrap_or_default();
-        for (gi, group) in groups.iter().enumerate() {
-            let changed: Vec<usize> = planned
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.group == gi && !p.changes.is_empty())
-                .map(|(i, _)| i)
-                .collect();
-            if changed.is_empty() {
-                continue;
+        let changed: Vec<usize> = (0..planned.len())
+            .filter(|&i| !planned[i].changes.is_empty())
+            .collect();
+        for &i in &changed {
+            self.upload_archive(&mut planned[i]).await?;
+        }
+        let mut targets: BTreeMap<usize, InstanceTarget> = BTreeMap::new();
+        for &i in &changed {
+            let p = &planned[i];
+            targets.insert(i, self.target(&deployment, &groups[p.group], p, stemcells)?);
+        }
+        let inputs: Vec<GroupInput<usize>> = groups
+            .iter()
+            .enumerate()
+            .map(|(gi, g)| GroupInput {
+                name: g.name.clone(),
+                update: g.update.clone(),
+                initial_deploy,
+                instances: (0..planned.len())
+                    .filter(|&i| planned[i].group == gi)
+                    .map(|i| InstanceInput {
+                        key: i,
+                        az: planned[i].placed.az.clone(),
+                        bootstrap: planned[i].placed.bootstrap,
+                        sort_key: planned[i].record.name(),
+                        changed: !planned[i].changes.is_empty(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let rollout = plan_rollout(
+            inputs,
+            RolloutOptions {
+                parallel_azs: self.config.parallel_azs,
+            },
+        );
+        let mut error = None;
+        for run in &rollout.runs {
+            let groups: Vec<&GroupRollout<usize>> =
+                run.groups.iter().filter(|g| !g.phases.is_empty()).collect();
+            let outcomes: Vec<GroupOutcome> = if run.serial {
+                let mut out = Vec::new();
+                for g in groups {
+                    let o = self.update_group(g, &targets).await;
+                    let failed = o.1.is_some();
+                    out.push(o);
+                    if failed {
+                        break;
+                    }
+                }
+                out
+            } else {
+                futures::future::join_all(
+                    groups.into_iter().map(|g| self.update_group(g, &targets)),
+                )
+                .await
+            };
+            for (records, failure) in outcomes {
+                for (i, record) in records {
+                    report.updated.push(record.display_name());
+                    planned[i].record = record;
+                }
+                if error.is_none() {
+                    error = failure;
+                }
             }
-            let stage = StageRun::new(
-                self.events.clone(),
-                "Updating instance",
-                vec![group.name.clone()],
-                changed.len(),
-            );
-            let canaries = group
-                .update
-                .canaries
-                .map_or(0, |c| c.canaries(changed.len()))
-                .min(changed.len());
-            let max_in_flight = group
-                .update
-                .max_in_flight
-                .map_or(1, |m| m.max_in_flight(changed.len()))
-                .max(1);
+            if error.is_some() {
+                break;
+            }
+        }
+        error.map_or(Ok(()), Err)
+    }
+
+    /// One group's phases; the updated records and the failure that stopped it.
+    async fn update_group(
+        &self,
+        group: &GroupRollout<usize>,
+        targets: &BTreeMap<usize, InstanceTarget>,
+    ) -> GroupOutcome {
+        let total = group.phases.iter().map(|p| p.len()).sum();
+        let stage = StageRun::new(
+            self.events.clone(),
+            "Updating instance",
+            vec![group.name.clone()],
+            total,
+        );
+        let mut done = Vec::new();
+        for phase in &group.phases {
+            let steps: Vec<_> = phase.steps().collect();
             let phases = [super::pool::Phase {
-                len: changed.len(),
-                canaries,
-                max_in_flight,
+                len: steps.len(),
+                canaries: phase.canaries.len(),
+                max_in_flight: phase.max_in_flight,
             }];
-            for &i in &changed {
-                self.upload_archive(&mut planned[i]).await?;
-            }
-            let targets: Vec<InstanceTarget> = changed
-                .iter()
-                .enumerate()
-                .map(|(n, &i)| {
-                    let p = &planned[i];
-                    self.target(&deployment, group, p, stemcells, n < canaries)
-                })
-                .collect::<Result<_, _>>()?;
             let outcome = super::pool::run_phases(&phases, |n: usize, _slot: usize| {
-                let target = targets[n].clone();
+                let step = steps[n];
+                let target = targets.get(&step.key).cloned();
                 let stage = stage.clone();
                 async move {
-                    let task_name = instance_task(
+                    let Some(mut target) = target else {
+                        return Err(EngineError::Plan(vec![format!(
+                            "no update planned for instance #{}",
+                            step.key
+                        )]));
+                    };
+                    target.canary = step.canary;
+                    if let Some(watch) = step.watch_time {
+                        target.watch = watch;
+                    }
+                    let task = stage.start(instance_task(
                         &target.record.group,
                         &target.record.uuid,
                         target.record.index,
-                        target.canary,
-                    );
-                    let task = stage.start(task_name);
+                        step.canary,
+                    ));
                     let result = self.update_instance(&stage, &task, target).await;
                     stage.end(&task, &result);
-                    result
+                    result.map(|r| (step.key, r))
                 }
             })
             .await;
@@ -507,10 +585,7 @@ impl Engine {
             let mut error = None;
             for (n, task) in outcome.tasks.into_iter().enumerate() {
                 match task {
-                    super::pool::TaskOutcome::Succeeded(record) => {
-                        report.updated.push(record.display_name());
-                        planned[changed[n]].record = record;
-                    }
+                    super::pool::TaskOutcome::Succeeded(r) => done.push(r),
                     super::pool::TaskOutcome::Failed(e)
                         if first_failure == Some(n) || error.is_none() =>
                     {
@@ -519,11 +594,11 @@ impl Engine {
                     _ => {}
                 }
             }
-            if let Some(error) = error {
-                return Err(error);
+            if error.is_some() {
+                return (done, error);
             }
         }
-        Ok(())
+        (done, None)
     }
 
     /// Stores an instance's rendered templates archive in the blobstore (once).
@@ -545,24 +620,22 @@ impl Engine {
         Ok(())
     }
 
-    /// What one changed instance gets.
+    /// What one changed instance gets (canary and watch time are the rollout's to set).
     fn target(
         &self,
         deployment: &str,
         group: &GroupSpec,
         p: &Planned,
         stemcells: &BTreeMap<String, String>,
-        canary: bool,
     ) -> Result<InstanceTarget, EngineError> {
-        let watch = if canary {
-            group.update.canary_watch_time
-        } else {
-            group.update.update_watch_time
-        }
-        .unwrap_or(crate::manifest::WatchTime {
-            min_ms: 30_000,
-            max_ms: 30_000,
-        });
+        let canary = false;
+        let watch = group
+            .update
+            .update_watch_time
+            .unwrap_or(crate::manifest::WatchTime {
+                min_ms: 30_000,
+                max_ms: 30_000,
+            });
         Ok(InstanceTarget {
             record: p.record.clone(),
             desired: p.desired.clone(),
