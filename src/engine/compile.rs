@@ -26,6 +26,8 @@ use crate::state::{DeploymentState, PackageVersion, Write};
 pub struct Packages {
     /// How many were compiled by this deploy.
     pub compiled: usize,
+    /// What is (or would be) compiled: `name/version on stemcell`.
+    pub to_compile: Vec<String>,
     /// Job fingerprints by `(release, job)`.
     jobs: BTreeMap<(String, String), (String, Vec<String>)>,
     /// Compiled packages by `(os, stemcell version, release, package)`.
@@ -77,6 +79,23 @@ impl Packages {
     }
 }
 
+/// What compilation reads.
+#[derive(Clone, Copy)]
+pub(crate) struct CompileInputs<'a> {
+    /// The manifest.
+    pub manifest: &'a DeploymentManifest,
+    /// The cloud config (`compilation`).
+    pub cloud: &'a CloudConfig,
+    /// The resolved instance groups.
+    pub groups: &'a [GroupSpec],
+    /// Releases by name.
+    pub releases: &'a BTreeMap<String, Arc<Release>>,
+    /// Stemcell CIDs by `name/version`.
+    pub stemcell_cids: &'a BTreeMap<String, String>,
+    /// Plan only: compile nothing, store nothing.
+    pub dry_run: bool,
+}
+
 /// A reusable compilation VM and the stemcell (`name/version`) it runs.
 type WorkerVm = (String, NewVm);
 
@@ -95,13 +114,17 @@ impl Engine {
     /// needed package.
     pub(crate) async fn compile(
         &self,
-        manifest: &DeploymentManifest,
-        cloud: &CloudConfig,
-        groups: &[GroupSpec],
-        releases: &BTreeMap<String, Arc<Release>>,
+        inputs: CompileInputs<'_>,
         state: &mut DeploymentState,
-        stemcell_cids: &BTreeMap<String, String>,
     ) -> Result<Packages, EngineError> {
+        let CompileInputs {
+            manifest,
+            cloud,
+            groups,
+            releases,
+            stemcell_cids,
+            dry_run,
+        } = inputs;
         let mut by_stemcell: BTreeMap<String, StemcellJobs> = BTreeMap::new();
         for g in groups.iter().filter(|g| g.instances > 0) {
             let entry = by_stemcell
@@ -149,21 +172,36 @@ impl Engine {
                 );
             }
         }
+        out.to_compile = plan
+            .tasks
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}/{} on {}",
+                    t.package.name,
+                    t.package.version,
+                    t.stemcell.desc()
+                )
+            })
+            .collect();
         // Packages of compiled releases go into the blobstore under their own id.
-        for reused in &plan.reused {
+        for reused in plan.reused.iter().filter(|_| !dry_run) {
             if let ReuseSource::CompiledRelease { release } = &reused.source {
                 self.store_compiled_release_package(releases, release, &reused.record)
                     .await?;
             }
         }
-        let results = if plan.tasks.is_empty() {
+        let results = if dry_run {
+            // What the records will be, but for the blob the compilation makes.
+            plan.tasks.iter().map(|t| t.record("", "")).collect()
+        } else if plan.tasks.is_empty() {
             Vec::new()
         } else {
             self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest)
                 .await?
         };
-        out.compiled = results.len();
-        for record in &results {
+        out.compiled = if dry_run { 0 } else { results.len() };
+        for record in results.iter().filter(|_| !dry_run) {
             let write = Write::CompiledPackage(record.clone());
             self.write(write.clone()).await?;
             state.apply(&write);

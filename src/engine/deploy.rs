@@ -31,17 +31,67 @@ use crate::state::{
     JobVersion, StemcellRecord, Write,
 };
 
-/// What a deploy did.
+/// What a deploy did (or, from [`Engine::plan`], would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeployReport {
     /// Nothing needed changing.
     pub noop: bool,
+    /// Every desired instance: what it gets and why.
+    pub plan: Vec<InstancePlan>,
+    /// Instances to delete (`group/uuid (index)`).
+    pub obsolete: Vec<String>,
+    /// Packages to compile (`name/version` on `stemcell`).
+    pub to_compile: Vec<String>,
     /// Instances updated (created, changed, recreated).
     pub updated: Vec<String>,
     /// Instances deleted.
     pub deleted: Vec<String>,
     /// Packages compiled.
     pub compiled: usize,
+}
+
+/// What the plan holds for one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstancePlan {
+    /// `group/uuid (index)`.
+    pub instance: String,
+    /// `create`, `recreate`, `update`, `dns/tags only` or `none`.
+    pub action: &'static str,
+    /// The Director's change names.
+    pub changes: Vec<&'static str>,
+    /// Addresses by network.
+    pub ips: BTreeMap<String, String>,
+    /// AZ.
+    pub az: Option<String>,
+}
+
+impl std::fmt::Display for DeployReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for name in &self.obsolete {
+            writeln!(f, "{name}: delete (no longer in the manifest)")?;
+        }
+        for p in &self.to_compile {
+            writeln!(f, "compile {p}")?;
+        }
+        for i in &self.plan {
+            let ips: Vec<String> = i.ips.iter().map(|(n, ip)| format!("{n}={ip}")).collect();
+            write!(f, "{}: {}", i.instance, i.action)?;
+            if !i.changes.is_empty() {
+                write!(f, " ({})", i.changes.join(", "))?;
+            }
+            if let Some(az) = &i.az {
+                write!(f, " az={az}")?;
+            }
+            if !ips.is_empty() {
+                write!(f, " {}", ips.join(" "))?;
+            }
+            writeln!(f)?;
+        }
+        if self.noop {
+            writeln!(f, "no changes")?;
+        }
+        Ok(())
+    }
 }
 
 /// What updating one group did: the records updated (by planned index) and the failure that
@@ -92,12 +142,24 @@ impl Engine {
             .locks
             .acquire(&deployment_lock(&name), &holder, self.config.lock_wait)
             .await?;
-        let result = self.deploy_validated(request).await;
+        let result = self.deploy_validated(request, false).await;
         drop(guard);
         result
     }
 
-    async fn deploy_validated(&self, req: &DeployRequest) -> Result<DeployReport, EngineError> {
+    /// What a deploy would do, without changing anything: validation, the agents' state,
+    /// placement, addresses, rendering and change detection, as `bosh deploy --dry-run`
+    /// (which stops after rendering) and a little more (what would be compiled, created,
+    /// updated and deleted, and why).
+    pub async fn plan(&self, request: &DeployRequest) -> Result<DeployReport, EngineError> {
+        self.deploy_validated(request, true).await
+    }
+
+    async fn deploy_validated(
+        &self,
+        req: &DeployRequest,
+        dry_run: bool,
+    ) -> Result<DeployReport, EngineError> {
         let validated = crate::validate::deployment(&req.manifest, &req.cloud_config)
             .map_err(EngineError::Invalid)?;
         for w in validated.warnings.all() {
@@ -105,7 +167,9 @@ impl Engine {
         }
         let (manifest, cloud) = validated.document;
         let mut state = self.store.load().await?;
-        self.recover(&mut state, self.config.recovery_wait).await?;
+        if !dry_run {
+            self.recover(&mut state, self.config.recovery_wait).await?;
+        }
 
         let inputs = inputs_digest(req);
         let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
@@ -117,6 +181,7 @@ impl Engine {
             .task("Preparing deployment", self.observe(&state))
             .await?;
         if settled
+            && !dry_run
             && state.instances.values().all(|i| {
                 i.state != InstanceState::Started
                     || matches!(observed.get(&i.uuid), Some(Observed::Answered { job_state }) if job_state == "running")
@@ -142,12 +207,27 @@ impl Engine {
             )
             .await?;
 
-        let stemcells = self
-            .upload_stemcells(req, &groups, &planned, &mut state)
-            .await?;
+        let stemcells = if dry_run {
+            state
+                .stemcells
+                .iter()
+                .map(|(k, s)| (k.clone(), s.cid.clone()))
+                .collect()
+        } else {
+            self.upload_stemcells(req, &groups, &planned, &mut state)
+                .await?
+        };
         let packages = self
             .compile(
-                &manifest, &cloud, &groups, &releases, &mut state, &stemcells,
+                super::compile::CompileInputs {
+                    manifest: &manifest,
+                    cloud: &cloud,
+                    groups: &groups,
+                    releases: &releases,
+                    stemcell_cids: &stemcells,
+                    dry_run,
+                },
+                &mut state,
             )
             .await?;
 
@@ -168,8 +248,21 @@ impl Engine {
 
         let mut report = DeployReport {
             compiled: packages.compiled,
+            plan: planned.iter().map(instance_plan).collect(),
+            obsolete: obsolete
+                .iter()
+                .filter_map(|u| state.instances.get(u))
+                .map(InstanceRecord::display_name)
+                .collect(),
+            to_compile: packages.to_compile.clone(),
             ..DeployReport::default()
         };
+        if dry_run {
+            report.noop = report.obsolete.is_empty()
+                && report.to_compile.is_empty()
+                && planned.iter().all(|p| p.changes.is_empty());
+            return Ok(report);
+        }
         self.delete_obsolete(&state, &obsolete, &mut report).await?;
         self.create_missing_vms(&manifest, &groups, &mut planned, &stemcells)
             .await?;
@@ -698,6 +791,33 @@ impl Engine {
         state.meta.dns_blob = Some(stored.id);
         state.meta.dns_records = Some(digest);
         self.write(Write::Meta(state.meta.clone())).await
+    }
+}
+
+/// The plan of one instance, for reports.
+fn instance_plan(p: &Planned) -> InstancePlan {
+    let action = if p.changes.is_empty() {
+        "none"
+    } else if p.record.vm.is_none() && p.record.applied.is_none() {
+        "create"
+    } else if p.changes.recreates_vm() || p.record.vm.is_none() {
+        "recreate"
+    } else if p.changes.is_minimal() {
+        "dns/tags only"
+    } else {
+        "update"
+    };
+    InstancePlan {
+        instance: p.record.display_name(),
+        action,
+        changes: p.changes.names(),
+        ips: p
+            .record
+            .ips
+            .iter()
+            .map(|(n, r)| (n.clone(), r.ip.clone()))
+            .collect(),
+        az: p.placed.az.clone(),
     }
 }
 
