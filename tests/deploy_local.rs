@@ -51,6 +51,8 @@ struct World {
     release: Arc<Release>,
     stemcell: StemcellSource,
     port: u16,
+    /// The third octet of this world's loopback subnet (tests run side by side).
+    net: u8,
 }
 
 fn example_release() -> Release {
@@ -75,7 +77,7 @@ fn free_port() -> u16 {
 }
 
 impl World {
-    async fn new() -> World {
+    async fn new(net: u8, agent_timeout: Duration) -> World {
         let nats = Arc::new(BoshNats::start(&[]).expect("nats-server starts"));
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("cloud");
@@ -125,7 +127,7 @@ impl World {
             events: Arc::new(events.clone()),
             config: EngineConfig {
                 agent_options: ClientOptions {
-                    timeout: Duration::from_secs(20),
+                    timeout: agent_timeout,
                     poll_interval: Duration::from_millis(100),
                     ..ClientOptions::default()
                 },
@@ -149,6 +151,7 @@ impl World {
             release: Arc::new(example_release()),
             stemcell,
             port: free_port(),
+            net,
         }
     }
 
@@ -159,11 +162,15 @@ impl World {
     fn request(&self, manifest: Value) -> DeployRequest {
         DeployRequest {
             manifest,
-            cloud_config: cloud_config(),
+            cloud_config: cloud_config(self.net, 49),
             releases: vec![self.release.clone()],
             stemcells: vec![self.stemcell.clone()],
             requests: Requests::default(),
         }
+    }
+
+    async fn try_deploy(&self, request: &DeployRequest) -> Result<DeployReport, String> {
+        self.engine.deploy(request).await.map_err(|e| e.to_string())
     }
 
     async fn deploy(&self, manifest: Value) -> DeployReport {
@@ -226,7 +233,9 @@ fn stemcell(dir: &Path) -> StemcellSource {
     }
 }
 
-fn cloud_config() -> Value {
+/// A cloud config on `127.0.<net>.0/24` whose dynamic range is `.2` up to `.<last>`.
+fn cloud_config(net: u8, last: u8) -> Value {
+    let n = |host: u8| format!("127.0.{net}.{host}");
     json!({
         "azs": [{"name": "z1"}],
         "vm_types": [{"name": "small", "cloud_properties": {}}],
@@ -235,11 +244,15 @@ fn cloud_config() -> Value {
             "name": "default",
             "type": "manual",
             "subnets": [{
-                "range": "127.0.1.0/24",
-                "gateway": "127.0.1.1",
+                "range": format!("127.0.{net}.0/24"),
+                "gateway": n(1),
                 "az": "z1",
-                "reserved": ["127.0.1.200-127.0.1.254"],
-                "static": ["127.0.1.50-127.0.1.60"],
+                "reserved": if last < 49 {
+                    json!([format!("{} - {}", n(last + 1), n(49)), format!("{} - {}", n(61), n(254))])
+                } else {
+                    json!([format!("{} - {}", n(61), n(254))])
+                },
+                "static": [format!("{} - {}", n(50), n(60))],
             }],
         }],
         "compilation": {
@@ -249,7 +262,7 @@ fn cloud_config() -> Value {
     })
 }
 
-fn manifest(port: u16, web_greeting: &str, disk: u64, with_api: bool) -> Value {
+fn manifest(net: u8, port: u16, web_greeting: &str, disk: u64, with_api: bool) -> Value {
     let mut groups = vec![json!({
         "name": "web",
         "instances": 2,
@@ -270,7 +283,7 @@ fn manifest(port: u16, web_greeting: &str, disk: u64, with_api: bool) -> Value {
             "azs": ["z1"],
             "vm_type": "small",
             "stemcell": "default",
-            "networks": [{"name": "default", "static_ips": ["127.0.1.50"]}],
+            "networks": [{"name": "default", "static_ips": [format!("127.0.{net}.50")]}],
             "jobs": [{"name": "hello", "release": "hello",
                       "consumes": {"peers": "nil"},
                       "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
@@ -311,10 +324,10 @@ fn ip_of(state: &DeploymentState, group: &str, index: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
-    let w = World::new().await;
+    let w = World::new(1, Duration::from_secs(20)).await;
 
     // A fresh deploy: compile from source, create VMs, start the jobs.
-    let report = w.deploy(manifest(w.port, "Hello", 64, true)).await;
+    let report = w.deploy(manifest(w.net, w.port, "Hello", 64, true)).await;
     assert!(!report.noop);
     assert_eq!(report.updated.len(), 3, "{report:?}");
     assert_eq!(report.compiled, 2, "libhello and hello-server");
@@ -322,6 +335,13 @@ async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
     assert_eq!(state.instances.len(), 3);
     assert!(state.intents.is_empty(), "{:?}", state.intents);
     assert_eq!(ip_of(&state, "api", 0), "127.0.1.50");
+    assert!(
+        w.events
+            .lines()
+            .iter()
+            .any(|l| l.to_json().contains(r#""task":"web/"#) && l.to_json().contains("(canary)")),
+        "the first web instance is a canary"
+    );
     for (group, index, greeting) in [("web", 0, "Hello"), ("web", 1, "Hello"), ("api", 0, "Hi")] {
         let ip = ip_of(&state, group, index);
         let body =
@@ -348,13 +368,13 @@ async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
 
     // The same deploy again: no cloud call at all.
     let before = w.calls().len();
-    let report = w.deploy(manifest(w.port, "Hello", 64, true)).await;
+    let report = w.deploy(manifest(w.net, w.port, "Hello", 64, true)).await;
     assert!(report.noop, "{report:?}");
     assert_eq!(w.calls().len(), before, "a no-op deploy calls the cloud");
 
     // A property of one group: only its instances restart; no cloud call.
     let before = w.calls().len();
-    let report = w.deploy(manifest(w.port, "Howdy", 64, true)).await;
+    let report = w.deploy(manifest(w.net, w.port, "Howdy", 64, true)).await;
     assert_eq!(report.updated.len(), 2, "{report:?}");
     assert!(
         report.updated.iter().all(|n| n.starts_with("web/")),
@@ -374,7 +394,7 @@ async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
     );
 
     // A bigger disk: the data moves to the new disk, the old one is orphaned.
-    let report = w.deploy(manifest(w.port, "Howdy", 128, true)).await;
+    let report = w.deploy(manifest(w.net, w.port, "Howdy", 128, true)).await;
     assert_eq!(report.updated.len(), 2, "{report:?}");
     let state = w.state().await;
     let web0 = state.instances.get(&web0.uuid).unwrap();
@@ -387,7 +407,7 @@ async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
     assert_eq!(state.orphaned_disks.len(), 2);
 
     // The api group leaves the manifest: its VM goes.
-    let report = w.deploy(manifest(w.port, "Howdy", 128, false)).await;
+    let report = w.deploy(manifest(w.net, w.port, "Howdy", 128, false)).await;
     assert_eq!(report.deleted.len(), 1, "{report:?}");
     let state = w.state().await;
     assert_eq!(state.instances.len(), 2);
@@ -401,4 +421,134 @@ async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
     for vm in &inventory.vms {
         assert!(recorded.contains(&vm.cid), "leaked VM {vm:?}");
     }
+}
+
+/// Bad news is found before anything changes, and told in the Director's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
+    let w = World::new(2, Duration::from_secs(2)).await;
+    // Three dynamic addresses: two for web, one for a spare group.
+    let base = |greeting: &str| {
+        let mut m = manifest(w.net, w.port, greeting, 64, true);
+        let mut spare = m["instance_groups"][1].clone();
+        spare["name"] = json!("spare");
+        spare["networks"] = json!([{"name": "default"}]);
+        m["instance_groups"].as_array_mut().unwrap().push(spare);
+        m
+    };
+    let small = |m: Value| DeployRequest {
+        cloud_config: cloud_config(w.net, 4),
+        ..w.request(m)
+    };
+    w.try_deploy(&small(base("Hello"))).await.unwrap();
+    let state = w.state().await;
+
+    // The spare group goes and web grows by one: the spare's address is still held while
+    // addresses are chosen (it is deleted later in the deploy), so there is none for web.
+    let calls = w.calls().len();
+    let mut bigger = base("Hello");
+    bigger["instance_groups"][0]["instances"] = json!(3);
+    bigger["instance_groups"].as_array_mut().unwrap().pop();
+    let err = w.try_deploy(&small(bigger)).await.unwrap_err();
+    assert!(
+        err.starts_with("Failed to reserve IP for 'web/")
+            && err.ends_with("(2)' for manual network 'default': no more available"),
+        "{err}"
+    );
+    assert_eq!(w.calls().len(), calls);
+    assert_eq!(w.state().await, state);
+
+    // Two groups swapping their static IPs in one deploy.
+    let mut swapped = base("Hello");
+    swapped["instance_groups"][0]["networks"][0]["static_ips"] =
+        json!([format!("127.0.{}.50", w.net), format!("127.0.{}.51", w.net)]);
+    swapped["instance_groups"][1]["networks"][0]["static_ips"] =
+        json!([format!("127.0.{}.52", w.net)]);
+    let err = w.try_deploy(&small(swapped)).await.unwrap_err();
+    assert!(
+        err.contains(&format!("127.0.{}.50/32", w.net))
+            && err.contains("already reserved by instance"),
+        "{err}"
+    );
+    assert_eq!(w.calls().len(), calls);
+    assert_eq!(w.state().await, state);
+
+    // An agent that does not answer: BOSH's timeout, and nothing changed.
+    let api = state
+        .instances
+        .values()
+        .find(|i| i.group == "api")
+        .unwrap()
+        .clone();
+    let api_vm = api.vm.clone().unwrap();
+    local::set_agent_frozen(
+        &w.cloud_state(),
+        &kubosh::cpi::VmCid(api_vm.cid.clone()),
+        true,
+    )
+    .unwrap();
+    let err = w.try_deploy(&small(base("Howdy"))).await.unwrap_err();
+    let expected = format!(
+        "Timed out sending 'get_state' to instance: '{}', agent-id: '{}' after 2 seconds",
+        api.name(),
+        api_vm.agent_id
+    );
+    assert!(err.contains(&expected), "{err}\nexpected: {expected}");
+    assert_eq!(w.calls().len(), calls);
+    assert_eq!(w.state().await, state);
+    local::set_agent_frozen(
+        &w.cloud_state(),
+        &kubosh::cpi::VmCid(api_vm.cid.clone()),
+        false,
+    )
+    .unwrap();
+
+    // A canary that never runs stops the deploy; the other instances are untouched.
+    let web: Vec<_> = {
+        let mut v: Vec<_> = state
+            .instances
+            .values()
+            .filter(|i| i.group == "web")
+            .cloned()
+            .collect();
+        v.sort_by_key(|i| i.index);
+        v
+    };
+    let taken = free_port();
+    let blocker = std::net::TcpListener::bind((ip_of(&state, "web", 0).as_str(), taken)).unwrap();
+    let mut failing = base("Hello");
+    failing["update"]["canary_watch_time"] = json!("500-3000");
+    failing["instance_groups"][0]["jobs"][0]["properties"]["hello"]["port"] = json!(taken);
+    let err = w.try_deploy(&small(failing)).await.unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            "'{}' is not running after update. Review logs for failed jobs: hello",
+            web[0].display_name()
+        )
+    );
+    drop(blocker);
+    let after = w.state().await;
+    assert_eq!(
+        after.instances.get(&web[1].uuid),
+        state.instances.get(&web[1].uuid)
+    );
+    assert!(
+        !after.instances.get(&web[0].uuid).unwrap().update_completed,
+        "the canary is dirty"
+    );
+    assert!(
+        http_get(&ip_of(&state, "web", 1), w.port)
+            .unwrap()
+            .starts_with("Hello")
+    );
+
+    // Fixed: the next deploy redoes the dirty canary and goes on.
+    let report = w.try_deploy(&small(base("Hello"))).await.unwrap();
+    assert_eq!(report.updated, vec![web[0].display_name()], "{report:?}");
+    assert!(
+        http_get(&ip_of(&state, "web", 0), w.port)
+            .unwrap()
+            .starts_with("Hello")
+    );
 }
