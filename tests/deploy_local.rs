@@ -166,6 +166,7 @@ impl World {
             releases: vec![self.release.clone()],
             stemcells: vec![self.stemcell.clone()],
             requests: Requests::default(),
+            action: None,
         }
     }
 
@@ -551,4 +552,128 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
             .unwrap()
             .starts_with("Hello")
     );
+}
+
+/// `bosh stop`, `start`, `stop --hard`, `recreate`, `restart` on a group or one instance,
+/// and a new stemcell: VMs come and go, addresses and disk data stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
+    use kubosh::engine::{InstanceAction, Scope};
+    let w = World::new(3, Duration::from_secs(20)).await;
+    let m = manifest(w.net, w.port, "Hello", 64, false);
+    w.deploy(m.clone()).await;
+    let state = w.state().await;
+    let ip = |i: u64| ip_of(&state, "web", i);
+    let uuid_of = |i: u64| {
+        state
+            .instances
+            .values()
+            .find(|r| r.group == "web" && r.index == i)
+            .unwrap()
+            .uuid
+            .clone()
+    };
+    let vm_of =
+        |s: &DeploymentState, uuid: &str| s.instances[uuid].vm.as_ref().map(|v| v.cid.clone());
+    let (web0, web1) = (uuid_of(0), uuid_of(1));
+    let root = w.vm_root(&vm_of(&state, &web0).unwrap());
+    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
+    let act = |action: InstanceAction, instance: Option<&str>| DeployRequest {
+        action: Some((
+            action,
+            Some(Scope {
+                group: "web".into(),
+                instance: instance.map(String::from),
+            }),
+        )),
+        ..w.request(m.clone())
+    };
+
+    // stop web/0: its server stops, web/1 goes on.
+    let report = w
+        .try_deploy(&act(InstanceAction::Stop, Some("0")))
+        .await
+        .unwrap();
+    assert_eq!(report.updated.len(), 1, "{report:?}");
+    assert!(http_get(&ip(0), w.port).is_none());
+    assert!(http_get(&ip(1), w.port).is_some());
+    // A plain deploy keeps it stopped.
+    assert!(w.deploy(m.clone()).await.noop);
+
+    // start web/0 (by uuid).
+    w.try_deploy(&act(InstanceAction::Start, Some(&web0)))
+        .await
+        .unwrap();
+    assert!(http_get(&ip(0), w.port).unwrap().starts_with("Hello"));
+
+    // stop --hard the group: no VM left, disks and addresses kept.
+    w.try_deploy(&act(InstanceAction::StopHard, None))
+        .await
+        .unwrap();
+    let detached = w.state().await;
+    assert!(detached.instances.values().all(|i| i.vm.is_none()));
+    assert_eq!(local::inventory(&w.cloud_state()).unwrap().vms.len(), 0);
+    assert_eq!(local::inventory(&w.cloud_state()).unwrap().disks.len(), 2);
+    assert!(
+        w.deploy(m.clone()).await.noop,
+        "detached instances stay detached"
+    );
+
+    // start the group: new VMs, same addresses, the disk data is back.
+    w.try_deploy(&act(InstanceAction::Start, None))
+        .await
+        .unwrap();
+    let started = w.state().await;
+    assert_eq!(ip_of(&started, "web", 0), ip(0));
+    let root = w.vm_root(&vm_of(&started, &web0).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(root.join("store").join("marker")).unwrap(),
+        "keep me"
+    );
+    assert!(http_get(&ip(1), w.port).unwrap().starts_with("Hello"));
+
+    // recreate web/1: a new VM; restart web/0: the same VM.
+    let before = w.state().await;
+    w.try_deploy(&act(InstanceAction::Recreate, Some("1")))
+        .await
+        .unwrap();
+    w.try_deploy(&act(InstanceAction::Restart, Some("0")))
+        .await
+        .unwrap();
+    let after = w.state().await;
+    assert_ne!(vm_of(&after, &web1), vm_of(&before, &web1));
+    assert_eq!(vm_of(&after, &web0), vm_of(&before, &web0));
+    assert!(http_get(&ip(1), w.port).unwrap().starts_with("Hello"));
+
+    // A new stemcell version: every VM is recreated, addresses stay.
+    let newer = {
+        let dir = w.dir.path().join("stemcell-1.1");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = stemcell(&dir);
+        s.info.version = "1.1".into();
+        s
+    };
+    let mut request = w.request(m.clone());
+    request.stemcells.push(newer);
+    let report = w.try_deploy(&request).await.unwrap();
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    assert!(
+        report.plan.iter().all(|p| p.changes.contains(&"stemcell")),
+        "{report:?}"
+    );
+    let moved = w.state().await;
+    for uuid in [&web0, &web1] {
+        assert_ne!(vm_of(&moved, uuid), vm_of(&after, uuid));
+        assert_eq!(moved.instances[uuid].ips, after.instances[uuid].ips);
+        assert_eq!(
+            moved.instances[uuid].vm.as_ref().unwrap().stemcell,
+            "bosh-kubosh-local-ubuntu-jammy/1.1"
+        );
+    }
+    let root = w.vm_root(&vm_of(&moved, &web0).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(root.join("store").join("marker")).unwrap(),
+        "keep me"
+    );
+    assert_eq!(local::inventory(&w.cloud_state()).unwrap().vms.len(), 2);
 }

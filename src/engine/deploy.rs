@@ -13,7 +13,7 @@ use super::instance::InstanceTarget;
 use super::progress::{self, StageRun};
 use super::templates::{InstanceView, RenderedInstance, TemplateContext};
 use super::vm::VmRequest;
-use super::{DeployRequest, Engine, EngineError, releases_by_name};
+use super::{DeployRequest, Engine, EngineError, InstanceAction, releases_by_name};
 use crate::agent::protocol::{
     ApplySpec, JobSpec, JobTemplateSpec, PackageSpec, RenderedTemplatesArchive,
 };
@@ -174,6 +174,7 @@ impl Engine {
         let inputs = inputs_digest(req);
         let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
             && req.requests == changes::Requests::default()
+            && req.action.is_none()
             && state.instances.values().all(|i| i.update_completed);
 
         let preparing = StageRun::new(self.events.clone(), "Preparing deployment", vec![], 2);
@@ -234,15 +235,26 @@ impl Engine {
         for p in planned.iter_mut() {
             let group = &groups[p.group];
             p.desired = desired_spec(&manifest, &cloud, group, p, &packages, &self.config);
+            let mut requests = req.requests;
+            let mut in_scope = true;
+            if let Some((action, scope)) = &req.action {
+                in_scope = scope.as_ref().is_none_or(|s| s.contains(&p.record));
+                if in_scope {
+                    match action {
+                        InstanceAction::Start => p.record.state = InstanceState::Started,
+                        InstanceAction::Stop => p.record.state = InstanceState::Stopped,
+                        InstanceAction::StopHard => p.record.state = InstanceState::Detached,
+                        InstanceAction::Restart => requests.restart = true,
+                        InstanceAction::Recreate => requests.recreate = true,
+                    }
+                }
+            }
             p.changes = match &p.record.applied {
+                _ if !in_scope => Changes::default(),
                 None => Changes(BTreeSet::from([changes::Change::Dirty])),
-                Some(_) => changes::detect(
-                    &p.record,
-                    &p.desired,
-                    p.record.state,
-                    &p.observed,
-                    req.requests,
-                ),
+                Some(_) => {
+                    changes::detect(&p.record, &p.desired, p.record.state, &p.observed, requests)
+                }
             };
         }
 
@@ -517,7 +529,9 @@ impl Engine {
                 let created = stage
                     .task(task, async {
                         self.persist(&record).await?;
-                        self.create_instance_vm(&mut record, &request).await
+                        let vm = self.create_instance_vm(&mut record, &request).await?;
+                        // A detached instance coming back keeps its disks.
+                        self.attach_disks(&record, &vm).await
                     })
                     .await;
                 (i, created.map(|_| record))

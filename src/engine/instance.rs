@@ -233,7 +233,11 @@ impl Engine {
     }
 
     /// Attaches and mounts the instance's active disks on its (new) VM.
-    async fn attach_disks(&self, record: &InstanceRecord, vm: &NewVm) -> Result<(), EngineError> {
+    pub(crate) async fn attach_disks(
+        &self,
+        record: &InstanceRecord,
+        vm: &NewVm,
+    ) -> Result<(), EngineError> {
         let agent = self.agent(&vm.agent_id, &record.display_name());
         for disk in &record.disks {
             self.attach_and_mount(&agent, &vm.cid, &disk.cid).await?;

@@ -113,7 +113,7 @@ pub struct StemcellSource {
 }
 
 /// What to deploy.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct DeployRequest {
     /// The deployment manifest, interpolated (variables resolved).
     pub manifest: Value,
@@ -125,6 +125,45 @@ pub struct DeployRequest {
     pub stemcells: Vec<StemcellSource>,
     /// `--recreate`, `restart`, ...
     pub requests: Requests,
+    /// `bosh start|stop|restart|recreate`: what to do to the instances in `scope` (all when
+    /// `None`); instances outside it are left as they are.
+    pub action: Option<(InstanceAction, Option<Scope>)>,
+}
+
+/// The instance commands (`bosh start`, `stop`, `stop --hard`, `restart`, `recreate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceAction {
+    /// Start the jobs (and make the VM of a detached instance).
+    Start,
+    /// Stop the jobs, keep the VM.
+    Stop,
+    /// Stop the jobs and delete the VM, keeping disks and addresses (`stop --hard`).
+    StopHard,
+    /// Stop and start the jobs.
+    Restart,
+    /// Make a new VM.
+    Recreate,
+}
+
+/// Which instances an [`InstanceAction`] is for: a group, or one instance of it (by uuid or
+/// index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// Instance group.
+    pub group: String,
+    /// `uuid` or index; `None` for the whole group.
+    pub instance: Option<String>,
+}
+
+impl Scope {
+    /// Whether the instance is in scope.
+    pub fn contains(&self, record: &crate::state::InstanceRecord) -> bool {
+        record.group == self.group
+            && self
+                .instance
+                .as_ref()
+                .is_none_or(|i| *i == record.uuid || *i == record.index.to_string())
+    }
 }
 
 /// A deploy failed.
