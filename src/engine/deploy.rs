@@ -394,9 +394,24 @@ impl Engine {
             return Err(EngineError::Plan(errors));
         }
         for (position, p) in planned.iter_mut().enumerate() {
-            p.rendered = Some(RenderedInstance::new(
-                jobs.remove(&position).unwrap_or_default(),
-            ));
+            let mut rendered = jobs.remove(&position).unwrap_or_default();
+            // Each job lists the links it provides (`.bosh/links.json`); the group id is the
+            // provider's number among the deployment's link groups.
+            for job in rendered.iter_mut() {
+                let entries: Vec<crate::render::ProvidedLinkEntry> = resolution
+                    .providers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, pr)| pr.instance_group == p.record.group && pr.job == job.name)
+                    .map(|(n, pr)| crate::render::ProvidedLinkEntry {
+                        name: pr.name.clone(),
+                        kind: pr.link_type.clone(),
+                        group: (n + 1).to_string(),
+                    })
+                    .collect();
+                crate::render::add_links_json(job, &entries);
+            }
+            p.rendered = Some(RenderedInstance::new(rendered));
         }
         Ok(())
     }
