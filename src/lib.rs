@@ -27,6 +27,7 @@ pub mod ops;
 pub mod pki;
 pub mod release;
 pub mod render;
+pub mod sim;
 pub mod stemcell;
 pub mod testenv;
 pub mod validate;
