@@ -29,6 +29,7 @@ pub mod pki;
 pub mod plan;
 pub mod release;
 pub mod render;
+pub mod sim;
 pub mod state;
 pub mod stemcell;
 pub mod testenv;

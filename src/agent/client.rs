@@ -4,11 +4,14 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+// The tokio clock, so that a paused test clock also runs out `stop`'s and
+// `wait_until_ready`'s limits.
+use tokio::time::Instant;
 
 use super::protocol::{
     AgentState, ApplySpec, BundleLogsArgs, BundleLogsResult, CompilePackageArgs,
