@@ -4,11 +4,12 @@
 //! (ops files, variables and `--vars-store` as `kubosh interpolate` reads them; every
 //! `((variable))` must get a value), the cloud config, the release tarballs and the stemcell
 //! tarballs. `deploy` extracts each stemcell once into
-//! `<state_dir>/stemcells/<name>-<version>/` and runs [`Engine::deploy`], printing the event
-//! log as the BOSH CLI shows a task, then `Succeeded` or the error (exit code 1) as the last
-//! line. `plan` runs [`Engine::plan`] and prints the [`DeployReport`]: it writes nothing (no
-//! state, no stemcell extraction, no CPI call; generated variables go to a throwaway copy of
-//! the vars store) and its progress goes to stderr.
+//! `<state_dir>/stemcells/<name>-<version>/` and runs [`crate::engine::Engine::deploy`],
+//! printing the event log as the BOSH CLI shows a task, then `Succeeded` or the error (exit
+//! code 1) as the last line. `plan` runs [`crate::engine::Engine::plan`] and prints the
+//! [`DeployReport`]: it writes nothing (no state, no stemcell extraction, no CPI call;
+//! generated variables go to a throwaway copy of the vars store) and its progress goes to
+//! stderr.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
