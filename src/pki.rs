@@ -7,8 +7,8 @@
 
 use base64::Engine as _;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 use rsa::pkcs1::{DecodeRsaPrivateKey, EncodeRsaPrivateKey};
 use rsa::pkcs8::{DecodePrivateKey, EncodePrivateKey, EncodePublicKey, LineEnding};
@@ -28,9 +28,18 @@ pub enum PkiError {
     Parse(String),
 }
 
-/// A self-signed certificate authority that signs leaf certificates.
+/// A certificate authority that signs leaf certificates: a fresh self-signed one
+/// ([`Ca::new`]) or an existing one read from PEM ([`Ca::from_pem`]). `Debug` never prints
+/// the key.
 pub struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    cert_pem: String,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").finish_non_exhaustive()
+    }
 }
 
 /// What a leaf certificate is for.
@@ -81,13 +90,53 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
-        Ok(Ca { issuer })
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(Ca {
+            cert_pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// An existing CA: its certificate and private key, PEM. The key may be PKCS#8
+    /// (`PRIVATE KEY`: ECDSA, Ed25519 or RSA) or PKCS#1 (`RSA PRIVATE KEY`, what BOSH
+    /// generates); it must be the certificate's key. Errors never quote the key.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Ca, PkiError> {
+        let key = if key_pem
+            .trim_start()
+            .starts_with("-----BEGIN RSA PRIVATE KEY-----")
+        {
+            RsaKey::from_pem(key_pem)?.key_pair()?
+        } else {
+            KeyPair::from_pem(key_pem).map_err(|_| {
+                PkiError::Parse(
+                    "private key: expected a PEM 'PRIVATE KEY' (PKCS#8) or 'RSA PRIVATE KEY' block"
+                        .into(),
+                )
+            })?
+        };
+        let der = pem_certificate_der(cert_pem)?;
+        let cert = webpki::EndEntityCert::try_from(&der)
+            .map_err(|e| PkiError::Parse(format!("CA certificate: {e}")))?;
+        // The subject public key is the SPKI's last element (its BIT STRING contents).
+        let spki = cert.subject_public_key_info();
+        let raw = key.public_key_raw();
+        if raw.is_empty() || !spki.as_ref().ends_with(raw) {
+            return Err(PkiError::Parse(
+                "the private key does not belong to the CA certificate".into(),
+            ));
+        }
+        let issuer = Issuer::from_ca_cert_der(&der, key)
+            .map_err(|e| PkiError::Parse(format!("CA certificate: {e}")))?;
+        Ok(Ca {
+            issuer,
+            cert_pem: cert_pem.to_string(),
+        })
     }
 
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
     }
 
     /// Issues a leaf certificate signed by this CA.
@@ -120,6 +169,15 @@ impl Ca {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// The DER of the first `CERTIFICATE` block of a PEM text.
+fn pem_certificate_der(pem: &str) -> Result<rustls::pki_types::CertificateDer<'static>, PkiError> {
+    use rustls::pki_types::pem::PemObject as _;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .and_then(Result::ok)
+        .ok_or_else(|| PkiError::Parse("CA certificate: no PEM 'CERTIFICATE' block".into()))
 }
 
 /// A fresh ECDSA P-256 key pair: (private PKCS#8 PEM, public PEM).
@@ -277,4 +335,82 @@ pub fn sign_with_rsa(
         }
     };
     Ok(cert.pem())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::UnixTime;
+
+    /// True if `leaf_pem` chains to `ca_pem` as a client certificate.
+    fn signed_by(leaf_pem: &str, ca_pem: &str) -> bool {
+        let ca = pem_certificate_der(ca_pem).unwrap();
+        let leaf = pem_certificate_der(leaf_pem).unwrap();
+        let anchor = webpki::anchor_from_trusted_cert(&ca).unwrap();
+        let ee = webpki::EndEntityCert::try_from(&leaf).unwrap();
+        let algs = rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .all;
+        ee.verify_for_usage(
+            algs,
+            &[anchor],
+            &[],
+            UnixTime::now(),
+            webpki::KeyUsage::client_auth(),
+            None,
+            None,
+        )
+        .is_ok()
+    }
+
+    fn client<'a>(cn: &'a str) -> Leaf<'a> {
+        Leaf {
+            common_name: cn,
+            client: true,
+            ..Leaf::default()
+        }
+    }
+
+    #[test]
+    fn a_ca_read_from_pem_signs_leaves_that_chain_to_it() {
+        let original = Ca::new("nats-ca").unwrap();
+        let key_pem = original.issuer.key().serialize_pem();
+        let loaded = Ca::from_pem(&original.cert_pem(), &key_pem).unwrap();
+        assert_eq!(loaded.cert_pem(), original.cert_pem());
+        let leaf = loaded.issue(&client("a1.agent.bosh-internal")).unwrap();
+        assert!(signed_by(&leaf.cert_pem, &original.cert_pem()));
+        let other = Ca::new("other").unwrap();
+        assert!(!signed_by(&leaf.cert_pem, &other.cert_pem()));
+    }
+
+    #[test]
+    fn a_bosh_style_rsa_ca_reads_from_pkcs1() {
+        let key = RsaKey::generate(2048).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name = name("bosh-ca", &[]);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let cert_pem = sign_with_rsa(params, &key, None).unwrap();
+        let ca = Ca::from_pem(&cert_pem, &key.private_pkcs1_pem().unwrap()).unwrap();
+        let leaf = ca.issue(&client("a2.agent.bosh-internal")).unwrap();
+        assert!(signed_by(&leaf.cert_pem, &cert_pem));
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_or_garbage_is_refused_without_quoting_it() {
+        let a = Ca::new("a").unwrap();
+        let b = Ca::new("b").unwrap();
+        let b_key = b.issuer.key().serialize_pem();
+        let e = Ca::from_pem(&a.cert_pem(), &b_key).unwrap_err().to_string();
+        assert!(e.contains("does not belong"), "{e}");
+        assert!(!e.contains("PRIVATE KEY-----"), "{e}");
+        let e = Ca::from_pem(&a.cert_pem(), "not a key")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("private key"), "{e}");
+        let a_key = a.issuer.key().serialize_pem();
+        let e = Ca::from_pem("garbage", &a_key).unwrap_err().to_string();
+        assert!(e.contains("CA certificate"), "{e}");
+        assert!(!e.contains(a_key.lines().nth(1).unwrap()), "{e}");
+    }
 }

@@ -2,7 +2,9 @@
 
 mod agent;
 mod cpi;
+mod deploy;
 mod dev;
+mod director;
 mod input;
 mod interpolate;
 mod release;
@@ -29,6 +31,11 @@ enum Command {
     Interpolate(interpolate::InterpolateArgs),
     /// Print the CustomResourceDefinitions kubosh serves, as YAML.
     Crd(CrdArgs),
+    /// Deploy a manifest with the deploy engine, no cluster (`-d` director config); prints
+    /// the task as the BOSH CLI does.
+    Deploy(deploy::DeployArgs),
+    /// What `kubosh deploy` would do, per instance and why; changes nothing.
+    Plan(deploy::DeployArgs),
     /// The local cloud as a CPI executable: a JSON request on stdin, a JSON response on stdout.
     Cpi(cpi::CpiArgs),
     /// kubosh's BOSH agent: serves a VM's agent settings over NATS (started by a CPI).
@@ -61,6 +68,8 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Cpi(args) => cpi::run(&args),
+        Command::Deploy(args) => deploy::run_deploy(&args),
+        Command::Plan(args) => deploy::run_plan(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Interpolate(args) => interpolate::run(&args),
         Command::Release(command) => release::run(&command),

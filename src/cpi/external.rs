@@ -61,6 +61,8 @@ pub struct CpiCommand {
     /// Per-method overrides of [`timeout`](Self::timeout), e.g. a longer one for
     /// `create_stemcell`.
     pub method_timeouts: BTreeMap<String, Duration>,
+    /// The process's working directory (default: kubosh's own).
+    pub current_dir: Option<PathBuf>,
 }
 
 impl CpiCommand {
@@ -74,6 +76,7 @@ impl CpiCommand {
             properties: Secret::default(),
             timeout: Duration::from_secs(600),
             method_timeouts: BTreeMap::new(),
+            current_dir: None,
         }
     }
 
@@ -117,6 +120,12 @@ impl CpiCommand {
         self
     }
 
+    /// Sets the working directory of the CPI process.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
     fn timeout_for(&self, method: &str) -> Duration {
         self.method_timeouts
             .get(method)
@@ -127,6 +136,9 @@ impl CpiCommand {
     fn command(&self) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.path);
         cmd.args(&self.args);
+        if let Some(dir) = &self.current_dir {
+            cmd.current_dir(dir);
+        }
         match &self.env_mode {
             EnvMode::Director => {
                 cmd.env_clear();
@@ -175,6 +187,7 @@ impl std::fmt::Debug for CpiCommand {
             .field("properties", &self.properties)
             .field("timeout", &self.timeout)
             .field("method_timeouts", &self.method_timeouts)
+            .field("current_dir", &self.current_dir)
             .finish()
     }
 }

@@ -1,0 +1,407 @@
+//! `kubosh deploy` and `kubosh plan`: the deploy engine as a command, without a cluster.
+//!
+//! Both read the director configuration file (`-d`, see [`super::director`]), the manifest
+//! (ops files, variables and `--vars-store` as `kubosh interpolate` reads them; every
+//! `((variable))` must get a value), the cloud config, the release tarballs and the stemcell
+//! tarballs. `deploy` extracts each stemcell once into
+//! `<state_dir>/stemcells/<name>-<version>/` and runs [`crate::engine::Engine::deploy`],
+//! printing the event log as the BOSH CLI shows a task, then `Succeeded` or the error (exit
+//! code 1) as the last line. `plan` runs [`crate::engine::Engine::plan`] and prints the
+//! [`DeployReport`]: it writes nothing (no state, no stemcell extraction, no CPI call;
+//! generated variables go to a throwaway copy of the vars store) and its progress goes to
+//! stderr.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use clap::Args;
+use serde_json::Value;
+
+use super::director::DirectorConfig;
+use super::input::{DocumentArgs, read_yaml};
+use crate::engine::deploy::DeployReport;
+use crate::engine::{DeployRequest, EventSink, StemcellSource};
+use crate::events::{CliRenderer, EventLine};
+use crate::plan::changes::Requests;
+use crate::plan::desired::StemcellInfo;
+use crate::release::Release;
+use crate::stemcell::Stemcell;
+
+/// Arguments of `kubosh deploy` and `kubosh plan`.
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// The director configuration file (state directory, CPI, NATS, blobstore).
+    #[arg(short = 'd', long = "director", value_name = "DIRECTOR.yml")]
+    pub director: PathBuf,
+    /// The deployment manifest.
+    pub manifest: PathBuf,
+    #[command(flatten)]
+    pub input: DocumentArgs,
+    /// Load variables from, and save generated ones to, this YAML file (`plan` saves
+    /// nothing).
+    #[arg(long = "vars-store", value_name = "PATH")]
+    pub vars_store: Option<PathBuf>,
+    /// The cloud config.
+    #[arg(long = "cloud-config", value_name = "PATH")]
+    pub cloud_config: PathBuf,
+    /// A release tarball the manifest uses; repeatable.
+    #[arg(long = "release", value_name = "TGZ")]
+    pub releases: Vec<PathBuf>,
+    /// A stemcell tarball the manifest uses; repeatable.
+    #[arg(long = "stemcell", value_name = "TGZ")]
+    pub stemcells: Vec<PathBuf>,
+    /// Recreate every VM.
+    #[arg(long)]
+    pub recreate: bool,
+    /// Update all AZs of an instance group at once (kubosh's opt-in; BOSH goes AZ by AZ).
+    #[arg(long = "parallel-azs")]
+    pub parallel_azs: bool,
+}
+
+/// Which command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Deploy,
+    Plan,
+}
+
+/// Runs `kubosh deploy`.
+pub fn run_deploy(args: &DeployArgs) -> ExitCode {
+    run(args, Mode::Deploy)
+}
+
+/// Runs `kubosh plan`.
+pub fn run_plan(args: &DeployArgs) -> ExitCode {
+    run(args, Mode::Plan)
+}
+
+fn run(args: &DeployArgs, mode: Mode) -> ExitCode {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .and_then(|runtime| runtime.block_on(execute(args, mode)));
+    let mut out = std::io::stdout().lock();
+    let (text, code) = match result {
+        Ok(text) => (text, ExitCode::SUCCESS),
+        Err(e) => (error_text(&e), ExitCode::FAILURE),
+    };
+    // A closed stdout leaves nothing to tell.
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    code
+}
+
+/// The failure as the last line(s): `Error: <message>`, or the validator's problems as they
+/// are (each line already says `error: ...`).
+fn error_text(message: &str) -> String {
+    let message = message.trim_end();
+    if message.starts_with("error: ") {
+        format!("{message}\n")
+    } else {
+        format!("Error: {message}\n")
+    }
+}
+
+/// Does the work; the text to print last (the report, or `Succeeded`).
+async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
+    let config = DirectorConfig::load(&args.director).map_err(|e| e.to_string())?;
+    let manifest = read_manifest(args, mode)?;
+    let cloud_config = read_yaml(&args.cloud_config)?;
+    let name = deployment_name(&manifest, &cloud_config)?;
+    let releases = args
+        .releases
+        .iter()
+        .map(|path| {
+            Release::read(path)
+                .map(Arc::new)
+                .map_err(|e| format!("release {}: {e}", path.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let stemcells = args
+        .stemcells
+        .iter()
+        .map(|path| {
+            stemcell_source(&config.stemcells_dir(), path, mode == Mode::Deploy)
+                .map_err(|e| format!("stemcell {}: {e}", path.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = DeployRequest {
+        manifest,
+        cloud_config,
+        releases,
+        stemcells,
+        requests: Requests {
+            recreate: args.recreate,
+            ..Requests::default()
+        },
+    };
+    match mode {
+        Mode::Deploy => {
+            println!("Using deployment '{name}'\n");
+            let task = std::process::id();
+            println!("Task {task}\n");
+            let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
+            let engine = config.engine(&name, events, args.parallel_azs).await?;
+            let report = engine.deploy(&request).await.map_err(|e| e.to_string())?;
+            Ok(format!("\n{}\n\nSucceeded\n", summary(&report)))
+        }
+        Mode::Plan => {
+            let task = std::process::id();
+            let events = Arc::new(TaskOutput::new(Box::new(std::io::stderr()), task));
+            let engine = config.engine(&name, events, args.parallel_azs).await?;
+            let report = engine.plan(&request).await.map_err(|e| e.to_string())?;
+            Ok(report.to_string())
+        }
+    }
+}
+
+/// The manifest with ops files and variables applied. Every variable must have a value.
+/// `plan` generates missing variables into a throwaway copy of the vars store.
+fn read_manifest(args: &DeployArgs, mode: Mode) -> Result<Value, String> {
+    let input = DocumentArgs {
+        var_errs: true,
+        ..args.input.clone()
+    };
+    let Some(store) = &args.vars_store else {
+        return input.load(&args.manifest);
+    };
+    match mode {
+        Mode::Deploy => input.load_with_vars_store(&args.manifest, store),
+        Mode::Plan => {
+            let scratch = tempfile::tempdir()
+                .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+            let copy = scratch.path().join("vars-store.yml");
+            if store.exists() {
+                std::fs::copy(store, &copy)
+                    .map_err(|e| format!("cannot read {}: {e}", store.display()))?;
+            }
+            input.load_with_vars_store(&args.manifest, &copy)
+        }
+    }
+}
+
+/// The deployment's name, which names its state directory. A manifest without a usable
+/// name gets every validation problem reported, as the engine would.
+fn deployment_name(manifest: &Value, cloud_config: &Value) -> Result<String, String> {
+    match manifest.get("name").and_then(Value::as_str) {
+        Some(name) if is_path_component(name) => Ok(name.to_string()),
+        Some(name) => Err(format!(
+            "the deployment name '{name}' cannot name a directory"
+        )),
+        None => Err(match crate::validate::deployment(manifest, cloud_config) {
+            Err(problems) => problems.to_string(),
+            Ok(_) => "the manifest has no 'name'".to_string(),
+        }),
+    }
+}
+
+/// True if `s` is one plain path component (no separators, not `.` or `..`).
+fn is_path_component(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0'])
+}
+
+/// A stemcell tarball as the engine takes it. With `extract`, its image is extracted to
+/// `<stemcells_dir>/<name>-<version>/image` unless a previous run extracted the same image
+/// (same digest); without, the tarball is only read and verified, and the image path is
+/// where it would be.
+fn stemcell_source(
+    stemcells_dir: &Path,
+    tarball: &Path,
+    extract: bool,
+) -> Result<StemcellSource, String> {
+    let stemcell = Stemcell::read(tarball).map_err(|e| e.to_string())?;
+    let m = &stemcell.manifest;
+    let dir_name = format!("{}-{}", m.name, m.version);
+    if !is_path_component(&dir_name) {
+        return Err(format!("'{dir_name}' cannot name a directory"));
+    }
+    let dir = stemcells_dir.join(dir_name);
+    let image_path = dir.join("image");
+    // Written after a complete extraction: an interrupted one is redone.
+    let marker = dir.join("digest");
+    let extracted = std::fs::read_to_string(&marker).is_ok_and(|d| d == m.sha1);
+    if extract && !(extracted && image_path.is_file()) {
+        let _ = std::fs::remove_file(&marker);
+        Stemcell::extract(tarball, &dir).map_err(|e| e.to_string())?;
+        write_atomically(&marker, m.sha1.as_bytes())?;
+    }
+    Ok(StemcellSource {
+        info: StemcellInfo {
+            name: m.name.clone(),
+            version: m.version.clone(),
+            os: m.operating_system.clone(),
+        },
+        image_path,
+        cloud_properties: m.cloud_properties.clone(),
+    })
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// One line on what a deploy did.
+fn summary(report: &DeployReport) -> String {
+    if report.noop {
+        return "No changes: the deployment is up to date".to_string();
+    }
+    format!(
+        "Updated {} instance(s), deleted {}, compiled {} package(s)",
+        report.updated.len(),
+        report.deleted.len(),
+        report.compiled
+    )
+}
+
+/// The event log printed as the BOSH CLI shows a task. The task's error line is left out:
+/// the command prints the error itself, last.
+struct TaskOutput {
+    renderer: Mutex<CliRenderer<Box<dyn Write + Send>>>,
+}
+
+impl TaskOutput {
+    fn new(out: Box<dyn Write + Send>, task: u32) -> TaskOutput {
+        TaskOutput {
+            renderer: Mutex::new(CliRenderer::new(out, u64::from(task))),
+        }
+    }
+}
+
+impl EventSink for TaskOutput {
+    fn emit(&self, line: EventLine) {
+        if matches!(line, EventLine::Error(_)) {
+            return;
+        }
+        let mut renderer = self.renderer.lock().unwrap_or_else(PoisonError::into_inner);
+        // Output is best effort: a closed terminal must not fail the deploy.
+        let _ = renderer.render(&line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn errors_end_the_output() {
+        assert_eq!(error_text("boom\n"), "Error: boom\n");
+        assert_eq!(
+            error_text("error: a: x\nerror: b: y"),
+            "error: a: x\nerror: b: y\n"
+        );
+    }
+
+    #[test]
+    fn the_deployment_name_must_name_a_directory() {
+        assert_eq!(
+            deployment_name(&json!({"name": "web"}), &json!({})).unwrap(),
+            "web"
+        );
+        for bad in ["", ".", "..", "a/b"] {
+            let e = deployment_name(&json!({"name": bad}), &json!({})).unwrap_err();
+            assert!(e.contains("cannot name a directory"), "{bad}: {e}");
+        }
+        // No name: the validator's problems first, all of them.
+        let e = deployment_name(&json!({"instance_groups": "x"}), &json!({})).unwrap_err();
+        assert!(e.contains("manifest: instance_groups"), "{e}");
+        assert!(e.contains("cloud-config: compilation"), "{e}");
+    }
+
+    fn args(dir: &Path, vars_store: Option<PathBuf>) -> DeployArgs {
+        DeployArgs {
+            director: dir.join("director.yml"),
+            manifest: dir.join("manifest.yml"),
+            input: DocumentArgs::default(),
+            vars_store,
+            cloud_config: dir.join("cloud-config.yml"),
+            releases: vec![],
+            stemcells: vec![],
+            recreate: false,
+            parallel_azs: false,
+        }
+    }
+
+    #[test]
+    fn variables_must_resolve_and_plan_saves_no_generated_one() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("manifest.yml"),
+            "name: web\nvariables: [{name: pw, type: password}]\nproperties: {a: ((pw)), b: ((given))}\n",
+        )
+        .unwrap();
+        let store = dir.path().join("vars.yml");
+        let mut a = args(dir.path(), Some(store.clone()));
+        let e = read_manifest(&a, Mode::Plan).unwrap_err();
+        assert!(e.contains("given"), "{e}");
+        a.input.vars = vec!["given=1".into()];
+        let planned = read_manifest(&a, Mode::Plan).unwrap();
+        assert_eq!(planned["properties"]["a"].as_str().map(str::len), Some(20));
+        assert!(!store.exists(), "plan saved a generated variable");
+        let deployed = read_manifest(&a, Mode::Deploy).unwrap();
+        assert!(store.exists());
+        // Stored once: the next read (plan or deploy) sees the same value.
+        let again = read_manifest(&a, Mode::Plan).unwrap();
+        assert_eq!(again["properties"]["a"], deployed["properties"]["a"]);
+        assert_eq!(deployed["properties"]["b"], 1);
+    }
+
+    fn tarball(dir: &Path, version: &str, image: &[u8]) -> PathBuf {
+        let image_path = dir.join(format!("image-{version}"));
+        std::fs::write(&image_path, image).unwrap();
+        let tarball = dir.join(format!("stemcell-{version}.tgz"));
+        crate::stemcell::create(
+            &crate::stemcell::CreateStemcellOptions {
+                name: "bosh-kubosh-local".into(),
+                version: version.into(),
+                operating_system: "ubuntu-jammy".into(),
+                image: Some(image_path),
+                stemcell_formats: vec!["warden-tar".into()],
+                api_version: 3,
+                cloud_properties: serde_json::Map::from_iter([("a".to_string(), json!(1))]),
+            },
+            &tarball,
+        )
+        .unwrap();
+        tarball
+    }
+
+    #[test]
+    fn a_stemcell_is_extracted_once_and_again_when_its_image_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let stemcells = dir.path().join("stemcells");
+        let first = tarball(dir.path(), "1.0", b"one");
+
+        // Without extraction nothing is written.
+        let s = stemcell_source(&stemcells, &first, false).unwrap();
+        assert!(!stemcells.exists());
+        assert_eq!(s.image_path, stemcells.join("bosh-kubosh-local-1.0/image"));
+        assert_eq!(s.info.key(), "bosh-kubosh-local/1.0");
+        assert_eq!(s.cloud_properties["a"], 1);
+
+        let s = stemcell_source(&stemcells, &first, true).unwrap();
+        assert_eq!(std::fs::read(&s.image_path).unwrap(), b"one");
+        // Extracted already: the image is not written again.
+        std::fs::write(&s.image_path, b"touched").unwrap();
+        stemcell_source(&stemcells, &first, true).unwrap();
+        assert_eq!(std::fs::read(&s.image_path).unwrap(), b"touched");
+
+        // Same name and version, another image: extracted again.
+        let rebuilt = tarball(dir.path(), "1.0", b"two");
+        let s = stemcell_source(&stemcells, &rebuilt, true).unwrap();
+        assert_eq!(std::fs::read(&s.image_path).unwrap(), b"two");
+    }
+
+    #[test]
+    fn a_bad_stemcell_tarball_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.tgz");
+        std::fs::write(&path, b"not a tarball").unwrap();
+        assert!(stemcell_source(&dir.path().join("s"), &path, true).is_err());
+    }
+}

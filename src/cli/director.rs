@@ -1,0 +1,713 @@
+//! The director configuration file of `kubosh deploy` and `kubosh plan`: where the state
+//! lives, how to run the CPI, how to reach the agents and where blobs go. YAML:
+//!
+//! ```yaml
+//! state_dir: ./state            # DirStore in <state_dir>/deployments/<name>, FileLocks in <state_dir>/locks,
+//!                               # extracted stemcells in <state_dir>/stemcells/<name>-<version>
+//! cpi:
+//!   command: [kubosh, cpi, --config, cpi.yml]   # ExternalCpi (required)
+//!   timeout_seconds: 600        # per CPI call
+//!   properties: {}              # CPI context properties (secrets: never logged)
+//! nats:
+//!   url: nats://127.0.0.1:4222  # required; TLS is always used
+//!   ca_certificate: <PEM>       # or ca_certificate_path: the CA of the server and of every client
+//!   ca_private_key: <PEM>       # or ca_private_key_path: signs each new agent's client certificate
+//!                               #   (CN <agent_id>.agent.bosh-internal)
+//!   director_certificate: <PEM> # or director_certificate_path: the director's client identity
+//!   director_private_key: <PEM> # or director_private_key_path
+//! blobstore: {local: {path: ./blobs}}   # LocalBlobstore (the only provider for now)
+//! engine: {agent_wait_timeout_seconds: 600, recovery_wait_seconds: 60, parallel_azs: false}
+//! ```
+//!
+//! Relative paths (`state_dir`, `*_path`, `blobstore.local.path`, a CPI program with a `/`)
+//! are relative to the file's directory, and the CPI runs in that directory, so relative
+//! arguments such as `cpi.yml` are too. A CPI program without a `/` is looked up on `PATH`
+//! when the file is read (the CPI itself gets the Director's fixed `PATH`).
+//!
+//! The NATS server must present a certificate for `*.nats.bosh-internal` signed by the CA
+//! (bosh-agent checks that CN) and accept any client certificate the CA signed: which
+//! subjects each agent may use is the server's business (bosh-nats-sync's, in BOSH), not the
+//! director's. The agents must read blobs from the same place as the director (the local
+//! cloud: its `blobstore` setting).
+//!
+//! Unknown keys are errors (they are usually typos); every error names its key. Keys and CPI
+//! properties are held as [`Secret`]s and never printed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::agent::{MbusTls, NatsOptions, NatsTransport};
+use crate::blobstore::LocalBlobstore;
+use crate::cpi::{CpiCommand, ExternalCpi, Secret};
+use crate::engine::vm::mbus_cert_env;
+use crate::engine::{Engine, EngineConfig, EventSink};
+use crate::lock::FileLocks;
+use crate::pki::{Ca, Leaf};
+use crate::render::{Renderer, RendererConfig};
+use crate::state::DirStore;
+
+/// The director UUID the CPI sees in its context.
+const DIRECTOR_UUID: &str = "kubosh";
+
+/// The director configuration file is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or is not YAML.
+    #[error("director config {file}: {message}")]
+    File {
+        /// The file.
+        file: String,
+        /// Why.
+        message: String,
+    },
+    /// A key is missing, unknown or has a bad value.
+    #[error("director config {file}: {key}: {message}")]
+    Key {
+        /// The file.
+        file: String,
+        /// The key, dotted (`nats.ca_private_key`).
+        key: String,
+        /// What is wrong (never the value of a secret).
+        message: String,
+    },
+}
+
+/// A problem with one key, before the file name is attached.
+#[derive(Debug)]
+struct KeyError {
+    key: String,
+    message: String,
+}
+
+fn key_error(key: impl Into<String>, message: impl Into<String>) -> KeyError {
+    KeyError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// How the CPI is run.
+#[derive(Debug, Clone)]
+pub struct CpiSettings {
+    /// The program, resolved.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Per-call time limit.
+    pub timeout: Duration,
+    /// Context properties.
+    pub properties: Secret<Map<String, Value>>,
+}
+
+/// How the director reaches the message bus and signs agents' certificates.
+#[derive(Debug, Clone)]
+pub struct NatsSettings {
+    /// The server URL.
+    pub url: String,
+    /// The CA certificate, PEM.
+    pub ca_certificate: String,
+    /// The CA, with its private key, that signs agents' client certificates.
+    pub ca: Arc<Ca>,
+    /// The director's client certificate, PEM.
+    pub director_certificate: String,
+    /// Its private key, PEM.
+    pub director_private_key: Secret<String>,
+}
+
+/// Engine settings of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// How long a new VM's agent gets to answer.
+    pub agent_wait_timeout: Duration,
+    /// How long recovery waits for the agent of an interrupted VM creation.
+    pub recovery_wait: Duration,
+    /// Update all AZs of a group at once.
+    pub parallel_azs: bool,
+}
+
+/// A director configuration file, read and checked.
+#[derive(Debug, Clone)]
+pub struct DirectorConfig {
+    /// The file's directory (absolute): relative paths' base and the CPI's working directory.
+    pub base_dir: PathBuf,
+    /// The state directory.
+    pub state_dir: PathBuf,
+    /// The CPI.
+    pub cpi: CpiSettings,
+    /// The message bus.
+    pub nats: NatsSettings,
+    /// The local blobstore's directory.
+    pub blobstore_dir: PathBuf,
+    /// Engine settings.
+    pub engine: EngineSettings,
+}
+
+impl DirectorConfig {
+    /// Reads and checks the file at `path`, key material included (the CA key must belong to
+    /// the CA certificate; the director's identity must load).
+    pub fn load(path: &Path) -> Result<DirectorConfig, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            file: file.clone(),
+            message: format!("cannot read: {e}"),
+        })?;
+        let value = crate::yaml::parse_value(&text, &file).map_err(|e| ConfigError::File {
+            file: file.clone(),
+            message: e.to_string(),
+        })?;
+        let base_dir = std::path::absolute(path)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .ok_or_else(|| ConfigError::File {
+                file: file.clone(),
+                message: "cannot tell its directory".into(),
+            })?;
+        DirectorConfig::from_value(&value, &base_dir).map_err(|e| ConfigError::Key {
+            file,
+            key: e.key,
+            message: e.message,
+        })
+    }
+
+    fn from_value(value: &Value, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
+        let top = Section::root(value)?;
+        top.allow(&["state_dir", "cpi", "nats", "blobstore", "engine"])?;
+        let state_dir = base_dir.join(top.required_string("state_dir")?);
+        let cpi = cpi_settings(&top.section("cpi")?, base_dir)?;
+        let nats = nats_settings(&top.section("nats")?, base_dir)?;
+        let blobstore_dir = blobstore_dir(&top.section("blobstore")?, base_dir)?;
+        let engine = match top.optional_section("engine")? {
+            Some(s) => engine_settings(&s)?,
+            None => engine_settings(&Section::empty("engine"))?,
+        };
+        Ok(DirectorConfig {
+            base_dir: base_dir.to_path_buf(),
+            state_dir,
+            cpi,
+            nats,
+            blobstore_dir,
+            engine,
+        })
+    }
+
+    /// Where the state of deployment `name` is kept.
+    pub fn deployment_dir(&self, name: &str) -> PathBuf {
+        self.state_dir.join("deployments").join(name)
+    }
+
+    /// Where extracted stemcells are kept.
+    pub fn stemcells_dir(&self) -> PathBuf {
+        self.state_dir.join("stemcells")
+    }
+
+    /// The engine for deployment `name`: connects to NATS, opens the blobstore; progress goes
+    /// to `events`. `parallel_azs` forces the opt-in on.
+    pub async fn engine(
+        &self,
+        name: &str,
+        events: Arc<dyn EventSink>,
+        parallel_azs: bool,
+    ) -> Result<Engine, String> {
+        let cpi = CpiCommand::new(&self.cpi.program)
+            .args(self.cpi.args.clone())
+            .timeout(self.cpi.timeout)
+            .properties(self.cpi.properties.expose().clone())
+            .current_dir(&self.base_dir);
+        let transport = NatsTransport::connect(&NatsOptions::new(
+            self.nats.url.clone(),
+            MbusTls::new(
+                self.nats.ca_certificate.clone(),
+                self.nats.director_certificate.clone(),
+                self.nats.director_private_key.expose().clone(),
+            ),
+        ))
+        .await
+        .map_err(|e| format!("cannot connect to NATS at {}: {e}", self.nats.url))?;
+        let blobstore = LocalBlobstore::new(&self.blobstore_dir).map_err(|e| e.to_string())?;
+        let renderer = Renderer::new(RendererConfig::default()).map_err(|e| e.to_string())?;
+        Ok(Engine {
+            cloud: Arc::new(ExternalCpi::new(cpi, DIRECTOR_UUID)),
+            agents: Arc::new(transport),
+            blobstore: Arc::new(blobstore),
+            renderer: Arc::new(renderer),
+            store: Arc::new(DirStore::new(self.deployment_dir(name))),
+            locks: Arc::new(FileLocks::new(self.state_dir.join("locks"))),
+            events,
+            config: EngineConfig {
+                agent_wait_timeout: self.engine.agent_wait_timeout,
+                recovery_wait: self.engine.recovery_wait,
+                parallel_azs: parallel_azs || self.engine.parallel_azs,
+                agent_env: Some(agent_env(
+                    self.nats.ca.clone(),
+                    self.nats.ca_certificate.clone(),
+                )),
+                ..EngineConfig::default()
+            },
+        })
+    }
+}
+
+/// Each new agent's NATS identity: a client certificate for `<agent_id>.agent.bosh-internal`
+/// signed by the CA, in the VM's env.
+fn agent_env(ca: Arc<Ca>, ca_pem: String) -> crate::engine::AgentEnv {
+    Arc::new(move |agent_id: &str| {
+        let common_name = format!("{agent_id}.agent.bosh-internal");
+        let leaf = Leaf {
+            common_name: &common_name,
+            client: true,
+            ..Leaf::default()
+        };
+        match ca.issue(&leaf) {
+            Ok(cert) => mbus_cert_env(&ca_pem, &cert.cert_pem, &cert.key_pem),
+            Err(e) => {
+                // The agent will not reach NATS and the VM creation times out, naming it.
+                tracing::error!(agent_id, error = %e, "cannot issue the agent's NATS certificate");
+                Map::new()
+            }
+        }
+    })
+}
+
+fn cpi_settings(s: &Section<'_>, base_dir: &Path) -> Result<CpiSettings, KeyError> {
+    s.allow(&["command", "timeout_seconds", "properties"])?;
+    let key = s.key("command");
+    let command: Vec<String> = match s.get("command") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                Value::Number(n) => Ok(n.to_string()),
+                _ => Err(key_error(&key, "every element must be a string")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(Value::String(program)) => vec![program.clone()],
+        Some(_) => return Err(key_error(&key, "expected a list: [program, args...]")),
+        None => return Err(key_error(&key, "is required")),
+    };
+    let Some((program, args)) = command.split_first() else {
+        return Err(key_error(&key, "must name a program"));
+    };
+    let program = resolve_program(program, base_dir).map_err(|m| key_error(&key, m))?;
+    let timeout = Duration::from_secs(s.optional_u64("timeout_seconds")?.unwrap_or(600));
+    let properties = match s.get("properties") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(key_error(s.key("properties"), "expected a map")),
+    };
+    Ok(CpiSettings {
+        program,
+        args: args.to_vec(),
+        timeout,
+        properties: Secret::new(properties),
+    })
+}
+
+/// A program with a `/` is a path (relative to `base_dir`); otherwise it is looked up on
+/// `PATH` now, since the CPI process gets the Director's fixed `PATH`.
+fn resolve_program(program: &str, base_dir: &Path) -> Result<PathBuf, String> {
+    if program.is_empty() {
+        return Err("the program is empty".into());
+    }
+    if program.contains('/') {
+        return Ok(base_dir.join(program));
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("'{program}' is not found on PATH"))
+}
+
+fn nats_settings(s: &Section<'_>, base_dir: &Path) -> Result<NatsSettings, KeyError> {
+    let pems = [
+        "ca_certificate",
+        "ca_private_key",
+        "director_certificate",
+        "director_private_key",
+    ];
+    let mut allowed = vec!["url".to_string()];
+    for k in pems {
+        allowed.push(k.to_string());
+        allowed.push(format!("{k}_path"));
+    }
+    s.allow(&allowed.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let url = s.required_string("url")?;
+    let ca_certificate = s.pem("ca_certificate", base_dir)?;
+    let ca_private_key = Secret::new(s.pem("ca_private_key", base_dir)?);
+    let ca = Ca::from_pem(&ca_certificate, ca_private_key.expose()).map_err(|e| {
+        // Ca::from_pem words certificate problems "CA certificate: ...".
+        let key = if e.to_string().starts_with("CA certificate") {
+            "ca_certificate"
+        } else {
+            "ca_private_key"
+        };
+        key_error(s.key(key), e.to_string())
+    })?;
+    let settings = NatsSettings {
+        url,
+        ca_certificate,
+        ca: Arc::new(ca),
+        director_certificate: s.pem("director_certificate", base_dir)?,
+        director_private_key: Secret::new(s.pem("director_private_key", base_dir)?),
+    };
+    MbusTls::new(
+        settings.ca_certificate.clone(),
+        settings.director_certificate.clone(),
+        settings.director_private_key.expose().clone(),
+    )
+    .client_config()
+    .map_err(|e| {
+        use crate::agent::tls::TlsError;
+        let key = match e {
+            TlsError::NoCa | TlsError::BadCa(_) => "ca_certificate",
+            TlsError::NoCert => "director_certificate",
+            _ => "director_private_key",
+        };
+        key_error(s.key(key), e.to_string())
+    })?;
+    Ok(settings)
+}
+
+fn blobstore_dir(s: &Section<'_>, base_dir: &Path) -> Result<PathBuf, KeyError> {
+    s.allow(&["local"])?;
+    let Some(local) = s.optional_section("local")? else {
+        return Err(key_error(
+            s.key("local"),
+            "is required (the only blobstore provider for now)",
+        ));
+    };
+    local.allow(&["path"])?;
+    Ok(base_dir.join(local.required_string("path")?))
+}
+
+fn engine_settings(s: &Section<'_>) -> Result<EngineSettings, KeyError> {
+    s.allow(&[
+        "agent_wait_timeout_seconds",
+        "recovery_wait_seconds",
+        "parallel_azs",
+    ])?;
+    let defaults = EngineConfig::default();
+    let seconds = |key: &str, default: Duration| -> Result<Duration, KeyError> {
+        Ok(s.optional_u64(key)?.map_or(default, Duration::from_secs))
+    };
+    Ok(EngineSettings {
+        agent_wait_timeout: seconds("agent_wait_timeout_seconds", defaults.agent_wait_timeout)?,
+        recovery_wait: seconds("recovery_wait_seconds", defaults.recovery_wait)?,
+        parallel_azs: match s.get("parallel_azs") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(key_error(s.key("parallel_azs"), "expected true or false")),
+        },
+    })
+}
+
+/// One map of the file and its dotted key prefix.
+struct Section<'a> {
+    prefix: String,
+    map: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> Section<'a> {
+    fn root(value: &'a Value) -> Result<Section<'a>, KeyError> {
+        match value {
+            Value::Object(map) => Ok(Section {
+                prefix: String::new(),
+                map: Some(map),
+            }),
+            _ => Err(key_error("(top level)", "expected a map")),
+        }
+    }
+
+    fn empty(prefix: &str) -> Section<'a> {
+        Section {
+            prefix: prefix.to_string(),
+            map: None,
+        }
+    }
+
+    /// The dotted name of `key` in this section.
+    fn key(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.prefix)
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.and_then(|m| m.get(key))
+    }
+
+    /// Fails on the first key not in `allowed`.
+    fn allow(&self, allowed: &[&str]) -> Result<(), KeyError> {
+        for key in self.map.into_iter().flat_map(Map::keys) {
+            if !allowed.contains(&key.as_str()) {
+                return Err(key_error(
+                    self.key(key),
+                    format!("unknown key (known here: {})", allowed.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn optional_section(&self, key: &str) -> Result<Option<Section<'a>>, KeyError> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(Section {
+                prefix: self.key(key),
+                map: Some(map),
+            })),
+            Some(_) => Err(key_error(self.key(key), "expected a map")),
+        }
+    }
+
+    fn section(&self, key: &str) -> Result<Section<'a>, KeyError> {
+        self.optional_section(key)?
+            .ok_or_else(|| key_error(self.key(key), "is required"))
+    }
+
+    fn optional_string(&self, key: &str) -> Result<Option<String>, KeyError> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+            Some(Value::String(_)) => Err(key_error(self.key(key), "is empty")),
+            Some(_) => Err(key_error(self.key(key), "expected a string")),
+        }
+    }
+
+    fn required_string(&self, key: &str) -> Result<String, KeyError> {
+        self.optional_string(key)?
+            .ok_or_else(|| key_error(self.key(key), "is required"))
+    }
+
+    fn optional_u64(&self, key: &str) -> Result<Option<u64>, KeyError> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| key_error(self.key(key), "expected a whole number of seconds")),
+        }
+    }
+
+    /// PEM text given inline (`key`) or as a file (`key_path`), exactly one of them. Errors
+    /// never quote the text.
+    fn pem(&self, key: &str, base_dir: &Path) -> Result<String, KeyError> {
+        let path_key = format!("{key}_path");
+        let text = match (self.optional_string(key)?, self.optional_string(&path_key)?) {
+            (Some(_), Some(_)) => {
+                return Err(key_error(
+                    self.key(key),
+                    format!("give either {key} or {path_key}, not both"),
+                ));
+            }
+            (Some(text), None) => text,
+            (None, Some(path)) => {
+                let path = base_dir.join(path);
+                std::fs::read_to_string(&path).map_err(|e| {
+                    key_error(
+                        self.key(&path_key),
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?
+            }
+            (None, None) => {
+                return Err(key_error(
+                    self.key(key),
+                    format!("is required (or {path_key})"),
+                ));
+            }
+        };
+        if !text.contains("-----BEGIN ") {
+            return Err(key_error(self.key(key), "expected a PEM block"));
+        }
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn director_identity(ca: &Ca) -> crate::pki::CertifiedKey {
+        ca.issue(&Leaf {
+            common_name: "default.director.bosh-internal",
+            client: true,
+            ..Leaf::default()
+        })
+        .unwrap()
+    }
+
+    /// A valid file; the CA key is written to `<dir>/ca.key` (the CA is made with rcgen, as
+    /// `pki::Ca` does not hand out its key).
+    fn valid(dir: &Path) -> Value {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        let ca = Ca::from_pem(&cert.pem(), &key.serialize_pem()).unwrap();
+        let director = director_identity(&ca);
+        std::fs::write(dir.join("ca.key"), key.serialize_pem()).unwrap();
+        json!({
+            "state_dir": "state",
+            "cpi": {"command": ["sh", "-c", "true"], "properties": {"password": "hunter22"}},
+            "nats": {
+                "url": "nats://127.0.0.1:4222",
+                "ca_certificate": cert.pem(),
+                "ca_private_key_path": "ca.key",
+                "director_certificate": director.cert_pem,
+                "director_private_key": director.key_pem,
+            },
+            "blobstore": {"local": {"path": "blobs"}},
+        })
+    }
+
+    fn error(value: &Value, dir: &Path) -> String {
+        match DirectorConfig::from_value(value, dir) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => format!("{}: {}", e.key, e.message),
+        }
+    }
+
+    #[test]
+    fn a_valid_file_reads_with_paths_against_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DirectorConfig::from_value(&valid(dir.path()), dir.path()).unwrap();
+        assert_eq!(c.state_dir, dir.path().join("state"));
+        assert_eq!(c.blobstore_dir, dir.path().join("blobs"));
+        assert_eq!(
+            c.deployment_dir("web"),
+            dir.path().join("state/deployments/web")
+        );
+        assert!(c.cpi.program.is_absolute(), "{:?}", c.cpi.program);
+        assert!(c.cpi.program.ends_with("sh"));
+        assert_eq!(c.cpi.args, ["-c", "true"]);
+        assert_eq!(c.cpi.timeout, Duration::from_secs(600));
+        assert_eq!(
+            c.engine,
+            EngineSettings {
+                agent_wait_timeout: Duration::from_secs(600),
+                recovery_wait: Duration::from_secs(60),
+                parallel_azs: false,
+            }
+        );
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("hunter22"), "{debug}");
+        assert!(!debug.contains("PRIVATE KEY"), "{debug}");
+    }
+
+    #[test]
+    fn every_error_names_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = valid(dir.path());
+        // (JSON pointer, new value or None to remove, expected error)
+        let cases: [(&str, Option<Value>, &str); 12] = [
+            ("/statedir", Some(json!("x")), "statedir: unknown key"),
+            ("/state_dir", None, "state_dir: is required"),
+            ("/cpi/command", Some(json!([])), "cpi.command: must name"),
+            (
+                "/cpi/command",
+                Some(json!(["no-such-cpi-program-xyz"])),
+                "cpi.command: 'no-such-cpi-program-xyz' is not found on PATH",
+            ),
+            (
+                "/cpi/timeout_seconds",
+                Some(json!("ten")),
+                "cpi.timeout_seconds: expected a whole number",
+            ),
+            (
+                "/nats/url",
+                Some(json!(4222)),
+                "nats.url: expected a string",
+            ),
+            (
+                "/nats/ca_private_key",
+                Some(json!("-----BEGIN X-----")),
+                "nats.ca_private_key: give either ca_private_key or ca_private_key_path",
+            ),
+            (
+                "/nats/ca_private_key_path",
+                None,
+                "nats.ca_private_key: is required (or ca_private_key_path)",
+            ),
+            (
+                "/nats/ca_private_key_path",
+                Some(json!("missing.key")),
+                "nats.ca_private_key_path: cannot read",
+            ),
+            (
+                "/nats/director_private_key",
+                Some(json!("hunter22")),
+                "nats.director_private_key: expected a PEM block",
+            ),
+            (
+                "/blobstore",
+                Some(json!({"s3": {}})),
+                "blobstore.s3: unknown key",
+            ),
+            (
+                "/engine",
+                Some(json!({"parallel_azs": "yes"})),
+                "engine.parallel_azs: expected true or false",
+            ),
+        ];
+        for (pointer, value, expected) in cases {
+            let mut v = base.clone();
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            let parent = v.pointer_mut(parent).unwrap().as_object_mut().unwrap();
+            match value {
+                Some(value) => {
+                    parent.insert(key.to_string(), value);
+                }
+                None => {
+                    parent.remove(key);
+                }
+            }
+            let e = error(&v, dir.path());
+            assert!(e.starts_with(expected), "{e}\nexpected: {expected}");
+        }
+    }
+
+    #[test]
+    fn a_ca_key_of_another_ca_is_refused_by_name_without_its_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = valid(dir.path());
+        let (other_key, _) = crate::pki::key_pair_pem().unwrap();
+        v["nats"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ca_private_key_path");
+        v["nats"]["ca_private_key"] = json!(other_key);
+        let e = error(&v, dir.path());
+        assert!(e.starts_with("nats.ca_private_key: "), "{e}");
+        assert!(!e.contains("PRIVATE KEY-----"), "{e}");
+        let director = director_identity(&Ca::new("another-ca").unwrap());
+        let mut v = valid(dir.path());
+        v["nats"]["director_private_key"] = json!(director.key_pem);
+        v["nats"]["director_certificate"] = json!(director.cert_pem);
+        // A director identity of another CA still loads (the server decides); a key that is
+        // not a key does not.
+        assert!(DirectorConfig::from_value(&v, dir.path()).is_ok());
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("director.yml");
+        std::fs::write(&path, "state_dir: [").unwrap();
+        let e = DirectorConfig::load(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("director config {}", path.display())),
+            "{e}"
+        );
+        std::fs::write(&path, "state_dir: s\n").unwrap();
+        let e = DirectorConfig::load(&path).unwrap_err().to_string();
+        assert!(e.ends_with(": cpi: is required"), "{e}");
+    }
+}
