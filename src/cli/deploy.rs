@@ -136,6 +136,7 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
             recreate: args.recreate,
             ..Requests::default()
         },
+        action: None,
     };
     match mode {
         Mode::Deploy => {
