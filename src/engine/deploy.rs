@@ -177,6 +177,28 @@ impl Engine {
             && req.action.is_none()
             && state.instances.values().all(|i| i.update_completed);
 
+        // Nothing changed and every agent said `running` in a recent heartbeat: no call at all.
+        if settled
+            && !dry_run
+            && let Some(health) = &self.config.health
+            && state.intents.is_empty()
+            && state.instances.values().all(|i| match (&i.vm, i.state) {
+                (_, InstanceState::Detached) => i.vm.is_none(),
+                (Some(vm), InstanceState::Started) => {
+                    health.recent_job_state(&vm.agent_id, self.config.health_window)
+                        == Some("running".into())
+                }
+                (Some(vm), InstanceState::Stopped) => health
+                    .recent_job_state(&vm.agent_id, self.config.health_window)
+                    .is_some(),
+                (None, _) => false,
+            })
+        {
+            return Ok(DeployReport {
+                noop: true,
+                ..DeployReport::default()
+            });
+        }
         let preparing = StageRun::new(self.events.clone(), "Preparing deployment", vec![], 2);
         let observed = preparing
             .task("Preparing deployment", self.observe(&state))

@@ -40,6 +40,14 @@ pub use templates::{LiteralRenderer, TemplateRenderer};
 /// certificate: `{"bosh": {"mbus": {"cert": ...}}}`), by agent id.
 pub type AgentEnv = Arc<dyn Fn(&str) -> JsonMap<String, Value> + Send + Sync>;
 
+/// What the engine may know of agents without asking them: what each said in its last
+/// heartbeat. With it, a deploy whose inputs did not change and whose agents all reported
+/// `running` recently makes no call at all.
+pub trait AgentHealth: Send + Sync {
+    /// The `job_state` agent `agent_id` reported within the last `within`, if it did.
+    fn recent_job_state(&self, agent_id: &str, within: Duration) -> Option<String>;
+}
+
 /// How the engine behaves.
 #[derive(Clone)]
 pub struct EngineConfig {
@@ -62,6 +70,11 @@ pub struct EngineConfig {
     pub lock_wait: Duration,
     /// How long recovery waits for the agent of a VM whose creation was interrupted.
     pub recovery_wait: Duration,
+    /// Heartbeats, when the engine hears them.
+    pub health: Option<Arc<dyn AgentHealth>>,
+    /// How recent a heartbeat must be to stand in for `get_state` (the health monitor's
+    /// agent timeout: 60 s).
+    pub health_window: Duration,
 }
 
 impl Default for EngineConfig {
@@ -76,6 +89,8 @@ impl Default for EngineConfig {
             dns_root_domain: "bosh".into(),
             lock_wait: Duration::from_secs(10),
             recovery_wait: Duration::from_secs(60),
+            health: None,
+            health_window: Duration::from_secs(60),
         }
     }
 }
