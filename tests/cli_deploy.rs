@@ -4,227 +4,18 @@
 //! blobstore and a state directory. The example release and a stemcell are built with
 //! `kubosh release create` and `kubosh stemcell create`.
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+mod director_world;
 
-use kubosh::cpi::local::{self, read_calls};
-use kubosh::pki::{Ca, Leaf};
-use kubosh::state::{DeploymentState, DirStore, StateStore};
-use kubosh::testenv::{NatsServer, NatsTls};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use director_world::{World, http_get};
 use serde_json::{Value, json};
 
-const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
-
-/// Stops every agent of the local cloud when dropped: a failing test leaves no process behind.
-struct StopAgents(PathBuf);
-
-impl Drop for StopAgents {
-    fn drop(&mut self) {
-        let _ = local::stop_all_agents(&self.0, Duration::from_secs(5));
-    }
-}
-
-struct World {
-    _stop_agents: StopAgents,
-    dir: tempfile::TempDir,
-    _nats: NatsServer,
-    /// The CA private key: must never be printed.
-    ca_key: String,
-    port: u16,
-}
-
-/// A CA whose key we hold as PEM (`pki::Ca` keeps its own).
-fn ca_pem() -> (String, String) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "nats-ca");
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(KUBOSH)
-        .args(args)
-        .output()
-        .expect("kubosh runs")
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-impl World {
-    fn new() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path();
-        let (ca_cert, ca_key) = ca_pem();
-        let ca = Ca::from_pem(&ca_cert, &ca_key).unwrap();
-        let server = ca
-            .issue(&Leaf::loopback_server("default.nats.bosh-internal"))
-            .unwrap();
-        let nats = NatsServer::start(
-            Some(&NatsTls {
-                ca_pem: ca_cert.clone(),
-                cert_pem: server.cert_pem,
-                key_pem: server.key_pem,
-                verify_clients: true,
-            }),
-            "",
-        )
-        .expect("nats-server starts");
-        let url = format!("nats://127.0.0.1:{}", nats.port());
-        let director = ca
-            .issue(&Leaf {
-                common_name: "default.director.bosh-internal",
-                client: true,
-                ..Leaf::default()
-            })
-            .unwrap();
-        let cloud = p.join("cloud");
-        let blobs = p.join("blobs");
-        write_json(
-            &p.join("cpi.json"),
-            &json!({
-                "state_dir": cloud,
-                "mbus": url,
-                "blobstore": {"provider": "local", "options": {"blobstore_path": blobs}},
-                "agent": {
-                    "command": ["{kubosh}", "agent", "--bind-base", "{root}", "-b", "/var/vcap", "-C", "{agent_config}"],
-                    "env": {"KUBOSH_LOG": "kubosh=info"},
-                    "stop_timeout_seconds": 20,
-                },
-            }),
-        );
-        std::fs::write(p.join("ca.crt"), &ca_cert).unwrap();
-        std::fs::write(p.join("ca.key"), &ca_key).unwrap();
-        // Relative paths: against the file's directory (the CPI runs there too).
-        write_json(
-            &p.join("director.yml"),
-            &json!({
-                "state_dir": "state",
-                "cpi": {
-                    "command": [KUBOSH, "cpi", "--config", "cpi.json"],
-                    "timeout_seconds": 60,
-                    "properties": {},
-                },
-                "nats": {
-                    "url": url,
-                    "ca_certificate_path": "ca.crt",
-                    "ca_private_key_path": "ca.key",
-                    "director_certificate": director.cert_pem,
-                    "director_private_key": director.key_pem,
-                },
-                "blobstore": {"local": {"path": "blobs"}},
-                "engine": {"agent_wait_timeout_seconds": 60, "recovery_wait_seconds": 5},
-            }),
-        );
-        write_json(&p.join("cloud-config.yml"), &cloud_config());
-        let port = free_port();
-        write_json(&p.join("manifest.yml"), &manifest(port));
-
-        let release = p.join("hello.tgz");
-        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
-        let out = run(&[
-            "release",
-            "create",
-            examples.to_str().unwrap(),
-            "--version",
-            "1.0.0",
-            "--tarball",
-            release.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{:?}", text(&out));
-        let out = run(&[
-            "stemcell",
-            "create",
-            "--name",
-            "bosh-kubosh-local-ubuntu-jammy",
-            "--version",
-            "1.0",
-            "--os",
-            "ubuntu-jammy",
-            "--tarball",
-            p.join("stemcell.tgz").to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{:?}", text(&out));
-        World {
-            _stop_agents: StopAgents(cloud),
-            dir,
-            _nats: nats,
-            ca_key,
-            port,
-        }
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.path().join(name).display().to_string()
-    }
-
-    /// `kubosh <command> -d director.yml manifest.yml ...`; stdout, stderr and success.
-    fn kubosh(&self, command: &str, web_greeting: &str) -> (bool, String, String) {
-        let out = Command::new(KUBOSH)
-            .args([
-                command,
-                "-d",
-                &self.path("director.yml"),
-                &self.path("manifest.yml"),
-            ])
-            .args(["-v", &format!("web_greeting={web_greeting}")])
-            .args(["--cloud-config", &self.path("cloud-config.yml")])
-            .args(["--release", &self.path("hello.tgz")])
-            .args(["--stemcell", &self.path("stemcell.tgz")])
-            .output()
-            .expect("kubosh runs");
-        let (stdout, stderr) = text(&out);
-        // The CA key never appears in any output (one of its base64 lines is enough).
-        for line in self.ca_key.lines().filter(|l| !l.starts_with("-----")) {
-            assert!(!stdout.contains(line), "the CA key leaked on stdout");
-            assert!(!stderr.contains(line), "the CA key leaked on stderr");
-        }
-        (out.status.success(), stdout, stderr)
-    }
-
-    fn cloud(&self) -> PathBuf {
-        self.dir.path().join("cloud")
-    }
-
-    fn state_dir(&self) -> PathBuf {
-        self.dir.path().join("state")
-    }
-
-    fn calls(&self) -> usize {
-        read_calls(&self.cloud()).unwrap().len()
-    }
-
-    async fn state(&self) -> DeploymentState {
-        DirStore::new(self.state_dir().join("deployments/hello"))
-            .load()
-            .await
-            .unwrap()
-    }
-}
-
-fn write_json(path: &Path, value: &Value) {
-    // JSON is YAML.
-    std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
+fn kubosh(w: &World, command: &str, web_greeting: &str) -> (bool, String, String) {
+    let mut c = w.command(command);
+    c.args(["-v", &format!("web_greeting={web_greeting}")]);
+    w.output(c)
 }
 
 /// Every file under `dir` with its contents (an absent directory: none).
@@ -245,28 +36,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
-}
-
-fn cloud_config() -> Value {
-    json!({
-        "azs": [{"name": "z1"}],
-        "vm_types": [{"name": "small", "cloud_properties": {}}],
-        "networks": [{
-            "name": "default",
-            "type": "manual",
-            "subnets": [{
-                "range": "127.0.1.0/24",
-                "gateway": "127.0.1.1",
-                "az": "z1",
-                "reserved": ["127.0.1.200-127.0.1.254"],
-                "static": ["127.0.1.50-127.0.1.60"],
-            }],
-        }],
-        "compilation": {
-            "workers": 2, "network": "default", "az": "z1", "vm_type": "small",
-            "reuse_compilation_vms": true,
-        },
-    })
 }
 
 fn manifest(port: u16) -> Value {
@@ -303,17 +72,6 @@ fn manifest(port: u16) -> Value {
     })
 }
 
-/// `GET /` on `ip:port`, the body.
-fn http_get(ip: &str, port: u16) -> Option<String> {
-    let addr = SocketAddr::new(ip.parse::<IpAddr>().ok()?, port);
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
-}
-
 /// The plan's line of every instance of `group`.
 fn plan_lines<'a>(stdout: &'a str, group: &str) -> Vec<&'a str> {
     stdout
@@ -324,10 +82,11 @@ fn plan_lines<'a>(stdout: &'a str, group: &str) -> Vec<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_and_deploy_run_the_engine_as_a_command() {
-    let w = World::new();
+    let w = World::new(1);
+    w.write_manifest(&manifest(w.port));
 
     // A fresh plan: everything is created, both packages compiled; nothing is written.
-    let (ok, stdout, stderr) = w.kubosh("plan", "Hello");
+    let (ok, stdout, stderr) = kubosh(&w, "plan", "Hello");
     assert!(ok, "plan failed:\n{stdout}\n{stderr}");
     for group in ["web", "api"] {
         let lines = plan_lines(&stdout, group);
@@ -341,7 +100,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     assert_eq!(w.calls(), 0, "plan called the cloud");
 
     // The deploy: compile, create, update; the instances answer.
-    let (ok, stdout, stderr) = w.kubosh("deploy", "Hello");
+    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
     assert!(ok, "deploy failed:\n{stdout}\n{stderr}");
     for expected in [
         "Using deployment 'hello'",
@@ -371,7 +130,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
 
     // The same deploy again: nothing changes, no cloud call.
     let calls = w.calls();
-    let (ok, stdout, stderr) = w.kubosh("deploy", "Hello");
+    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
     assert!(ok, "second deploy failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("No changes"), "{stdout}");
     assert!(!stdout.contains("Updating instance"), "{stdout}");
@@ -379,7 +138,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
 
     // A property of one group: the plan updates that group only, and changes nothing.
     let before = snapshot(&w.state_dir());
-    let (ok, stdout, stderr) = w.kubosh("plan", "Howdy");
+    let (ok, stdout, stderr) = kubosh(&w, "plan", "Howdy");
     assert!(ok, "plan failed:\n{stdout}\n{stderr}");
     let web = plan_lines(&stdout, "web");
     assert_eq!(web.len(), 2, "{stdout}");
@@ -395,7 +154,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
 
     // A broken manifest fails with the error as the last line, exit code 1.
     std::fs::write(w.path("manifest.yml"), "name: hello\ninstance_groups: 7\n").unwrap();
-    let (ok, stdout, _) = w.kubosh("deploy", "Hello");
+    let (ok, stdout, _) = kubosh(&w, "deploy", "Hello");
     assert!(!ok);
     let last = stdout.trim_end().lines().last().unwrap_or_default();
     assert!(

@@ -341,7 +341,7 @@ impl Engine {
                             Some((k, vm)) if k == key => Some(vm),
                             Some((_, other)) => {
                                 // A worker of another stemcell makes room.
-                                self.delete_vm_cid(&other.cid).await?;
+                                self.delete_worker(&other).await?;
                                 None
                             }
                             None => None,
@@ -381,7 +381,7 @@ impl Engine {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
                                 Some((key, vm));
                         } else {
-                            self.delete_vm_cid(&vm.cid).await?;
+                            self.delete_worker(&vm).await?;
                         }
                         let record = compiled?;
                         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(record);
@@ -400,7 +400,7 @@ impl Engine {
             .map(|(_, vm)| vm)
             .collect();
         for vm in leftovers {
-            self.delete_vm_cid(&vm.cid).await?;
+            self.delete_worker(&vm).await?;
         }
         outcome
             .map_err(|e| EngineError::Plan(vec![e.to_string()]))?
@@ -411,6 +411,12 @@ impl Engine {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         Ok(results.into_iter().flatten().collect())
+    }
+
+    /// Deletes a compilation VM and settles the intent that is its only record.
+    async fn delete_worker(&self, vm: &NewVm) -> Result<(), EngineError> {
+        self.delete_vm_cid(&vm.cid).await?;
+        self.settle(vm.intent.clone()).await
     }
 
     /// One `compile_package` call.

@@ -215,6 +215,18 @@ impl Engine {
         let Some(vm) = record.vm.clone() else {
             return Ok(());
         };
+        // Recorded before the disks come off: a killed run's next deploy finishes the job
+        // (and gives the instance a new VM with its disks) instead of trusting a half-taken
+        // VM.
+        let intent = crate::state::Intent {
+            id: crate::ids::uuid_v4(),
+            kind: crate::state::IntentKind::DeleteVm {
+                instance: record.uuid.clone(),
+                vm: vm.cid.clone(),
+            },
+            cid: None,
+        };
+        self.write(Write::Intent(intent.clone())).await?;
         let agent = self.agent(&vm.agent_id, &record.display_name());
         for disk in &record.disks {
             // An agent that is gone cannot unmount; the cloud still detaches.
@@ -229,7 +241,8 @@ impl Engine {
         }
         self.delete_vm_cid(&vm.cid).await?;
         record.vm = None;
-        self.persist(record).await
+        self.persist(record).await?;
+        self.settle(intent.id).await
     }
 
     /// Attaches and mounts the instance's active disks on its (new) VM.
@@ -246,7 +259,7 @@ impl Engine {
     }
 
     /// `attach_disk` → `add_persistent_disk` (with the hint) → `mount_disk`.
-    async fn attach_and_mount(
+    pub(crate) async fn attach_and_mount(
         &self,
         agent: &AgentClient,
         vm_cid: &str,

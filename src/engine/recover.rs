@@ -44,7 +44,7 @@ impl Engine {
     /// Deletes what one intent made unless its owner has it; true when it is settled.
     async fn settle_intent(
         &self,
-        state: &DeploymentState,
+        state: &mut DeploymentState,
         intent: &Intent,
         wait: Duration,
     ) -> Result<bool, EngineError> {
@@ -83,6 +83,30 @@ impl Engine {
                     }
                 }
             }
+            IntentKind::DeleteVm { instance, vm } => {
+                for disk in state
+                    .instances
+                    .get(instance)
+                    .map(|i| i.disks.clone())
+                    .unwrap_or_default()
+                {
+                    let _ = self
+                        .cloud
+                        .detach_disk(&VmCid(vm.clone()), &DiskCid(disk.cid.clone()))
+                        .await;
+                }
+                self.delete_vm_cid(vm).await?;
+                if let Some(owner) = state.instances.get(instance)
+                    && owner.vm.as_ref().is_some_and(|v| &v.cid == vm)
+                {
+                    let mut owner = owner.clone();
+                    owner.vm = None;
+                    owner.update_completed = false;
+                    self.persist(&owner).await?;
+                    state.apply(&Write::Instance(Box::new(owner)));
+                }
+                Ok(true)
+            }
             IntentKind::CreateDisk { instance, name } => {
                 let Some(cid) = &intent.cid else {
                     progress::warn(
@@ -97,8 +121,15 @@ impl Engine {
                 if owner.is_some_and(|i| i.disks.iter().any(|d| &d.cid == cid)) {
                     return Ok(true);
                 }
-                // Never made active: the data is still on the disk it was to replace.
-                if let Some(vm) = owner.and_then(|i| i.vm.as_ref()) {
+                // Never made active: the data is still on the disk it was to replace. The agent
+                // may have mounted it, or even switched its store to it (a migration that
+                // finished before its record did): take it away and put the recorded disks
+                // back, before the cloud deletes it.
+                if let Some(owner) = owner
+                    && let Some(vm) = &owner.vm
+                {
+                    self.restore_disks(owner, &vm.agent_id, &vm.cid, cid, wait)
+                        .await;
                     let _ = self
                         .cloud
                         .detach_disk(&VmCid(vm.cid.clone()), &DiskCid(cid.clone()))
@@ -131,6 +162,29 @@ impl Engine {
                         .map_err(|e| EngineError::Cloud(e.to_string()))?;
                 }
                 Ok(true)
+            }
+        }
+    }
+
+    /// Unmounts and forgets `stray` on the instance's agent and mounts the instance's recorded
+    /// disks again (best effort: an agent that does not answer gets a new VM anyway).
+    async fn restore_disks(
+        &self,
+        owner: &crate::state::InstanceRecord,
+        agent_id: &str,
+        vm_cid: &str,
+        stray: &str,
+        wait: Duration,
+    ) {
+        let agent = self.agent(agent_id, &owner.display_name());
+        if agent.wait_until_ready(vm_cid, wait).await.is_err() {
+            return;
+        }
+        let _ = agent.unmount_disk(stray).await;
+        let _ = agent.remove_persistent_disk(stray).await;
+        for disk in &owner.disks {
+            if agent.mount_disk(&disk.cid).await.is_err() {
+                let _ = self.attach_and_mount(&agent, vm_cid, &disk.cid).await;
             }
         }
     }

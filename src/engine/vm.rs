@@ -36,6 +36,9 @@ pub struct VmRequest {
 /// A VM that exists and whose agent answered.
 #[derive(Debug, Clone)]
 pub struct NewVm {
+    /// The intent that created it, still pending for a compilation worker (the intent is
+    /// its only record; settle it after deleting the VM), settled for an instance's VM.
+    pub intent: String,
     /// Its CID.
     pub cid: String,
     /// Its agent id.
@@ -90,6 +93,7 @@ impl Engine {
             .await
             .map_err(|e| EngineError::Cloud(e.to_string()))?;
         let vm = NewVm {
+            intent: intent.id.clone(),
             cid: created.cid.0.clone(),
             agent_id: agent_id.clone(),
             networks: created
@@ -120,7 +124,9 @@ impl Engine {
         .await;
         match ready {
             Ok(()) => {
-                self.write(Write::DeleteIntent(intent.id)).await?;
+                if request.instance.is_some() {
+                    self.write(Write::DeleteIntent(intent.id)).await?;
+                }
                 Ok(vm)
             }
             Err(e) => {

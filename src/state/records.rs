@@ -289,6 +289,15 @@ pub enum IntentKind {
         /// The new VM's agent id.
         agent_id: String,
     },
+    /// Deleting an instance's VM: recorded before `delete_vm`, settled once the instance
+    /// record no longer names the VM, so a killed run never leaves a record of a VM that is
+    /// gone.
+    DeleteVm {
+        /// The instance uuid.
+        instance: String,
+        /// The VM's CID.
+        vm: String,
+    },
     /// A persistent disk for an instance.
     CreateDisk {
         /// The instance uuid.

@@ -1,0 +1,282 @@
+//! A director without a cluster, for tests that run `kubosh deploy` and `kubosh plan` as
+//! processes: a local cloud (the `kubosh` binary as CPI, agents in their own mount
+//! namespaces), a nats-server with mutual TLS whose CA the director config holds (any
+//! certificate the CA signed is accepted; the director signs each agent's), a local
+//! blobstore, a state directory, and the example release and a stemcell built with
+//! `kubosh release create` and `kubosh stemcell create`.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use kubosh::cpi::local::{self, read_calls};
+use kubosh::pki::{Ca, Leaf};
+use kubosh::state::{DeploymentState, DirStore, StateStore};
+use kubosh::testenv::{NatsServer, NatsTls};
+use serde_json::{Value, json};
+
+pub const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
+
+/// Stops every agent of the local cloud when dropped: a failing test leaves no process behind.
+pub struct StopAgents(pub PathBuf);
+
+impl Drop for StopAgents {
+    fn drop(&mut self) {
+        let _ = local::stop_all_agents(&self.0, Duration::from_secs(5));
+    }
+}
+
+/// The files and servers of one director.
+pub struct World {
+    _stop_agents: StopAgents,
+    pub dir: tempfile::TempDir,
+    _nats: NatsServer,
+    /// The CA private key: must never be printed.
+    pub ca_key: String,
+    /// The port the example job listens on.
+    pub port: u16,
+    /// The third octet of this world's loopback subnet.
+    pub net: u8,
+}
+
+/// A CA whose key we hold as PEM (`pki::Ca` keeps its own).
+fn ca_pem() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "nats-ca");
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn run(args: &[&str]) -> Output {
+    Command::new(KUBOSH)
+        .args(args)
+        .output()
+        .expect("kubosh runs")
+}
+
+pub fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+impl World {
+    /// A director on loopback subnet `127.0.<net>.0/24`.
+    pub fn new(net: u8) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let (ca_cert, ca_key) = ca_pem();
+        let ca = Ca::from_pem(&ca_cert, &ca_key).unwrap();
+        let server = ca
+            .issue(&Leaf::loopback_server("default.nats.bosh-internal"))
+            .unwrap();
+        let nats = NatsServer::start(
+            Some(&NatsTls {
+                ca_pem: ca_cert.clone(),
+                cert_pem: server.cert_pem,
+                key_pem: server.key_pem,
+                verify_clients: true,
+            }),
+            "",
+        )
+        .expect("nats-server starts");
+        let url = format!("nats://127.0.0.1:{}", nats.port());
+        let director = ca
+            .issue(&Leaf {
+                common_name: "default.director.bosh-internal",
+                client: true,
+                ..Leaf::default()
+            })
+            .unwrap();
+        let cloud = p.join("cloud");
+        let blobs = p.join("blobs");
+        write_json(
+            &p.join("cpi.json"),
+            &json!({
+                "state_dir": cloud,
+                "mbus": url,
+                "blobstore": {"provider": "local", "options": {"blobstore_path": blobs}},
+                "agent": {
+                    "command": ["{kubosh}", "agent", "--bind-base", "{root}", "-b", "/var/vcap", "-C", "{agent_config}"],
+                    "env": {"KUBOSH_LOG": "kubosh=info"},
+                    "stop_timeout_seconds": 20,
+                },
+            }),
+        );
+        std::fs::write(p.join("ca.crt"), &ca_cert).unwrap();
+        std::fs::write(p.join("ca.key"), &ca_key).unwrap();
+        // Relative paths: against the file's directory (the CPI runs there too).
+        write_json(
+            &p.join("director.yml"),
+            &json!({
+                "state_dir": "state",
+                "cpi": {
+                    "command": [KUBOSH, "cpi", "--config", "cpi.json"],
+                    "timeout_seconds": 60,
+                    "properties": {},
+                },
+                "nats": {
+                    "url": url,
+                    "ca_certificate_path": "ca.crt",
+                    "ca_private_key_path": "ca.key",
+                    "director_certificate": director.cert_pem,
+                    "director_private_key": director.key_pem,
+                },
+                "blobstore": {"local": {"path": "blobs"}},
+                "engine": {"agent_wait_timeout_seconds": 60, "recovery_wait_seconds": 5},
+            }),
+        );
+        write_json(&p.join("cloud-config.yml"), &cloud_config(net));
+        let port = free_port();
+
+        let release = p.join("hello.tgz");
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
+        let out = run(&[
+            "release",
+            "create",
+            examples.to_str().unwrap(),
+            "--version",
+            "1.0.0",
+            "--tarball",
+            release.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{:?}", text(&out));
+        let out = run(&[
+            "stemcell",
+            "create",
+            "--name",
+            "bosh-kubosh-local-ubuntu-jammy",
+            "--version",
+            "1.0",
+            "--os",
+            "ubuntu-jammy",
+            "--tarball",
+            p.join("stemcell.tgz").to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{:?}", text(&out));
+        World {
+            _stop_agents: StopAgents(cloud),
+            dir,
+            _nats: nats,
+            ca_key,
+            port,
+            net,
+        }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// `kubosh <command> -d director.yml manifest.yml --cloud-config ... --release ...
+    /// --stemcell ...`, to be completed by the caller.
+    pub fn command(&self, command: &str) -> Command {
+        let mut c = Command::new(KUBOSH);
+        c.args([
+            command,
+            "-d",
+            &self.path("director.yml"),
+            &self.path("manifest.yml"),
+        ])
+        .args(["--cloud-config", &self.path("cloud-config.yml")])
+        .args(["--release", &self.path("hello.tgz")])
+        .args(["--stemcell", &self.path("stemcell.tgz")]);
+        c
+    }
+
+    /// Runs a command built by [`World::command`]: success, stdout, stderr. The CA key never
+    /// appears in any output.
+    pub fn output(&self, mut command: Command) -> (bool, String, String) {
+        let out = command.output().expect("kubosh runs");
+        let (stdout, stderr) = text(&out);
+        // One of its base64 lines is enough.
+        for line in self.ca_key.lines().filter(|l| !l.starts_with("-----")) {
+            assert!(!stdout.contains(line), "the CA key leaked on stdout");
+            assert!(!stderr.contains(line), "the CA key leaked on stderr");
+        }
+        (out.status.success(), stdout, stderr)
+    }
+
+    pub fn write_manifest(&self, manifest: &Value) {
+        write_json(&self.dir.path().join("manifest.yml"), manifest);
+    }
+
+    pub fn cloud(&self) -> PathBuf {
+        self.dir.path().join("cloud")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn calls(&self) -> usize {
+        read_calls(&self.cloud()).unwrap().len()
+    }
+
+    pub async fn state(&self) -> DeploymentState {
+        DirStore::new(self.state_dir().join("deployments/hello"))
+            .load()
+            .await
+            .unwrap()
+    }
+
+    /// The host path of a VM's `/var/vcap`.
+    pub fn vm_root(&self, vm_cid: &str) -> PathBuf {
+        self.cloud().join("vms").join(vm_cid).join("root")
+    }
+}
+
+pub fn write_json(path: &Path, value: &Value) {
+    // JSON is YAML.
+    std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
+}
+
+/// The cloud config: one AZ, a manual loopback network `127.0.<net>.0/24`.
+pub fn cloud_config(net: u8) -> Value {
+    json!({
+        "azs": [{"name": "z1"}],
+        "vm_types": [{"name": "small", "cloud_properties": {}}],
+        "networks": [{
+            "name": "default",
+            "type": "manual",
+            "subnets": [{
+                "range": format!("127.0.{net}.0/24"),
+                "gateway": format!("127.0.{net}.1"),
+                "az": "z1",
+                "reserved": [format!("127.0.{net}.200-127.0.{net}.254")],
+                "static": [format!("127.0.{net}.50-127.0.{net}.60")],
+            }],
+        }],
+        "compilation": {
+            "workers": 2, "network": "default", "az": "z1", "vm_type": "small",
+            "reuse_compilation_vms": true,
+        },
+    })
+}
+
+/// `GET /` on `ip:port`, the body.
+pub fn http_get(ip: &str, port: u16) -> Option<String> {
+    let addr = SocketAddr::new(ip.parse::<IpAddr>().ok()?, port);
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+}
