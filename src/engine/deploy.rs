@@ -810,7 +810,9 @@ impl Engine {
             vm: vm_request(deployment, group, p, stemcells),
             watch,
             canary,
-            responsive: !matches!(p.observed, Observed::Unresponsive),
+            // A VM made by this deploy (the instance had none when asked) runs nothing to
+            // stop, as the Director's stopper skips new instances.
+            responsive: matches!(p.observed, Observed::Answered { .. }),
         })
     }
 
