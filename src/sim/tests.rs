@@ -393,6 +393,47 @@ async fn jobs_that_never_run_fail_with_their_process_names() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn heartbeats_report_what_get_state_would_without_a_call() {
+    use crate::engine::AgentHealth;
+    let (cloud, agents) = pair(SimConfig::default());
+    let stemcell = stemcell(&cloud).await;
+    let vm = cloud
+        .create_vm(&vm_request("agent-1", &stemcell, None))
+        .await
+        .unwrap();
+    let window = Duration::from_secs(60);
+    let client = agents.client("agent-1");
+    client.apply(&apply_spec()).await.unwrap();
+    // Applied, never started: the jobs are unmonitored.
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("failing")
+    );
+    client.start().await.unwrap();
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("running")
+    );
+    agents.set_jobs_never_running("agent-1", true).unwrap();
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("failing")
+    );
+    client.stop().await.unwrap();
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("stopped")
+    );
+    agents.reset_calls();
+    agents.set_unresponsive("agent-1", true).unwrap();
+    assert_eq!(agents.recent_job_state("agent-1", window), None);
+    cloud.delete_vm(&vm.cid).await.unwrap();
+    assert_eq!(agents.recent_job_state("agent-1", window), None);
+    assert_eq!(agents.recent_job_state("agent-2", window), None);
+    assert!(agents.counts().is_empty(), "heartbeats are not agent calls");
+}
+
+#[tokio::test(start_paused = true)]
 async fn latencies_pass_on_the_virtual_clock() {
     let (cloud, agents) = pair(SimConfig::default());
     let stemcell = stemcell(&cloud).await;
