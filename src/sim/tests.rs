@@ -393,6 +393,39 @@ async fn jobs_that_never_run_fail_with_their_process_names() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_poll_at_the_instant_a_task_ends_sees_it_ended() {
+    let (cloud, agents) = pair(SimConfig::default());
+    let stemcell = stemcell(&cloud).await;
+    cloud
+        .create_vm(&vm_request("agent-1", &stemcell, None))
+        .await
+        .unwrap();
+    let client = agents.client("agent-1");
+    // Polled every second: a 5 s task is seen done at 5 s, a 4.5 s one at the next poll.
+    for (latency, seen) in [(5000, 5000), (4500, 5000), (1000, 1000)] {
+        agents.set_latency("apply", Duration::from_millis(latency));
+        let before = Instant::now();
+        client.apply(&apply_spec()).await.unwrap();
+        assert_eq!(
+            before.elapsed(),
+            Duration::from_millis(seen),
+            "{latency} ms"
+        );
+        assert_eq!(agents.agent("agent-1").unwrap().spec["id"], "uuid-1");
+    }
+    // A failing task fails at the same instant.
+    agents.set_latency("drain", Duration::from_secs(3));
+    agents.inject("drain", AgentFault::fail("drain script failed").times(1));
+    let before = Instant::now();
+    let err = client
+        .drain(crate::agent::protocol::DrainType::Update, None)
+        .await
+        .unwrap_err();
+    assert_eq!(before.elapsed(), Duration::from_secs(3));
+    assert!(err.to_string().contains("drain script failed"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn heartbeats_report_what_get_state_would_without_a_call() {
     use crate::engine::AgentHealth;
     let (cloud, agents) = pair(SimConfig::default());
