@@ -96,8 +96,9 @@ pub(crate) struct CompileInputs<'a> {
     pub dry_run: bool,
 }
 
-/// A reusable compilation VM and the stemcell (`name/version`) it runs.
-type WorkerVm = (String, NewVm);
+/// A reusable compilation VM, the stemcell (`name/version`) it runs and its pending
+/// intent (settled when the VM is deleted).
+type WorkerVm = (String, NewVm, String);
 
 /// The stemcell as compilation sees it.
 fn stemcell(info: &StemcellInfo) -> Stemcell {
@@ -338,16 +339,16 @@ impl Engine {
                             None
                         };
                         let reused_vm = match kept {
-                            Some((k, vm)) if k == key => Some(vm),
-                            Some((_, other)) => {
+                            Some((k, vm, intent)) if k == key => Some((vm, intent)),
+                            Some((_, other, intent)) => {
                                 // A worker of another stemcell makes room.
-                                self.delete_worker(&other).await?;
+                                self.delete_unowned_vm(&other, intent).await?;
                                 None
                             }
                             None => None,
                         };
-                        let vm = match reused_vm {
-                            Some(vm) => vm,
+                        let (vm, intent) = match reused_vm {
+                            Some(worker) => worker,
                             None => {
                                 let request = VmRequest {
                                     instance: None,
@@ -373,15 +374,15 @@ impl Engine {
                                     .map(|(k, v)| (k.to_string(), Value::String(v)))
                                     .collect(),
                                 };
-                                self.create_vm(&request, async |_| Ok(())).await?
+                                self.create_unowned_vm(&request).await?
                             }
                         };
                         let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
                         if reuse && compiled.is_ok() {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
-                                Some((key, vm));
+                                Some((key, vm, intent));
                         } else {
-                            self.delete_worker(&vm).await?;
+                            self.delete_unowned_vm(&vm, intent).await?;
                         }
                         let record = compiled?;
                         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(record);
@@ -392,15 +393,14 @@ impl Engine {
         })
         .await;
         // The workers go, whatever happened.
-        let leftovers: Vec<NewVm> = slots
+        let leftovers: Vec<WorkerVm> = slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain(..)
             .flatten()
-            .map(|(_, vm)| vm)
             .collect();
-        for vm in leftovers {
-            self.delete_worker(&vm).await?;
+        for (_, vm, intent) in leftovers {
+            self.delete_unowned_vm(&vm, intent).await?;
         }
         outcome
             .map_err(|e| EngineError::Plan(vec![e.to_string()]))?
@@ -411,12 +411,6 @@ impl Engine {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         Ok(results.into_iter().flatten().collect())
-    }
-
-    /// Deletes a compilation VM and settles the intent that is its only record.
-    async fn delete_worker(&self, vm: &NewVm) -> Result<(), EngineError> {
-        self.delete_vm_cid(&vm.cid).await?;
-        self.settle(vm.intent.clone()).await
     }
 
     /// One `compile_package` call.

@@ -223,12 +223,24 @@ impl Engine {
         super::network::plan_networks(&manifest, &cloud, &groups, &mut planned, &state)?;
 
         let releases = releases_by_name(&req.releases);
+        let mut link_group_ids = state.meta.link_group_ids.clone();
         preparing
             .task(
                 "Rendering templates",
-                self.render_all(&manifest, &groups, &releases, &mut planned),
+                self.render_all(
+                    &manifest,
+                    &groups,
+                    &releases,
+                    &mut link_group_ids,
+                    &mut planned,
+                ),
             )
             .await?;
+        // New link groups keep their ids from now on, whatever happens to this deploy.
+        if !dry_run && link_group_ids != state.meta.link_group_ids {
+            state.meta.link_group_ids = link_group_ids;
+            self.write(Write::Meta(state.meta.clone())).await?;
+        }
 
         let stemcells = if dry_run {
             state
@@ -361,18 +373,24 @@ impl Engine {
         }
     }
 
-    /// Renders every planned instance's templates (one batch).
+    /// Renders every planned instance's templates (one batch). Link groups without an id
+    /// in `link_group_ids` get the next free one.
     async fn render_all(
         &self,
         manifest: &DeploymentManifest,
         groups: &[GroupSpec],
         releases: &BTreeMap<String, Arc<crate::release::Release>>,
+        link_group_ids: &mut BTreeMap<String, u64>,
         planned: &mut [Planned],
     ) -> Result<(), EngineError> {
         let specs = LinkSpecs(releases);
         let resolution = crate::links::resolve(manifest, &specs, &[])
             .map_err(|p| EngineError::Plan(vec![p.to_string()]))?
             .document;
+        for provider in &resolution.providers {
+            let next = link_group_ids.values().max().map_or(1, |max| max + 1);
+            link_group_ids.entry(provider.group_name()).or_insert(next);
+        }
         let dns = crate::links::DnsSettings {
             root_domain: self.config.dns_root_domain.clone(),
             ..crate::links::DnsSettings::default()
@@ -417,18 +435,21 @@ impl Engine {
         }
         for (position, p) in planned.iter_mut().enumerate() {
             let mut rendered = jobs.remove(&position).unwrap_or_default();
-            // Each job lists the links it provides (`.bosh/links.json`); the group id is the
-            // provider's number among the deployment's link groups.
+            // Each job lists the links it provides (`.bosh/links.json`) with their groups'
+            // ids.
             for job in rendered.iter_mut() {
                 let entries: Vec<crate::render::ProvidedLinkEntry> = resolution
                     .providers
                     .iter()
-                    .enumerate()
-                    .filter(|(_, pr)| pr.instance_group == p.record.group && pr.job == job.name)
-                    .map(|(n, pr)| crate::render::ProvidedLinkEntry {
+                    .filter(|pr| pr.instance_group == p.record.group && pr.job == job.name)
+                    .map(|pr| crate::render::ProvidedLinkEntry {
                         name: pr.name.clone(),
                         kind: pr.link_type.clone(),
-                        group: (n + 1).to_string(),
+                        group: link_group_ids
+                            .get(&pr.group_name())
+                            .copied()
+                            .unwrap_or_default()
+                            .to_string(),
                     })
                     .collect();
                 crate::render::add_links_json(job, &entries);
@@ -789,7 +810,9 @@ impl Engine {
             vm: vm_request(deployment, group, p, stemcells),
             watch,
             canary,
-            responsive: !matches!(p.observed, Observed::Unresponsive),
+            // A VM made by this deploy (the instance had none when asked) runs nothing to
+            // stop, as the Director's stopper skips new instances.
+            responsive: matches!(p.observed, Observed::Answered { .. }),
         })
     }
 

@@ -42,7 +42,8 @@ pub struct InstanceTarget {
     pub watch: WatchTime,
     /// It is a canary.
     pub canary: bool,
-    /// Its agent answered at the start of the deploy.
+    /// Its agent answered at the start of the deploy (false for a VM this deploy made:
+    /// its jobs never ran, so they are not stopped).
     pub responsive: bool,
 }
 

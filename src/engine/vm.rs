@@ -36,9 +36,6 @@ pub struct VmRequest {
 /// A VM that exists and whose agent answered.
 #[derive(Debug, Clone)]
 pub struct NewVm {
-    /// The intent that created it, still pending for a compilation worker (the intent is
-    /// its only record; settle it after deleting the VM), settled for an instance's VM.
-    pub intent: String,
     /// Its CID.
     pub cid: String,
     /// Its agent id.
@@ -63,6 +60,33 @@ impl Engine {
         request: &VmRequest,
         on_created: impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
     ) -> Result<NewVm, EngineError> {
+        let (vm, intent) = self.create_vm_pending(request, on_created).await?;
+        self.settle(intent).await?;
+        Ok(vm)
+    }
+
+    /// A VM no record owns (a compilation worker): made as [`Engine::create_vm`] makes one,
+    /// but its intent (with the CID) stays pending until [`Engine::delete_unowned_vm`], so a
+    /// run killed while the VM exists leaves the next run a way to delete it.
+    pub async fn create_unowned_vm(
+        &self,
+        request: &VmRequest,
+    ) -> Result<(NewVm, String), EngineError> {
+        self.create_vm_pending(request, async |_| Ok(())).await
+    }
+
+    /// Deletes a VM made by [`Engine::create_unowned_vm`] and settles its intent.
+    pub async fn delete_unowned_vm(&self, vm: &NewVm, intent: String) -> Result<(), EngineError> {
+        self.delete_vm_cid(&vm.cid).await?;
+        self.settle(intent).await
+    }
+
+    /// [`Engine::create_vm`] up to the ready agent, the intent (id returned) still pending.
+    async fn create_vm_pending(
+        &self,
+        request: &VmRequest,
+        on_created: impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
+    ) -> Result<(NewVm, String), EngineError> {
         let agent_id = crate::ids::uuid_v4();
         let intent = Intent {
             id: crate::ids::uuid_v4(),
@@ -93,7 +117,6 @@ impl Engine {
             .await
             .map_err(|e| EngineError::Cloud(e.to_string()))?;
         let vm = NewVm {
-            intent: intent.id.clone(),
             cid: created.cid.0.clone(),
             agent_id: agent_id.clone(),
             networks: created
@@ -123,12 +146,7 @@ impl Engine {
         }
         .await;
         match ready {
-            Ok(()) => {
-                if request.instance.is_some() {
-                    self.write(Write::DeleteIntent(intent.id)).await?;
-                }
-                Ok(vm)
-            }
+            Ok(()) => Ok((vm, intent.id)),
             Err(e) => {
                 // The VM is useless; the intent (with its CID) stays until it is gone.
                 if self.delete_vm_cid(&vm.cid).await.is_ok() {

@@ -90,6 +90,7 @@ pub(crate) fn run(
     args: &[Value],
 ) -> Result<Value, String> {
     match method {
+        Method::GetTask => end_if_due(world, agent_id, &arg::<String>(args, 0, 1)?),
         Method::MountDisk => return mount_disk(world, agent_id, &arg::<String>(args, 0, 1)?),
         Method::MigrateDisk => return migrate_disk(world, agent_id),
         _ => {}
@@ -245,6 +246,32 @@ pub(crate) fn run(
             Ok(json!(""))
         }
         other => Err(format!("unknown message {}", other.name())),
+    }
+}
+
+/// Ends task `task_id` now if its latency has passed, so a `get_task` at the very instant a
+/// task ends sees it ended: at equal virtual times the end comes first, whichever of the two
+/// the runtime happens to wake first.
+fn end_if_due(world: &mut World, agent_id: &str, task_id: &str) {
+    let Some(agent) = world.agents.get_mut(agent_id) else {
+        return;
+    };
+    let now = tokio::time::Instant::now();
+    if agent.due.get(task_id).is_none_or(|d| d.at > now) {
+        return;
+    }
+    let Some(due) = agent.due.remove(task_id) else {
+        return;
+    };
+    if !matches!(agent.tasks.get(task_id), Some(Task::Running { .. })) {
+        return;
+    }
+    let result = match due.failure {
+        Some(cause) => Err(cause),
+        None => run(world, agent_id, due.method, &due.args),
+    };
+    if let Some(agent) = world.agents.get_mut(agent_id) {
+        agent.finish_task(task_id, result);
     }
 }
 

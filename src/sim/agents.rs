@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 use super::actions;
 use super::instruments::{AgentEffect, AgentFault, Call, Instruments};
-use super::world::Task;
+use super::spec::{self, JobsStatus};
+use super::world::{DueTask, Task};
 use super::{Shared, SimError, lock};
 use crate::agent::client::{Mode, Transport, TransportError};
 use crate::agent::protocol::Reply;
@@ -28,7 +29,8 @@ use crate::agent::{AgentClient, Method};
 /// Latencies: a synchronous action replies after its latency (a latency of at least the
 /// request's timeout is a timeout); an asynchronous one answers its task handle at once and
 /// the task finishes after the latency. The effect of a synchronous action is immediate; an
-/// asynchronous one takes effect when its task finishes.
+/// asynchronous one takes effect when its task finishes (a `get_task` at that very instant
+/// sees it finished).
 pub struct SimAgents {
     shared: Arc<Shared>,
     instruments: Mutex<Instruments<AgentEffect>>,
@@ -119,6 +121,9 @@ async fn run_task(
     if method != Method::CompilePackage || failure.is_some() {
         // One critical section: check, act, record.
         let mut world = shared.world();
+        if let Some(agent) = world.agents.get_mut(agent_id) {
+            agent.due.remove(task_id);
+        }
         if !still_running(&world) {
             return;
         }
@@ -367,9 +372,22 @@ impl SimAgents {
         if latency.is_zero() {
             run_task(&self.shared, agent_id, &task_id, method, args, failure).await;
         } else {
+            let args = args.to_vec();
+            // A poll at the instant the task ends sees it ended (compile_package, which
+            // stores its result asynchronously, ends by its timer only).
+            if method != Method::CompilePackage || failure.is_some() {
+                let due = DueTask {
+                    at: tokio::time::Instant::now() + latency,
+                    method,
+                    args: args.clone(),
+                    failure: failure.clone(),
+                };
+                if let Some(agent) = self.shared.world().agents.get_mut(agent_id) {
+                    agent.due.insert(task_id.clone(), due);
+                }
+            }
             let shared = self.shared.clone();
             let agent_id = agent_id.to_string();
-            let args = args.to_vec();
             tokio::spawn(async move {
                 tokio::time::sleep(latency).await;
                 run_task(&shared, &agent_id, &task_id, method, &args, failure).await;
@@ -444,6 +462,26 @@ enum Begun {
         task_id: String,
         failure: Option<String>,
     },
+}
+
+/// A live agent heartbeats all the time: every responsive agent has just reported the
+/// `job_state` its `get_state` would answer (an unresponsive or deleted one reported
+/// nothing). Asking costs no agent call, so a no-op deploy with this as
+/// [`crate::engine::EngineConfig::health`] calls nothing.
+impl crate::engine::AgentHealth for SimAgents {
+    fn recent_job_state(&self, agent_id: &str, _within: Duration) -> Option<String> {
+        let world = self.shared.world();
+        let agent = world.agents.get(agent_id).filter(|a| a.responsive)?;
+        let jobs = JobsStatus {
+            started: agent.started,
+            stopped: agent.stopped,
+            never_running: agent.jobs_never_running,
+        };
+        Some(
+            jobs.job_state(spec::job_names(&agent.spec).len())
+                .to_string(),
+        )
+    }
 }
 
 impl Transport for SimAgents {

@@ -157,6 +157,11 @@ pub(crate) struct JobsStatus {
 }
 
 impl JobsStatus {
+    /// `job_state` alone, for `jobs` jobs (what a heartbeat carries).
+    pub(crate) fn job_state(&self, jobs: usize) -> &'static str {
+        self.states(jobs).0
+    }
+
     /// `job_state` and each process' state: `stopped` after `stop` (processes unmonitored);
     /// with no jobs `running`; jobs not started yet are unmonitored (`failing`); started
     /// jobs are `running`, or `failing` under the never-running switch.

@@ -393,6 +393,80 @@ async fn jobs_that_never_run_fail_with_their_process_names() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_poll_at_the_instant_a_task_ends_sees_it_ended() {
+    let (cloud, agents) = pair(SimConfig::default());
+    let stemcell = stemcell(&cloud).await;
+    cloud
+        .create_vm(&vm_request("agent-1", &stemcell, None))
+        .await
+        .unwrap();
+    let client = agents.client("agent-1");
+    // Polled every second: a 5 s task is seen done at 5 s, a 4.5 s one at the next poll.
+    for (latency, seen) in [(5000, 5000), (4500, 5000), (1000, 1000)] {
+        agents.set_latency("apply", Duration::from_millis(latency));
+        let before = Instant::now();
+        client.apply(&apply_spec()).await.unwrap();
+        assert_eq!(
+            before.elapsed(),
+            Duration::from_millis(seen),
+            "{latency} ms"
+        );
+        assert_eq!(agents.agent("agent-1").unwrap().spec["id"], "uuid-1");
+    }
+    // A failing task fails at the same instant.
+    agents.set_latency("drain", Duration::from_secs(3));
+    agents.inject("drain", AgentFault::fail("drain script failed").times(1));
+    let before = Instant::now();
+    let err = client
+        .drain(crate::agent::protocol::DrainType::Update, None)
+        .await
+        .unwrap_err();
+    assert_eq!(before.elapsed(), Duration::from_secs(3));
+    assert!(err.to_string().contains("drain script failed"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_report_what_get_state_would_without_a_call() {
+    use crate::engine::AgentHealth;
+    let (cloud, agents) = pair(SimConfig::default());
+    let stemcell = stemcell(&cloud).await;
+    let vm = cloud
+        .create_vm(&vm_request("agent-1", &stemcell, None))
+        .await
+        .unwrap();
+    let window = Duration::from_secs(60);
+    let client = agents.client("agent-1");
+    client.apply(&apply_spec()).await.unwrap();
+    // Applied, never started: the jobs are unmonitored.
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("failing")
+    );
+    client.start().await.unwrap();
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("running")
+    );
+    agents.set_jobs_never_running("agent-1", true).unwrap();
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("failing")
+    );
+    client.stop().await.unwrap();
+    assert_eq!(
+        agents.recent_job_state("agent-1", window).as_deref(),
+        Some("stopped")
+    );
+    agents.reset_calls();
+    agents.set_unresponsive("agent-1", true).unwrap();
+    assert_eq!(agents.recent_job_state("agent-1", window), None);
+    cloud.delete_vm(&vm.cid).await.unwrap();
+    assert_eq!(agents.recent_job_state("agent-1", window), None);
+    assert_eq!(agents.recent_job_state("agent-2", window), None);
+    assert!(agents.counts().is_empty(), "heartbeats are not agent calls");
+}
+
+#[tokio::test(start_paused = true)]
 async fn latencies_pass_on_the_virtual_clock() {
     let (cloud, agents) = pair(SimConfig::default());
     let stemcell = stemcell(&cloud).await;

@@ -110,6 +110,16 @@ pub(crate) enum Task {
     Done(Result<Value, String>),
 }
 
+/// A task whose latency is still passing: its action takes effect at `at`, by its own timer
+/// or by the first `get_task` at or after `at`, whichever the runtime runs first.
+#[derive(Debug, Clone)]
+pub(crate) struct DueTask {
+    pub at: tokio::time::Instant,
+    pub method: crate::agent::Method,
+    pub args: Vec<Value>,
+    pub failure: Option<String>,
+}
+
 /// How many finished tasks an agent remembers (the director polls once more after the end;
 /// long benchmarks must not grow without bound).
 const KEEP_FINISHED_TASKS: usize = 64;
@@ -146,6 +156,8 @@ pub(crate) struct AgentState {
     pub arp_deleted: Vec<String>,
     /// Tasks by id (a few per agent: a B-tree allocates once where a hash map regrows).
     pub tasks: BTreeMap<String, Task>,
+    /// Tasks with a latency, by id, until they end.
+    pub due: BTreeMap<String, DueTask>,
     finished: VecDeque<String>,
 }
 
@@ -175,6 +187,7 @@ impl AgentState {
             uploaded_blobs: Vec::new(),
             arp_deleted: Vec::new(),
             tasks: BTreeMap::new(),
+            due: BTreeMap::new(),
             finished: VecDeque::new(),
         }
     }

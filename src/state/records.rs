@@ -374,4 +374,9 @@ pub struct DeploymentMeta {
     /// agents make a deploy a no-op.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployed_inputs: Option<String>,
+    /// The ids of link groups (`<name>-<type>`) in `.bosh/links.json`: given once and kept,
+    /// as the Director's `local_dns_encoded_groups` rows are, so a provider that comes or
+    /// goes does not renumber the others (and restart their instances).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub link_group_ids: BTreeMap<String, u64>,
 }

@@ -1,0 +1,625 @@
+//! Benchmark: the deploy engine on the simulated cloud (`kubosh::sim`) against the lower
+//! bound of `perf-reliability.md` §3 (`plan::bound`), and what the engine itself costs.
+//!
+//! `cargo bench --bench deploy` deploys 10, 100, 1,000 and 10,000 instances of the example
+//! release (`examples/releases/hello`, built in process; `LiteralRenderer`, state in memory, a
+//! blobstore in a tempdir) in three instance groups — `router` (10%, one AZ, no disk), `api`
+//! (20%, two AZs, a disk) and `cell` (70%, three AZs, a disk) — with `canaries: 1` and
+//! `max_in_flight: 10%`, on a paused tokio clock: every CPI and agent call takes its
+//! simulated latency in virtual time, so the deploy's virtual duration is exact and its real
+//! duration is the engine's (and the simulation's) CPU. For each size it prints:
+//!
+//! - fresh deploy and update (a property of every group changed): virtual duration ÷ the
+//!   lower bound — `rollout_lower_bound` over the rollout the engine plans, each instance's
+//!   `Tᵢ` the sum of the latencies of the calls its update must make, plus the stage terms
+//!   for compilation (one worker's `create_vm`, then `compile_lower_bound` of the package
+//!   graph on the cloud config's workers) and missing VMs (`phase_lower_bound` of one
+//!   `create_vm` + `set_vm_metadata` per VM at `create_vm_concurrency`). Target ≤ 1.05;
+//! - real time per instance updated (all of the deploy's CPU, the simulation's included:
+//!   latencies are free on the paused clock);
+//! - `Engine::plan` of the update (real time);
+//! - a no-op redeploy (real time and cloud/agent calls) with the simulated agents'
+//!   heartbeats (`AgentHealth`); the target at 1,000 instances is ≤ 2 s and 0 calls.
+//!
+//! Latencies (seconds) default to [`DEFAULT_LATENCIES`]; `BENCH_LATENCIES` overrides them
+//! (`create_vm=45,apply=5.5`), `BENCH_WATCH_MIN_MS` the watch times' minimum (1000),
+//! `BENCH_POLL_MS` the engine's `get_task` interval (1000, the Director's),
+//! `BENCH_CREATE_VM_CONCURRENCY` its `create_vm_concurrency` (32) and `BENCH_SIZES` the sizes
+//! (`10,100,1000,10000`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubosh::agent::ClientOptions;
+use kubosh::blobstore::LocalBlobstore;
+use kubosh::engine::{
+    DeployRequest, Engine, EngineConfig, LiteralRenderer, NoEvents, StemcellSource,
+};
+use kubosh::manifest::Update;
+use kubosh::plan::bound::{
+    StageTerms, compile_lower_bound, phase_lower_bound, rollout_lower_bound,
+};
+use kubosh::plan::changes::Requests;
+use kubosh::plan::desired::StemcellInfo;
+use kubosh::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
+use kubosh::release::Release;
+use kubosh::release::create::{CreateOptions, create};
+use kubosh::sim::{SimAgents, SimCloud, SimConfig};
+use kubosh::state::{DeploymentState, MemoryStore};
+use serde_json::{Value, json};
+
+const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
+
+/// Seconds per call; every other method answers at once.
+const DEFAULT_LATENCIES: [(&str, u64); 11] = [
+    ("create_vm", 30),
+    ("delete_vm", 10),
+    ("create_disk", 5),
+    ("attach_disk", 5),
+    ("detach_disk", 5),
+    ("compile_package", 60),
+    ("drain", 1),
+    ("stop", 2),
+    ("apply", 5),
+    ("start", 2),
+    ("run_script", 1),
+];
+
+/// The CPI's methods (the rest are agent actions).
+const CLOUD_METHODS: [&str; 14] = [
+    "create_stemcell",
+    "create_vm",
+    "delete_vm",
+    "set_vm_metadata",
+    "create_disk",
+    "delete_disk",
+    "attach_disk",
+    "detach_disk",
+    "resize_disk",
+    "update_disk",
+    "has_vm",
+    "reboot_vm",
+    "snapshot_disk",
+    "info",
+];
+
+/// (group, share of the instances in percent, AZs, persistent disk in MiB).
+const GROUPS: [(&str, usize, &[&str], u64); 3] = [
+    ("router", 10, &["z1"], 0),
+    ("api", 20, &["z1", "z2"], 1024),
+    ("cell", 70, &["z1", "z2", "z3"], 10_240),
+];
+
+/// Latencies in milliseconds by method, the watch time's minimum, and the engine's knobs
+/// that shape the deploy's duration.
+struct Timing {
+    latencies: BTreeMap<String, u64>,
+    watch_min_ms: u64,
+    /// `get_task` polling (`ClientOptions::poll_interval`, the Director's 1 s).
+    poll_ms: u64,
+    /// `EngineConfig::create_vm_concurrency`.
+    create_vm_concurrency: usize,
+}
+
+/// An environment variable as a number, or `default`.
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}: '{v}' is not a number")),
+        Err(_) => default,
+    }
+}
+
+impl Timing {
+    fn from_env() -> Timing {
+        let mut latencies: BTreeMap<String, u64> = DEFAULT_LATENCIES
+            .iter()
+            .map(|(m, s)| (m.to_string(), s * 1000))
+            .collect();
+        if let Ok(spec) = std::env::var("BENCH_LATENCIES") {
+            for pair in spec.split(',').filter(|p| !p.trim().is_empty()) {
+                let (method, secs) = pair
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("BENCH_LATENCIES: '{pair}' is not method=seconds"));
+                let secs: f64 = secs
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("BENCH_LATENCIES: '{secs}' is not a number"));
+                latencies.insert(method.trim().to_string(), (secs * 1000.0) as u64);
+            }
+        }
+        Timing {
+            latencies,
+            watch_min_ms: env_number("BENCH_WATCH_MIN_MS", 1000),
+            poll_ms: env_number("BENCH_POLL_MS", 1000),
+            create_vm_concurrency: env_number(
+                "BENCH_CREATE_VM_CONCURRENCY",
+                EngineConfig::default().create_vm_concurrency,
+            ),
+        }
+    }
+
+    fn ms(&self, method: &str) -> u64 {
+        self.latencies.get(method).copied().unwrap_or(0)
+    }
+
+    /// The sum of the latencies of `calls`.
+    fn sum(&self, calls: &[&str]) -> u64 {
+        calls.iter().map(|m| self.ms(m)).sum()
+    }
+
+    fn apply_to(&self, cloud: &SimCloud, agents: &SimAgents) {
+        for (method, ms) in &self.latencies {
+            let latency = Duration::from_millis(*ms);
+            if CLOUD_METHODS.contains(&method.as_str()) {
+                cloud.set_latency(method, latency);
+            } else {
+                agents.set_latency(method, latency);
+            }
+        }
+    }
+
+    /// A VM of "Creating missing vms": `create_vm`, `set_vm_metadata`, the agent's `ping`.
+    fn missing_vm(&self) -> u64 {
+        self.sum(&["create_vm", "set_vm_metadata", "ping"])
+    }
+
+    /// The first update of an instance whose VM was just made: its disk (when it has one)
+    /// created, attached and mounted, then apply, pre-start, start, watch, post-start.
+    fn first_update(&self, disk: bool) -> u64 {
+        let disk_calls = if disk {
+            self.sum(&[
+                "create_disk",
+                "attach_disk",
+                "add_persistent_disk",
+                "mount_disk",
+            ])
+        } else {
+            0
+        };
+        self.sum(&["prepare"]) + disk_calls + self.start_and_watch()
+    }
+
+    /// An update in place (configuration): prepare, pre-stop, drain, stop, post-stop, then
+    /// as a first update without the disk.
+    fn update_in_place(&self) -> u64 {
+        self.sum(&["prepare", "run_script", "drain", "stop", "run_script"]) + self.start_and_watch()
+    }
+
+    /// apply, pre-start, start, the watch's minimum, post-start.
+    fn start_and_watch(&self) -> u64 {
+        self.sum(&["apply", "run_script", "start", "get_state", "run_script"]) + self.watch_min_ms
+    }
+}
+
+fn example_release() -> Release {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
+    let built = create(
+        &dir,
+        &CreateOptions {
+            name: None,
+            version: Some("1.0.0".into()),
+        },
+    )
+    .expect("the example release builds");
+    Release::from_bytes(&built.to_tarball().expect("a tarball")).expect("the tarball reads back")
+}
+
+/// Three AZs, a /16 of a manual network in each, two compilation workers.
+fn cloud_config() -> Value {
+    let subnet = |n: u8| {
+        json!({
+            "range": format!("10.{n}.0.0/16"), "gateway": format!("10.{n}.0.1"),
+            "az": format!("z{n}"), "reserved": [format!("10.{n}.0.2 - 10.{n}.0.9")],
+            "cloud_properties": {"subnet": format!("s{n}")},
+        })
+    };
+    json!({
+        "azs": [{"name": "z1"}, {"name": "z2"}, {"name": "z3"}],
+        "vm_types": [{"name": "small", "cloud_properties": {"cpu": 2}}],
+        "networks": [{"name": "default", "type": "manual",
+                      "subnets": [subnet(1), subnet(2), subnet(3)]}],
+        "compilation": {"workers": 2, "network": "default", "az": "z1", "vm_type": "small",
+                        "reuse_compilation_vms": true},
+    })
+}
+
+/// How many instances each group gets out of `total`.
+fn group_sizes(total: usize) -> Vec<usize> {
+    let mut sizes: Vec<usize> = GROUPS
+        .iter()
+        .map(|(_, share, _, _)| (total * share / 100).max(1))
+        .collect();
+    let rest: usize = sizes[..sizes.len() - 1].iter().sum();
+    if let Some(last) = sizes.last_mut() {
+        *last = total.saturating_sub(rest).max(1);
+    }
+    sizes
+}
+
+fn manifest(total: usize, greeting: &str, watch_min_ms: u64) -> Value {
+    let watch = format!("{watch_min_ms}-600000");
+    let groups: Vec<Value> = GROUPS
+        .iter()
+        .zip(group_sizes(total))
+        .map(|((name, _, azs, disk), instances)| {
+            let mut g = json!({
+                "name": name, "instances": instances, "azs": azs, "vm_type": "small",
+                "stemcell": "default", "networks": [{"name": "default"}],
+                "jobs": [{"name": "hello", "release": "hello",
+                          "provides": {"greeter": {"as": format!("{name}_greeter")}},
+                          "consumes": {"peers": "nil"},
+                          "properties": {"hello": {"greeting": greeting}}}],
+            });
+            if *disk > 0 {
+                g["persistent_disk"] = json!(disk);
+            }
+            g
+        })
+        .collect();
+    json!({
+        "name": "bench",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {"canaries": 1, "max_in_flight": "10%",
+                   "canary_watch_time": watch, "update_watch_time": watch},
+        "instance_groups": groups,
+    })
+}
+
+/// One simulated world and an engine wired to it.
+struct World {
+    _dir: tempfile::TempDir,
+    cloud: Arc<SimCloud>,
+    agents: Arc<SimAgents>,
+    engine: Engine,
+    store: MemoryStore,
+    release: Arc<Release>,
+    stemcell: StemcellSource,
+}
+
+impl World {
+    fn new(release: Arc<Release>, timing: &Timing) -> World {
+        let dir = tempfile::tempdir().expect("a tempdir");
+        let blobstore =
+            Arc::new(LocalBlobstore::new(dir.path().join("blobstore")).expect("a blobstore"));
+        let (cloud, agents) = kubosh::sim::pair(SimConfig {
+            record_calls: false,
+            blobstore: Some(blobstore.clone()),
+            ..SimConfig::default()
+        });
+        timing.apply_to(&cloud, &agents);
+        let store = MemoryStore::new();
+        let engine = Engine {
+            cloud: cloud.clone(),
+            agents: agents.clone(),
+            blobstore,
+            renderer: Arc::new(LiteralRenderer),
+            store: Arc::new(store.clone()),
+            locks: Arc::new(kubosh::lock::FileLocks::new(dir.path().join("locks"))),
+            events: Arc::new(NoEvents),
+            config: EngineConfig {
+                agent_options: ClientOptions {
+                    poll_interval: Duration::from_millis(timing.poll_ms),
+                    ..ClientOptions::default()
+                },
+                create_vm_concurrency: timing.create_vm_concurrency,
+                ..EngineConfig::default()
+            },
+        };
+        let stemcell = StemcellSource {
+            info: StemcellInfo {
+                name: "bosh-sim-ubuntu-jammy".into(),
+                version: "1.0".into(),
+                os: "ubuntu-jammy".into(),
+            },
+            image_path: dir.path().join("image"),
+            cloud_properties: Default::default(),
+        };
+        World {
+            _dir: dir,
+            cloud,
+            agents,
+            engine,
+            store,
+            release,
+            stemcell,
+        }
+    }
+
+    fn request(&self, manifest: Value) -> DeployRequest {
+        DeployRequest {
+            manifest,
+            cloud_config: cloud_config(),
+            releases: vec![self.release.clone()],
+            stemcells: vec![self.stemcell.clone()],
+            requests: Requests::default(),
+            action: None,
+        }
+    }
+
+    fn calls(&self) -> u64 {
+        self.cloud.counts().values().sum::<u64>() + self.agents.counts().values().sum::<u64>()
+    }
+
+    fn reset_calls(&self) {
+        self.cloud.reset_calls();
+        self.agents.reset_calls();
+    }
+}
+
+/// The rollout the engine plans for `state`'s instances (`changed` says which), with each
+/// instance's duration, as the bound needs it.
+fn rollout_bound(
+    manifest: &Value,
+    state: &DeploymentState,
+    initial_deploy: bool,
+    duration: impl Fn(&str) -> u64,
+    stages: StageTerms,
+) -> u64 {
+    let base: Update =
+        serde_json::from_value(manifest["update"].clone()).expect("the deployment's update");
+    let groups: Vec<GroupInput<String>> = manifest["instance_groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| {
+            let name = g["name"].as_str().unwrap_or_default().to_string();
+            let own: Update = serde_json::from_value(g.get("update").cloned().unwrap_or(json!({})))
+                .expect("the group's update");
+            GroupInput {
+                update: own.overlaid_on(&base),
+                initial_deploy,
+                instances: state
+                    .instances
+                    .values()
+                    .filter(|i| i.group == name)
+                    .map(|i| InstanceInput {
+                        key: i.group.clone(),
+                        az: i.az.clone(),
+                        bootstrap: i.bootstrap,
+                        sort_key: i.name(),
+                        changed: true,
+                    })
+                    .collect(),
+                name,
+            }
+        })
+        .collect();
+    let rollout = plan_rollout(groups, RolloutOptions::default());
+    rollout_lower_bound(&rollout, |group: &String| duration(group), stages)
+}
+
+/// Compilation's stage term: a worker's VM, then the packages' graph on `workers`.
+fn compile_term(release: &Release, timing: &Timing, workers: usize) -> u64 {
+    let names: Vec<&str> = release.packages.iter().map(|p| p.name.as_str()).collect();
+    let durations = vec![timing.ms("compile_package"); names.len()];
+    let depends_on: Vec<Vec<usize>> = release
+        .packages
+        .iter()
+        .map(|p| {
+            p.dependencies
+                .iter()
+                .filter_map(|d| names.iter().position(|n| n == d))
+                .collect()
+        })
+        .collect();
+    timing.missing_vm()
+        + compile_lower_bound(&durations, &depends_on, workers).expect("a sound package graph")
+}
+
+/// One size's numbers.
+struct Row {
+    instances: usize,
+    fresh: Measured,
+    update: Measured,
+    plan_secs: f64,
+    noop_secs: f64,
+    noop_calls: u64,
+    noop_calls_without_health: u64,
+}
+
+/// One deploy: virtual duration, its bound, real time, instances updated.
+struct Measured {
+    virtual_secs: f64,
+    bound_secs: f64,
+    real_secs: f64,
+    updated: usize,
+}
+
+impl Measured {
+    fn ratio(&self) -> f64 {
+        self.virtual_secs / self.bound_secs.max(f64::MIN_POSITIVE)
+    }
+
+    fn cpu_ms_per_instance(&self) -> f64 {
+        self.real_secs * 1000.0 / self.updated.max(1) as f64
+    }
+}
+
+/// Runs `deploy` on the engine, measuring virtual and real time.
+async fn measure(
+    engine: &Engine,
+    request: &DeployRequest,
+) -> (f64, f64, kubosh::engine::deploy::DeployReport) {
+    let virtual_start = tokio::time::Instant::now();
+    let real_start = std::time::Instant::now();
+    let report = engine
+        .deploy(request)
+        .await
+        .unwrap_or_else(|e| panic!("deploy failed: {e}"));
+    (
+        virtual_start.elapsed().as_secs_f64(),
+        real_start.elapsed().as_secs_f64(),
+        report,
+    )
+}
+
+fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(async {
+        let world = World::new(release.clone(), timing);
+        let disk_of: BTreeMap<&str, bool> = GROUPS
+            .iter()
+            .map(|(name, _, _, disk)| (*name, *disk > 0))
+            .collect();
+
+        // A fresh deploy.
+        let fresh_manifest = manifest(total, "Hello", timing.watch_min_ms);
+        let request = world.request(fresh_manifest.clone());
+        let (virtual_secs, real_secs, report) = measure(&world.engine, &request).await;
+        assert_eq!(report.updated.len(), total, "every instance is created");
+        let state = world.store.snapshot();
+        let stages = StageTerms {
+            prepare: 0,
+            compile: compile_term(release, timing, 2),
+            missing_vms: phase_lower_bound(
+                &vec![timing.missing_vm(); total],
+                timing.create_vm_concurrency,
+            ),
+        };
+        let bound = rollout_bound(
+            &fresh_manifest,
+            &state,
+            true,
+            |group| timing.first_update(disk_of.get(group).copied().unwrap_or(false)),
+            stages,
+        );
+        let fresh = Measured {
+            virtual_secs,
+            bound_secs: bound as f64 / 1000.0,
+            real_secs,
+            updated: report.updated.len(),
+        };
+
+        // A property of every group changes: each instance is updated in place.
+        let changed = world.request(manifest(total, "Howdy", timing.watch_min_ms));
+        let plan_start = std::time::Instant::now();
+        let plan = world.engine.plan(&changed).await.expect("plan");
+        let plan_secs = plan_start.elapsed().as_secs_f64();
+        assert!(plan.plan.iter().all(|p| p.action == "update"), "{plan}");
+        let (virtual_secs, real_secs, report) = measure(&world.engine, &changed).await;
+        assert_eq!(report.updated.len(), total, "every instance is updated");
+        let bound = rollout_bound(
+            &changed.manifest,
+            &world.store.snapshot(),
+            false,
+            |_| timing.update_in_place(),
+            StageTerms::default(),
+        );
+        let update = Measured {
+            virtual_secs,
+            bound_secs: bound as f64 / 1000.0,
+            real_secs,
+            updated: report.updated.len(),
+        };
+
+        // The same again: without heartbeats every agent is asked once; with them nothing
+        // is called.
+        world.reset_calls();
+        let (_, _, report) = measure(&world.engine, &changed).await;
+        assert!(report.noop);
+        let noop_calls_without_health = world.calls();
+        world.reset_calls();
+        let mut with_health = world.engine.clone();
+        with_health.config.health = Some(world.agents.clone());
+        let (_, noop_secs, report) = measure(&with_health, &changed).await;
+        assert!(report.noop);
+        let noop_calls = world.calls();
+
+        Row {
+            instances: total,
+            fresh,
+            update,
+            plan_secs,
+            noop_secs,
+            noop_calls,
+            noop_calls_without_health,
+        }
+    })
+}
+
+fn main() {
+    let timing = Timing::from_env();
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .map(|n| n.trim().parse().expect("BENCH_SIZES: numbers"))
+                .collect()
+        })
+        .unwrap_or_else(|| SIZES.to_vec());
+    let release = Arc::new(example_release());
+    let latencies: Vec<String> = timing
+        .latencies
+        .iter()
+        .map(|(m, ms)| format!("{m} {}s", *ms as f64 / 1000.0))
+        .collect();
+    println!(
+        "latencies: {}; watch min {} s; get_task every {} s; {} VMs created at once; \
+         canaries 1, max_in_flight 10%",
+        latencies.join(", "),
+        timing.watch_min_ms as f64 / 1000.0,
+        timing.poll_ms as f64 / 1000.0,
+        timing.create_vm_concurrency,
+    );
+    println!(
+        "groups: {}\n",
+        GROUPS
+            .iter()
+            .map(|(n, share, azs, disk)| format!(
+                "{n} {share}% over {} AZ{}{}",
+                azs.len(),
+                if azs.len() > 1 { "s" } else { "" },
+                if *disk > 0 { ", disk" } else { "" }
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    println!(
+        "{:>9} | {:>26} | {:>26} | {:>8} | {:>16}",
+        "", "fresh deploy", "update (property)", "plan", "no-op redeploy"
+    );
+    println!(
+        "{:>9} | {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} | {:>8} | {:>8} {:>7}",
+        "instances",
+        "virtual",
+        "÷bound",
+        "ms/inst",
+        "virtual",
+        "÷bound",
+        "ms/inst",
+        "real",
+        "real",
+        "calls"
+    );
+    for n in sizes {
+        let row = run_size(n, &release, &timing);
+        println!(
+            "{:>9} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.2}s | {:>6.0}ms {:>7}",
+            row.instances,
+            row.fresh.virtual_secs,
+            row.fresh.ratio(),
+            row.fresh.cpu_ms_per_instance(),
+            row.update.virtual_secs,
+            row.update.ratio(),
+            row.update.cpu_ms_per_instance(),
+            row.plan_secs,
+            row.noop_secs * 1000.0,
+            format!("{} ({})", row.noop_calls, row.noop_calls_without_health),
+        );
+    }
+    println!(
+        "\nvirtual: the deploy's duration on the simulated clock; ÷bound: that over \
+         plan::bound's lower bound; ms/inst: real time per instance updated; plan: \
+         Engine::plan of the update; no-op calls: with heartbeats (without)."
+    );
+}

@@ -1,0 +1,922 @@
+//! The deploy engine on the simulated cloud and agents (`kubosh::sim`): every scenario of a
+//! deployment's life on a paused tokio clock, so minutes of simulated CPI and agent latency
+//! run in milliseconds and the engine's concurrency can be read off the event log. The
+//! example release is built in process; templates are rendered by `LiteralRenderer` (no
+//! Ruby), state is in memory, the blobstore and locks are real files in a tempdir.
+//!
+//! Every scenario ends with [`Sim::assert_no_leak`]: the cloud holds exactly what the state
+//! records (VMs of instances, disks of instances plus orphaned disks, one agent per VM, the
+//! recorded stemcells) and no intent is pending.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubosh::agent::ClientOptions;
+use kubosh::blobstore::LocalBlobstore;
+use kubosh::cpi::VmCid;
+use kubosh::engine::deploy::DeployReport;
+use kubosh::engine::{
+    DeployRequest, Engine, EngineConfig, EventLog, LiteralRenderer, StemcellSource,
+};
+use kubosh::events::{EventLine, State};
+use kubosh::lock::FileLocks;
+use kubosh::plan::changes::Requests;
+use kubosh::plan::desired::StemcellInfo;
+use kubosh::release::Release;
+use kubosh::release::create::{CreateOptions, create};
+use kubosh::sim::{SimAgents, SimCloud, SimConfig};
+use kubosh::state::{DeploymentState, InstanceRecord, MemoryStore};
+use serde_json::{Value, json};
+
+fn example_release() -> Release {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
+    let built = create(
+        &dir,
+        &CreateOptions {
+            name: None,
+            version: Some("1.0.0".into()),
+        },
+    )
+    .expect("the example release builds");
+    Release::from_bytes(&built.to_tarball().unwrap()).expect("the tarball reads back")
+}
+
+/// A stemcell whose image path names no file at all: the simulated cloud only records it.
+fn stemcell(dir: &Path, version: &str) -> StemcellSource {
+    StemcellSource {
+        info: StemcellInfo {
+            name: "bosh-sim-ubuntu-jammy".into(),
+            version: version.into(),
+            os: "ubuntu-jammy".into(),
+        },
+        image_path: dir.join(format!("no-such-image-{version}")),
+        cloud_properties: Default::default(),
+    }
+}
+
+/// Two AZs, a manual network with a subnet per AZ (static ranges from .50), a dynamic
+/// network, two compilation workers.
+fn cloud_config() -> Value {
+    json!({
+        "azs": [{"name": "z1", "cloud_properties": {"zone": "a"}},
+                {"name": "z2", "cloud_properties": {"zone": "b"}}],
+        "vm_types": [{"name": "small", "cloud_properties": {"cpu": 1}}],
+        "disk_types": [{"name": "small", "disk_size": 2048, "cloud_properties": {"type": "ssd"}}],
+        "networks": [
+            {
+                "name": "default",
+                "type": "manual",
+                "subnets": [
+                    {"range": "10.0.1.0/24", "gateway": "10.0.1.1", "az": "z1",
+                     "reserved": ["10.0.1.2 - 10.0.1.9"], "static": ["10.0.1.50 - 10.0.1.60"],
+                     "cloud_properties": {"subnet": "s1"}},
+                    {"range": "10.0.2.0/24", "gateway": "10.0.2.1", "az": "z2",
+                     "reserved": ["10.0.2.2 - 10.0.2.9"], "static": ["10.0.2.50 - 10.0.2.60"],
+                     "cloud_properties": {"subnet": "s2"}},
+                ],
+            },
+            {"name": "dyn", "type": "dynamic",
+             "subnets": [{"azs": ["z1", "z2"], "cloud_properties": {"net": "dyn"}}]},
+        ],
+        "compilation": {
+            "workers": 2, "network": "default", "az": "z1", "vm_type": "small",
+            "reuse_compilation_vms": true,
+        },
+    })
+}
+
+/// The hello job of group `group`, providing its greeter as `<group>_greeter`; `web`
+/// consumes its own peers, the others none.
+fn hello_job(group: &str, greeting: &str) -> Value {
+    let peers = if group == "web" {
+        json!({"from": "web_greeter"})
+    } else {
+        json!("nil")
+    };
+    json!({
+        "name": "hello", "release": "hello",
+        "provides": {"greeter": {"as": format!("{group}_greeter")}},
+        "consumes": {"peers": peers},
+        "properties": {"hello": {"greeting": greeting}},
+    })
+}
+
+/// web (3 instances over both AZs, a 1 GiB disk, dynamic addresses of the manual network),
+/// api (2 static addresses in z1, a disk type) and worker (2 instances on the dynamic
+/// network, no disk).
+fn manifest() -> Value {
+    json!({
+        "name": "sim",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {
+            "canaries": 1, "max_in_flight": 2,
+            "canary_watch_time": "1000-30000", "update_watch_time": "1000-30000",
+        },
+        "instance_groups": [
+            {
+                "name": "web", "instances": 3, "azs": ["z1", "z2"], "vm_type": "small",
+                "stemcell": "default", "persistent_disk": 1024,
+                "networks": [{"name": "default"}],
+                "jobs": [hello_job("web", "Hello")],
+            },
+            {
+                "name": "api", "instances": 2, "azs": ["z1"], "vm_type": "small",
+                "stemcell": "default", "persistent_disk_type": "small",
+                "networks": [{"name": "default", "static_ips": ["10.0.1.50", "10.0.1.51"]}],
+                "jobs": [hello_job("api", "Hi")],
+            },
+            {
+                "name": "worker", "instances": 2, "azs": ["z1", "z2"], "vm_type": "small",
+                "stemcell": "default",
+                "networks": [{"name": "dyn"}],
+                "jobs": [hello_job("worker", "Yo")],
+            },
+        ],
+    })
+}
+
+/// The position of instance group `name` in a manifest.
+fn group_mut<'a>(manifest: &'a mut Value, name: &str) -> &'a mut Value {
+    manifest["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|g| g["name"] == name)
+        .unwrap_or_else(|| panic!("no group {name}"))
+}
+
+struct Sim {
+    dir: tempfile::TempDir,
+    cloud: Arc<SimCloud>,
+    agents: Arc<SimAgents>,
+    engine: Engine,
+    events: EventLog,
+    store: MemoryStore,
+    release: Arc<Release>,
+    stemcells: Vec<StemcellSource>,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let blobstore = Arc::new(LocalBlobstore::new(dir.path().join("blobstore")).unwrap());
+        let (cloud, agents) = kubosh::sim::pair(SimConfig {
+            blobstore: Some(blobstore.clone()),
+            ..SimConfig::default()
+        });
+        let events = EventLog::new();
+        let store = MemoryStore::new();
+        let engine = Engine {
+            cloud: cloud.clone(),
+            agents: agents.clone(),
+            blobstore,
+            renderer: Arc::new(LiteralRenderer),
+            store: Arc::new(store.clone()),
+            locks: Arc::new(FileLocks::new(dir.path().join("locks"))),
+            events: Arc::new(events.clone()),
+            config: EngineConfig {
+                agent_options: ClientOptions::default(),
+                ..EngineConfig::default()
+            },
+        };
+        let stemcells = vec![stemcell(dir.path(), "1.0")];
+        Sim {
+            dir,
+            cloud,
+            agents,
+            engine,
+            events,
+            store,
+            release: Arc::new(example_release()),
+            stemcells,
+        }
+    }
+
+    /// The same world, with the agents' heartbeats standing in for `get_state`.
+    fn with_health(&self) -> Engine {
+        let mut engine = self.engine.clone();
+        engine.config.health = Some(self.agents.clone());
+        engine
+    }
+
+    fn request(&self, manifest: Value) -> DeployRequest {
+        DeployRequest {
+            manifest,
+            cloud_config: cloud_config(),
+            releases: vec![self.release.clone()],
+            stemcells: self.stemcells.clone(),
+            requests: Requests::default(),
+            action: None,
+        }
+    }
+
+    fn event_text(&self) -> String {
+        self.events
+            .lines()
+            .iter()
+            .map(EventLine::to_json)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    async fn deploy_with(&self, engine: &Engine, request: &DeployRequest) -> DeployReport {
+        match engine.deploy(request).await {
+            Ok(report) => report,
+            Err(e) => panic!("deploy failed: {e}\nevents:\n{}", self.event_text()),
+        }
+    }
+
+    async fn deploy(&self, manifest: Value) -> DeployReport {
+        self.deploy_with(&self.engine, &self.request(manifest))
+            .await
+    }
+
+    fn state(&self) -> DeploymentState {
+        self.store.snapshot()
+    }
+
+    /// The instances of `group`, by index.
+    fn group(&self, group: &str) -> Vec<InstanceRecord> {
+        let mut v: Vec<InstanceRecord> = self
+            .state()
+            .instances
+            .into_values()
+            .filter(|i| i.group == group)
+            .collect();
+        v.sort_by_key(|i| i.index);
+        v
+    }
+
+    fn vm_cid(record: &InstanceRecord) -> String {
+        record
+            .vm
+            .as_ref()
+            .expect("the instance has a VM")
+            .cid
+            .clone()
+    }
+
+    fn agent_id(record: &InstanceRecord) -> String {
+        record
+            .vm
+            .as_ref()
+            .expect("the instance has a VM")
+            .agent_id
+            .clone()
+    }
+
+    /// The cloud holds exactly what the state records, and nothing is pending.
+    fn assert_no_leak(&self) {
+        let state = self.state();
+        let inventory = self.cloud.inventory();
+        assert!(state.intents.is_empty(), "pending: {:?}", state.intents);
+        let recorded_vms: BTreeSet<String> = state
+            .instances
+            .values()
+            .filter_map(|i| i.vm.as_ref().map(|vm| vm.cid.clone()))
+            .collect();
+        let cloud_vms: BTreeSet<String> = inventory.vms.iter().map(|v| v.cid.clone()).collect();
+        assert_eq!(cloud_vms, recorded_vms, "VMs in the cloud vs the state");
+        let recorded_agents: BTreeSet<String> = state
+            .instances
+            .values()
+            .filter_map(|i| i.vm.as_ref().map(|vm| vm.agent_id.clone()))
+            .collect();
+        let cloud_agents: BTreeSet<String> = inventory.agents.iter().cloned().collect();
+        assert_eq!(cloud_agents, recorded_agents, "agents vs the state");
+        let instance_disks: BTreeSet<String> = state
+            .instances
+            .values()
+            .flat_map(|i| i.disks.iter().map(|d| d.cid.clone()))
+            .collect();
+        let orphaned: BTreeSet<String> = state.orphaned_disks.keys().cloned().collect();
+        assert!(
+            instance_disks.is_disjoint(&orphaned),
+            "a disk in use is orphaned: {:?}",
+            instance_disks.intersection(&orphaned).collect::<Vec<_>>()
+        );
+        let recorded_disks: BTreeSet<String> = instance_disks.union(&orphaned).cloned().collect();
+        let cloud_disks: BTreeSet<String> = inventory.disks.iter().map(|d| d.cid.clone()).collect();
+        assert_eq!(
+            cloud_disks, recorded_disks,
+            "disks in the cloud vs the state"
+        );
+        // Active disks are attached to their instance's VM; orphaned ones to nothing.
+        for i in state.instances.values() {
+            for d in &i.disks {
+                let disk = inventory.disks.iter().find(|x| x.cid == d.cid).unwrap();
+                assert_eq!(
+                    disk.attached_to,
+                    i.vm.as_ref().map(|vm| vm.cid.clone()),
+                    "disk {} of {}",
+                    d.cid,
+                    i.name()
+                );
+            }
+        }
+        for cid in &orphaned {
+            let disk = inventory.disks.iter().find(|x| &x.cid == cid).unwrap();
+            assert_eq!(disk.attached_to, None, "orphaned disk {cid} is attached");
+        }
+        let recorded_stemcells: BTreeSet<String> =
+            state.stemcells.values().map(|s| s.cid.clone()).collect();
+        let cloud_stemcells: BTreeSet<String> =
+            inventory.stemcells.iter().map(|s| s.cid.clone()).collect();
+        assert_eq!(cloud_stemcells, recorded_stemcells);
+    }
+
+    /// Every agent call since the counters were reset, by method.
+    fn agent_counts(&self) -> BTreeMap<String, u64> {
+        self.agents.counts()
+    }
+
+    fn reset_calls(&self) {
+        self.cloud.reset_calls();
+        self.agents.reset_calls();
+    }
+}
+
+/// The `Updating instance` tasks of `group` as `(task, state)` in log order.
+fn update_events(events: &EventLog, group: &str) -> Vec<(String, State)> {
+    events
+        .lines()
+        .into_iter()
+        .filter_map(|l| match l {
+            EventLine::Stage(e)
+                if e.stage == "Updating instance"
+                    && e.tags == [group.to_string()]
+                    && e.state != State::InProgress =>
+            {
+                Some((e.task, e.state))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The most tasks open at once in `(task, state)` order.
+fn max_open(events: &[(String, State)]) -> usize {
+    let mut open = BTreeSet::new();
+    let mut most = 0;
+    for (task, state) in events {
+        match state {
+            State::Started => {
+                open.insert(task.clone());
+                most = most.max(open.len());
+            }
+            _ => {
+                open.remove(task);
+            }
+        }
+    }
+    most
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_deploy_creates_everything_and_a_second_one_calls_nothing() {
+    let sim = Sim::new();
+    let report = sim.deploy(manifest()).await;
+    assert!(!report.noop);
+    assert_eq!(report.updated.len(), 7, "{report:?}");
+    assert_eq!(report.compiled, 2, "libhello and hello-server");
+    sim.assert_no_leak();
+
+    let inventory = sim.cloud.inventory();
+    assert_eq!(inventory.vms.len(), 7, "the compilation VMs are gone");
+    assert_eq!(inventory.disks.len(), 5, "web's 3 and api's 2");
+    assert_eq!(inventory.stemcells.len(), 1);
+    assert_eq!(
+        inventory.stemcells[0].image_path,
+        sim.dir
+            .path()
+            .join("no-such-image-1.0")
+            .display()
+            .to_string(),
+        "the simulated cloud records the image path and never reads it"
+    );
+    // hello-server needs libhello: a chain, compiled on one reused worker.
+    assert_eq!(sim.cloud.count("create_vm"), 7 + 1);
+    assert_eq!(sim.cloud.count("delete_vm"), 1);
+
+    let web = sim.group("web");
+    let api = sim.group("api");
+    let worker = sim.group("worker");
+    assert_eq!(
+        web.iter().map(|i| i.index).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    let azs: BTreeSet<_> = web.iter().map(|i| i.az.clone().unwrap()).collect();
+    assert_eq!(azs.len(), 2, "web is spread over both AZs");
+    for i in &web {
+        let ip = &i.ips["default"].ip;
+        let subnet = if i.az.as_deref() == Some("z1") {
+            "10.0.1."
+        } else {
+            "10.0.2."
+        };
+        assert!(
+            ip.starts_with(subnet) && !i.ips["default"].is_static,
+            "{ip}"
+        );
+        assert_eq!(i.disks.len(), 1);
+        assert_eq!(i.disks[0].size_mib, 1024);
+    }
+    let api_ips: Vec<&str> = api.iter().map(|i| i.ips["default"].ip.as_str()).collect();
+    assert_eq!(api_ips, vec!["10.0.1.50", "10.0.1.51"]);
+    assert!(api.iter().all(|i| i.ips["default"].is_static));
+    assert!(api.iter().all(|i| i.disks[0].size_mib == 2048));
+    for i in &worker {
+        assert!(i.disks.is_empty());
+        // The cloud chose the address of the dynamic network; the agent got it.
+        let vm = sim.cloud.vm(&VmCid(Sim::vm_cid(i))).unwrap();
+        let ip = vm.networks["dyn"]["ip"].as_str().unwrap().to_string();
+        assert!(ip.starts_with("100."), "{ip}");
+        let agent = sim.agents.agent(&Sim::agent_id(i)).unwrap();
+        assert_eq!(agent.spec["networks"]["dyn"]["ip"], json!(ip));
+    }
+    // Every instance's jobs run, with its disk mounted.
+    for i in web.iter().chain(&api).chain(&worker) {
+        let agent = sim.agents.agent(&Sim::agent_id(i)).unwrap();
+        assert!(agent.started && !agent.stopped, "{}", i.name());
+        assert_eq!(agent.store, i.disks.first().map(|d| d.cid.clone()));
+        assert_eq!(agent.spec["id"], json!(i.uuid));
+        assert_eq!(agent.scripts, vec!["pre-start", "post-start"]);
+    }
+
+    // The same deploy again: the cloud is not called, each agent is asked its state once.
+    sim.reset_calls();
+    let report = sim.deploy(manifest()).await;
+    assert!(report.noop, "{report:?}");
+    assert_eq!(sim.cloud.counts(), BTreeMap::new());
+    assert_eq!(
+        sim.agent_counts(),
+        BTreeMap::from([("get_state".to_string(), 7)])
+    );
+
+    // With the agents' heartbeats, not even that.
+    sim.reset_calls();
+    let engine = sim.with_health();
+    let report = sim.deploy_with(&engine, &sim.request(manifest())).await;
+    assert!(report.noop, "{report:?}");
+    assert_eq!(sim.cloud.counts(), BTreeMap::new());
+    assert_eq!(sim.agent_counts(), BTreeMap::new());
+
+    // An agent whose jobs fail makes the heartbeat shortcut ask again, and its instance
+    // is redone.
+    sim.agents
+        .set_jobs_never_running(&Sim::agent_id(&worker[0]), true)
+        .unwrap();
+    let err = engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .expect_err("the failing instance cannot be brought back");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "'{}' is not running after update",
+            worker[0].display_name()
+        )),
+        "{err}"
+    );
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn scaling_up_and_down_keeps_indexes_and_orphans_the_disks_of_removed_instances() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let before = sim.group("web");
+
+    let mut bigger = manifest();
+    group_mut(&mut bigger, "web")["instances"] = json!(5);
+    let report = sim.deploy(bigger).await;
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    let web = sim.group("web");
+    assert_eq!(
+        web.iter().map(|i| i.index).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    for old in &before {
+        assert_eq!(
+            web.iter().find(|i| i.uuid == old.uuid).unwrap().vm,
+            old.vm,
+            "existing instances keep their VM"
+        );
+    }
+    sim.assert_no_leak();
+
+    let mut smaller = manifest();
+    group_mut(&mut smaller, "web")["instances"] = json!(2);
+    let report = sim.deploy(smaller).await;
+    let removed: Vec<&InstanceRecord> = web.iter().filter(|i| i.index >= 2).collect();
+    let mut expected: Vec<String> = removed.iter().map(|i| i.display_name()).collect();
+    expected.sort();
+    assert_eq!(report.deleted, expected, "the highest indexes go");
+    assert!(report.updated.is_empty(), "{report:?}");
+    let kept = sim.group("web");
+    assert_eq!(kept.iter().map(|i| i.index).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(kept[0].vm, web[0].vm);
+    assert_eq!(kept[1].vm, web[1].vm);
+    let state = sim.state();
+    for r in &removed {
+        let disk = &r.disks[0].cid;
+        let orphan = state
+            .orphaned_disks
+            .get(disk)
+            .unwrap_or_else(|| panic!("{disk} of {} is orphaned", r.name()));
+        assert_eq!(orphan.instance, r.name());
+        assert!(
+            sim.cloud
+                .disk(&kubosh::cpi::DiskCid(disk.clone()))
+                .is_some()
+        );
+        assert!(sim.cloud.vm(&VmCid(Sim::vm_cid(r))).is_none());
+    }
+    assert_eq!(sim.cloud.inventory().vms.len(), 2 + 2 + 2);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_property_change_restarts_only_its_group_canary_first_within_max_in_flight() {
+    let sim = Sim::new();
+    let with_greeting = |greeting: &str| {
+        let mut m = manifest();
+        let web = group_mut(&mut m, "web");
+        web["instances"] = json!(10);
+        web["azs"] = json!(["z1"]);
+        web["jobs"] = json!([hello_job("web", greeting)]);
+        web["update"] = json!({"canaries": 1, "max_in_flight": 3});
+        m
+    };
+    sim.deploy(with_greeting("Hello")).await;
+    let before = sim.state();
+    let others: Vec<InstanceRecord> = sim
+        .group("api")
+        .into_iter()
+        .chain(sim.group("worker"))
+        .collect();
+    // Applying takes 5 s, so updates overlap.
+    sim.agents.set_latency("apply", Duration::from_secs(5));
+    sim.reset_calls();
+    let events_before = sim.events.lines().len();
+
+    let report = sim.deploy(with_greeting("Howdy")).await;
+    assert_eq!(report.updated.len(), 10, "{report:?}");
+    assert!(report.updated.iter().all(|n| n.starts_with("web/")));
+    assert!(
+        report
+            .plan
+            .iter()
+            .filter(|p| p.instance.starts_with("web/"))
+            .all(|p| p.action == "update" && p.changes == vec!["configuration"]),
+        "{report:?}"
+    );
+    assert_eq!(sim.cloud.counts(), BTreeMap::new(), "no VM is touched");
+    // The other groups' agents were asked their state and nothing else.
+    let calls = sim.agents.calls();
+    for other in &others {
+        let id = Sim::agent_id(other);
+        let methods: Vec<&str> = calls
+            .iter()
+            .filter(|c| c.target == id)
+            .map(|c| c.method.as_str())
+            .collect();
+        assert!(
+            methods
+                .iter()
+                .all(|m| *m == "get_state" || *m == "sync_dns"),
+            "{}: {methods:?}",
+            other.name()
+        );
+    }
+    let after = sim.state();
+    for other in &others {
+        assert_eq!(after.instances[&other.uuid], before.instances[&other.uuid]);
+    }
+
+    // The order of the log: the canary alone, then never more than 3 at once.
+    let log = EventLog::new();
+    for line in sim.events.lines().into_iter().skip(events_before) {
+        kubosh::engine::EventSink::emit(&log, line);
+    }
+    let events = update_events(&log, "web");
+    assert_eq!(events.len(), 20, "{events:?}");
+    let canary = &events[0].0;
+    assert!(canary.ends_with("(canary)"), "{events:?}");
+    assert!(
+        canary.contains("(0)"),
+        "the bootstrap instance is the canary"
+    );
+    assert_eq!(events[1], (canary.clone(), State::Finished), "{events:?}");
+    assert_eq!(max_open(&events), 3, "{events:?}");
+    // Work-conserving: after the canary, three start before any finishes.
+    assert!(
+        events[2..5].iter().all(|(_, s)| *s == State::Started),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_stemcell_recreates_every_vm_and_a_subnet_change_recreates_its_instances() {
+    let mut sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let before = sim.state();
+    let newer = stemcell(sim.dir.path(), "1.1");
+    sim.stemcells.push(newer);
+
+    let report = sim.deploy(manifest()).await;
+    assert_eq!(report.updated.len(), 7, "{report:?}");
+    assert!(
+        report.plan.iter().all(|p| p.changes.contains(&"stemcell")),
+        "{report:?}"
+    );
+    let after = sim.state();
+    for (uuid, old) in &before.instances {
+        let new = &after.instances[uuid];
+        let (old_vm, new_vm) = (old.vm.as_ref().unwrap(), new.vm.as_ref().unwrap());
+        assert_ne!(old_vm.cid, new_vm.cid, "{} is recreated", old.name());
+        assert_eq!(new_vm.stemcell, "bosh-sim-ubuntu-jammy/1.1");
+        assert_eq!(new.ips, old.ips, "{} keeps its addresses", old.name());
+        assert_eq!(new.disks, old.disks, "{} keeps its disks", old.name());
+    }
+    sim.assert_no_leak();
+
+    // The z2 subnet of the manual network gets new cloud properties: the instances on it
+    // are recreated, nothing else.
+    let on_z2: BTreeSet<String> = after
+        .instances
+        .values()
+        .filter(|i| i.az.as_deref() == Some("z2") && i.ips.contains_key("default"))
+        .map(|i| i.uuid.clone())
+        .collect();
+    assert!(!on_z2.is_empty());
+    let mut cloud = cloud_config();
+    cloud["networks"][0]["subnets"][1]["cloud_properties"] = json!({"subnet": "s2-new"});
+    let request = DeployRequest {
+        cloud_config: cloud.clone(),
+        ..sim.request(manifest())
+    };
+    let report = sim.deploy_with(&sim.engine, &request).await;
+    let updated: BTreeSet<String> = report
+        .updated
+        .iter()
+        .map(|n| n.split(['/', ' ']).nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(updated, on_z2, "{report:?}");
+    let recreated = sim.state();
+    for (uuid, i) in &recreated.instances {
+        let moved = i.vm != after.instances[uuid].vm;
+        assert_eq!(moved, on_z2.contains(uuid), "{}", i.name());
+        assert_eq!(i.ips, after.instances[uuid].ips);
+    }
+    for uuid in &on_z2 {
+        let vm = sim
+            .cloud
+            .vm(&VmCid(Sim::vm_cid(&recreated.instances[uuid])))
+            .unwrap();
+        assert_eq!(
+            vm.networks["default"]["cloud_properties"],
+            json!({"subnet": "s2-new"})
+        );
+    }
+    sim.assert_no_leak();
+
+    // A new static address for api/1: it alone is recreated, on the new address.
+    let api1 = sim.group("api")[1].clone();
+    let mut m = manifest();
+    group_mut(&mut m, "api")["networks"][0]["static_ips"] = json!(["10.0.1.50", "10.0.1.52"]);
+    let request = DeployRequest {
+        cloud_config: cloud,
+        ..sim.request(m)
+    };
+    let report = sim.deploy_with(&sim.engine, &request).await;
+    assert_eq!(report.updated, vec![api1.display_name()], "{report:?}");
+    let moved = &sim.state().instances[&api1.uuid];
+    assert_eq!(moved.ips["default"].ip, "10.0.1.52");
+    assert_ne!(moved.vm, api1.vm);
+    assert_eq!(moved.disks, api1.disks);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bigger_disk_carries_the_data_over_and_orphans_the_old_disk() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web = sim.group("web");
+    for i in &web {
+        sim.agents
+            .write_store_file(
+                &Sim::agent_id(i),
+                "data/marker",
+                &format!("from {}", i.uuid),
+            )
+            .unwrap();
+    }
+
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    let report = sim.deploy(m).await;
+    assert_eq!(report.updated.len(), 3, "{report:?}");
+    assert!(
+        report
+            .plan
+            .iter()
+            .filter(|p| p.instance.starts_with("web/"))
+            .all(|p| p.action == "update" && p.changes == vec!["persistent_disk"]),
+        "{report:?}"
+    );
+    let state = sim.state();
+    for old in &web {
+        let new = &state.instances[&old.uuid];
+        assert_eq!(new.vm, old.vm, "a disk change keeps the VM");
+        assert_eq!(new.disks.len(), 1);
+        assert_eq!(new.disks[0].size_mib, 4096);
+        assert_ne!(new.disks[0].cid, old.disks[0].cid);
+        assert_eq!(
+            sim.agents
+                .read_store_file(&Sim::agent_id(new), "data/marker")
+                .unwrap(),
+            Some(format!("from {}", old.uuid))
+        );
+        let orphan = &state.orphaned_disks[&old.disks[0].cid];
+        assert_eq!(orphan.instance, old.name());
+        assert_eq!(
+            sim.cloud
+                .disk_files(&kubosh::cpi::DiskCid(old.disks[0].cid.clone()))
+                .unwrap()["data/marker"],
+            format!("from {}", old.uuid),
+            "the orphaned disk keeps its data"
+        );
+    }
+    assert_eq!(state.orphaned_disks.len(), 3);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_group_loses_its_vms_and_its_disks_are_orphaned() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let api = sim.group("api");
+    let mut m = manifest();
+    m["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["name"] != "api");
+    let report = sim.deploy(m).await;
+    let mut expected: Vec<String> = api.iter().map(InstanceRecord::display_name).collect();
+    expected.sort();
+    assert_eq!(report.deleted, expected);
+    assert!(report.updated.is_empty(), "{report:?}");
+    let state = sim.state();
+    assert!(state.instances.values().all(|i| i.group != "api"));
+    for i in &api {
+        assert!(sim.cloud.vm(&VmCid(Sim::vm_cid(i))).is_none());
+        assert!(state.orphaned_disks.contains_key(&i.disks[0].cid));
+        assert!(sim.agents.agent(&Sim::agent_id(i)).is_none());
+    }
+    assert_eq!(sim.cloud.inventory().vms.len(), 5);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_canary_that_never_runs_fails_the_deploy_and_leaves_the_others_alone() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let before = sim.state();
+    let web = sim.group("web");
+    let canary = web.iter().find(|i| i.bootstrap).unwrap().clone();
+    sim.agents
+        .set_jobs_never_running(&Sim::agent_id(&canary), true)
+        .unwrap();
+    let mut m = manifest();
+    group_mut(&mut m, "web")["jobs"] = json!([hello_job("web", "Howdy")]);
+    m["update"]["canary_watch_time"] = json!("1000-10000");
+    sim.reset_calls();
+    let start = tokio::time::Instant::now();
+    let err = sim.engine.deploy(&sim.request(m)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "'{}' is not running after update. Review logs for failed jobs: hello",
+            canary.display_name()
+        )
+    );
+    assert_eq!(err.code(), 400_007);
+    // The canary watch time bounds the wait.
+    assert!(
+        start.elapsed() >= Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(12),
+        "{:?}",
+        start.elapsed()
+    );
+    let after = sim.state();
+    assert!(
+        !after.instances[&canary.uuid].update_completed,
+        "the canary is dirty"
+    );
+    for (uuid, i) in &before.instances {
+        if *uuid != canary.uuid {
+            assert_eq!(&after.instances[uuid], i, "{} is untouched", i.name());
+        }
+    }
+    let calls = sim.agents.calls();
+    let canary_agent = Sim::agent_id(&canary);
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c.target != canary_agent)
+            .all(|c| c.method == "get_state"),
+        "{calls:?}"
+    );
+    assert!(sim.events.lines().iter().any(|l| matches!(l,
+        EventLine::Error(e) if e.error.code == 400_007)));
+    sim.assert_no_leak();
+}
+
+/// Drops a deploy at growing virtual deadlines: each time the next full deploy converges
+/// to what an uninterrupted one gives, and nothing leaks.
+#[tokio::test(start_paused = true)]
+async fn an_interrupted_deploy_is_finished_by_the_next_one_without_leaks() {
+    let latencies = |sim: &Sim| {
+        sim.cloud.set_latency("create_vm", Duration::from_secs(20));
+        sim.cloud.set_latency("delete_vm", Duration::from_secs(5));
+        sim.cloud.set_latency("create_disk", Duration::from_secs(3));
+        sim.cloud.set_latency("attach_disk", Duration::from_secs(2));
+        sim.cloud
+            .set_latency("create_stemcell", Duration::from_secs(4));
+        sim.agents.set_latency("apply", Duration::from_secs(3));
+        sim.agents
+            .set_latency("compile_package", Duration::from_secs(7));
+        sim.agents
+            .set_latency("migrate_disk", Duration::from_secs(4));
+    };
+    // An update that recreates VMs and replaces disks, from a deployed start.
+    let changed = || {
+        let mut m = manifest();
+        group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+        group_mut(&mut m, "web")["instances"] = json!(5);
+        group_mut(&mut m, "worker")["instances"] = json!(1);
+        m
+    };
+    for fresh in [true, false] {
+        let mut interrupted_at = Vec::new();
+        let mut deadline = Duration::ZERO;
+        loop {
+            let mut sim = Sim::new();
+            sim.engine.config.recovery_wait = Duration::from_secs(5);
+            latencies(&sim);
+            let target = if fresh {
+                manifest()
+            } else {
+                sim.deploy(manifest()).await;
+                sim.stemcells.push(stemcell(sim.dir.path(), "1.1"));
+                changed()
+            };
+            let request = sim.request(target.clone());
+            let dropped = tokio::time::timeout(deadline, sim.engine.deploy(&request))
+                .await
+                .is_err();
+            let report = sim.deploy(target).await;
+            sim.assert_no_leak();
+            let state = sim.state();
+            let expected = if fresh { 3 + 2 + 2 } else { 5 + 2 + 1 };
+            assert_eq!(state.instances.len(), expected);
+            assert!(state.instances.values().all(|i| i.update_completed));
+            for i in state.instances.values() {
+                let agent = sim.agents.agent(&Sim::agent_id(i)).unwrap();
+                assert!(agent.started, "{} runs", i.name());
+                assert_eq!(agent.spec["id"], json!(i.uuid));
+                let vm = i.vm.as_ref().unwrap();
+                assert_eq!(
+                    vm.stemcell,
+                    if fresh {
+                        "bosh-sim-ubuntu-jammy/1.0"
+                    } else {
+                        "bosh-sim-ubuntu-jammy/1.1"
+                    }
+                );
+                if i.group == "web" {
+                    assert_eq!(i.disks[0].size_mib, if fresh { 1024 } else { 4096 });
+                    assert_eq!(agent.store.as_ref(), Some(&i.disks[0].cid));
+                }
+            }
+            // Once the deploy ran to the end, the next one has nothing to do.
+            if !dropped {
+                assert!(report.noop, "{report:?}");
+                break;
+            }
+            interrupted_at.push(deadline);
+            deadline += Duration::from_secs(7);
+        }
+        assert!(
+            interrupted_at.len() >= 10,
+            "interrupted at only {interrupted_at:?}"
+        );
+    }
+}
