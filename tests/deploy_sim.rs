@@ -443,7 +443,11 @@ async fn a_fresh_deploy_creates_everything_and_a_second_one_calls_nothing() {
         assert!(agent.started && !agent.stopped, "{}", i.name());
         assert_eq!(agent.store, i.disks.first().map(|d| d.cid.clone()));
         assert_eq!(agent.spec["id"], json!(i.uuid));
-        assert_eq!(agent.scripts, vec!["pre-start", "post-start"]);
+        // post-deploy runs on every instance once the deploy changed something.
+        assert_eq!(
+            agent.scripts,
+            vec!["pre-start", "post-start", "post-deploy"]
+        );
     }
 
     // The same deploy again: the cloud is not called, each agent is asked its state once.
@@ -574,7 +578,8 @@ async fn a_property_change_restarts_only_its_group_canary_first_within_max_in_fl
         "{report:?}"
     );
     assert_eq!(sim.cloud.counts(), BTreeMap::new(), "no VM is touched");
-    // The other groups' agents were asked their state and nothing else.
+    // The other groups' agents were asked their state and ran post-deploy (every instance
+    // does once a deploy changed something), nothing else.
     let calls = sim.agents.calls();
     for other in &others {
         let id = Sim::agent_id(other);
@@ -586,8 +591,15 @@ async fn a_property_change_restarts_only_its_group_canary_first_within_max_in_fl
         assert!(
             methods
                 .iter()
-                .all(|m| *m == "get_state" || *m == "sync_dns"),
+                .all(|m| ["get_state", "sync_dns", "run_script", "get_task"].contains(m)),
             "{}: {methods:?}",
+            other.name()
+        );
+        let agent = sim.agents.agent(&id).unwrap();
+        assert_eq!(
+            agent.scripts.last().map(String::as_str),
+            Some("post-deploy"),
+            "{}",
             other.name()
         );
     }

@@ -323,6 +323,9 @@ impl Engine {
         )
         .await?;
         self.publish_dns(&manifest, &planned, &mut state).await?;
+        if !report.updated.is_empty() || !report.deleted.is_empty() {
+            self.run_post_deploy(&planned).await?;
+        }
         let meta = DeploymentMeta {
             deployed_inputs: Some(inputs),
             ..state.meta.clone()
@@ -814,6 +817,23 @@ impl Engine {
             // stop, as the Director's stopper skips new instances.
             responsive: matches!(p.observed, Observed::Answered { .. }),
         })
+    }
+
+    /// §4.1 step 6: `post-deploy` on every running instance, once anything changed.
+    async fn run_post_deploy(&self, planned: &[Planned]) -> Result<(), EngineError> {
+        let runs = planned
+            .iter()
+            .filter(|p| p.record.state == InstanceState::Started)
+            .filter_map(|p| Some((p.record.vm.clone()?, p.record.display_name())))
+            .map(|(vm, name)| async move {
+                super::instance::run_script(&self.agent(&vm.agent_id, &name), "post-deploy", None)
+                    .await
+            });
+        let results: Vec<Result<(), EngineError>> = futures::stream::iter(runs)
+            .buffer_unordered(self.config.get_state_concurrency.max(1))
+            .collect()
+            .await;
+        results.into_iter().collect()
     }
 
     /// Step 12: publishes the records dataset when it changed and sends `sync_dns` to every

@@ -418,7 +418,7 @@ impl Engine {
 }
 
 /// Runs a lifecycle script on the agent (agents without the script succeed).
-async fn run_script(
+pub(crate) async fn run_script(
     agent: &AgentClient,
     script: &str,
     env: Option<IndexMap<String, String>>,
