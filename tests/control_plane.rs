@@ -69,11 +69,23 @@ async fn least_privilege_service_account_gets_403_beyond_its_role() {
         .expect("a token");
     let sa_client = cp.client_for_token(&token).await.unwrap();
 
-    // Granted: list config maps in its namespace.
-    Api::<ConfigMap>::namespaced(sa_client.clone(), &ns)
-        .list(&Default::default())
-        .await
-        .unwrap();
+    // Granted: list config maps in its namespace. The apiserver's RBAC authorizer reads
+    // roles from an informer cache, so a role created a moment ago may not be seen yet: wait
+    // (bounded) until the grant takes effect.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Api::<ConfigMap>::namespaced(sa_client.clone(), &ns)
+            .list(&Default::default())
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!("grant not in effect yet: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the role's grant never took effect: {e}"),
+        }
+    }
     // Not granted: write config maps, read secrets, or look into another namespace.
     let cm: ConfigMap =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
