@@ -1,7 +1,6 @@
 //! [`SimAgents`]: the simulated agents of the [`super::SimCloud`]'s VMs, reached as a
 //! [`Transport`], so [`AgentClient`] drives them exactly as it drives real agents over NATS.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::actions;
-use super::instruments::{AgentEffect, AgentFault, Call, Instruments};
+use super::instruments::{AgentEffect, AgentFault, Instruments};
 use super::spec::{self, JobsStatus};
 use super::world::{DueTask, Task};
 use super::{Shared, SimError, lock};
@@ -181,40 +180,7 @@ impl SimAgents {
 
     // ---- steering and observing ---------------------------------------------------------
 
-    /// Every call of `method` takes `latency` (see the type's documentation).
-    pub fn set_latency(&self, method: &str, latency: Duration) {
-        lock(&self.instruments).set_latency(method, latency);
-    }
-
-    /// Arms a fault on `method` (its target is an agent id).
-    pub fn inject(&self, method: &str, fault: AgentFault) {
-        lock(&self.instruments).inject(method, fault);
-    }
-
-    /// Disarms every fault.
-    pub fn clear_faults(&self) {
-        lock(&self.instruments).clear_faults();
-    }
-
-    /// The calls so far (target: the agent id), oldest first; `get_task` polls included.
-    pub fn calls(&self) -> Vec<Call> {
-        lock(&self.instruments).calls()
-    }
-
-    /// How often `method` was sent.
-    pub fn count(&self, method: &str) -> u64 {
-        lock(&self.instruments).count(method)
-    }
-
-    /// Calls per method.
-    pub fn counts(&self) -> BTreeMap<String, u64> {
-        lock(&self.instruments).counts()
-    }
-
-    /// Forgets the call log and the counters.
-    pub fn reset_calls(&self) {
-        lock(&self.instruments).reset_calls();
-    }
+    super::instruments::forward_to_instruments!(AgentFault, "an agent id");
 
     /// The ids of the agents that exist, sorted.
     pub fn agent_ids(&self) -> Vec<String> {

@@ -4,11 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::instruments::{Call, CloudEffect, CloudFault, Instruments};
+use super::instruments::{CloudEffect, CloudFault, Instruments};
 use super::world::{AgentState, NewAgents, SimDisk, SimInventory, SimSnapshot, SimStemcell, SimVm};
 use super::{Shared, SimError, lock};
 use crate::cpi::{
@@ -62,40 +61,7 @@ impl SimCloud {
 
     // ---- steering and observing ---------------------------------------------------------
 
-    /// Every call of `method` takes `latency` (zero: answers at once).
-    pub fn set_latency(&self, method: &str, latency: Duration) {
-        lock(&self.instruments).set_latency(method, latency);
-    }
-
-    /// Arms a fault on `method` (several faults on one method fire in the order armed).
-    pub fn inject(&self, method: &str, fault: CloudFault) {
-        lock(&self.instruments).inject(method, fault);
-    }
-
-    /// Disarms every fault.
-    pub fn clear_faults(&self) {
-        lock(&self.instruments).clear_faults();
-    }
-
-    /// The calls so far, oldest first (empty when [`super::SimConfig::record_calls`] is off).
-    pub fn calls(&self) -> Vec<Call> {
-        lock(&self.instruments).calls()
-    }
-
-    /// How often `method` was called.
-    pub fn count(&self, method: &str) -> u64 {
-        lock(&self.instruments).count(method)
-    }
-
-    /// Calls per method.
-    pub fn counts(&self) -> BTreeMap<String, u64> {
-        lock(&self.instruments).counts()
-    }
-
-    /// Forgets the call log and the counters.
-    pub fn reset_calls(&self) {
-        lock(&self.instruments).reset_calls();
-    }
+    super::instruments::forward_to_instruments!(CloudFault, "a CID or image path");
 
     /// Everything the cloud holds, sorted by CID.
     pub fn inventory(&self) -> SimInventory {

@@ -126,6 +126,50 @@ impl AgentFault {
     }
 }
 
+/// The steering and observing methods both sides share, forwarded to their `instruments`
+/// field (an `Instruments<$effect>` under a mutex): one definition for [`super::SimCloud`]
+/// and [`super::SimAgents`].
+macro_rules! forward_to_instruments {
+    ($fault:ty, $target:literal) => {
+        /// Every call of `method` takes `latency` (zero: answers at once).
+        pub fn set_latency(&self, method: &str, latency: std::time::Duration) {
+            lock(&self.instruments).set_latency(method, latency);
+        }
+
+        #[doc = concat!("Arms a fault on `method` (its target is ", $target, "; several faults on one method fire in the order armed).")]
+        pub fn inject(&self, method: &str, fault: $fault) {
+            lock(&self.instruments).inject(method, fault);
+        }
+
+        /// Disarms every fault.
+        pub fn clear_faults(&self) {
+            lock(&self.instruments).clear_faults();
+        }
+
+        #[doc = concat!("The calls so far (target: ", $target, "), oldest first; empty when [`super::SimConfig::record_calls`] is off.")]
+        pub fn calls(&self) -> Vec<super::Call> {
+            lock(&self.instruments).calls()
+        }
+
+        /// How often `method` was called.
+        pub fn count(&self, method: &str) -> u64 {
+            lock(&self.instruments).count(method)
+        }
+
+        /// Calls per method.
+        pub fn counts(&self) -> std::collections::BTreeMap<String, u64> {
+            lock(&self.instruments).counts()
+        }
+
+        /// Forgets the call log and the counters.
+        pub fn reset_calls(&self) {
+            lock(&self.instruments).reset_calls();
+        }
+    };
+}
+
+pub(crate) use forward_to_instruments;
+
 /// Latencies, faults, call log and counters of one side. Kept under one lock so that a call
 /// costs one short critical section here.
 #[derive(Debug)]
