@@ -57,7 +57,7 @@ fn job(templates: &[(&str, &str)], declared: &[(&str, Option<Value>)]) -> JobTem
                     (*name).to_string(),
                     PropertyDefinition {
                         default: default.clone(),
-                        description: None,
+                        ..Default::default()
                     },
                 )
             })

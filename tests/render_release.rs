@@ -248,7 +248,7 @@ fn logger_job() -> JobTemplates {
             "logger.level".to_string(),
             PropertyDefinition {
                 default: Some(json!("info")),
-                description: None,
+                ..Default::default()
             },
         )]
         .into_iter()

@@ -17,11 +17,11 @@ use kubosh::manifest::{DeploymentManifest, Map};
 use kubosh::ops::OpsFile;
 use kubosh::release::manifest::JobSpec;
 use kubosh::render::{
-    InstanceGroupSpec, JobTemplates, NetworkSpec, PropertyBinder, PropertyDefinition, ReleaseRef,
-    RenderError, RenderUnit, RenderedJob, Renderer, RendererConfig, TemplateSource, TemplateSpec,
+    InstanceGroupSpec, JobTemplates, NetworkSpec, PropertyBinder, ReleaseRef, RenderError,
+    RenderUnit, RenderedJob, Renderer, RendererConfig, TemplateSource, TemplateSpec,
     property_source,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn fixture(name: &str) -> (String, String) {
     let path: PathBuf = [
@@ -101,23 +101,7 @@ fn job(spec: &JobSpec, templates: &[(&str, &str)]) -> JobTemplates {
                 })
             })
             .collect(),
-        properties: spec
-            .properties
-            .iter()
-            .map(|(name, def)| {
-                (
-                    name.clone(),
-                    PropertyDefinition {
-                        default: def.default.clone(),
-                        description: def
-                            .description
-                            .as_ref()
-                            .and_then(Value::as_str)
-                            .map(str::to_string),
-                    },
-                )
-            })
-            .collect(),
+        properties: spec.properties.clone(),
         properties_schema: None,
     }
 }

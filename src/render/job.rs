@@ -2,6 +2,8 @@
 //! properties and its optional `properties_schema.json`. Filled from the release model.
 
 use indexmap::IndexMap;
+
+use crate::release::PropertyDefinition;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -33,17 +35,6 @@ pub struct TemplateSource {
     pub destination: String,
     /// The ERB text.
     pub text: String,
-}
-
-/// A property declared in the job spec (`properties:` entry).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PropertyDefinition {
-    /// The default, used when the manifest gives no value (or `null`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default: Option<Value>,
-    /// Human description (unused by rendering).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
 }
 
 /// A release job template that is not UTF-8 text (ERB needs text).
@@ -80,24 +71,7 @@ impl JobTemplates {
                 text,
             });
         }
-        let properties = job
-            .spec
-            .properties
-            .iter()
-            .map(|(name, def)| {
-                (
-                    name.clone(),
-                    PropertyDefinition {
-                        default: def.default.clone(),
-                        description: def
-                            .description
-                            .as_ref()
-                            .and_then(Value::as_str)
-                            .map(str::to_string),
-                    },
-                )
-            })
-            .collect();
+        let properties = job.spec.properties.clone();
         Ok(JobTemplates {
             name: job.name.clone(),
             release,

@@ -25,11 +25,12 @@ pub mod spec;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::release::PropertyDefinition;
 pub use archive::{
     ProvidedLinkEntry, add_links_json, configuration_hash, rendered_templates_archive,
     template_hash, template_hashes,
 };
-pub use job::{JobTemplates, NotText, PropertyDefinition, TemplateSource};
+pub use job::{JobTemplates, NotText, TemplateSource};
 pub use properties::{PropertyBinder, property_source};
 pub use ruby::{RENDERER_RB, RenderUnit, Renderer, RendererConfig};
 pub use spec::{
