@@ -27,7 +27,7 @@ use kubosh::plan::desired::StemcellInfo;
 use kubosh::release::Release;
 use kubosh::release::create::{CreateOptions, create};
 use kubosh::sim::{SimAgents, SimCloud, SimConfig};
-use kubosh::state::{DeploymentState, InstanceRecord, MemoryStore};
+use kubosh::state::{DeploymentState, InstanceRecord, MemoryDnsRegistry, MemoryStore};
 use serde_json::{Value, json};
 
 fn example_release() -> Release {
@@ -790,6 +790,64 @@ async fn a_removed_group_loses_its_vms_and_its_disks_are_orphaned() {
     }
     assert_eq!(sim.cloud.inventory().vms.len(), 5);
     sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_deployment_shares_one_dns_dataset_and_every_agent_receives_it() {
+    let sim = Sim::new();
+    let registry = Arc::new(MemoryDnsRegistry::default());
+    let mut first = sim.engine.clone();
+    first.config.dns_registry = Some(registry.clone());
+    sim.deploy_with(&first, &sim.request(manifest())).await;
+    let first_version = sim.state().meta.dns_version;
+
+    // A second deployment on the same director: its own state, the shared registry.
+    let other_store = MemoryStore::new();
+    let mut second = first.clone();
+    second.store = Arc::new(other_store.clone());
+    let other = json!({
+        "name": "other",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {"canaries": 1, "max_in_flight": 1,
+                   "canary_watch_time": 1000, "update_watch_time": 1000},
+        "instance_groups": [{
+            "name": "solo", "instances": 1, "azs": ["z1"], "vm_type": "small",
+            "stemcell": "default", "networks": [{"name": "dyn"}],
+            "jobs": [hello_job("solo", "Hey")],
+        }],
+    });
+    sim.deploy_with(&second, &sim.request(other)).await;
+    let other_meta = other_store.snapshot().meta;
+    assert!(
+        other_meta.dns_version > first_version,
+        "a later blob has a higher version, whichever deployment made it"
+    );
+
+    // Every agent of both deployments was sent the new dataset.
+    let agents = sim.agents.agent_ids();
+    assert_eq!(agents.len(), 8, "7 instances of sim and 1 of other");
+    for agent in &agents {
+        assert_eq!(
+            sim.agents.agent(agent).unwrap().dns_version,
+            Some(other_meta.dns_version),
+            "agent {agent}"
+        );
+    }
+    // And it names the instances of both.
+    let blob_id = other_meta.dns_blob.clone().unwrap();
+    // Blob ids are the sha256 of the content.
+    let digest: kubosh::digest::MultiDigest = format!("sha256:{blob_id}").parse().unwrap();
+    let blob = first.blobstore.get_bytes(&blob_id, &digest).await.unwrap();
+    let blob: Value = serde_json::from_slice(&blob).unwrap();
+    let deployments: BTreeSet<&str> = blob["record_infos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row[8].as_str().unwrap())
+        .collect();
+    assert_eq!(deployments, BTreeSet::from(["other", "sim"]));
+    assert_eq!(blob["version"], other_meta.dns_version);
 }
 
 #[tokio::test(start_paused = true)]

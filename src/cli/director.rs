@@ -3,6 +3,7 @@
 //!
 //! ```yaml
 //! state_dir: ./state            # DirStore in <state_dir>/deployments/<name>, FileLocks in <state_dir>/locks,
+//!                               # the DNS records of all deployments in <state_dir>/dns.json,
 //!                               # extracted stemcells in <state_dir>/stemcells/<name>-<version>
 //! cpi:
 //!   command: [kubosh, cpi, --config, cpi.yml]   # ExternalCpi (required)
@@ -47,7 +48,7 @@ use crate::engine::{Engine, EngineConfig, EventSink};
 use crate::lock::FileLocks;
 use crate::pki::{Ca, Leaf};
 use crate::render::{Renderer, RendererConfig};
-use crate::state::DirStore;
+use crate::state::{DirDnsRegistry, DirStore};
 
 /// The director UUID the CPI sees in its context.
 const DIRECTOR_UUID: &str = "kubosh";
@@ -228,13 +229,21 @@ impl DirectorConfig {
         .map_err(|e| format!("cannot connect to NATS at {}: {e}", self.nats.url))?;
         let blobstore = LocalBlobstore::new(&self.blobstore_dir).map_err(|e| e.to_string())?;
         let renderer = Renderer::new(RendererConfig::default()).map_err(|e| e.to_string())?;
+        let locks: Arc<dyn crate::lock::Lock> =
+            Arc::new(FileLocks::new(self.state_dir.join("locks")));
+        // Every deployment of this director shares one DNS dataset (§4.10).
+        let dns_registry = DirDnsRegistry::new(
+            self.state_dir.join("dns.json"),
+            locks.clone(),
+            EngineConfig::default().lock_wait,
+        );
         Ok(Engine {
             cloud: Arc::new(ExternalCpi::new(cpi, DIRECTOR_UUID)),
             agents: Arc::new(transport),
             blobstore: Arc::new(blobstore),
             renderer: Arc::new(renderer),
             store: Arc::new(DirStore::new(self.deployment_dir(name))),
-            locks: Arc::new(FileLocks::new(self.state_dir.join("locks"))),
+            locks: locks.clone(),
             events,
             config: EngineConfig {
                 agent_wait_timeout: self.engine.agent_wait_timeout,
@@ -244,6 +253,7 @@ impl DirectorConfig {
                     self.nats.ca.clone(),
                     self.nats.ca_certificate.clone(),
                 )),
+                dns_registry: Some(Arc::new(dns_registry)),
                 ..EngineConfig::default()
             },
         })

@@ -836,8 +836,9 @@ impl Engine {
         results.into_iter().collect()
     }
 
-    /// Step 12: publishes the records dataset when it changed and sends `sync_dns` to every
-    /// VM of the deployment.
+    /// Step 12: when the deployment's records changed, publishes the records dataset of all
+    /// deployments and sends `sync_dns` to every VM of every deployment, each agent given at
+    /// most [`DNS_SYNC_WAIT`] (the Director's broadcast wait).
     async fn publish_dns(
         &self,
         manifest: &DeploymentManifest,
@@ -845,28 +846,43 @@ impl Engine {
         state: &mut DeploymentState,
     ) -> Result<(), EngineError> {
         let deployment = manifest.name.clone().unwrap_or_default();
-        let instances: Vec<DnsInstance> = planned.iter().map(dns_instance).collect();
+        let instances: Vec<DnsInstance> = planned.iter().map(|p| dns_instance(p, true)).collect();
         let records = dns::records(&deployment, &self.config.dns_root_domain, false, &instances);
         let digest = records.digest();
         if state.meta.dns_records.as_deref() == Some(digest.as_str()) {
             return Ok(());
         }
-        let version = state.meta.dns_version + 1;
-        let blob = records.blob(version);
+        let dataset = match &self.config.dns_registry {
+            Some(registry) => {
+                registry
+                    .publish(&deployment, Some(instances), state.meta.dns_version)
+                    .await?
+            }
+            None => {
+                let mut alone = crate::state::DnsDataset::default();
+                alone.publish(&deployment, Some(instances), state.meta.dns_version);
+                alone
+            }
+        };
+        let version = dataset.version;
+        let blob = dns::records_of_all(&self.config.dns_root_domain, false, &dataset.deployments)
+            .blob(version);
         let stored = self
             .blobstore
-            .put_bytes(bytes::Bytes::from(blob.clone()))
+            .put_bytes(bytes::Bytes::from(blob))
             .await
             .map_err(|e| EngineError::Blobstore(e.to_string()))?;
         let sha = format!("sha256:{}", stored.sha256);
-        let syncs = planned
-            .iter()
-            .filter_map(|p| p.record.vm.clone())
-            .map(|vm| {
-                let agent = self.agent(&vm.agent_id, "dns");
-                let (id, sha) = (stored.id.clone(), sha.clone());
-                async move { agent.sync_dns(&id, &sha, version).await.is_ok() }
-            });
+        // Every agent of every deployment (§4.10), this deployment's new VMs included.
+        let syncs = dataset.agent_ids().into_iter().map(|agent_id| {
+            let agent = self.agent(&agent_id, "dns");
+            let (id, sha) = (stored.id.clone(), sha.clone());
+            async move {
+                tokio::time::timeout(DNS_SYNC_WAIT, agent.sync_dns(&id, &sha, version))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            }
+        });
         let synced: Vec<bool> = futures::stream::iter(syncs)
             .buffer_unordered(self.config.get_state_concurrency.max(1))
             .collect()
@@ -887,6 +903,9 @@ impl Engine {
         self.write(Write::Meta(state.meta.clone())).await
     }
 }
+
+/// How long `sync_dns` waits for an agent (the Director's broadcast waits 10 s in all).
+pub const DNS_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The plan of one instance, for reports.
 fn instance_plan(p: &Planned) -> InstancePlan {
@@ -1017,7 +1036,7 @@ fn desired_spec(
         dns: Some(dns::instance_digest(
             &deployment,
             &config.dns_root_domain,
-            &dns_instance(p),
+            &dns_instance(p, false),
         )),
         tags: manifest
             .tags
@@ -1027,7 +1046,10 @@ fn desired_spec(
     }
 }
 
-fn dns_instance(p: &Planned) -> DnsInstance {
+/// The instance as DNS sees it; with `reported`, a dynamic network's address is the one the
+/// agent reported for the VM (for the records), without, only planned addresses count (for
+/// change detection, which must not see a dynamic address appear once the VM exists).
+fn dns_instance(p: &Planned, reported: bool) -> DnsInstance {
     DnsInstance {
         uuid: p.placed.uuid.clone(),
         index: p.placed.index,
@@ -1036,7 +1058,14 @@ fn dns_instance(p: &Planned) -> DnsInstance {
         addresses: p
             .networks
             .iter()
-            .filter_map(|(net, s)| Some((net.clone(), s.get("ip")?.as_str()?.to_string())))
+            .filter_map(|(net, s)| {
+                let from_agent = || {
+                    let vm = p.record.vm.as_ref().filter(|_| reported)?;
+                    vm.networks.get(net)?.get("ip")
+                };
+                let ip = s.get("ip").or_else(from_agent)?.as_str()?;
+                Some((net.clone(), ip.to_string()))
+            })
             .collect(),
         agent_id: p.record.vm.as_ref().map(|vm| vm.agent_id.clone()),
     }

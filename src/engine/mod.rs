@@ -75,6 +75,9 @@ pub struct EngineConfig {
     /// How recent a heartbeat must be to stand in for `get_state` (the health monitor's
     /// agent timeout: 60 s).
     pub health_window: Duration,
+    /// Where all deployments share their DNS records; without one, the deployment's records
+    /// alone go to its own agents.
+    pub dns_registry: Option<Arc<dyn crate::state::DnsRegistry>>,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +94,7 @@ impl Default for EngineConfig {
             recovery_wait: Duration::from_secs(60),
             health: None,
             health_window: Duration::from_secs(60),
+            dns_registry: None,
         }
     }
 }

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::links::canonicalize;
 
 /// One instance as DNS sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DnsInstance {
     /// Uuid.
     pub uuid: String,
@@ -89,29 +89,45 @@ pub fn instance_digest(deployment: &str, root: &str, inst: &DnsInstance) -> Stri
     ))
 }
 
-/// The records of `instances` (sorted by group and index), with index-based names too when
-/// `include_index`. Group, AZ and network ids number them in order of appearance (1-based).
+/// The records of one deployment's `instances`: [`records_of_all`] with that deployment alone.
 pub fn records(
     deployment: &str,
     root: &str,
     include_index: bool,
     instances: &[DnsInstance],
 ) -> Records {
-    let mut sorted: Vec<&DnsInstance> = instances.iter().collect();
-    sorted.sort_by(|a, b| (&a.group, a.index).cmp(&(&b.group, b.index)));
-    let mut groups: BTreeMap<&str, u64> = BTreeMap::new();
+    let one = BTreeMap::from([(deployment.to_string(), instances.to_vec())]);
+    records_of_all(root, include_index, &one)
+}
+
+/// The records of every deployment's instances (sorted by deployment, group and index): the
+/// one dataset all agents of all deployments share (§4.10), with index-based names too when
+/// `include_index`. Group ids number `(deployment, group)` pairs, AZ and network ids the
+/// names, in order of appearance (1-based), so a group's id is unique across deployments.
+pub fn records_of_all(
+    root: &str,
+    include_index: bool,
+    deployments: &BTreeMap<String, Vec<DnsInstance>>,
+) -> Records {
+    let mut sorted: Vec<(&str, &DnsInstance)> = deployments
+        .iter()
+        .flat_map(|(d, instances)| instances.iter().map(move |i| (d.as_str(), i)))
+        .collect();
+    sorted.sort_by(|(da, a), (db, b)| (da, &a.group, a.index).cmp(&(db, &b.group, b.index)));
+    let mut groups: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     let mut azs: BTreeMap<&str, u64> = BTreeMap::new();
     let mut networks: BTreeMap<&str, u64> = BTreeMap::new();
-    let next_id = |map: &mut BTreeMap<_, u64>, key| {
+    fn next_id<K: Ord>(map: &mut BTreeMap<K, u64>, key: K) -> u64 {
         let n = map.len() as u64 + 1;
         *map.entry(key).or_insert(n)
-    };
+    }
     let mut out = Records {
         records: Vec::new(),
         record_infos: Vec::new(),
     };
-    for (num, inst) in sorted.iter().enumerate() {
-        let group_id = next_id(&mut groups, inst.group.as_str());
+    for (num, (deployment, inst)) in sorted.iter().enumerate() {
+        let deployment = *deployment;
+        let group_id = next_id(&mut groups, (deployment, inst.group.as_str()));
         let az_id = inst.az.as_deref().map(|az| next_id(&mut azs, az));
         for (net, ip) in &inst.addresses {
             let network_id = next_id(&mut networks, net.as_str());
@@ -232,6 +248,37 @@ mod tests {
         assert_eq!(
             instance_digest("d", "bosh", &i),
             instance_digest("d", "bosh", &i)
+        );
+    }
+
+    #[test]
+    fn every_deployment_shares_one_dataset_with_group_ids_unique_across_them() {
+        let all = BTreeMap::from([
+            ("b-dep".to_string(), vec![inst("web", 0, "10.0.1.5")]),
+            (
+                "a-dep".to_string(),
+                vec![inst("web", 0, "10.0.0.5"), inst("db", 0, "10.0.0.6")],
+            ),
+        ]);
+        let r = records_of_all("bosh", false, &all);
+        let names: Vec<&str> = r.records.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "uuid-db-0.db.default.a-dep.bosh",
+                "uuid-web-0.web.default.a-dep.bosh",
+                "uuid-web-0.web.default.b-dep.bosh"
+            ]
+        );
+        let group_ids: Vec<&Value> = r.record_infos.iter().map(|row| &row[3]).collect();
+        assert_eq!(group_ids, [&json!(["1"]), &json!(["2"]), &json!(["3"])]);
+        let num_ids: Vec<&Value> = r.record_infos.iter().map(|row| &row[1]).collect();
+        assert_eq!(num_ids, [&json!("1"), &json!("2"), &json!("3")]);
+        // One deployment alone is the same as `records` of it.
+        let one = BTreeMap::from([("a-dep".to_string(), vec![inst("web", 0, "10.0.0.5")])]);
+        assert_eq!(
+            records_of_all("bosh", false, &one),
+            records("a-dep", "bosh", false, &[inst("web", 0, "10.0.0.5")])
         );
     }
 }

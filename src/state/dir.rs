@@ -144,7 +144,11 @@ fn file_name(key: &str) -> String {
     name
 }
 
-fn replace_file(dir: &Path, name: &str, record: &impl Serialize) -> Result<(), StoreError> {
+pub(super) fn replace_file(
+    dir: &Path,
+    name: &str,
+    record: &impl Serialize,
+) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec_pretty(record).map_err(|e| StoreError::Io(e.to_string()))?;
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut file = fs::File::create(&tmp).map_err(io_error)?;
@@ -184,7 +188,7 @@ fn read_kind<T: DeserializeOwned>(
     Ok(out)
 }
 
-fn read_record<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
+pub(super) fn read_record<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

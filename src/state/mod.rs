@@ -8,6 +8,7 @@
 //! Kubernetes objects.
 
 mod dir;
+mod dns;
 mod memory;
 mod records;
 
@@ -15,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use dir::DirStore;
+pub use dns::{DNS_LOCK, DirDnsRegistry, DnsDataset, DnsRegistry, MemoryDnsRegistry};
 pub use memory::MemoryStore;
 pub use records::*;
 
