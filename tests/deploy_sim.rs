@@ -27,7 +27,9 @@ use kubosh::plan::desired::StemcellInfo;
 use kubosh::release::Release;
 use kubosh::release::create::{CreateOptions, create};
 use kubosh::sim::{SimAgents, SimCloud, SimConfig};
-use kubosh::state::{DeploymentState, InstanceRecord, MemoryDnsRegistry, MemoryStore};
+use kubosh::state::{
+    DeploymentState, InstanceRecord, IpRegistry, MemoryDnsRegistry, MemoryIpRegistry, MemoryStore,
+};
 use serde_json::{Value, json};
 
 fn example_release() -> Release {
@@ -848,6 +850,83 @@ async fn every_deployment_shares_one_dns_dataset_and_every_agent_receives_it() {
         .collect();
     assert_eq!(deployments, BTreeSet::from(["other", "sim"]));
     assert_eq!(blob["version"], other_meta.dns_version);
+}
+
+/// A one-group deployment `name` of `instances` on the manual network of [`cloud_config`].
+fn small_deployment(name: &str, instances: u64, static_ips: &[&str]) -> Value {
+    let mut network = json!({"name": "default"});
+    if !static_ips.is_empty() {
+        network["static_ips"] = json!(static_ips);
+    }
+    json!({
+        "name": name,
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {"canaries": 1, "max_in_flight": 1,
+                   "canary_watch_time": 1000, "update_watch_time": 1000},
+        "instance_groups": [{
+            "name": "solo", "instances": instances, "azs": ["z1"], "vm_type": "small",
+            "stemcell": "default", "networks": [network],
+            "jobs": [hello_job("solo", "Hey")],
+        }],
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn deployments_sharing_a_network_never_share_an_address() {
+    let sim = Sim::new();
+    let registry = Arc::new(MemoryIpRegistry::default());
+    let mut first = sim.engine.clone();
+    first.config.ip_registry = Some(registry.clone());
+    sim.deploy_with(&first, &sim.request(manifest())).await;
+    let taken: BTreeSet<String> = sim
+        .state()
+        .instances
+        .values()
+        .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
+        .collect();
+    assert!(taken.contains("10.0.1.10") && taken.contains("10.0.1.50"));
+
+    let other_store = MemoryStore::new();
+    let mut second = first.clone();
+    second.store = Arc::new(other_store.clone());
+    // A static address the first deployment holds: the Director's 130008, nothing made.
+    let vms_before = sim.cloud.inventory().vms.len();
+    let err = second
+        .deploy(&sim.request(small_deployment("other", 1, &["10.0.1.50"])))
+        .await
+        .expect_err("the address is taken");
+    let text = err.to_string();
+    assert!(
+        text.contains("Failed to reserve IP '10.0.1.50/32'")
+            && text.contains("from deployment 'sim'"),
+        "{text}"
+    );
+    assert_eq!(sim.cloud.inventory().vms.len(), vms_before);
+    assert!(other_store.snapshot().instances.is_empty());
+
+    // Dynamic addresses go around the first deployment's.
+    sim.deploy_with(&second, &sim.request(small_deployment("other", 3, &[])))
+        .await;
+    let theirs: BTreeSet<String> = other_store
+        .snapshot()
+        .instances
+        .values()
+        .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
+        .collect();
+    assert_eq!(theirs.len(), 3);
+    assert!(theirs.is_disjoint(&taken), "{theirs:?} vs {taken:?}");
+
+    // Scaling the first deployment down frees addresses the other may then take.
+    let mut smaller = manifest();
+    group_mut(&mut smaller, "api")["instances"] = json!(1);
+    group_mut(&mut smaller, "api")["networks"][0]["static_ips"] = json!(["10.0.1.50"]);
+    sim.deploy_with(&first, &sim.request(smaller)).await;
+    let other_view = registry.held_elsewhere("other").await.unwrap();
+    assert!(other_view.iter().all(|r| r.ip.to_string() != "10.0.1.51"));
+    // The cloud holds the VMs of both deployments, nothing else.
+    let recorded = sim.state().instances.len() + other_store.snapshot().instances.len();
+    assert_eq!(sim.cloud.inventory().vms.len(), recorded);
 }
 
 #[tokio::test(start_paused = true)]

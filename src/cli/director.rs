@@ -3,7 +3,8 @@
 //!
 //! ```yaml
 //! state_dir: ./state            # DirStore in <state_dir>/deployments/<name>, FileLocks in <state_dir>/locks,
-//!                               # the DNS records of all deployments in <state_dir>/dns.json,
+//!                               # the DNS records and IP reservations of all deployments in
+//!                               # <state_dir>/dns.json and <state_dir>/ips.json,
 //!                               # extracted stemcells in <state_dir>/stemcells/<name>-<version>
 //! cpi:
 //!   command: [kubosh, cpi, --config, cpi.yml]   # ExternalCpi (required)
@@ -48,7 +49,7 @@ use crate::engine::{Engine, EngineConfig, EventSink};
 use crate::lock::FileLocks;
 use crate::pki::{Ca, Leaf};
 use crate::render::{Renderer, RendererConfig};
-use crate::state::{DirDnsRegistry, DirStore};
+use crate::state::{DirDnsRegistry, DirIpRegistry, DirStore};
 
 /// The director UUID the CPI sees in its context.
 const DIRECTOR_UUID: &str = "kubosh";
@@ -237,6 +238,12 @@ impl DirectorConfig {
             locks.clone(),
             EngineConfig::default().lock_wait,
         );
+        // ... and one table of IP reservations (§4.9).
+        let ip_registry = DirIpRegistry::new(
+            self.state_dir.join("ips.json"),
+            locks.clone(),
+            EngineConfig::default().lock_wait,
+        );
         Ok(Engine {
             cloud: Arc::new(ExternalCpi::new(cpi, DIRECTOR_UUID)),
             agents: Arc::new(transport),
@@ -254,6 +261,7 @@ impl DirectorConfig {
                     self.nats.ca_certificate.clone(),
                 )),
                 dns_registry: Some(Arc::new(dns_registry)),
+                ip_registry: Some(Arc::new(ip_registry)),
                 ..EngineConfig::default()
             },
         })

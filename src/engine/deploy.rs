@@ -143,6 +143,20 @@ impl Engine {
             .acquire(&deployment_lock(&name), &holder, self.config.lock_wait)
             .await?;
         let result = self.deploy_validated(request, false).await;
+        if result.is_err() {
+            // Addresses claimed for instances this deploy did not get to record go back.
+            match self.store.load().await {
+                Ok(state) => {
+                    let held: Vec<&InstanceRecord> = state.instances.values().collect();
+                    if let Err(e) = self.release_unused_ips(&name, held).await {
+                        tracing::warn!(deployment = %name, error = %e, "cannot release addresses");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(deployment = %name, error = %e, "cannot release addresses")
+                }
+            }
+        }
         drop(guard);
         result
     }
@@ -220,7 +234,8 @@ impl Engine {
         let groups = desired::groups(&manifest, &cloud, &infos)
             .map_err(|e| EngineError::Plan(e.iter().map(ToString::to_string).collect()))?;
         let (mut planned, obsolete) = place_all(&cloud, &groups, &state, &observed)?;
-        super::network::plan_networks(&manifest, &cloud, &groups, &mut planned, &state)?;
+        self.assign_networks(&manifest, &cloud, &groups, &mut planned, &state, dry_run)
+            .await?;
 
         let releases = releases_by_name(&req.releases);
         let mut link_group_ids = state.meta.link_group_ids.clone();
@@ -323,6 +338,9 @@ impl Engine {
         )
         .await?;
         self.publish_dns(&manifest, &planned, &mut state).await?;
+        let held: Vec<&InstanceRecord> = planned.iter().map(|p| &p.record).collect();
+        self.release_unused_ips(manifest.name.as_deref().unwrap_or_default(), held)
+            .await?;
         if !report.updated.is_empty() || !report.deleted.is_empty() {
             self.run_post_deploy(&planned).await?;
         }

@@ -78,6 +78,9 @@ pub struct EngineConfig {
     /// Where all deployments share their DNS records; without one, the deployment's records
     /// alone go to its own agents.
     pub dns_registry: Option<Arc<dyn crate::state::DnsRegistry>>,
+    /// Where all deployments share their IP reservations; without one, the deployment
+    /// assumes its networks are its own.
+    pub ip_registry: Option<Arc<dyn crate::state::IpRegistry>>,
 }
 
 impl Default for EngineConfig {
@@ -95,6 +98,7 @@ impl Default for EngineConfig {
             health: None,
             health_window: Duration::from_secs(60),
             dns_registry: None,
+            ip_registry: None,
         }
     }
 }

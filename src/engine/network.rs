@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::EngineError;
 use super::deploy::Planned;
+use super::{Engine, EngineError};
 use crate::manifest::{CloudConfig, DeploymentManifest};
 use crate::plan::desired::GroupSpec;
 use crate::plan::ip::{self, IpRequest, Reservation};
 use crate::plan::placement::StaticIpAz;
-use crate::state::{DeploymentState, IpRecord};
+use crate::state::{DeploymentState, InstanceRecord, IpRecord};
 
 /// The AZs of a group's static IPs (the first network that has static IPs decides), for
 /// placement; `None` when the group has none.
@@ -36,15 +36,17 @@ pub(crate) fn static_ip_azs(
 
 /// Assigns addresses to every planned instance: kept where still valid, new ones picked as
 /// the Director picks them; every problem reported at once with the Director's text.
+/// `elsewhere` are the other deployments' reservations, never taken.
 pub(crate) fn plan_networks(
     manifest: &DeploymentManifest,
     cloud: &CloudConfig,
     groups: &[GroupSpec],
     planned: &mut [Planned],
     state: &DeploymentState,
+    elsewhere: &[Reservation],
 ) -> Result<(), EngineError> {
     let deployment = manifest.name.clone().unwrap_or_default();
-    let existing = reservations(&deployment, state)?;
+    let existing = reservations(&deployment, state.instances.values())?;
     let mut requests = Vec::new();
     let mut owners = Vec::new();
     let mut errors = Vec::new();
@@ -80,7 +82,7 @@ pub(crate) fn plan_networks(
     if !errors.is_empty() {
         return Err(EngineError::Plan(errors));
     }
-    let allocation = ip::allocate(&deployment, cloud, &requests, &existing, &[])
+    let allocation = ip::allocate(&deployment, cloud, &requests, &existing, elsewhere)
         .map_err(|e| EngineError::Plan(e.iter().map(ToString::to_string).collect()))?;
     for p in planned.iter_mut() {
         p.networks.clear();
@@ -101,6 +103,82 @@ pub(crate) fn plan_networks(
             .insert(request.network.clone(), assigned.settings.to_json());
     }
     Ok(())
+}
+
+/// How often step 4 allocates again when a concurrent deploy of another deployment claimed
+/// an address first.
+const CLAIM_ATTEMPTS: usize = 3;
+
+impl Engine {
+    /// Step 4 among all the director's deployments: plans addresses around what the other
+    /// deployments hold and, unless `dry_run`, claims them (this deployment's current
+    /// reservations included, as their holders keep them until they are updated or deleted)
+    /// before anything changes.
+    pub(crate) async fn assign_networks(
+        &self,
+        manifest: &DeploymentManifest,
+        cloud: &CloudConfig,
+        groups: &[GroupSpec],
+        planned: &mut [Planned],
+        state: &DeploymentState,
+        dry_run: bool,
+    ) -> Result<(), EngineError> {
+        let deployment = manifest.name.clone().unwrap_or_default();
+        let Some(registry) = &self.config.ip_registry else {
+            return plan_networks(manifest, cloud, groups, planned, state, &[]);
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let elsewhere = registry.held_elsewhere(&deployment).await?;
+            plan_networks(manifest, cloud, groups, planned, state, &elsewhere)?;
+            if dry_run {
+                return Ok(());
+            }
+            let mut held = reservations(&deployment, state.instances.values())?;
+            for r in reservations(&deployment, planned.iter().map(|p| &p.record))? {
+                if !held.contains(&r) {
+                    held.push(r);
+                }
+            }
+            let conflicts = registry.claim(&deployment, held).await?;
+            let Some(first) = conflicts.first() else {
+                return Ok(());
+            };
+            if attempt >= CLAIM_ATTEMPTS {
+                return Err(EngineError::Plan(vec![format!(
+                    "Failed to reserve IP '{}/{}': already reserved by instance '{}' from deployment '{}'",
+                    first.ip,
+                    first.prefix,
+                    first.holder_name(),
+                    first.deployment
+                )]));
+            }
+        }
+    }
+
+    /// After a deploy (or a failed one): the deployment holds exactly the addresses of
+    /// `instances`, its recorded instances (deleted instances, compilation workers and
+    /// instances never made let theirs go).
+    pub(crate) async fn release_unused_ips(
+        &self,
+        deployment: &str,
+        instances: Vec<&InstanceRecord>,
+    ) -> Result<(), EngineError> {
+        let Some(registry) = &self.config.ip_registry else {
+            return Ok(());
+        };
+        let held = reservations(deployment, instances)?;
+        let conflicts = registry.claim(deployment, held).await?;
+        if !conflicts.is_empty() {
+            tracing::warn!(
+                deployment,
+                ?conflicts,
+                "addresses the deployment kept are held elsewhere"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Which static IP each member of a group gets on `net`: an instance keeps its address when
@@ -154,13 +232,13 @@ fn static_assignment(
     Ok(out)
 }
 
-/// The reservations this deployment's instances hold.
-fn reservations(
+/// The reservations `instances` of `deployment` hold.
+pub(crate) fn reservations<'a>(
     deployment: &str,
-    state: &DeploymentState,
+    instances: impl IntoIterator<Item = &'a InstanceRecord>,
 ) -> Result<Vec<Reservation>, EngineError> {
     let mut out = Vec::new();
-    for inst in state.instances.values() {
+    for inst in instances {
         for (network, r) in &inst.ips {
             let ip: IpAddr = r.ip.parse().map_err(|_| {
                 EngineError::Plan(vec![format!(

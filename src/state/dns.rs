@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{StoreError, StoreFuture};
-use crate::lock::{Holder, Lock};
+use super::StoreFuture;
+use super::shared_file::SharedFile;
+use crate::lock::Lock;
 use crate::plan::dns::DnsInstance;
 
 /// What all deployments published last, under the version of the newest blob.
@@ -99,9 +100,7 @@ pub const DNS_LOCK: &str = "lock:dns";
 /// different deployments in different processes take turns.
 #[derive(Clone)]
 pub struct DirDnsRegistry {
-    file: PathBuf,
-    locks: Arc<dyn Lock>,
-    wait: Duration,
+    file: SharedFile,
 }
 
 impl DirDnsRegistry {
@@ -109,9 +108,7 @@ impl DirDnsRegistry {
     /// another process).
     pub fn new(file: impl Into<PathBuf>, locks: Arc<dyn Lock>, wait: Duration) -> DirDnsRegistry {
         DirDnsRegistry {
-            file: file.into(),
-            locks,
-            wait,
+            file: SharedFile::new(file.into(), locks, DNS_LOCK, wait),
         }
     }
 }
@@ -123,33 +120,14 @@ impl DnsRegistry for DirDnsRegistry {
         instances: Option<Vec<DnsInstance>>,
         at_least: u64,
     ) -> StoreFuture<'a, DnsDataset> {
-        Box::pin(async move {
-            let holder = Holder::new("dns", format!("publish DNS records of {deployment}"));
-            let _guard = self
-                .locks
-                .acquire(DNS_LOCK, &holder, self.wait)
-                .await
-                .map_err(|e| StoreError::Io(e.to_string()))?;
-            let file = self.file.clone();
-            let deployment = deployment.to_string();
-            tokio::task::spawn_blocking(move || {
-                let dir = file
-                    .parent()
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from("."));
-                let name = file
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "dns.json".into());
-                std::fs::create_dir_all(&dir).map_err(|e| StoreError::Io(e.to_string()))?;
-                let mut dataset: DnsDataset = super::dir::read_record(&file)?.unwrap_or_default();
-                dataset.publish(&deployment, instances, at_least);
-                super::dir::replace_file(&dir, &name, &dataset)?;
-                Ok(dataset)
-            })
-            .await
-            .map_err(|e| StoreError::Io(e.to_string()))?
-        })
+        let name = deployment.to_string();
+        Box::pin(self.file.update(
+            format!("publish DNS records of {deployment}"),
+            move |dataset: &mut DnsDataset| {
+                dataset.publish(&name, instances, at_least);
+                dataset.clone()
+            },
+        ))
     }
 }
 

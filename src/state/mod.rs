@@ -9,14 +9,17 @@
 
 mod dir;
 mod dns;
+mod ips;
 mod memory;
 mod records;
+mod shared_file;
 
 use std::future::Future;
 use std::pin::Pin;
 
 pub use dir::DirStore;
 pub use dns::{DNS_LOCK, DirDnsRegistry, DnsDataset, DnsRegistry, MemoryDnsRegistry};
+pub use ips::{DirIpRegistry, IP_LOCK, IpRegistry, IpTable, MemoryIpRegistry};
 pub use memory::MemoryStore;
 pub use records::*;
 

@@ -76,7 +76,7 @@ impl IpRequest {
 }
 
 /// An address (or delegated block) held by an instance, of this deployment or another.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Reservation {
     /// The address (the first of the block).
     pub ip: IpAddr,
