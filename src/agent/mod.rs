@@ -7,6 +7,7 @@
 //! new VM) live in a sibling module.
 
 pub mod client;
+pub mod health;
 pub mod https;
 pub mod nats;
 pub mod protocol;
@@ -15,5 +16,6 @@ pub mod tls;
 pub use client::{
     AgentClient, AgentError, ClientOptions, Method, Mode, Started, Transport, TransportError,
 };
+pub use health::{HealthError, HeartbeatMonitor};
 pub use https::{HttpsError, HttpsTransport};
 pub use nats::{Heartbeats, MbusTls, NatsError, NatsOptions, NatsTransport, heartbeats};

@@ -129,6 +129,15 @@ impl NatsOptions {
 /// Connects to NATS with mutual TLS. Fails at once if no server accepts (async-nats then
 /// reconnects forever on its own once connected).
 pub async fn connect(options: &NatsOptions) -> Result<async_nats::Client, NatsError> {
+    connect_with(options, |o| o).await
+}
+
+/// [`connect`] with extra connection settings from `configure` (an event callback, say);
+/// TLS, name, timeout and servers are always those of `options`.
+pub(crate) async fn connect_with(
+    options: &NatsOptions,
+    configure: impl FnOnce(async_nats::ConnectOptions) -> async_nats::ConnectOptions,
+) -> Result<async_nats::Client, NatsError> {
     if options.urls.is_empty() {
         return Err(NatsError::NoUrl);
     }
@@ -142,7 +151,7 @@ pub async fn connect(options: &NatsOptions) -> Result<async_nats::Client, NatsEr
         })
         .collect::<Result<Vec<_>, _>>()?;
     let config = options.tls.client_config()?;
-    async_nats::ConnectOptions::new()
+    configure(async_nats::ConnectOptions::new())
         .name(&options.name)
         .require_tls(true)
         .tls_client_config(config)

@@ -10,6 +10,13 @@
 //! [`DeployReport`]: it writes nothing (no state, no stemcell extraction, no CPI call;
 //! generated variables go to a throwaway copy of the vars store) and its progress goes to
 //! stderr.
+//!
+//! With `health: {listen_for: N}` in the director configuration, `deploy` listens to the
+//! agents' heartbeats (a [`crate::agent::HeartbeatMonitor`] with the health monitor's
+//! identity) from its start until N seconds have passed, then deploys with what it heard as
+//! [`crate::engine::EngineConfig::health`]: when nothing changed and every agent reported
+//! `running`, no agent is asked anything. A one-shot process only hears what is sent while
+//! it listens, so N should exceed the agents' heartbeat interval (30 s) to hear them all.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -107,6 +114,11 @@ fn error_text(message: &str) -> String {
 /// Does the work; the text to print last (the report, or `Succeeded`).
 async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
     let config = DirectorConfig::load(&args.director).map_err(|e| e.to_string())?;
+    // Started first, so it listens while the inputs are read.
+    let monitor = match (&config.health, mode) {
+        (Some(health), Mode::Deploy) => Some((config.heartbeat_monitor().await?, health)),
+        _ => None,
+    };
     let manifest = read_manifest(args, mode)?;
     let cloud_config = read_yaml(&args.cloud_config)?;
     let name = deployment_name(&manifest, &cloud_config)?;
@@ -144,7 +156,12 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
             let task = std::process::id();
             println!("Task {task}\n");
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
-            let engine = config.engine(&name, events, args.parallel_azs).await?;
+            let mut engine = config.engine(&name, events, args.parallel_azs).await?;
+            if let Some((monitor, health)) = monitor {
+                let rest = health.listen_for.saturating_sub(monitor.listening_for());
+                tokio::time::sleep(rest).await;
+                engine.config.health = Some(Arc::new(monitor));
+            }
             let report = engine.deploy(&request).await.map_err(|e| e.to_string())?;
             Ok(format!("\n{}\n\nSucceeded\n", summary(&report)))
         }

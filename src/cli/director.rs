@@ -17,8 +17,12 @@
 //!                               #   (CN <agent_id>.agent.bosh-internal)
 //!   director_certificate: <PEM> # or director_certificate_path: the director's client identity
 //!   director_private_key: <PEM> # or director_private_key_path
+//!   hm_certificate: <PEM>       # optional, or hm_certificate_path: the health monitor's identity
+//!   hm_private_key: <PEM>       #   (CN default.hm.bosh-internal); without them the CA issues one
 //! blobstore: {local: {path: ./blobs}}   # LocalBlobstore (the only provider for now)
 //! engine: {agent_wait_timeout_seconds: 600, recovery_wait_seconds: 60, parallel_azs: false}
+//! health: {listen_for: 35}      # optional: `kubosh deploy` listens to agents' heartbeats this
+//!                               #   many seconds, then skips `get_state` for agents it heard
 //! ```
 //!
 //! Relative paths (`state_dir`, `*_path`, `blobstore.local.path`, a CPI program with a `/`)
@@ -41,6 +45,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
 use crate::agent::{MbusTls, NatsOptions, NatsTransport};
 use crate::blobstore::LocalBlobstore;
 use crate::cpi::{CpiCommand, ExternalCpi, Secret};
@@ -50,6 +55,9 @@ use crate::lock::FileLocks;
 use crate::pki::{Ca, Leaf};
 use crate::render::{Renderer, RendererConfig};
 use crate::state::{DirDnsRegistry, DirIpRegistry, DirStore};
+
+/// The health monitor's connection name on the server.
+const HM_CONNECTION_NAME: &str = "kubosh-health-monitor";
 
 /// The director UUID the CPI sees in its context.
 const DIRECTOR_UUID: &str = "kubosh";
@@ -117,6 +125,17 @@ pub struct NatsSettings {
     pub director_certificate: String,
     /// Its private key, PEM.
     pub director_private_key: Secret<String>,
+    /// The health monitor's client certificate and key, PEM, if the file gives them.
+    pub hm_identity: Option<(String, Secret<String>)>,
+}
+
+/// Heartbeats for `kubosh deploy` (`health:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthSettings {
+    /// How long a deploy listens to heartbeats before it decides (`listen_for`, seconds):
+    /// an agent heard in that time and reporting `running` is not asked for its state. Agents
+    /// heartbeat every 30 s, so less than that may miss some (they are then asked).
+    pub listen_for: Duration,
 }
 
 /// Engine settings of the file.
@@ -145,6 +164,8 @@ pub struct DirectorConfig {
     pub blobstore_dir: PathBuf,
     /// Engine settings.
     pub engine: EngineSettings,
+    /// Heartbeats for deploys, if wanted.
+    pub health: Option<HealthSettings>,
 }
 
 impl DirectorConfig {
@@ -176,7 +197,7 @@ impl DirectorConfig {
 
     fn from_value(value: &Value, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
         let top = Section::root(value)?;
-        top.allow(&["state_dir", "cpi", "nats", "blobstore", "engine"])?;
+        top.allow(&["state_dir", "cpi", "nats", "blobstore", "engine", "health"])?;
         let state_dir = base_dir.join(top.required_string("state_dir")?);
         let cpi = cpi_settings(&top.section("cpi")?, base_dir)?;
         let nats = nats_settings(&top.section("nats")?, base_dir)?;
@@ -185,6 +206,10 @@ impl DirectorConfig {
             Some(s) => engine_settings(&s)?,
             None => engine_settings(&Section::empty("engine"))?,
         };
+        let health = match top.optional_section("health")? {
+            Some(s) => Some(health_settings(&s)?),
+            None => None,
+        };
         Ok(DirectorConfig {
             base_dir: base_dir.to_path_buf(),
             state_dir,
@@ -192,7 +217,34 @@ impl DirectorConfig {
             nats,
             blobstore_dir,
             engine,
+            health,
         })
+    }
+
+    /// The health monitor's NATS identity: the file's `hm_certificate`, else a certificate
+    /// for `default.hm.bosh-internal` issued now by the CA.
+    pub fn hm_tls(&self) -> Result<MbusTls, HealthError> {
+        match &self.nats.hm_identity {
+            Some((cert, key)) => Ok(MbusTls::new(
+                self.nats.ca_certificate.clone(),
+                cert.clone(),
+                key.expose().clone(),
+            )),
+            None => hm_identity(&self.nats.ca),
+        }
+    }
+
+    /// Connects a [`HeartbeatMonitor`] to the message bus with the health monitor's
+    /// identity ([`DirectorConfig::hm_tls`]).
+    pub async fn heartbeat_monitor(&self) -> Result<HeartbeatMonitor, String> {
+        let mut options = NatsOptions::new(
+            self.nats.url.clone(),
+            self.hm_tls().map_err(|e| e.to_string())?,
+        );
+        options.name = HM_CONNECTION_NAME.into();
+        HeartbeatMonitor::connect(&options)
+            .await
+            .map_err(|e| format!("cannot listen to heartbeats at {}: {e}", self.nats.url))
     }
 
     /// Where the state of deployment `name` is kept.
@@ -346,6 +398,8 @@ fn nats_settings(s: &Section<'_>, base_dir: &Path) -> Result<NatsSettings, KeyEr
         "ca_private_key",
         "director_certificate",
         "director_private_key",
+        "hm_certificate",
+        "hm_private_key",
     ];
     let mut allowed = vec!["url".to_string()];
     for k in pems {
@@ -365,12 +419,14 @@ fn nats_settings(s: &Section<'_>, base_dir: &Path) -> Result<NatsSettings, KeyEr
         };
         key_error(s.key(key), e.to_string())
     })?;
+    let hm_identity = hm_identity_settings(s, base_dir, &ca_certificate)?;
     let settings = NatsSettings {
         url,
         ca_certificate,
         ca: Arc::new(ca),
         director_certificate: s.pem("director_certificate", base_dir)?,
         director_private_key: Secret::new(s.pem("director_private_key", base_dir)?),
+        hm_identity,
     };
     MbusTls::new(
         settings.ca_certificate.clone(),
@@ -388,6 +444,55 @@ fn nats_settings(s: &Section<'_>, base_dir: &Path) -> Result<NatsSettings, KeyEr
         key_error(s.key(key), e.to_string())
     })?;
     Ok(settings)
+}
+
+/// `hm_certificate` and `hm_private_key`: both or neither; they must load.
+fn hm_identity_settings(
+    s: &Section<'_>,
+    base_dir: &Path,
+    ca_certificate: &str,
+) -> Result<Option<(String, Secret<String>)>, KeyError> {
+    let cert = s.optional_pem("hm_certificate", base_dir)?;
+    let key = s.optional_pem("hm_private_key", base_dir)?;
+    let (cert, key) = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => (cert, key),
+        (Some(_), None) => {
+            return Err(key_error(
+                s.key("hm_private_key"),
+                "is required with hm_certificate",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(key_error(
+                s.key("hm_certificate"),
+                "is required with hm_private_key",
+            ));
+        }
+    };
+    MbusTls::new(ca_certificate, cert.clone(), key.clone())
+        .client_config()
+        .map_err(|e| {
+            use crate::agent::tls::TlsError;
+            let name = match e {
+                // The CA certificate is ca_certificate's problem, reported the same way.
+                TlsError::NoCa | TlsError::BadCa(_) => "ca_certificate",
+                TlsError::NoCert => "hm_certificate",
+                _ => "hm_private_key",
+            };
+            key_error(s.key(name), e.to_string())
+        })?;
+    Ok(Some((cert, Secret::new(key))))
+}
+
+fn health_settings(s: &Section<'_>) -> Result<HealthSettings, KeyError> {
+    s.allow(&["listen_for"])?;
+    let seconds = s
+        .optional_u64("listen_for")?
+        .ok_or_else(|| key_error(s.key("listen_for"), "is required (seconds)"))?;
+    Ok(HealthSettings {
+        listen_for: Duration::from_secs(seconds),
+    })
 }
 
 fn blobstore_dir(s: &Section<'_>, base_dir: &Path) -> Result<PathBuf, KeyError> {
@@ -516,6 +621,12 @@ impl<'a> Section<'a> {
     /// PEM text given inline (`key`) or as a file (`key_path`), exactly one of them. Errors
     /// never quote the text.
     fn pem(&self, key: &str, base_dir: &Path) -> Result<String, KeyError> {
+        self.optional_pem(key, base_dir)?
+            .ok_or_else(|| key_error(self.key(key), format!("is required (or {key}_path)")))
+    }
+
+    /// [`Section::pem`], or `None` when neither key is given.
+    fn optional_pem(&self, key: &str, base_dir: &Path) -> Result<Option<String>, KeyError> {
         let path_key = format!("{key}_path");
         let text = match (self.optional_string(key)?, self.optional_string(&path_key)?) {
             (Some(_), Some(_)) => {
@@ -534,17 +645,12 @@ impl<'a> Section<'a> {
                     )
                 })?
             }
-            (None, None) => {
-                return Err(key_error(
-                    self.key(key),
-                    format!("is required (or {path_key})"),
-                ));
-            }
+            (None, None) => return Ok(None),
         };
         if !text.contains("-----BEGIN ") {
             return Err(key_error(self.key(key), "expected a PEM block"));
         }
-        Ok(text)
+        Ok(Some(text))
     }
 }
 
@@ -615,6 +721,8 @@ mod tests {
                 parallel_azs: false,
             }
         );
+        assert_eq!(c.health, None);
+        assert!(c.nats.hm_identity.is_none());
         let debug = format!("{c:?}");
         assert!(!debug.contains("hunter22"), "{debug}");
         assert!(!debug.contains("PRIVATE KEY"), "{debug}");
@@ -712,6 +820,70 @@ mod tests {
         // A director identity of another CA still loads (the server decides); a key that is
         // not a key does not.
         assert!(DirectorConfig::from_value(&v, dir.path()).is_ok());
+    }
+
+    #[test]
+    fn health_listens_with_the_hm_identity_given_or_issued_by_the_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = valid(dir.path());
+        v["health"] = json!({"listen_for": 35});
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        assert_eq!(
+            c.health,
+            Some(HealthSettings {
+                listen_for: Duration::from_secs(35)
+            })
+        );
+        // No hm_certificate: one issued by the CA, which the director's TLS trusts.
+        let issued = c.hm_tls().unwrap();
+        assert_eq!(issued.ca_pem, c.nats.ca_certificate);
+        issued.client_config().unwrap();
+
+        let ca = Ca::from_pem(
+            &c.nats.ca_certificate,
+            &std::fs::read_to_string(dir.path().join("ca.key")).unwrap(),
+        )
+        .unwrap();
+        let hm = ca
+            .issue(&Leaf {
+                common_name: crate::agent::health::HM_COMMON_NAME,
+                client: true,
+                ..Leaf::default()
+            })
+            .unwrap();
+        std::fs::write(dir.path().join("hm.key"), &hm.key_pem).unwrap();
+        v["nats"]["hm_certificate"] = json!(hm.cert_pem);
+        v["nats"]["hm_private_key_path"] = json!("hm.key");
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        let given = c.hm_tls().unwrap();
+        assert_eq!(given.cert_pem.as_deref(), Some(hm.cert_pem.as_str()));
+        assert!(!format!("{c:?}").contains("PRIVATE KEY"));
+
+        let cases = [
+            (json!({}), "health.listen_for: is required"),
+            (
+                json!({"listen_for": "5s"}),
+                "health.listen_for: expected a whole number",
+            ),
+            (json!({"listen": 5}), "health.listen: unknown key"),
+        ];
+        for (health, expected) in cases {
+            let mut v = valid(dir.path());
+            v["health"] = health;
+            let e = error(&v, dir.path());
+            assert!(e.starts_with(expected), "{e}\nexpected: {expected}");
+        }
+        let mut v = valid(dir.path());
+        v["nats"]["hm_certificate"] = json!(hm.cert_pem);
+        let e = error(&v, dir.path());
+        assert!(
+            e.starts_with("nats.hm_private_key: is required with hm_certificate"),
+            "{e}"
+        );
+        v["nats"]["hm_private_key"] = json!("-----BEGIN PRIVATE KEY-----\nnot a key\n");
+        let e = error(&v, dir.path());
+        assert!(e.starts_with("nats.hm_private_key: "), "{e}");
+        assert!(!e.contains("not a key"), "{e}");
     }
 
     #[test]
