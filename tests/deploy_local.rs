@@ -441,7 +441,9 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
         cloud_config: cloud_config(w.net, 4),
         ..w.request(m)
     };
-    w.try_deploy(&small(base("Hello"))).await.unwrap();
+    // The first deploy compiles: its workers need addresses of their own (.5 and .6), so
+    // it runs with the whole range; the instances take the lowest ones, .2 to .4.
+    w.try_deploy(&w.request(base("Hello"))).await.unwrap();
     let state = w.state().await;
 
     // The spare group goes and web grows by one: the spare's address is still held while

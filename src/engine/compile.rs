@@ -18,6 +18,7 @@ use crate::plan::compile::{
     StemcellJobs,
 };
 use crate::plan::desired::{GroupSpec, StemcellInfo};
+use crate::plan::ip::{self, IpRequest, Reservation};
 use crate::release::Release;
 use crate::state::{DeploymentState, PackageVersion, Write};
 
@@ -92,6 +93,9 @@ pub(crate) struct CompileInputs<'a> {
     pub releases: &'a BTreeMap<String, Arc<Release>>,
     /// Stemcell CIDs by `name/version`.
     pub stemcell_cids: &'a BTreeMap<String, String>,
+    /// Every address instances hold during this deploy (kept, new and about to be
+    /// released): compilation workers take none of them.
+    pub held: &'a [Reservation],
     /// Plan only: compile nothing, store nothing.
     pub dry_run: bool,
 }
@@ -124,6 +128,7 @@ impl Engine {
             groups,
             releases,
             stemcell_cids,
+            held,
             dry_run,
         } = inputs;
         let mut by_stemcell: BTreeMap<String, StemcellJobs> = BTreeMap::new();
@@ -192,13 +197,33 @@ impl Engine {
                     .await?;
             }
         }
+        // Every worker's address is reserved before the first VM exists, so a network too
+        // small for the workers fails here with the Director's error and leaves nothing behind.
+        let workers = if plan.tasks.is_empty() {
+            Vec::new()
+        } else {
+            let compilation = cloud.compilation.clone().unwrap_or_default();
+            let count = compilation
+                .workers
+                .unwrap_or(1)
+                .clamp(1, u64::try_from(plan.tasks.len()).unwrap_or(u64::MAX));
+            let identities = (0..count)
+                .map(|_| WorkerIdentity {
+                    group: format!("compilation-{}", crate::ids::uuid_v4()),
+                    uuid: crate::ids::uuid_v4(),
+                })
+                .collect::<Vec<_>>();
+            let deployment = manifest.name.clone().unwrap_or_default();
+            let networks = worker_networks(&deployment, cloud, &compilation, held, &identities)?;
+            identities.into_iter().zip(networks).collect()
+        };
         let results = if dry_run {
             // What the records will be, but for the blob the compilation makes.
             plan.tasks.iter().map(|t| t.record("", "")).collect()
         } else if plan.tasks.is_empty() {
             Vec::new()
         } else {
-            self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest)
+            self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest, &workers)
                 .await?
         };
         out.compiled = if dry_run { 0 } else { results.len() };
@@ -267,9 +292,12 @@ impl Engine {
         releases: &BTreeMap<String, Arc<Release>>,
         stemcell_cids: &BTreeMap<String, String>,
         manifest: &DeploymentManifest,
+        worker_slots: &[(WorkerIdentity, Value)],
     ) -> Result<Vec<CompiledPackage>, EngineError> {
         let compilation = cloud.compilation.clone().unwrap_or_default();
-        let workers = usize::try_from(compilation.workers.unwrap_or(1).max(1)).unwrap_or(1);
+        // One slot per reserved worker address: a slot's VMs follow one another, so they
+        // share its address.
+        let workers = worker_slots.len().max(1);
         let reuse = compilation.reuse_compilation_vms.unwrap_or(false);
         let preparing = StageRun::new(
             self.events.clone(),
@@ -328,6 +356,10 @@ impl Engine {
             let (blob, sha1) = sources[i].clone();
             let compilation = compilation.clone();
             let deployment = deployment.clone();
+            let (identity, networks) = worker_slots
+                .get(slot)
+                .cloned()
+                .unwrap_or_else(|| (WorkerIdentity::default(), Value::Object(Default::default())));
             async move {
                 let name = format!("{}/{}", t.package.name, t.package.version);
                 stage
@@ -352,7 +384,10 @@ impl Engine {
                             None => {
                                 let request = VmRequest {
                                     instance: None,
-                                    display_name: format!("compilation-{}", crate::ids::uuid_v4()),
+                                    display_name: format!(
+                                        "{}/{} (0)",
+                                        identity.group, identity.uuid
+                                    ),
                                     stemcell_cid: stemcell_cids
                                         .get(&key)
                                         .cloned()
@@ -362,7 +397,7 @@ impl Engine {
                                         cloud,
                                         &compilation,
                                     ),
-                                    networks: self.compilation_networks(cloud, &compilation),
+                                    networks: networks.clone(),
                                     env: Value::Object(compilation.env.clone().unwrap_or_default()),
                                     disk_cids: vec![],
                                     metadata: [
@@ -460,34 +495,6 @@ impl Engine {
             .map_err(|e| EngineError::Agent(e.to_string()))?;
         Ok(t.record(&result.result.blobstore_id, &result.result.sha1))
     }
-
-    /// A compilation VM's network settings: a dynamic-looking manual address is not
-    /// reserved here; the compilation network's settings without an IP.
-    fn compilation_networks(
-        &self,
-        cloud: &CloudConfig,
-        compilation: &crate::manifest::Compilation,
-    ) -> Value {
-        let name = compilation.network.clone().unwrap_or_default();
-        let kind = cloud
-            .networks
-            .iter()
-            .find(|n| n.name == name)
-            .map(|n| n.network_type());
-        let mut settings = serde_json::Map::new();
-        settings.insert(
-            "type".into(),
-            Value::String(match kind {
-                Some(crate::manifest::NetworkType::Vip) => "vip".into(),
-                _ => "dynamic".into(),
-            }),
-        );
-        settings.insert("default".into(), serde_json::json!(["dns", "gateway"]));
-        settings.insert("cloud_properties".into(), serde_json::json!({}));
-        let mut out = serde_json::Map::new();
-        out.insert(name, Value::Object(settings));
-        Value::Object(out)
-    }
 }
 
 fn compilation_cloud_properties(
@@ -512,4 +519,161 @@ fn compilation_cloud_properties(
         &compilation.cloud_properties.clone().unwrap_or_default(),
     );
     Value::Object(out)
+}
+
+/// Who a compilation worker is, as the Director names it: a group `compilation-<uuid>` of
+/// one instance (index 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct WorkerIdentity {
+    /// `compilation-<uuid>`.
+    pub group: String,
+    /// The worker instance's uuid.
+    pub uuid: String,
+}
+
+/// The network settings of each compilation worker (§4.9, §4.12): on a manual network a
+/// dynamic reservation from the same allocator instances use, avoiding every address in
+/// `held` (and each other's); a dynamic network's settings as the allocator gives them
+/// (the IaaS picks the address); on a vip network the bare `type: vip` settings.
+/// Exhaustion is the Director's "Failed to reserve IP for ..." error.
+pub(crate) fn worker_networks(
+    deployment: &str,
+    cloud: &CloudConfig,
+    compilation: &crate::manifest::Compilation,
+    held: &[Reservation],
+    workers: &[WorkerIdentity],
+) -> Result<Vec<Value>, EngineError> {
+    let name = compilation.network.clone().unwrap_or_default();
+    let kind = cloud
+        .networks
+        .iter()
+        .find(|n| n.name == name)
+        .map(|n| n.network_type());
+    let one = |settings: Value| {
+        let mut out = serde_json::Map::new();
+        out.insert(name.clone(), settings);
+        Value::Object(out)
+    };
+    if kind == Some(crate::manifest::NetworkType::Vip) {
+        let settings = serde_json::json!({
+            "type": "vip", "default": ["dns", "gateway"], "cloud_properties": {},
+        });
+        return Ok(workers.iter().map(|_| one(settings.clone())).collect());
+    }
+    let requests: Vec<IpRequest> = workers
+        .iter()
+        .map(|w| IpRequest {
+            group: w.group.clone(),
+            index: 0,
+            instance_id: w.uuid.clone(),
+            az: compilation.az.clone(),
+            network: name.clone(),
+            static_ip: None,
+            // A worker's only network is its default for everything that needs one.
+            default_for: vec!["dns".into(), "gateway".into()],
+            nic_group: None,
+        })
+        .collect();
+    let allocation = ip::allocate(deployment, cloud, &requests, &[], held)
+        .map_err(|e| EngineError::Plan(e.iter().map(ToString::to_string).collect()))?;
+    Ok(allocation
+        .assigned
+        .iter()
+        .map(|a| one(a.settings.to_json()))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cloud(reserved: &str) -> CloudConfig {
+        serde_json::from_value(json!({
+            "azs": [{"name": "z1"}],
+            "networks": [
+                {"name": "private", "type": "manual", "subnets": [{
+                    "range": "10.0.0.0/24", "gateway": "10.0.0.1", "az": "z1",
+                    "dns": ["8.8.8.8"], "reserved": [reserved], "static": ["10.0.0.50"],
+                    "cloud_properties": {"subnet": "a"},
+                }]},
+                {"name": "dyn", "type": "dynamic", "subnets": [{"az": "z1",
+                    "cloud_properties": {"net": "d"}}]},
+            ],
+            "compilation": {"workers": 2, "network": "private", "az": "z1"},
+        }))
+        .unwrap()
+    }
+
+    fn held(ip: &str, is_static: bool) -> Reservation {
+        Reservation {
+            ip: ip.parse().unwrap(),
+            prefix: 32,
+            network: "private".into(),
+            group: "web".into(),
+            instance_id: format!("uuid-{ip}"),
+            deployment: "d".into(),
+            is_static,
+        }
+    }
+
+    fn workers(n: usize) -> Vec<WorkerIdentity> {
+        (0..n)
+            .map(|i| WorkerIdentity {
+                group: format!("compilation-{i}"),
+                uuid: format!("w{i}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn workers_get_distinct_free_addresses_of_the_compilation_subnet() {
+        let cloud = cloud("10.0.0.2 - 10.0.0.9");
+        let compilation = cloud.compilation.clone().unwrap();
+        let instances = [held("10.0.0.10", false), held("10.0.0.12", false)];
+        let nets = worker_networks("d", &cloud, &compilation, &instances, &workers(2)).unwrap();
+        let ips: Vec<&str> = nets
+            .iter()
+            .map(|n| n["private"]["ip"].as_str().unwrap())
+            .collect();
+        assert_eq!(ips, ["10.0.0.11", "10.0.0.13"]);
+        // The Director's manual settings, in its key order.
+        assert_eq!(
+            serde_json::to_string(&nets[0]["private"]).unwrap(),
+            r#"{"type":"manual","ip":"10.0.0.11","prefix":"32","netmask":"255.255.255.0","cloud_properties":{"subnet":"a"},"default":["dns","gateway"],"dns":["8.8.8.8"],"gateway":"10.0.0.1"}"#
+        );
+    }
+
+    #[test]
+    fn too_few_addresses_fail_with_the_directors_error() {
+        // .2-.48 reserved, .50 static: .49 and .51-.254 are free; hold all but .49.
+        let cloud = cloud("10.0.0.2 - 10.0.0.48");
+        let mut compilation = cloud.compilation.clone().unwrap();
+        compilation.workers = Some(2);
+        let mut instances: Vec<Reservation> = (51..=254)
+            .map(|h| held(&format!("10.0.0.{h}"), false))
+            .collect();
+        instances.push(held("10.0.0.50", true));
+        let err =
+            worker_networks("d", &cloud, &compilation, &instances, &workers(2)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Failed to reserve IP for 'compilation-1/w1 (0)' for manual network 'private': no more available"
+        );
+        let one = worker_networks("d", &cloud, &compilation, &instances, &workers(1)).unwrap();
+        assert_eq!(one[0]["private"]["ip"], "10.0.0.49");
+    }
+
+    #[test]
+    fn a_dynamic_compilation_network_stays_dynamic() {
+        let cloud = cloud("10.0.0.2 - 10.0.0.9");
+        let mut compilation = cloud.compilation.clone().unwrap();
+        compilation.network = Some("dyn".into());
+        let nets = worker_networks("d", &cloud, &compilation, &[], &workers(2)).unwrap();
+        for n in &nets {
+            assert_eq!(n["dyn"]["type"], "dynamic");
+            assert_eq!(n["dyn"]["cloud_properties"], json!({"net": "d"}));
+            assert!(n["dyn"].get("ip").is_none());
+        }
+    }
 }

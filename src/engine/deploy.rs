@@ -252,6 +252,11 @@ impl Engine {
             self.upload_stemcells(req, &groups, &planned, &mut state)
                 .await?
         };
+        let held = super::network::held_during_deploy(
+            manifest.name.as_deref().unwrap_or_default(),
+            &state,
+            &planned,
+        )?;
         let packages = self
             .compile(
                 super::compile::CompileInputs {
@@ -260,6 +265,7 @@ impl Engine {
                     groups: &groups,
                     releases: &releases,
                     stemcell_cids: &stemcells,
+                    held: &held,
                     dry_run,
                 },
                 &mut state,

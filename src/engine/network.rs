@@ -154,6 +154,36 @@ fn static_assignment(
     Ok(out)
 }
 
+/// Every address this deployment's instances hold while the deploy runs: what they held
+/// before (instances about to be deleted or moved included) and what they hold now.
+pub(crate) fn held_during_deploy(
+    deployment: &str,
+    state: &DeploymentState,
+    planned: &[Planned],
+) -> Result<Vec<Reservation>, EngineError> {
+    let mut out = reservations(deployment, state)?;
+    let mut seen: BTreeSet<IpAddr> = out.iter().map(|r| r.ip).collect();
+    for p in planned {
+        for (network, r) in &p.record.ips {
+            let Ok(ip) = r.ip.parse::<IpAddr>() else {
+                continue;
+            };
+            if seen.insert(ip) {
+                out.push(Reservation {
+                    ip,
+                    prefix: if ip.is_ipv4() { 32 } else { 128 },
+                    network: network.clone(),
+                    group: p.record.group.clone(),
+                    instance_id: p.record.uuid.clone(),
+                    deployment: deployment.to_string(),
+                    is_static: r.is_static,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The reservations this deployment's instances hold.
 fn reservations(
     deployment: &str,
