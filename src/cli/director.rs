@@ -143,6 +143,8 @@ pub struct DirectorConfig {
     pub blobstore_dir: PathBuf,
     /// Engine settings.
     pub engine: EngineSettings,
+    /// `trusted_certs`: CA certificates (PEM) every new VM's agent is told to trust.
+    pub trusted_certs: String,
 }
 
 impl DirectorConfig {
@@ -174,7 +176,14 @@ impl DirectorConfig {
 
     fn from_value(value: &Value, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
         let top = Section::root(value)?;
-        top.allow(&["state_dir", "cpi", "nats", "blobstore", "engine"])?;
+        top.allow(&[
+            "state_dir",
+            "cpi",
+            "nats",
+            "blobstore",
+            "engine",
+            "trusted_certs",
+        ])?;
         let state_dir = base_dir.join(top.required_string("state_dir")?);
         let cpi = cpi_settings(&top.section("cpi")?, base_dir)?;
         let nats = nats_settings(&top.section("nats")?, base_dir)?;
@@ -183,6 +192,7 @@ impl DirectorConfig {
             Some(s) => engine_settings(&s)?,
             None => engine_settings(&Section::empty("engine"))?,
         };
+        let trusted_certs = top.optional_string("trusted_certs")?.unwrap_or_default();
         Ok(DirectorConfig {
             base_dir: base_dir.to_path_buf(),
             state_dir,
@@ -190,6 +200,7 @@ impl DirectorConfig {
             nats,
             blobstore_dir,
             engine,
+            trusted_certs,
         })
     }
 
@@ -240,6 +251,7 @@ impl DirectorConfig {
                 agent_wait_timeout: self.engine.agent_wait_timeout,
                 recovery_wait: self.engine.recovery_wait,
                 parallel_azs: parallel_azs || self.engine.parallel_azs,
+                trusted_certs: self.trusted_certs.clone(),
                 agent_env: Some(agent_env(
                     self.nats.ca.clone(),
                     self.nats.ca_certificate.clone(),

@@ -96,6 +96,8 @@ pub(crate) struct CompileInputs<'a> {
     /// Every address instances hold during this deploy (kept, new and about to be
     /// released): compilation workers take none of them.
     pub held: &'a [Reservation],
+    /// Cloud properties of `vm_resources`, the workers' included.
+    pub calculated: &'a super::resources::CalculatedProperties,
     /// Plan only: compile nothing, store nothing.
     pub dry_run: bool,
 }
@@ -129,6 +131,7 @@ impl Engine {
             releases,
             stemcell_cids,
             held,
+            calculated,
             dry_run,
         } = inputs;
         let mut by_stemcell: BTreeMap<String, StemcellJobs> = BTreeMap::new();
@@ -197,12 +200,13 @@ impl Engine {
                     .await?;
             }
         }
+        let compilation = cloud.compilation.clone();
         // Every worker's address is reserved before the first VM exists, so a network too
         // small for the workers fails here with the Director's error and leaves nothing behind.
         let workers = if plan.tasks.is_empty() {
             Vec::new()
         } else {
-            let compilation = cloud.compilation.clone().unwrap_or_default();
+            let compilation = compilation.clone().unwrap_or_default();
             let count = compilation
                 .workers
                 .unwrap_or(1)
@@ -216,6 +220,15 @@ impl Engine {
             let deployment = manifest.name.clone().unwrap_or_default();
             let networks = worker_networks(&deployment, cloud, &compilation, held, &identities)?;
             identities.into_iter().zip(networks).collect()
+        };
+        let calculated = calculated
+            .get(super::resources::compilation_resources(cloud.compilation.as_ref()).as_ref());
+        let workers = Workers {
+            slots: workers,
+            cloud_properties: compilation
+                .as_ref()
+                .map(|c| compilation_cloud_properties(cloud, c, calculated))
+                .unwrap_or_else(|| Value::Object(Default::default())),
         };
         let results = if dry_run {
             // What the records will be, but for the blob the compilation makes.
@@ -292,8 +305,9 @@ impl Engine {
         releases: &BTreeMap<String, Arc<Release>>,
         stemcell_cids: &BTreeMap<String, String>,
         manifest: &DeploymentManifest,
-        worker_slots: &[(WorkerIdentity, Value)],
+        workers_spec: &Workers,
     ) -> Result<Vec<CompiledPackage>, EngineError> {
+        let worker_slots = &workers_spec.slots;
         let compilation = cloud.compilation.clone().unwrap_or_default();
         // One slot per reserved worker address: a slot's VMs follow one another, so they
         // share its address.
@@ -340,6 +354,7 @@ impl Engine {
         // With reuse, one VM per worker slot, kept until the end of the stage.
         let slots: Arc<Mutex<Vec<Option<WorkerVm>>>> = Arc::new(Mutex::new(vec![None; workers]));
         let deployment = manifest.name.clone().unwrap_or_default();
+        let tags = manifest.tags.clone().unwrap_or_default();
         let dag: Vec<super::pool::DagTask> = plan
             .tasks
             .iter()
@@ -356,6 +371,7 @@ impl Engine {
             let (blob, sha1) = sources[i].clone();
             let compilation = compilation.clone();
             let deployment = deployment.clone();
+            let tags = tags.clone();
             let (identity, networks) = worker_slots
                 .get(slot)
                 .cloned()
@@ -393,23 +409,26 @@ impl Engine {
                                         .cloned()
                                         .unwrap_or_default(),
                                     stemcell: key.clone(),
-                                    cloud_properties: compilation_cloud_properties(
-                                        cloud,
-                                        &compilation,
-                                    ),
+                                    cloud_properties: workers_spec.cloud_properties.clone(),
                                     networks: networks.clone(),
                                     env: Value::Object(compilation.env.clone().unwrap_or_default()),
                                     disk_cids: vec![],
-                                    metadata: [
-                                        ("director", "kubosh".to_string()),
-                                        ("deployment", deployment.clone()),
-                                        ("compiling", t.package.name.clone()),
-                                    ]
-                                    .into_iter()
-                                    .map(|(k, v)| (k.to_string(), Value::String(v)))
-                                    .collect(),
+                                    metadata: worker_metadata(
+                                        &tags,
+                                        &deployment,
+                                        &identity,
+                                        &t.package.name,
+                                    ),
                                 };
-                                self.create_unowned_vm(&request).await?
+                                let (vm, intent) = self.create_unowned_vm(&request).await?;
+                                if let Err(e) = self
+                                    .send_vm_settings(&vm.agent_id, &request.display_name, &[])
+                                    .await
+                                {
+                                    self.delete_unowned_vm(&vm, intent).await?;
+                                    return Err(e);
+                                }
+                                (vm, intent)
                             }
                         };
                         let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
@@ -497,9 +516,12 @@ impl Engine {
     }
 }
 
+/// The workers' cloud properties: the AZ's, then the calculated `vm_resources` ones, then
+/// the VM type's and extensions' over them, then the compilation block's own.
 fn compilation_cloud_properties(
     cloud: &CloudConfig,
     compilation: &crate::manifest::Compilation,
+    calculated: Option<&serde_json::Map<String, Value>>,
 ) -> Value {
     let mut out = compilation
         .az
@@ -507,6 +529,9 @@ fn compilation_cloud_properties(
         .and_then(|az| cloud.azs.iter().find(|a| &a.name == az))
         .and_then(|a| a.cloud_properties.clone())
         .unwrap_or_default();
+    if let Some(calculated) = calculated {
+        super::desired_merge(&mut out, calculated);
+    }
     if let Some(t) = compilation
         .vm_type
         .as_ref()
@@ -514,11 +539,48 @@ fn compilation_cloud_properties(
     {
         super::desired_merge(&mut out, &t.cloud_properties.clone().unwrap_or_default());
     }
+    for name in &compilation.vm_extensions {
+        if let Some(e) = cloud.vm_extensions.iter().find(|e| &e.name == name) {
+            super::desired_merge(&mut out, &e.cloud_properties.clone().unwrap_or_default());
+        }
+    }
     super::desired_merge(
         &mut out,
         &compilation.cloud_properties.clone().unwrap_or_default(),
     );
     Value::Object(out)
+}
+
+/// A worker's VM metadata: the manifest's tags, then the director's keys as for an
+/// instance (the worker's group, index 0), and the package it compiles first.
+fn worker_metadata(
+    tags: &serde_json::Map<String, Value>,
+    deployment: &str,
+    worker: &WorkerIdentity,
+    package: &str,
+) -> serde_json::Map<String, Value> {
+    let mut out = tags.clone();
+    for (k, v) in [
+        ("director", "kubosh".to_string()),
+        ("deployment", deployment.to_string()),
+        ("id", worker.uuid.clone()),
+        ("job", worker.group.clone()),
+        ("index", "0".to_string()),
+        ("name", format!("{}/{}", worker.group, worker.uuid)),
+        ("compiling", package.to_string()),
+    ] {
+        out.insert(k.to_string(), Value::String(v));
+    }
+    out
+}
+
+/// The compilation workers of one deploy: one slot per reserved address, and their cloud
+/// properties.
+pub(crate) struct Workers {
+    /// Each slot's identity and network settings.
+    pub slots: Vec<(WorkerIdentity, Value)>,
+    /// Merged cloud properties.
+    pub cloud_properties: Value,
 }
 
 /// Who a compilation worker is, as the Director names it: a group `compilation-<uuid>` of
@@ -654,8 +716,7 @@ mod tests {
             .map(|h| held(&format!("10.0.0.{h}"), false))
             .collect();
         instances.push(held("10.0.0.50", true));
-        let err =
-            worker_networks("d", &cloud, &compilation, &instances, &workers(2)).unwrap_err();
+        let err = worker_networks("d", &cloud, &compilation, &instances, &workers(2)).unwrap_err();
         assert_eq!(
             err.to_string(),
             "Failed to reserve IP for 'compilation-1/w1 (0)' for manual network 'private': no more available"

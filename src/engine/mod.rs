@@ -13,6 +13,7 @@ pub mod network;
 pub mod pool;
 pub mod progress;
 pub mod recover;
+pub mod resources;
 pub mod templates;
 pub mod vm;
 
@@ -75,6 +76,9 @@ pub struct EngineConfig {
     /// How recent a heartbeat must be to stand in for `get_state` (the health monitor's
     /// agent timeout: 60 s).
     pub health_window: Duration,
+    /// The director's trusted CA certificates (PEM bundle; empty for none), sent to every
+    /// new VM's agent in `update_settings`.
+    pub trusted_certs: String,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +95,7 @@ impl Default for EngineConfig {
             recovery_wait: Duration::from_secs(60),
             health: None,
             health_window: Duration::from_secs(60),
+            trusted_certs: String::new(),
         }
     }
 }
