@@ -612,6 +612,19 @@ mod tests {
         let debug = format!("{c:?}");
         assert!(!debug.contains("hunter22"), "{debug}");
         assert!(!debug.contains("PRIVATE KEY"), "{debug}");
+        assert_eq!(c.trusted_certs, "", "no trusted certificates unless given");
+    }
+
+    #[test]
+    fn trusted_certs_are_read_as_one_pem_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = valid(dir.path());
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        v["trusted_certs"] = json!(pem);
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        assert_eq!(c.trusted_certs, pem);
+        v["trusted_certs"] = json!(["not", "a", "string"]);
+        assert!(error(&v, dir.path()).starts_with("trusted_certs: "));
     }
 
     #[test]
