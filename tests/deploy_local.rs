@@ -441,7 +441,9 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
         cloud_config: cloud_config(w.net, 4),
         ..w.request(m)
     };
-    w.try_deploy(&small(base("Hello"))).await.unwrap();
+    // The first deploy compiles: its workers need addresses of their own (.5 and .6), so
+    // it runs with the whole range; the instances take the lowest ones, .2 to .4.
+    w.try_deploy(&w.request(base("Hello"))).await.unwrap();
     let state = w.state().await;
 
     // The spare group goes and web grows by one: the spare's address is still held while
@@ -495,7 +497,8 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
         api_vm.agent_id
     );
     assert!(err.contains(&expected), "{err}\nexpected: {expected}");
-    assert_eq!(w.calls().len(), calls);
+    // The only cloud call asks whether the VM still exists (it does).
+    assert_eq!(w.calls()[calls..], ["has_vm"]);
     assert_eq!(w.state().await, state);
     local::set_agent_frozen(
         &w.cloud_state(),
@@ -676,4 +679,94 @@ async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
         "keep me"
     );
     assert_eq!(local::inventory(&w.cloud_state()).unwrap().vms.len(), 2);
+}
+
+/// New VMs get `update_settings`, calculated `vm_resources`, the group's env with their
+/// NATS certificate, and tagged metadata; a VM deleted behind the director's back is made
+/// again by the next deploy, its disk data kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_vms_are_set_up_as_the_director_does_and_lost_vms_come_back() {
+    let mut w = World::new(4, Duration::from_secs(5)).await;
+    let certs = "-----BEGIN CERTIFICATE-----\nTEST\n-----END CERTIFICATE-----\n";
+    w.engine.config.trusted_certs = certs.into();
+    let mut m = manifest(w.net, w.port, "Hello", 64, false);
+    m["tags"] = json!({"team": "blue"});
+    let web = &mut m["instance_groups"][0];
+    web.as_object_mut().unwrap().remove("vm_type");
+    web["vm_resources"] = json!({"cpu": 1, "ram": 256, "ephemeral_disk_size": 1024});
+    web["env"] = json!({"bosh": {"password": "$6$hash", "remove_dev_tools": true}});
+    w.deploy(m.clone()).await;
+
+    let state = w.state().await;
+    let web0 = state
+        .instances
+        .values()
+        .find(|i| i.group == "web" && i.index == 0)
+        .unwrap()
+        .clone();
+    let cid = web0.vm.as_ref().unwrap().cid.clone();
+    let vm_dir = w.cloud_state().join("vms").join(&cid);
+    let read = |p: PathBuf| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p:?}: {e}")))
+            .unwrap()
+    };
+    // What the agent persisted of update_settings.
+    let update = read(w.vm_root(&cid).join("bosh").join("update_settings.json"));
+    assert_eq!(
+        update,
+        json!({"trusted_certs": certs, "disk_associations": []})
+    );
+    // The local CPI's answer to calculate_vm_cloud_properties, as the VM's properties.
+    let meta = read(vm_dir.join("meta.json"));
+    assert_eq!(
+        meta["cloud_properties"],
+        json!({"cpu": 1, "ram": 256, "ephemeral_disk_size": 1024})
+    );
+    // The group's env verbatim, the NATS certificate merged under bosh.mbus.
+    let settings = read(vm_dir.join("settings.json"));
+    assert_eq!(settings["env"]["bosh"]["password"], "$6$hash");
+    assert_eq!(settings["env"]["bosh"]["remove_dev_tools"], true);
+    assert!(
+        settings["env"]["bosh"]["mbus"]["cert"]["certificate"]
+            .as_str()
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+    let inventory = local::inventory(&w.cloud_state()).unwrap();
+    let entry = inventory.vms.iter().find(|v| v.cid == cid).unwrap();
+    assert_eq!(entry.metadata["team"], "blue");
+    assert_eq!(entry.metadata["director"], "kubosh");
+    assert_eq!(entry.metadata["name"], format!("web/{}", web0.uuid));
+    assert!(entry.metadata.contains_key("created_at"));
+
+    // The VM goes behind the director's back: the next deploy makes a new one.
+    std::fs::write(w.vm_root(&cid).join("store").join("marker"), "keep me").unwrap();
+    w.engine
+        .cloud
+        .delete_vm(&kubosh::cpi::VmCid(cid.clone()))
+        .await
+        .unwrap();
+    let report = w.deploy(m.clone()).await;
+    assert_eq!(report.updated, vec![web0.display_name()], "{report:?}");
+    let after = w.state().await;
+    let again = &after.instances[&web0.uuid];
+    let new_cid = again.vm.as_ref().unwrap().cid.clone();
+    assert_ne!(new_cid, cid);
+    assert_eq!(again.disks, web0.disks);
+    assert_eq!(again.ips, web0.ips);
+    assert_eq!(
+        std::fs::read_to_string(w.vm_root(&new_cid).join("store").join("marker")).unwrap(),
+        "keep me"
+    );
+    assert!(
+        w.events.lines().iter().any(|l| l
+            .to_json()
+            .contains(&format!("with cloud ID '{cid}' missing."))),
+        "the warning names the lost VM"
+    );
+    assert!(
+        http_get(&ip_of(&after, "web", 0), w.port)
+            .unwrap()
+            .starts_with("Hello")
+    );
 }

@@ -800,6 +800,8 @@ async fn every_deployment_shares_one_dns_dataset_and_every_agent_receives_it() {
     let registry = Arc::new(MemoryDnsRegistry::default());
     let mut first = sim.engine.clone();
     first.config.dns_registry = Some(registry.clone());
+    // The deployments share the compilation network too.
+    first.config.ip_registry = Some(Arc::new(MemoryIpRegistry::default()));
     sim.deploy_with(&first, &sim.request(manifest())).await;
     let first_version = sim.state().meta.dns_version;
 
@@ -1068,4 +1070,202 @@ async fn an_interrupted_deploy_is_finished_by_the_next_one_without_leaks() {
             "interrupted at only {interrupted_at:?}"
         );
     }
+}
+
+/// The IPv4 addresses of a VM's networks.
+fn vm_ips(networks: &serde_json::Map<String, Value>) -> Vec<String> {
+    networks
+        .values()
+        .filter_map(|n| n.get("ip")?.as_str().map(String::from))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn compilation_workers_reserve_addresses_apart_from_every_instance() {
+    let sim = Sim::new();
+    // Compiling takes a while, so the workers can be seen while they exist.
+    sim.agents
+        .set_latency("compile_package", Duration::from_secs(30));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let request = sim.request(manifest());
+    let deploy = async {
+        let report = sim.deploy_with(&sim.engine, &request).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        report
+    };
+    let watch = async {
+        let mut seen: BTreeMap<String, (Value, Vec<String>)> = BTreeMap::new();
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            for vm in sim.cloud.inventory().vms {
+                if vm.metadata.contains_key("compiling") {
+                    seen.insert(
+                        vm.cid.clone(),
+                        (Value::Object(vm.networks.clone()), vm_ips(&vm.networks)),
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        seen
+    };
+    let (report, workers) = tokio::join!(deploy, watch);
+    assert_eq!(report.compiled, 2);
+    assert!(!workers.is_empty(), "no compilation VM was seen");
+    let instance_ips: BTreeSet<String> = sim
+        .state()
+        .instances
+        .values()
+        .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
+        .collect();
+    for (cid, (networks, ips)) in &workers {
+        // A manual reservation in the compilation AZ's subnet, with the subnet's settings.
+        let settings = &networks["default"];
+        assert_eq!(settings["type"], "manual", "{cid}: {networks}");
+        assert_eq!(settings["netmask"], "255.255.255.0");
+        assert_eq!(settings["gateway"], "10.0.1.1");
+        assert_eq!(settings["cloud_properties"], json!({"subnet": "s1"}));
+        assert_eq!(ips.len(), 1);
+        let ip = &ips[0];
+        let host: u8 = ip.strip_prefix("10.0.1.").unwrap().parse().unwrap();
+        assert!(
+            (10..=254).contains(&host) && !(50..=60).contains(&host),
+            "{ip}: outside the reserved and static ranges"
+        );
+        assert!(!instance_ips.contains(ip), "{ip} is an instance's address");
+    }
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web0 = sim.group("web").remove(0);
+    let disk = kubosh::cpi::DiskCid(web0.disks[0].cid.clone());
+    sim.cloud
+        .write_disk_file(&disk, "marker", "keep me")
+        .unwrap();
+    let old_vm = Sim::vm_cid(&web0);
+    kubosh::cpi::Cloud::delete_vm(sim.cloud.as_ref(), &VmCid(old_vm.clone()))
+        .await
+        .unwrap();
+
+    let report = sim.deploy(manifest()).await;
+    assert_eq!(report.updated, vec![web0.display_name()], "{report:?}");
+    let after = sim.group("web").remove(0);
+    assert_ne!(Sim::vm_cid(&after), old_vm, "a new VM");
+    assert_eq!(after.disks, web0.disks, "the same disk");
+    assert_eq!(after.ips, web0.ips, "the same address");
+    assert!(after.update_completed);
+    assert_eq!(
+        sim.cloud
+            .disk_files(&disk)
+            .unwrap()
+            .get("marker")
+            .map(String::as_str),
+        Some("keep me")
+    );
+    let warning = format!(
+        "VM for '{}' with cloud ID '{old_vm}' missing.",
+        web0.display_name()
+    );
+    assert!(sim.event_text().contains(&warning), "{}", sim.event_text());
+    sim.assert_no_leak();
+
+    // An agent that does not answer on a VM the cloud still has: BOSH's timeout, as before.
+    let web1 = sim.group("web").remove(1);
+    sim.cloud
+        .set_agent_unresponsive(&VmCid(Sim::vm_cid(&web1)), true)
+        .unwrap();
+    let mut changed = manifest();
+    group_mut(&mut changed, "web")["jobs"][0]["properties"]["hello"]["greeting"] = json!("Hey");
+    let err = sim.engine.deploy(&sim.request(changed)).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Timed out sending 'get_state' to instance: 'web/"),
+        "{err}"
+    );
+    assert_eq!(sim.group("web")[1].vm, web1.vm, "nothing changed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
+    let mut sim = Sim::new();
+    sim.engine.config.trusted_certs = "-----BEGIN CERTIFICATE-----\nCA\n".into();
+    sim.engine.config.agent_env = Some(Arc::new(|agent_id: &str| {
+        kubosh::engine::vm::mbus_cert_env("nats-ca", &format!("cert-{agent_id}"), "key")
+    }));
+    let mut m = manifest();
+    m["tags"] = json!({"team": "blue", "director": "not-this"});
+    let env = json!({"bosh": {
+        "password": "$6$hash", "keep_root_password": true, "remove_dev_tools": true,
+        "authorized_keys": ["ssh-ed25519 AAAA"],
+        "mbus": {"urls": ["nats://elsewhere:4222"]},
+    }});
+    {
+        let worker = group_mut(&mut m, "worker");
+        worker.as_object_mut().unwrap().remove("vm_type");
+        worker["vm_resources"] = json!({"cpu": 2, "ram": 1024, "ephemeral_disk_size": 4096});
+        worker["vm_extensions"] = json!([]);
+        worker["env"] = env.clone();
+        worker["persistent_disks"] = json!([{"name": "data", "type": "small"}]);
+    }
+    sim.deploy(m.clone()).await;
+
+    let worker = sim.group("worker");
+    // One calculate_vm_cloud_properties call for the one distinct vm_resources.
+    assert_eq!(sim.cloud.count("calculate_vm_cloud_properties"), 1);
+    for w in &worker {
+        let vm = sim.cloud.vm(&VmCid(Sim::vm_cid(w))).unwrap();
+        let zone = if w.az.as_deref() == Some("z1") {
+            "a"
+        } else {
+            "b"
+        };
+        assert_eq!(
+            Value::Object(vm.cloud_properties.clone()),
+            json!({"zone": zone, "cpu": 2, "ram": 1024, "ephemeral_disk_size": 4096}),
+            "the AZ's, then the calculated ones"
+        );
+        // The group's env verbatim, the agent's NATS certificate merged under bosh.mbus.
+        let mut expected = env.clone();
+        expected["bosh"]["mbus"]["cert"] = json!({
+            "ca": "nats-ca", "certificate": format!("cert-{}", Sim::agent_id(w)),
+            "private_key": "key",
+        });
+        assert_eq!(Value::Object(vm.env.clone()), expected);
+        // Tags under the director's own keys.
+        assert_eq!(vm.metadata["team"], "blue");
+        assert_eq!(vm.metadata["director"], "kubosh");
+        assert_eq!(vm.metadata["deployment"], "sim");
+        assert_eq!(vm.metadata["id"], w.uuid.as_str());
+        assert_eq!(vm.metadata["index"], w.index.to_string());
+        assert_eq!(vm.metadata["name"], format!("worker/{}", w.uuid));
+        let created = vm.metadata["created_at"].as_str().unwrap();
+        assert_eq!(created.len(), 20, "{created}");
+        assert!(created.ends_with('Z'), "{created}");
+        // update_settings came before the first apply, with the trusted certificates.
+        let agent = sim.agents.agent(&Sim::agent_id(w)).unwrap();
+        assert_eq!(
+            agent.settings,
+            Some(
+                json!({"trusted_certs": "-----BEGIN CERTIFICATE-----\nCA\n", "disk_associations": []})
+            )
+        );
+    }
+
+    // A recreated worker gets its named disk back and associated by name.
+    let mut request = sim.request(m.clone());
+    request.requests.recreate = true;
+    sim.deploy_with(&sim.engine, &request).await;
+    for w in sim.group("worker") {
+        let agent = sim.agents.agent(&Sim::agent_id(&w)).unwrap();
+        assert_eq!(
+            agent.settings.unwrap()["disk_associations"],
+            json!([{"name": "data", "cid": w.disks[0].cid}])
+        );
+    }
+    // One more call for the second deploy.
+    assert_eq!(sim.cloud.count("calculate_vm_cloud_properties"), 2);
+    sim.assert_no_leak();
 }

@@ -166,6 +166,8 @@ pub struct DirectorConfig {
     pub engine: EngineSettings,
     /// Heartbeats for deploys, if wanted.
     pub health: Option<HealthSettings>,
+    /// `trusted_certs`: CA certificates (PEM) every new VM's agent is told to trust.
+    pub trusted_certs: String,
 }
 
 impl DirectorConfig {
@@ -197,7 +199,15 @@ impl DirectorConfig {
 
     fn from_value(value: &Value, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
         let top = Section::root(value)?;
-        top.allow(&["state_dir", "cpi", "nats", "blobstore", "engine", "health"])?;
+        top.allow(&[
+            "state_dir",
+            "cpi",
+            "nats",
+            "blobstore",
+            "engine",
+            "health",
+            "trusted_certs",
+        ])?;
         let state_dir = base_dir.join(top.required_string("state_dir")?);
         let cpi = cpi_settings(&top.section("cpi")?, base_dir)?;
         let nats = nats_settings(&top.section("nats")?, base_dir)?;
@@ -210,6 +220,7 @@ impl DirectorConfig {
             Some(s) => Some(health_settings(&s)?),
             None => None,
         };
+        let trusted_certs = top.optional_string("trusted_certs")?.unwrap_or_default();
         Ok(DirectorConfig {
             base_dir: base_dir.to_path_buf(),
             state_dir,
@@ -218,6 +229,7 @@ impl DirectorConfig {
             blobstore_dir,
             engine,
             health,
+            trusted_certs,
         })
     }
 
@@ -308,6 +320,7 @@ impl DirectorConfig {
                 agent_wait_timeout: self.engine.agent_wait_timeout,
                 recovery_wait: self.engine.recovery_wait,
                 parallel_azs: parallel_azs || self.engine.parallel_azs,
+                trusted_certs: self.trusted_certs.clone(),
                 agent_env: Some(agent_env(
                     self.nats.ca.clone(),
                     self.nats.ca_certificate.clone(),
@@ -726,6 +739,19 @@ mod tests {
         let debug = format!("{c:?}");
         assert!(!debug.contains("hunter22"), "{debug}");
         assert!(!debug.contains("PRIVATE KEY"), "{debug}");
+        assert_eq!(c.trusted_certs, "", "no trusted certificates unless given");
+    }
+
+    #[test]
+    fn trusted_certs_are_read_as_one_pem_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = valid(dir.path());
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        v["trusted_certs"] = json!(pem);
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        assert_eq!(c.trusted_certs, pem);
+        v["trusted_certs"] = json!(["not", "a", "string"]);
+        assert!(error(&v, dir.path()).starts_with("trusted_certs: "));
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::plan::compile::{
     StemcellJobs,
 };
 use crate::plan::desired::{GroupSpec, StemcellInfo};
+use crate::plan::ip::{self, IpRequest, Reservation};
 use crate::release::Release;
 use crate::state::{DeploymentState, PackageVersion, Write};
 
@@ -92,6 +93,13 @@ pub(crate) struct CompileInputs<'a> {
     pub releases: &'a BTreeMap<String, Arc<Release>>,
     /// Stemcell CIDs by `name/version`.
     pub stemcell_cids: &'a BTreeMap<String, String>,
+    /// Every address instances hold during this deploy (kept, new and about to be
+    /// released): compilation workers take none of them.
+    pub held: &'a [Reservation],
+    /// What other deployments hold: workers take none of it either.
+    pub elsewhere: &'a [Reservation],
+    /// Cloud properties of `vm_resources`, the workers' included.
+    pub calculated: &'a super::resources::CalculatedProperties,
     /// Plan only: compile nothing, store nothing.
     pub dry_run: bool,
 }
@@ -124,6 +132,9 @@ impl Engine {
             groups,
             releases,
             stemcell_cids,
+            held,
+            elsewhere,
+            calculated,
             dry_run,
         } = inputs;
         let mut by_stemcell: BTreeMap<String, StemcellJobs> = BTreeMap::new();
@@ -192,13 +203,48 @@ impl Engine {
                     .await?;
             }
         }
+        let compilation = cloud.compilation.clone();
+        // Every worker's address is reserved before the first VM exists, so a network too
+        // small for the workers fails here with the Director's error and leaves nothing behind.
+        let workers = if plan.tasks.is_empty() {
+            Vec::new()
+        } else {
+            let compilation = compilation.clone().unwrap_or_default();
+            let count = compilation
+                .workers
+                .unwrap_or(1)
+                .clamp(1, u64::try_from(plan.tasks.len()).unwrap_or(u64::MAX));
+            let identities = (0..count)
+                .map(|_| WorkerIdentity {
+                    group: format!("compilation-{}", crate::ids::uuid_v4()),
+                    uuid: crate::ids::uuid_v4(),
+                })
+                .collect::<Vec<_>>();
+            let deployment = manifest.name.clone().unwrap_or_default();
+            let taken: Vec<Reservation> = held.iter().chain(elsewhere).cloned().collect();
+            let networks = worker_networks(&deployment, cloud, &compilation, &taken, &identities)?;
+            if !dry_run {
+                self.claim_worker_ips(&deployment, held, &identities, &networks)
+                    .await?;
+            }
+            identities.into_iter().zip(networks).collect()
+        };
+        let calculated = calculated
+            .get(super::resources::compilation_resources(cloud.compilation.as_ref()).as_ref());
+        let workers = Workers {
+            slots: workers,
+            cloud_properties: compilation
+                .as_ref()
+                .map(|c| compilation_cloud_properties(cloud, c, calculated))
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        };
         let results = if dry_run {
             // What the records will be, but for the blob the compilation makes.
             plan.tasks.iter().map(|t| t.record("", "")).collect()
         } else if plan.tasks.is_empty() {
             Vec::new()
         } else {
-            self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest)
+            self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest, &workers)
                 .await?
         };
         out.compiled = if dry_run { 0 } else { results.len() };
@@ -267,9 +313,13 @@ impl Engine {
         releases: &BTreeMap<String, Arc<Release>>,
         stemcell_cids: &BTreeMap<String, String>,
         manifest: &DeploymentManifest,
+        workers_spec: &Workers,
     ) -> Result<Vec<CompiledPackage>, EngineError> {
+        let worker_slots = &workers_spec.slots;
         let compilation = cloud.compilation.clone().unwrap_or_default();
-        let workers = usize::try_from(compilation.workers.unwrap_or(1).max(1)).unwrap_or(1);
+        // One slot per reserved worker address: a slot's VMs follow one another, so they
+        // share its address.
+        let workers = worker_slots.len().max(1);
         let reuse = compilation.reuse_compilation_vms.unwrap_or(false);
         let preparing = StageRun::new(
             self.events.clone(),
@@ -312,6 +362,7 @@ impl Engine {
         // With reuse, one VM per worker slot, kept until the end of the stage.
         let slots: Arc<Mutex<Vec<Option<WorkerVm>>>> = Arc::new(Mutex::new(vec![None; workers]));
         let deployment = manifest.name.clone().unwrap_or_default();
+        let tags = manifest.tags.clone().unwrap_or_default();
         let dag: Vec<super::pool::DagTask> = plan
             .tasks
             .iter()
@@ -328,6 +379,11 @@ impl Engine {
             let (blob, sha1) = sources[i].clone();
             let compilation = compilation.clone();
             let deployment = deployment.clone();
+            let tags = tags.clone();
+            let (identity, networks) = worker_slots
+                .get(slot)
+                .cloned()
+                .unwrap_or_else(|| (WorkerIdentity::default(), Value::Object(Default::default())));
             async move {
                 let name = format!("{}/{}", t.package.name, t.package.version);
                 stage
@@ -352,29 +408,35 @@ impl Engine {
                             None => {
                                 let request = VmRequest {
                                     instance: None,
-                                    display_name: format!("compilation-{}", crate::ids::uuid_v4()),
+                                    display_name: format!(
+                                        "{}/{} (0)",
+                                        identity.group, identity.uuid
+                                    ),
                                     stemcell_cid: stemcell_cids
                                         .get(&key)
                                         .cloned()
                                         .unwrap_or_default(),
                                     stemcell: key.clone(),
-                                    cloud_properties: compilation_cloud_properties(
-                                        cloud,
-                                        &compilation,
-                                    ),
-                                    networks: self.compilation_networks(cloud, &compilation),
+                                    cloud_properties: workers_spec.cloud_properties.clone(),
+                                    networks: networks.clone(),
                                     env: Value::Object(compilation.env.clone().unwrap_or_default()),
                                     disk_cids: vec![],
-                                    metadata: [
-                                        ("director", "kubosh".to_string()),
-                                        ("deployment", deployment.clone()),
-                                        ("compiling", t.package.name.clone()),
-                                    ]
-                                    .into_iter()
-                                    .map(|(k, v)| (k.to_string(), Value::String(v)))
-                                    .collect(),
+                                    metadata: worker_metadata(
+                                        &tags,
+                                        &deployment,
+                                        &identity,
+                                        &t.package.name,
+                                    ),
                                 };
-                                self.create_unowned_vm(&request).await?
+                                let (vm, intent) = self.create_unowned_vm(&request).await?;
+                                if let Err(e) = self
+                                    .send_vm_settings(&vm.agent_id, &request.display_name, &[])
+                                    .await
+                                {
+                                    self.delete_unowned_vm(&vm, intent).await?;
+                                    return Err(e);
+                                }
+                                (vm, intent)
                             }
                         };
                         let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
@@ -460,39 +522,14 @@ impl Engine {
             .map_err(|e| EngineError::Agent(e.to_string()))?;
         Ok(t.record(&result.result.blobstore_id, &result.result.sha1))
     }
-
-    /// A compilation VM's network settings: a dynamic-looking manual address is not
-    /// reserved here; the compilation network's settings without an IP.
-    fn compilation_networks(
-        &self,
-        cloud: &CloudConfig,
-        compilation: &crate::manifest::Compilation,
-    ) -> Value {
-        let name = compilation.network.clone().unwrap_or_default();
-        let kind = cloud
-            .networks
-            .iter()
-            .find(|n| n.name == name)
-            .map(|n| n.network_type());
-        let mut settings = serde_json::Map::new();
-        settings.insert(
-            "type".into(),
-            Value::String(match kind {
-                Some(crate::manifest::NetworkType::Vip) => "vip".into(),
-                _ => "dynamic".into(),
-            }),
-        );
-        settings.insert("default".into(), serde_json::json!(["dns", "gateway"]));
-        settings.insert("cloud_properties".into(), serde_json::json!({}));
-        let mut out = serde_json::Map::new();
-        out.insert(name, Value::Object(settings));
-        Value::Object(out)
-    }
 }
 
+/// The workers' cloud properties: the AZ's, then the calculated `vm_resources` ones, then
+/// the VM type's and extensions' over them, then the compilation block's own.
 fn compilation_cloud_properties(
     cloud: &CloudConfig,
     compilation: &crate::manifest::Compilation,
+    calculated: Option<&serde_json::Map<String, Value>>,
 ) -> Value {
     let mut out = compilation
         .az
@@ -500,6 +537,9 @@ fn compilation_cloud_properties(
         .and_then(|az| cloud.azs.iter().find(|a| &a.name == az))
         .and_then(|a| a.cloud_properties.clone())
         .unwrap_or_default();
+    if let Some(calculated) = calculated {
+        super::desired_merge(&mut out, calculated);
+    }
     if let Some(t) = compilation
         .vm_type
         .as_ref()
@@ -507,9 +547,242 @@ fn compilation_cloud_properties(
     {
         super::desired_merge(&mut out, &t.cloud_properties.clone().unwrap_or_default());
     }
+    for name in &compilation.vm_extensions {
+        if let Some(e) = cloud.vm_extensions.iter().find(|e| &e.name == name) {
+            super::desired_merge(&mut out, &e.cloud_properties.clone().unwrap_or_default());
+        }
+    }
     super::desired_merge(
         &mut out,
         &compilation.cloud_properties.clone().unwrap_or_default(),
     );
     Value::Object(out)
+}
+
+/// A worker's VM metadata: the manifest's tags, then the director's keys as for an
+/// instance (the worker's group, index 0), and the package it compiles first.
+fn worker_metadata(
+    tags: &serde_json::Map<String, Value>,
+    deployment: &str,
+    worker: &WorkerIdentity,
+    package: &str,
+) -> serde_json::Map<String, Value> {
+    let mut out = tags.clone();
+    for (k, v) in [
+        ("director", "kubosh".to_string()),
+        ("deployment", deployment.to_string()),
+        ("id", worker.uuid.clone()),
+        ("job", worker.group.clone()),
+        ("index", "0".to_string()),
+        ("name", format!("{}/{}", worker.group, worker.uuid)),
+        ("compiling", package.to_string()),
+    ] {
+        out.insert(k.to_string(), Value::String(v));
+    }
+    out
+}
+
+/// The compilation workers of one deploy: one slot per reserved address, and their cloud
+/// properties.
+pub(crate) struct Workers {
+    /// Each slot's identity and network settings.
+    pub slots: Vec<(WorkerIdentity, Value)>,
+    /// Merged cloud properties.
+    pub cloud_properties: Value,
+}
+
+/// Who a compilation worker is, as the Director names it: a group `compilation-<uuid>` of
+/// one instance (index 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct WorkerIdentity {
+    /// `compilation-<uuid>`.
+    pub group: String,
+    /// The worker instance's uuid.
+    pub uuid: String,
+}
+
+impl Engine {
+    /// Claims the workers' addresses in the IP registry, with the deployment's own (which
+    /// it keeps while the deploy runs); they go back when the deploy ends.
+    async fn claim_worker_ips(
+        &self,
+        deployment: &str,
+        held: &[Reservation],
+        workers: &[WorkerIdentity],
+        networks: &[Value],
+    ) -> Result<(), EngineError> {
+        let Some(registry) = &self.config.ip_registry else {
+            return Ok(());
+        };
+        let mut claim = held.to_vec();
+        for (worker, settings) in workers.iter().zip(networks) {
+            for (network, s) in settings.as_object().into_iter().flatten() {
+                let Some(ip) = s.get("ip").and_then(Value::as_str) else {
+                    continue;
+                };
+                let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+                    continue;
+                };
+                claim.push(Reservation {
+                    ip,
+                    prefix: if ip.is_ipv4() { 32 } else { 128 },
+                    network: network.clone(),
+                    group: worker.group.clone(),
+                    instance_id: worker.uuid.clone(),
+                    deployment: deployment.to_string(),
+                    is_static: false,
+                });
+            }
+        }
+        match registry.claim(deployment, claim).await?.first() {
+            Some(other) => Err(super::network::taken_elsewhere(other)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The network settings of each compilation worker (§4.9, §4.12): on a manual network a
+/// dynamic reservation from the same allocator instances use, avoiding every address in
+/// `held` (and each other's); a dynamic network's settings as the allocator gives them
+/// (the IaaS picks the address); on a vip network the bare `type: vip` settings.
+/// Exhaustion is the Director's "Failed to reserve IP for ..." error.
+pub(crate) fn worker_networks(
+    deployment: &str,
+    cloud: &CloudConfig,
+    compilation: &crate::manifest::Compilation,
+    held: &[Reservation],
+    workers: &[WorkerIdentity],
+) -> Result<Vec<Value>, EngineError> {
+    let name = compilation.network.clone().unwrap_or_default();
+    let kind = cloud
+        .networks
+        .iter()
+        .find(|n| n.name == name)
+        .map(|n| n.network_type());
+    let one = |settings: Value| {
+        let mut out = serde_json::Map::new();
+        out.insert(name.clone(), settings);
+        Value::Object(out)
+    };
+    if kind == Some(crate::manifest::NetworkType::Vip) {
+        let settings = serde_json::json!({
+            "type": "vip", "default": ["dns", "gateway"], "cloud_properties": {},
+        });
+        return Ok(workers.iter().map(|_| one(settings.clone())).collect());
+    }
+    let requests: Vec<IpRequest> = workers
+        .iter()
+        .map(|w| IpRequest {
+            group: w.group.clone(),
+            index: 0,
+            instance_id: w.uuid.clone(),
+            az: compilation.az.clone(),
+            network: name.clone(),
+            static_ip: None,
+            // A worker's only network is its default for everything that needs one.
+            default_for: vec!["dns".into(), "gateway".into()],
+            nic_group: None,
+        })
+        .collect();
+    let allocation = ip::allocate(deployment, cloud, &requests, &[], held)
+        .map_err(|e| EngineError::Plan(e.iter().map(ToString::to_string).collect()))?;
+    Ok(allocation
+        .assigned
+        .iter()
+        .map(|a| one(a.settings.to_json()))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cloud(reserved: &str) -> CloudConfig {
+        serde_json::from_value(json!({
+            "azs": [{"name": "z1"}],
+            "networks": [
+                {"name": "private", "type": "manual", "subnets": [{
+                    "range": "10.0.0.0/24", "gateway": "10.0.0.1", "az": "z1",
+                    "dns": ["8.8.8.8"], "reserved": [reserved], "static": ["10.0.0.50"],
+                    "cloud_properties": {"subnet": "a"},
+                }]},
+                {"name": "dyn", "type": "dynamic", "subnets": [{"az": "z1",
+                    "cloud_properties": {"net": "d"}}]},
+            ],
+            "compilation": {"workers": 2, "network": "private", "az": "z1"},
+        }))
+        .unwrap()
+    }
+
+    fn held(ip: &str, is_static: bool) -> Reservation {
+        Reservation {
+            ip: ip.parse().unwrap(),
+            prefix: 32,
+            network: "private".into(),
+            group: "web".into(),
+            instance_id: format!("uuid-{ip}"),
+            deployment: "d".into(),
+            is_static,
+        }
+    }
+
+    fn workers(n: usize) -> Vec<WorkerIdentity> {
+        (0..n)
+            .map(|i| WorkerIdentity {
+                group: format!("compilation-{i}"),
+                uuid: format!("w{i}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn workers_get_distinct_free_addresses_of_the_compilation_subnet() {
+        let cloud = cloud("10.0.0.2 - 10.0.0.9");
+        let compilation = cloud.compilation.clone().unwrap();
+        let instances = [held("10.0.0.10", false), held("10.0.0.12", false)];
+        let nets = worker_networks("d", &cloud, &compilation, &instances, &workers(2)).unwrap();
+        let ips: Vec<&str> = nets
+            .iter()
+            .map(|n| n["private"]["ip"].as_str().unwrap())
+            .collect();
+        assert_eq!(ips, ["10.0.0.11", "10.0.0.13"]);
+        // The Director's manual settings, in its key order.
+        assert_eq!(
+            serde_json::to_string(&nets[0]["private"]).unwrap(),
+            r#"{"type":"manual","ip":"10.0.0.11","prefix":"32","netmask":"255.255.255.0","cloud_properties":{"subnet":"a"},"default":["dns","gateway"],"dns":["8.8.8.8"],"gateway":"10.0.0.1"}"#
+        );
+    }
+
+    #[test]
+    fn too_few_addresses_fail_with_the_directors_error() {
+        // .2-.48 reserved, .50 static: .49 and .51-.254 are free; hold all but .49.
+        let cloud = cloud("10.0.0.2 - 10.0.0.48");
+        let mut compilation = cloud.compilation.clone().unwrap();
+        compilation.workers = Some(2);
+        let mut instances: Vec<Reservation> = (51..=254)
+            .map(|h| held(&format!("10.0.0.{h}"), false))
+            .collect();
+        instances.push(held("10.0.0.50", true));
+        let err = worker_networks("d", &cloud, &compilation, &instances, &workers(2)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Failed to reserve IP for 'compilation-1/w1 (0)' for manual network 'private': no more available"
+        );
+        let one = worker_networks("d", &cloud, &compilation, &instances, &workers(1)).unwrap();
+        assert_eq!(one[0]["private"]["ip"], "10.0.0.49");
+    }
+
+    #[test]
+    fn a_dynamic_compilation_network_stays_dynamic() {
+        let cloud = cloud("10.0.0.2 - 10.0.0.9");
+        let mut compilation = cloud.compilation.clone().unwrap();
+        compilation.network = Some("dyn".into());
+        let nets = worker_networks("d", &cloud, &compilation, &[], &workers(2)).unwrap();
+        for n in &nets {
+            assert_eq!(n["dyn"]["type"], "dynamic");
+            assert_eq!(n["dyn"]["cloud_properties"], json!({"net": "d"}));
+            assert!(n["dyn"].get("ip").is_none());
+        }
+    }
 }

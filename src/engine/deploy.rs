@@ -214,8 +214,10 @@ impl Engine {
             });
         }
         let preparing = StageRun::new(self.events.clone(), "Preparing deployment", vec![], 2);
-        let observed = preparing
+        let (observed, vanished) = preparing
             .task("Preparing deployment", self.observe(&state))
+            .await?;
+        self.forget_vanished_vms(&mut state, &vanished, dry_run)
             .await?;
         if settled
             && !dry_run
@@ -233,8 +235,15 @@ impl Engine {
         let infos: Vec<StemcellInfo> = req.stemcells.iter().map(|s| s.info.clone()).collect();
         let groups = desired::groups(&manifest, &cloud, &infos)
             .map_err(|e| EngineError::Plan(e.iter().map(ToString::to_string).collect()))?;
+        // vm_resources become cloud properties before anything is made or compared.
+        let calculated = self
+            .calculate_vm_resources(groups.iter().filter_map(|g| g.vm_resources).chain(
+                super::resources::compilation_resources(cloud.compilation.as_ref()),
+            ))
+            .await?;
         let (mut planned, obsolete) = place_all(&cloud, &groups, &state, &observed)?;
-        self.assign_networks(&manifest, &cloud, &groups, &mut planned, &state, dry_run)
+        let elsewhere = self
+            .assign_networks(&manifest, &cloud, &groups, &mut planned, &state, dry_run)
             .await?;
 
         let releases = releases_by_name(&req.releases);
@@ -267,6 +276,11 @@ impl Engine {
             self.upload_stemcells(req, &groups, &planned, &mut state)
                 .await?
         };
+        let held = super::network::held_during_deploy(
+            manifest.name.as_deref().unwrap_or_default(),
+            &state,
+            &planned,
+        )?;
         let packages = self
             .compile(
                 super::compile::CompileInputs {
@@ -275,6 +289,9 @@ impl Engine {
                     groups: &groups,
                     releases: &releases,
                     stemcell_cids: &stemcells,
+                    held: &held,
+                    elsewhere: &elsewhere,
+                    calculated: &calculated,
                     dry_run,
                 },
                 &mut state,
@@ -283,7 +300,16 @@ impl Engine {
 
         for p in planned.iter_mut() {
             let group = &groups[p.group];
-            p.desired = desired_spec(&manifest, &cloud, group, p, &packages, &self.config);
+            let calculated = calculated.get(group.vm_resources.as_ref());
+            p.desired = desired_spec(
+                &manifest,
+                &cloud,
+                group,
+                p,
+                &packages,
+                calculated,
+                &self.config,
+            );
             let mut requests = req.requests;
             let mut in_scope = true;
             if let Some((action, scope)) = &req.action {
@@ -352,46 +378,96 @@ impl Engine {
         Ok(report)
     }
 
-    /// Step 3: `get_state` of every VM (bounded concurrency). Any agent that does not answer
-    /// fails the deploy with BOSH's timeout text, before anything changed.
+    /// Step 3: `get_state` of every VM (bounded concurrency). An agent that does not answer
+    /// fails the deploy with BOSH's timeout text, before anything changed, unless the cloud
+    /// says its VM is gone (cck's `missing_vm`): such instances are listed second, to be
+    /// given a new VM.
     async fn observe(
         &self,
         state: &DeploymentState,
-    ) -> Result<BTreeMap<String, Observed>, EngineError> {
+    ) -> Result<(BTreeMap<String, Observed>, Vec<String>), EngineError> {
         let asks = state.instances.values().map(|i| async move {
             let observed = match &i.vm {
                 None => Ok(Observed::NoVm),
-                Some(vm) => self
-                    .agent(&vm.agent_id, &i.name())
-                    .get_state(false)
-                    .await
-                    .map(|s| Observed::Answered {
+                Some(vm) => match self.agent(&vm.agent_id, &i.name()).get_state(false).await {
+                    Ok(s) => Ok(Observed::Answered {
                         job_state: String::from(s.job_state),
-                    })
-                    .map_err(|e| e.to_string()),
+                    }),
+                    Err(e) if e.is_timeout() && self.vm_is_gone(&vm.cid).await => {
+                        Ok(Observed::NoVm)
+                    }
+                    Err(e) => Err(e.to_string()),
+                },
             };
-            (i.uuid.clone(), observed)
+            let vanished = i.vm.is_some() && matches!(observed, Ok(Observed::NoVm));
+            (i.uuid.clone(), observed, vanished)
         });
-        let answers: Vec<(String, Result<Observed, String>)> = futures::stream::iter(asks)
+        let answers: Vec<(String, Result<Observed, String>, bool)> = futures::stream::iter(asks)
             .buffer_unordered(self.config.get_state_concurrency.max(1))
             .collect()
             .await;
         let mut out = BTreeMap::new();
+        let mut vanished = Vec::new();
         let mut errors = Vec::new();
-        for (uuid, answer) in answers {
+        for (uuid, answer, gone) in answers {
             match answer {
                 Ok(o) => {
+                    if gone {
+                        vanished.push(uuid.clone());
+                    }
                     out.insert(uuid, o);
                 }
                 Err(e) => errors.push(e),
             }
         }
         if errors.is_empty() {
-            Ok(out)
+            vanished.sort();
+            Ok((out, vanished))
         } else {
             errors.sort();
             Err(EngineError::Agent(errors.join("\n")))
         }
+    }
+
+    /// Whether the cloud says the VM no longer exists (`has_vm` false). A failing `has_vm`
+    /// proves nothing: the VM counts as there.
+    async fn vm_is_gone(&self, cid: &str) -> bool {
+        matches!(
+            self.cloud.has_vm(&crate::cpi::VmCid(cid.to_string())).await,
+            Ok(false)
+        )
+    }
+
+    /// Instances whose VM vanished keep their disks and addresses but lose the VM record and
+    /// are dirty, so this deploy makes them a new VM and re-attaches their disks.
+    async fn forget_vanished_vms(
+        &self,
+        state: &mut DeploymentState,
+        vanished: &[String],
+        dry_run: bool,
+    ) -> Result<(), EngineError> {
+        for uuid in vanished {
+            let Some(record) = state.instances.get_mut(uuid) else {
+                continue;
+            };
+            let Some(vm) = record.vm.take() else {
+                continue;
+            };
+            record.update_completed = false;
+            progress::warn(
+                self.events.as_ref(),
+                format!(
+                    "VM for '{}' with cloud ID '{}' missing.",
+                    record.display_name(),
+                    vm.cid
+                ),
+            );
+            if !dry_run {
+                let record = record.clone();
+                self.persist(&record).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Renders every planned instance's templates (one batch). Link groups without an id
@@ -600,7 +676,8 @@ impl Engine {
         let deployment = manifest.name.clone().unwrap_or_default();
         let work = missing.iter().map(|&i| {
             let p = &planned[i];
-            let request = vm_request(&deployment, &groups[p.group], p, stemcells);
+            let tags = manifest.tags.clone().unwrap_or_default();
+            let request = vm_request(&deployment, &tags, &groups[p.group], p, stemcells);
             let mut record = p.record.clone();
             let stage = stage.clone();
             async move {
@@ -610,7 +687,9 @@ impl Engine {
                         self.persist(&record).await?;
                         let vm = self.create_instance_vm(&mut record, &request).await?;
                         // A detached instance coming back keeps its disks.
-                        self.attach_disks(&record, &vm).await
+                        self.attach_disks(&record, &vm).await?;
+                        self.send_vm_settings(&vm.agent_id, &record.display_name(), &record.disks)
+                            .await
                     })
                     .await;
                 (i, created.map(|_| record))
@@ -652,10 +731,14 @@ impl Engine {
         for &i in &changed {
             self.upload_archive(&mut planned[i]).await?;
         }
+        let tags = manifest.tags.clone().unwrap_or_default();
         let mut targets: BTreeMap<usize, InstanceTarget> = BTreeMap::new();
         for &i in &changed {
             let p = &planned[i];
-            targets.insert(i, self.target(&deployment, &groups[p.group], p, stemcells)?);
+            targets.insert(
+                i,
+                self.target(&deployment, &tags, &groups[p.group], p, stemcells)?,
+            );
         }
         let inputs: Vec<GroupInput<usize>> = groups
             .iter()
@@ -810,6 +893,7 @@ impl Engine {
     fn target(
         &self,
         deployment: &str,
+        tags: &serde_json::Map<String, Value>,
         group: &GroupSpec,
         p: &Planned,
         stemcells: &BTreeMap<String, String>,
@@ -828,7 +912,7 @@ impl Engine {
             desired_state: p.record.state,
             changes: p.changes.clone(),
             apply: apply_spec(deployment, group, p, &self.config.dns_root_domain),
-            vm: vm_request(deployment, group, p, stemcells),
+            vm: vm_request(deployment, tags, group, p, stemcells),
             watch,
             canary,
             // A VM made by this deploy (the instance had none when asked) runs nothing to
@@ -1029,6 +1113,7 @@ fn desired_spec(
     group: &GroupSpec,
     p: &Planned,
     packages: &super::compile::Packages,
+    calculated: Option<&serde_json::Map<String, Value>>,
     config: &super::EngineConfig,
 ) -> AppliedSpec {
     let deployment = manifest.name.clone().unwrap_or_default();
@@ -1044,7 +1129,7 @@ fn desired_spec(
     job_versions.sort();
     AppliedSpec {
         stemcell: group.stemcell.key(),
-        cloud_properties: group.cloud_properties(cloud, p.placed.az.as_deref(), None),
+        cloud_properties: group.cloud_properties(cloud, p.placed.az.as_deref(), calculated),
         env: group.env.clone(),
         networks: Value::Object(p.networks.clone().into_iter().collect()),
         disks: group.disks.clone(),
@@ -1092,11 +1177,14 @@ fn dns_instance(p: &Planned, reported: bool) -> DnsInstance {
 /// How a planned instance's VM is made.
 fn vm_request(
     deployment: &str,
+    tags: &serde_json::Map<String, Value>,
     group: &GroupSpec,
     p: &Planned,
     stemcells: &BTreeMap<String, String>,
 ) -> VmRequest {
-    let mut metadata = serde_json::Map::new();
+    // The manifest's tags, then the director's own keys over them (`metadata_updater.rb`);
+    // `created_at` is added when the VM exists.
+    let mut metadata = tags.clone();
     for (k, v) in [
         ("director", "kubosh".to_string()),
         ("deployment", deployment.to_string()),

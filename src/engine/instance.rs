@@ -111,6 +111,8 @@ impl Engine {
             self.delete_vm_of(record).await?;
             let vm = self.create_instance_vm(record, &target.vm).await?;
             self.attach_disks(record, &vm).await?;
+            self.send_vm_settings(&vm.agent_id, &name, &record.disks)
+                .await?;
         }
         self.converge_disks(record, &target.desired.disks, &name)
             .await?;

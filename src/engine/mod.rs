@@ -13,6 +13,7 @@ pub mod network;
 pub mod pool;
 pub mod progress;
 pub mod recover;
+pub mod resources;
 pub mod templates;
 pub mod vm;
 
@@ -81,6 +82,9 @@ pub struct EngineConfig {
     /// Where all deployments share their IP reservations; without one, the deployment
     /// assumes its networks are its own.
     pub ip_registry: Option<Arc<dyn crate::state::IpRegistry>>,
+    /// The director's trusted CA certificates (PEM bundle; empty for none), sent to every
+    /// new VM's agent in `update_settings`.
+    pub trusted_certs: String,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +103,7 @@ impl Default for EngineConfig {
             health_window: Duration::from_secs(60),
             dns_registry: None,
             ip_registry: None,
+            trusted_certs: String::new(),
         }
     }
 }

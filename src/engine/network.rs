@@ -113,7 +113,8 @@ impl Engine {
     /// Step 4 among all the director's deployments: plans addresses around what the other
     /// deployments hold and, unless `dry_run`, claims them (this deployment's current
     /// reservations included, as their holders keep them until they are updated or deleted)
-    /// before anything changes.
+    /// before anything changes. Returns the other deployments' reservations it planned
+    /// around.
     pub(crate) async fn assign_networks(
         &self,
         manifest: &DeploymentManifest,
@@ -122,10 +123,11 @@ impl Engine {
         planned: &mut [Planned],
         state: &DeploymentState,
         dry_run: bool,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<Reservation>, EngineError> {
         let deployment = manifest.name.clone().unwrap_or_default();
         let Some(registry) = &self.config.ip_registry else {
-            return plan_networks(manifest, cloud, groups, planned, state, &[]);
+            plan_networks(manifest, cloud, groups, planned, state, &[])?;
+            return Ok(Vec::new());
         };
         let mut attempt = 0;
         loop {
@@ -133,26 +135,15 @@ impl Engine {
             let elsewhere = registry.held_elsewhere(&deployment).await?;
             plan_networks(manifest, cloud, groups, planned, state, &elsewhere)?;
             if dry_run {
-                return Ok(());
+                return Ok(elsewhere);
             }
-            let mut held = reservations(&deployment, state.instances.values())?;
-            for r in reservations(&deployment, planned.iter().map(|p| &p.record))? {
-                if !held.contains(&r) {
-                    held.push(r);
-                }
-            }
+            let held = held_during_deploy(&deployment, state, planned)?;
             let conflicts = registry.claim(&deployment, held).await?;
             let Some(first) = conflicts.first() else {
-                return Ok(());
+                return Ok(elsewhere);
             };
             if attempt >= CLAIM_ATTEMPTS {
-                return Err(EngineError::Plan(vec![format!(
-                    "Failed to reserve IP '{}/{}': already reserved by instance '{}' from deployment '{}'",
-                    first.ip,
-                    first.prefix,
-                    first.holder_name(),
-                    first.deployment
-                )]));
+                return Err(taken_elsewhere(first));
             }
         }
     }
@@ -179,6 +170,17 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The error of a claim another deployment's reservation `other` overlaps.
+pub(crate) fn taken_elsewhere(other: &Reservation) -> EngineError {
+    EngineError::Plan(vec![format!(
+        "Failed to reserve IP '{}/{}': already reserved by instance '{}' from deployment '{}'",
+        other.ip,
+        other.prefix,
+        other.holder_name(),
+        other.deployment
+    )])
 }
 
 /// Which static IP each member of a group gets on `net`: an instance keeps its address when
@@ -227,6 +229,22 @@ fn static_assignment(
         if let Some(ip) = pick {
             free.remove(&ip);
             out.insert(i, ip);
+        }
+    }
+    Ok(out)
+}
+
+/// Every address this deployment's instances hold while the deploy runs: what they held
+/// before (instances about to be deleted or moved included) and what they hold now.
+pub(crate) fn held_during_deploy(
+    deployment: &str,
+    state: &DeploymentState,
+    planned: &[Planned],
+) -> Result<Vec<Reservation>, EngineError> {
+    let mut out = reservations(deployment, state.instances.values())?;
+    for r in reservations(deployment, planned.iter().map(|p| &p.record))? {
+        if !out.iter().any(|o| o.ip == r.ip) {
+            out.push(r);
         }
     }
     Ok(out)

@@ -7,6 +7,7 @@ use serde_json::{Map as JsonMap, Value, json};
 
 use super::{Engine, EngineError};
 use crate::agent::AgentClient;
+use crate::agent::protocol::{DiskAssociation, UpdateSettings};
 use crate::cpi::{CreateDisk, CreateVm, DiskCid, NetworkSettings, Networks, StemcellCid, VmCid};
 use crate::state::{DiskRecord, Intent, IntentKind, Write};
 
@@ -134,10 +135,17 @@ impl Engine {
         let ready = async {
             on_created(&vm).await?;
             if !request.metadata.is_empty() {
-                self.cloud
-                    .set_vm_metadata(&VmCid(vm.cid.clone()), &request.metadata)
+                let mut metadata = request.metadata.clone();
+                metadata.insert("created_at".into(), Value::String(created_at_now()));
+                match self
+                    .cloud
+                    .set_vm_metadata(&VmCid(vm.cid.clone()), &metadata)
                     .await
-                    .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                {
+                    // A CPI without VM metadata is no reason to lose the VM.
+                    Err(e) if e.kind() == Some(&crate::cpi::ErrorKind::NotImplemented) => {}
+                    other => other.map_err(|e| EngineError::Cloud(e.to_string()))?,
+                }
             }
             self.agent(&agent_id, &request.display_name)
                 .wait_until_ready(&vm.cid, self.config.agent_wait_timeout)
@@ -215,10 +223,52 @@ impl Engine {
         self.write(Write::DeleteIntent(intent_id)).await
     }
 
+    /// `update_settings` on a new VM once its disks are attached (§4.4 step 4, §4.5), as
+    /// `instance.rb#update_instance_settings` sends it: the director's trusted certificates
+    /// and the instance's unmanaged (named) persistent disks; the unnamed disk is the
+    /// agent's to manage.
+    pub async fn send_vm_settings(
+        &self,
+        agent_id: &str,
+        instance: &str,
+        disks: &[DiskRecord],
+    ) -> Result<(), EngineError> {
+        let settings = UpdateSettings {
+            trusted_certs: self.config.trusted_certs.clone(),
+            disk_associations: disks
+                .iter()
+                .filter(|d| !d.name.is_empty())
+                .map(|d| DiskAssociation {
+                    name: d.name.clone(),
+                    cid: d.cid.clone(),
+                })
+                .collect(),
+            ..UpdateSettings::default()
+        };
+        self.agent(agent_id, instance)
+            .update_settings(&settings)
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))
+    }
+
     /// How long to wait for a new VM's agent.
     pub fn agent_wait(&self) -> Duration {
         self.config.agent_wait_timeout
     }
+}
+
+/// The time as `set_vm_metadata`'s `created_at` has it: `2006-01-02T15:04:05Z` in UTC.
+fn created_at_now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    )
 }
 
 /// A JSON object, or an empty one.
