@@ -108,13 +108,11 @@ impl Engine {
                 Ok(true)
             }
             IntentKind::CreateDisk { instance, name } => {
-                let Some(cid) = &intent.cid else {
-                    progress::warn(
-                        self.events.as_ref(),
-                        format!(
-                            "A previous run stopped while the cloud was creating disk '{name}' of instance {instance}; the cloud did not report its CID, so it cannot be found: check the cloud for an unattached disk"
-                        ),
-                    );
+                let found = match &intent.cid {
+                    Some(cid) => Some(cid.clone()),
+                    None => self.find_disk_of(intent, instance, name).await?,
+                };
+                let Some(cid) = &found else {
                     return Ok(true);
                 };
                 let owner = state.instances.get(instance);
@@ -141,7 +139,9 @@ impl Engine {
                     Err(e) => Err(EngineError::Cloud(e.to_string())),
                 }
             }
-            IntentKind::SnapshotDisk { .. } => match &intent.cid {
+            IntentKind::SnapshotDisk { disk } => match &intent.cid {
+                // Recorded on its disk: the snapshot is the disk's now.
+                Some(cid) if super::snapshot::snapshot_recorded(state, disk, cid) => Ok(true),
                 Some(cid) => {
                     self.cloud
                         .delete_snapshot(&SnapshotCid(cid.clone()))
@@ -163,6 +163,34 @@ impl Engine {
                 }
                 Ok(true)
             }
+        }
+    }
+
+    /// The disk an interrupted `create_disk` made, asked of the cloud by the intent's id (the
+    /// call's request id). `None` when the cloud made none, or cannot tell (a CPI without
+    /// the `kubosh_find_disk` extension: then a warning names what to look for).
+    async fn find_disk_of(
+        &self,
+        intent: &Intent,
+        instance: &str,
+        name: &str,
+    ) -> Result<Option<String>, EngineError> {
+        match self.cloud.find_disk_by_request(&intent.id).await {
+            Ok(Some(cid)) => {
+                tracing::info!(disk = %cid, instance, "found the disk a previous run created but never recorded");
+                Ok(Some(cid.0))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if e.is(&crate::cpi::ErrorKind::NotImplemented) => {
+                progress::warn(
+                    self.events.as_ref(),
+                    format!(
+                        "A previous run stopped while the cloud was creating disk '{name}' of instance {instance}; the cloud did not report its CID, so it cannot be found: check the cloud for an unattached disk"
+                    ),
+                );
+                Ok(None)
+            }
+            Err(e) => Err(EngineError::Cloud(e.to_string())),
         }
     }
 
