@@ -884,3 +884,45 @@ async fn inventory_command_lists_what_the_cloud_holds() {
             .is_empty()
     );
 }
+
+/// kubosh's `kubosh_find_disk` extension: a disk is found by the request id of the
+/// `create_disk` call that made it (what a director killed before the answer has); plain
+/// `create_disk` calls get the client's own `cpi-NNNNNN` ids, which name their disk too.
+#[tokio::test]
+async fn a_disk_is_found_by_the_request_id_that_created_it() {
+    let cloud = TestCloud::new();
+    let cpi = &cloud.cpi;
+    let request = CreateDisk {
+        size_mib: 10,
+        cloud_properties: Object::new(),
+        vm_cid: None,
+    };
+    let disk = cpi
+        .create_disk_with_request_id(&request, "intent-7f3a")
+        .await
+        .unwrap();
+    assert_eq!(
+        cpi.find_disk_by_request("intent-7f3a").await.unwrap(),
+        Some(disk.clone())
+    );
+    assert_eq!(
+        cpi.find_disk_by_request("intent-other").await.unwrap(),
+        None
+    );
+    let calls = local::read_calls(&cloud.state()).unwrap();
+    let create = calls.iter().find(|c| c.method == "create_disk").unwrap();
+    assert_eq!(create.request_id, "intent-7f3a");
+
+    let plain = cpi.create_disk(&request).await.unwrap();
+    let calls = local::read_calls(&cloud.state()).unwrap();
+    let id = &calls
+        .iter()
+        .rfind(|c| c.method == "create_disk")
+        .unwrap()
+        .request_id;
+    assert!(id.starts_with("cpi-"), "{id}");
+    assert_eq!(cpi.find_disk_by_request(id).await.unwrap(), Some(plain));
+
+    cpi.delete_disk(&disk).await.unwrap();
+    assert_eq!(cpi.find_disk_by_request("intent-7f3a").await.unwrap(), None);
+}

@@ -770,3 +770,100 @@ async fn new_vms_are_set_up_as_the_director_does_and_lost_vms_come_back() {
             .starts_with("Hello")
     );
 }
+
+/// With snapshots and CPI disk resizing enabled: the first deploy snapshots nothing (nothing
+/// ran), a restart snapshots each stopped instance's disk (a real copy in the local cloud,
+/// listed on the disk's record), and a bigger disk grows in place, keeping its CID and data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_snapshot_disks_and_a_bigger_disk_is_resized_in_place() {
+    let mut w = World::new(5, Duration::from_secs(20)).await;
+    w.engine.config.snapshots_enabled = true;
+    w.engine.config.enable_cpi_resize_disk = true;
+    let m = |greeting: &str, disk: u64| manifest(w.net, w.port, greeting, disk, false);
+    w.deploy(m("Hello", 64)).await;
+    assert!(!w.calls().iter().any(|c| c == "snapshot_disk"));
+    let state = w.state().await;
+    let web0 = state
+        .instances
+        .values()
+        .find(|i| i.group == "web" && i.index == 0)
+        .unwrap()
+        .clone();
+    let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
+    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
+
+    // A property change restarts web: each disk is snapshotted once its jobs stopped.
+    let before = w.calls().len();
+    let report = w.deploy(m("Howdy", 64)).await;
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    let calls = w.calls()[before..].to_vec();
+    assert_eq!(
+        calls.iter().filter(|c| *c == "snapshot_disk").count(),
+        2,
+        "{calls:?}"
+    );
+    let state = w.state().await;
+    assert!(state.intents.is_empty(), "{:?}", state.intents);
+    let inventory = local::inventory(&w.cloud_state()).unwrap();
+    assert_eq!(inventory.snapshots.len(), 2);
+    for i in state.instances.values() {
+        assert_eq!(i.disks[0].snapshots.len(), 1, "{}", i.name());
+        let snapshot = &i.disks[0].snapshots[0];
+        assert!(
+            inventory
+                .snapshots
+                .iter()
+                .any(|s| &s.cid == snapshot && s.disk_cid == i.disks[0].cid),
+            "{inventory:?}"
+        );
+    }
+    let web0_snapshot = &state.instances[&web0.uuid].disks[0].snapshots[0];
+    assert_eq!(
+        std::fs::read_to_string(
+            w.cloud_state()
+                .join("snapshots")
+                .join(web0_snapshot)
+                .join("data")
+                .join("marker")
+        )
+        .unwrap(),
+        "keep me",
+        "the snapshot is a copy of the disk"
+    );
+
+    // A bigger disk: resize_disk on the detached disk, no new disk, nothing orphaned.
+    let before = w.calls().len();
+    w.deploy(m("Howdy", 128)).await;
+    let calls = w.calls()[before..].to_vec();
+    assert_eq!(
+        calls.iter().filter(|c| *c == "resize_disk").count(),
+        2,
+        "{calls:?}"
+    );
+    assert!(!calls.iter().any(|c| c == "create_disk"), "{calls:?}");
+    let state = w.state().await;
+    assert!(state.orphaned_disks.is_empty());
+    let now = &state.instances[&web0.uuid];
+    assert_eq!(now.disks[0].cid, web0.disks[0].cid);
+    assert_eq!(now.disks[0].size_mib, 128);
+    assert_eq!(
+        now.disks[0].snapshots.len(),
+        2,
+        "the restart snapshotted again"
+    );
+    let root = w.vm_root(&now.vm.as_ref().unwrap().cid);
+    assert_eq!(
+        std::fs::read_to_string(root.join("store").join("marker")).unwrap(),
+        "keep me"
+    );
+    let inventory = local::inventory(&w.cloud_state()).unwrap();
+    assert!(
+        inventory.disks.iter().all(|d| d.size_mib == 128),
+        "{inventory:?}"
+    );
+    assert!(
+        http_get(&ip_of(&state, "web", 0), w.port)
+            .unwrap()
+            .starts_with("Howdy")
+    );
+}

@@ -45,6 +45,16 @@ fn example_release() -> Release {
     Release::from_bytes(&built.to_tarball().unwrap()).expect("the tarball reads back")
 }
 
+/// The example release, built once per test binary. Building it runs `git`, and a child
+/// forked while another test holds its deployment lock inherits the lock's descriptor until
+/// it execs: on a paused clock the other test's next deploy then waits its whole lock
+/// timeout in no real time and fails. Built before any world exists, it forks no more.
+fn shared_release() -> Arc<Release> {
+    static RELEASE: std::sync::LazyLock<Arc<Release>> =
+        std::sync::LazyLock::new(|| Arc::new(example_release()));
+    RELEASE.clone()
+}
+
 /// A stemcell whose image path names no file at all: the simulated cloud only records it.
 fn stemcell(dir: &Path, version: &str) -> StemcellSource {
     StemcellSource {
@@ -163,11 +173,16 @@ struct Sim {
 
 impl Sim {
     fn new() -> Sim {
+        Sim::with_config(SimConfig::default())
+    }
+
+    /// A world whose simulated pair behaves as `config` says (its blobstore is the world's).
+    fn with_config(config: SimConfig) -> Sim {
         let dir = tempfile::tempdir().unwrap();
         let blobstore = Arc::new(LocalBlobstore::new(dir.path().join("blobstore")).unwrap());
         let (cloud, agents) = kubosh::sim::pair(SimConfig {
             blobstore: Some(blobstore.clone()),
-            ..SimConfig::default()
+            ..config
         });
         let events = EventLog::new();
         let store = MemoryStore::new();
@@ -192,7 +207,7 @@ impl Sim {
             engine,
             events,
             store,
-            release: Arc::new(example_release()),
+            release: shared_release(),
             stemcells,
         }
     }
@@ -1267,5 +1282,384 @@ async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
     }
     // One more call for the second deploy.
     assert_eq!(sim.cloud.count("calculate_vm_cloud_properties"), 2);
+    sim.assert_no_leak();
+}
+
+// ---- persistent disks: snapshots, recovery by request id, sync check, in-place changes ----
+
+/// `manifest()` with web's job saying `greeting` (a change that restarts web only).
+fn web_says(greeting: &str) -> Value {
+    let mut m = manifest();
+    group_mut(&mut m, "web")["jobs"] = json!([hello_job("web", greeting)]);
+    m
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshots_are_taken_when_an_update_stops_an_instance_and_go_with_its_disk() {
+    let mut sim = Sim::new();
+    sim.engine.config.snapshots_enabled = true;
+    sim.deploy(manifest()).await;
+    assert_eq!(
+        sim.cloud.count("snapshot_disk"),
+        0,
+        "nothing ran before the first deploy"
+    );
+    let web = sim.group("web");
+
+    sim.deploy(web_says("Howdy")).await;
+    assert_eq!(sim.cloud.count("snapshot_disk"), 3, "one per web disk");
+    let state = sim.state();
+    let inventory = sim.cloud.inventory();
+    assert_eq!(inventory.snapshots.len(), 3);
+    for old in &web {
+        let disk = &state.instances[&old.uuid].disks[0];
+        assert_eq!(disk.snapshots.len(), 1, "{}", old.name());
+        let snapshot = inventory
+            .snapshots
+            .iter()
+            .find(|s| s.cid == disk.snapshots[0])
+            .unwrap();
+        assert_eq!(snapshot.disk_cid, disk.cid);
+        assert_eq!(
+            Value::Object(snapshot.metadata.clone()),
+            json!({
+                "deployment": "sim", "job": "web", "index": old.index,
+                "director_name": "kubosh", "director_uuid": "kubosh",
+                "agent_id": Sim::agent_id(old), "instance_id": old.uuid,
+            })
+        );
+    }
+    assert!(state.intents.is_empty());
+
+    // A bigger disk: another snapshot when web stops, then the old disk is orphaned with
+    // both of its snapshots; the new disk has none yet.
+    let mut m = web_says("Howdy");
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m).await;
+    let state = sim.state();
+    for old in &web {
+        let orphan = &state.orphaned_disks[&old.disks[0].cid];
+        assert_eq!(orphan.disk.snapshots.len(), 2, "{}", old.name());
+        assert!(state.instances[&old.uuid].disks[0].snapshots.is_empty());
+    }
+    assert_eq!(sim.cloud.inventory().snapshots.len(), 6);
+    sim.assert_no_leak();
+
+    // Deleting an orphaned disk deletes its snapshots first.
+    let cid = web[0].disks[0].cid.clone();
+    let snapshots = state.orphaned_disks[&cid].disk.snapshots.clone();
+    sim.engine.delete_orphaned_disk(&cid).await.unwrap();
+    let inventory = sim.cloud.inventory();
+    assert_eq!(inventory.snapshots.len(), 4);
+    assert!(
+        inventory
+            .snapshots
+            .iter()
+            .all(|s| !snapshots.contains(&s.cid))
+    );
+    assert!(!sim.state().orphaned_disks.contains_key(&cid));
+    sim.assert_no_leak();
+    // An unknown disk is nothing to delete.
+    sim.engine
+        .delete_orphaned_disk("no-such-disk")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovery_keeps_the_snapshots_a_disk_lists_and_deletes_the_others() {
+    use kubosh::cpi::Cloud as _;
+    use kubosh::state::{Intent, IntentKind, StateStore as _, Write};
+    let mut sim = Sim::new();
+    sim.engine.config.snapshots_enabled = true;
+    sim.deploy(manifest()).await;
+    sim.deploy(web_says("Howdy")).await;
+    let web0 = sim.group("web")[0].clone();
+    let disk = web0.disks[0].cid.clone();
+    let listed = web0.disks[0].snapshots[0].clone();
+    // A run that died after snapshot_disk answered, before the disk's record listed it.
+    let stray = sim
+        .cloud
+        .snapshot_disk(&kubosh::cpi::DiskCid(disk.clone()), &Default::default())
+        .await
+        .unwrap();
+    for (id, cid) in [
+        ("listed", Some(listed.clone())),
+        ("stray", Some(stray.0.clone())),
+        ("unanswered", None),
+    ] {
+        sim.store
+            .write(&Write::Intent(Intent {
+                id: id.into(),
+                kind: IntentKind::SnapshotDisk { disk: disk.clone() },
+                cid,
+            }))
+            .await
+            .unwrap();
+    }
+    sim.deploy(web_says("Howdy")).await;
+    let inventory = sim.cloud.inventory();
+    let cids: BTreeSet<String> = inventory.snapshots.iter().map(|s| s.cid.clone()).collect();
+    assert!(cids.contains(&listed));
+    assert!(!cids.contains(&stray.0));
+    assert_eq!(cids.len(), 3);
+    sim.assert_no_leak();
+}
+
+/// A pending `create_disk` intent without a CID, whose disk the cloud did make (the run died
+/// before the answer), as the next deploy finds it.
+async fn an_unanswered_disk_creation(sim: &Sim) -> kubosh::cpi::DiskCid {
+    use kubosh::cpi::Cloud as _;
+    use kubosh::state::{Intent, IntentKind, StateStore as _, Write};
+    let web0 = sim.group("web")[0].clone();
+    let intent = Intent {
+        id: "intent-unanswered".into(),
+        kind: IntentKind::CreateDisk {
+            instance: web0.uuid.clone(),
+            name: String::new(),
+        },
+        cid: None,
+    };
+    sim.store
+        .write(&Write::Intent(intent.clone()))
+        .await
+        .unwrap();
+    sim.cloud
+        .create_disk_with_request_id(
+            &kubosh::cpi::CreateDisk {
+                size_mib: 4096,
+                cloud_properties: Default::default(),
+                vm_cid: Some(VmCid(Sim::vm_cid(&web0))),
+            },
+            &intent.id,
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_disk_whose_creation_was_never_answered_is_found_by_request_id_and_deleted() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let made = an_unanswered_disk_creation(&sim).await;
+    sim.deploy(manifest()).await;
+    assert!(sim.cloud.disk(&made).is_none(), "the found disk is deleted");
+    assert_eq!(sim.cloud.count("kubosh_find_disk"), 1);
+    assert!(!sim.event_text().contains("cannot be found"));
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cloud_that_cannot_find_disks_by_request_id_gets_the_old_warning() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let made = an_unanswered_disk_creation(&sim).await;
+    sim.cloud.inject(
+        "kubosh_find_disk",
+        kubosh::sim::CloudFault::fail(
+            kubosh::cpi::ErrorKind::NotImplemented,
+            "Must call implemented method: Unknown method 'kubosh_find_disk'",
+            false,
+        ),
+    );
+    sim.deploy(manifest()).await;
+    assert!(
+        sim.event_text().contains(
+            "the cloud did not report its CID, so it cannot be found: check the cloud for an unattached disk"
+        ),
+        "{}",
+        sim.event_text()
+    );
+    assert!(sim.state().intents.is_empty(), "the intent is settled");
+    assert!(sim.cloud.disk(&made).is_some(), "nobody could find it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_without_its_disk_gets_it_back_before_the_disk_changes() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web0 = sim.group("web")[0].clone();
+    let agent_id = Sim::agent_id(&web0);
+    sim.agents
+        .write_store_file(&agent_id, "data/marker", "keep me")
+        .unwrap();
+    sim.agents
+        .client(agent_id.clone())
+        .unmount_disk(&web0.disks[0].cid)
+        .await
+        .unwrap();
+    assert_eq!(sim.agents.agent(&agent_id).unwrap().store, None);
+
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m).await;
+    let now = &sim.state().instances[&web0.uuid];
+    assert_eq!(now.disks[0].size_mib, 4096);
+    assert_eq!(
+        sim.agents
+            .read_store_file(&agent_id, "data/marker")
+            .unwrap(),
+        Some("keep me".into()),
+        "the disk was mounted again, so its data moved to the new disk"
+    );
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_with_another_disk_mounted_fails_the_disk_change_as_out_of_sync() {
+    use kubosh::cpi::Cloud as _;
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web0 = sim.group("web")[0].clone();
+    let vm = VmCid(Sim::vm_cid(&web0));
+    let other = sim
+        .cloud
+        .create_disk(&kubosh::cpi::CreateDisk {
+            size_mib: 10,
+            cloud_properties: Default::default(),
+            vm_cid: None,
+        })
+        .await
+        .unwrap();
+    let hint = sim.cloud.attach_disk(&vm, &other).await.unwrap().unwrap();
+    let agent = sim.agents.client(Sim::agent_id(&web0));
+    agent
+        .add_persistent_disk(other.as_str(), &serde_json::from_value(hint.0).unwrap())
+        .await
+        .unwrap();
+    agent.unmount_disk(&web0.disks[0].cid).await.unwrap();
+    agent.mount_disk(other.as_str()).await.unwrap();
+
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    let err = sim.engine.deploy(&sim.request(m)).await.unwrap_err();
+    assert_eq!(err.code(), 400_010);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "'{}' has invalid disks: agent reports '{other}' while director record shows '{}'",
+            web0.display_name(),
+            web0.disks[0].cid
+        )
+    );
+    assert_eq!(
+        sim.state().instances[&web0.uuid].disks,
+        web0.disks,
+        "nothing changed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_cpi_resize_a_bigger_disk_grows_in_place() {
+    let mut sim = Sim::new();
+    sim.engine.config.enable_cpi_resize_disk = true;
+    sim.deploy(manifest()).await;
+    let web = sim.group("web");
+    for i in &web {
+        sim.agents
+            .write_store_file(&Sim::agent_id(i), "data/marker", &i.uuid)
+            .unwrap();
+    }
+    sim.cloud.reset_calls();
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    let report = sim.deploy(m).await;
+    assert_eq!(report.updated.len(), 3, "{report:?}");
+    assert_eq!(sim.cloud.count("resize_disk"), 3);
+    assert_eq!(sim.cloud.count("create_disk"), 0);
+    let state = sim.state();
+    assert!(state.orphaned_disks.is_empty());
+    for old in &web {
+        let now = &state.instances[&old.uuid];
+        assert_eq!(now.disks[0].cid, old.disks[0].cid, "the same disk");
+        assert_eq!(now.disks[0].size_mib, 4096);
+        assert_eq!(
+            sim.cloud
+                .disk(&kubosh::cpi::DiskCid(now.disks[0].cid.clone()))
+                .unwrap()
+                .size_mib,
+            4096
+        );
+        assert_eq!(
+            sim.agents
+                .read_store_file(&Sim::agent_id(now), "data/marker")
+                .unwrap(),
+            Some(old.uuid.clone())
+        );
+    }
+    sim.assert_no_leak();
+    // And the next deploy of the same manifest has nothing to do.
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    assert!(sim.deploy(m).await.noop);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cpi_without_resize_gets_the_disk_copied_instead() {
+    let mut sim = Sim::with_config(SimConfig {
+        resize_disk: false,
+        ..SimConfig::default()
+    });
+    sim.engine.config.enable_cpi_resize_disk = true;
+    sim.deploy(manifest()).await;
+    let web = sim.group("web");
+    for i in &web {
+        sim.agents
+            .write_store_file(&Sim::agent_id(i), "data/marker", &i.uuid)
+            .unwrap();
+    }
+    sim.cloud.reset_calls();
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m).await;
+    assert_eq!(sim.cloud.count("resize_disk"), 3, "tried first");
+    assert_eq!(sim.cloud.count("create_disk"), 3);
+    let state = sim.state();
+    for old in &web {
+        let now = &state.instances[&old.uuid];
+        assert_ne!(now.disks[0].cid, old.disks[0].cid);
+        assert!(state.orphaned_disks.contains_key(&old.disks[0].cid));
+        assert_eq!(
+            sim.agents
+                .read_store_file(&Sim::agent_id(now), "data/marker")
+                .unwrap(),
+            Some(old.uuid.clone())
+        );
+    }
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_cpi_update_a_new_disk_type_is_changed_in_place() {
+    let mut sim = Sim::new();
+    sim.engine.config.enable_cpi_update_disk = true;
+    sim.deploy(manifest()).await;
+    let api = sim.group("api");
+    sim.cloud.reset_calls();
+    let mut cloud = cloud_config();
+    cloud["disk_types"][0]["cloud_properties"] = json!({"type": "hdd"});
+    cloud["disk_types"][0]["disk_size"] = json!(3072);
+    let request = DeployRequest {
+        cloud_config: cloud,
+        ..sim.request(manifest())
+    };
+    let report = sim.deploy_with(&sim.engine, &request).await;
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    assert_eq!(sim.cloud.count("update_disk"), 2);
+    assert_eq!(sim.cloud.count("create_disk"), 0);
+    let state = sim.state();
+    assert!(state.orphaned_disks.is_empty());
+    for old in &api {
+        let now = &state.instances[&old.uuid];
+        assert_eq!(now.disks[0].cid, old.disks[0].cid);
+        assert_eq!(now.disks[0].size_mib, 3072);
+        assert_eq!(now.disks[0].cloud_properties, json!({"type": "hdd"}));
+        let disk = sim
+            .cloud
+            .disk(&kubosh::cpi::DiskCid(now.disks[0].cid.clone()))
+            .unwrap();
+        assert_eq!(disk.size_mib, 3072);
+        assert_eq!(Value::Object(disk.cloud_properties), json!({"type": "hdd"}));
+    }
     sim.assert_no_leak();
 }

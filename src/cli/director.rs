@@ -23,7 +23,12 @@
 //! engine: {agent_wait_timeout_seconds: 600, recovery_wait_seconds: 60, parallel_azs: false}
 //! health: {listen_for: 35}      # optional: `kubosh deploy` listens to agents' heartbeats this
 //!                               #   many seconds, then skips `get_state` for agents it heard
+//! snapshots: {enabled: false}   # snapshot persistent disks when an update stops an instance
+//! enable_cpi_resize_disk: false # grow disks with the CPI's resize_disk (else a new disk and a copy)
+//! enable_cpi_update_disk: false # change disks with the CPI's update_disk
 //! ```
+//!
+//! The last three are spelled as in the BOSH Director's own configuration.
 //!
 //! Relative paths (`state_dir`, `*_path`, `blobstore.local.path`, a CPI program with a `/`)
 //! are relative to the file's directory, and the CPI runs in that directory, so relative
@@ -149,6 +154,18 @@ pub struct EngineSettings {
     pub parallel_azs: bool,
 }
 
+/// How the engine treats persistent disks (the Director's `snapshots.enabled`,
+/// `enable_cpi_resize_disk` and `enable_cpi_update_disk`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskSettings {
+    /// Snapshot an instance's disks when an update stops it.
+    pub snapshots_enabled: bool,
+    /// Grow disks with `resize_disk`.
+    pub enable_cpi_resize_disk: bool,
+    /// Change disks with `update_disk`.
+    pub enable_cpi_update_disk: bool,
+}
+
 /// A director configuration file, read and checked.
 #[derive(Debug, Clone)]
 pub struct DirectorConfig {
@@ -168,6 +185,8 @@ pub struct DirectorConfig {
     pub health: Option<HealthSettings>,
     /// `trusted_certs`: CA certificates (PEM) every new VM's agent is told to trust.
     pub trusted_certs: String,
+    /// Persistent disk settings.
+    pub disks: DiskSettings,
 }
 
 impl DirectorConfig {
@@ -207,6 +226,9 @@ impl DirectorConfig {
             "engine",
             "health",
             "trusted_certs",
+            "snapshots",
+            "enable_cpi_resize_disk",
+            "enable_cpi_update_disk",
         ])?;
         let state_dir = base_dir.join(top.required_string("state_dir")?);
         let cpi = cpi_settings(&top.section("cpi")?, base_dir)?;
@@ -221,6 +243,7 @@ impl DirectorConfig {
             None => None,
         };
         let trusted_certs = top.optional_string("trusted_certs")?.unwrap_or_default();
+        let disks = disk_settings(&top)?;
         Ok(DirectorConfig {
             base_dir: base_dir.to_path_buf(),
             state_dir,
@@ -230,6 +253,7 @@ impl DirectorConfig {
             engine,
             health,
             trusted_certs,
+            disks,
         })
     }
 
@@ -327,6 +351,9 @@ impl DirectorConfig {
                 )),
                 dns_registry: Some(Arc::new(dns_registry)),
                 ip_registry: Some(Arc::new(ip_registry)),
+                snapshots_enabled: self.disks.snapshots_enabled,
+                enable_cpi_resize_disk: self.disks.enable_cpi_resize_disk,
+                enable_cpi_update_disk: self.disks.enable_cpi_update_disk,
                 ..EngineConfig::default()
             },
         })
@@ -541,6 +568,21 @@ fn engine_settings(s: &Section<'_>) -> Result<EngineSettings, KeyError> {
     })
 }
 
+fn disk_settings(top: &Section<'_>) -> Result<DiskSettings, KeyError> {
+    let snapshots_enabled = match top.optional_section("snapshots")? {
+        Some(s) => {
+            s.allow(&["enabled"])?;
+            s.optional_bool("enabled")?
+        }
+        None => false,
+    };
+    Ok(DiskSettings {
+        snapshots_enabled,
+        enable_cpi_resize_disk: top.optional_bool("enable_cpi_resize_disk")?,
+        enable_cpi_update_disk: top.optional_bool("enable_cpi_update_disk")?,
+    })
+}
+
 /// One map of the file and its dotted key prefix.
 struct Section<'a> {
     prefix: String,
@@ -619,6 +661,15 @@ impl<'a> Section<'a> {
     fn required_string(&self, key: &str) -> Result<String, KeyError> {
         self.optional_string(key)?
             .ok_or_else(|| key_error(self.key(key), "is required"))
+    }
+
+    /// A boolean; absent or null is false.
+    fn optional_bool(&self, key: &str) -> Result<bool, KeyError> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(key_error(self.key(key), "expected true or false")),
+        }
     }
 
     fn optional_u64(&self, key: &str) -> Result<Option<u64>, KeyError> {
@@ -824,6 +875,34 @@ mod tests {
             let e = error(&v, dir.path());
             assert!(e.starts_with(expected), "{e}\nexpected: {expected}");
         }
+    }
+
+    #[test]
+    fn disk_settings_read_as_the_director_spells_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = valid(dir.path());
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        assert_eq!(c.disks, DiskSettings::default());
+        v["snapshots"] = json!({"enabled": true});
+        v["enable_cpi_resize_disk"] = json!(true);
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        assert_eq!(
+            c.disks,
+            DiskSettings {
+                snapshots_enabled: true,
+                enable_cpi_resize_disk: true,
+                enable_cpi_update_disk: false,
+            }
+        );
+        v["snapshots"] = json!({"enabled": "yes"});
+        assert!(error(&v, dir.path()).starts_with("snapshots.enabled: expected true or false"));
+        v["snapshots"] = json!({"schedule": "0 0 * * *"});
+        assert!(error(&v, dir.path()).starts_with("snapshots.schedule: unknown key"));
+        v["snapshots"] = json!({"enabled": true});
+        v["enable_cpi_update_disk"] = json!(1);
+        assert!(
+            error(&v, dir.path()).starts_with("enable_cpi_update_disk: expected true or false")
+        );
     }
 
     #[test]

@@ -8,6 +8,10 @@ use serde_json::Value;
 use super::error::CpiError;
 use super::types::*;
 
+/// The CPI method of [`Cloud::find_disk_by_request`]: `kubosh_find_disk(request_id)` ⇒ the
+/// CID of the disk a `create_disk` with that `context.request_id` made, or `null`.
+pub const FIND_DISK: &str = "kubosh_find_disk";
+
 /// The future every [`Cloud`] method returns (boxed, so `dyn Cloud` works: one deployment can
 /// use several CPIs).
 pub type CloudFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CpiError>> + Send + 'a>>;
@@ -51,6 +55,38 @@ pub trait Cloud: Send + Sync {
 
     /// `create_disk(size, cloud_properties, vm_cid)`.
     fn create_disk<'a>(&'a self, req: &'a CreateDisk) -> CloudFuture<'a, DiskCid>;
+
+    /// `create_disk` sent with `request_id` as the request's `context.request_id` (kubosh
+    /// extension): a run killed before the answer finds the disk again with
+    /// [`Cloud::find_disk_by_request`]. Clouds that cannot tell ids apart just create the
+    /// disk.
+    fn create_disk_with_request_id<'a>(
+        &'a self,
+        req: &'a CreateDisk,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, DiskCid> {
+        let _ = request_id;
+        self.create_disk(req)
+    }
+
+    /// The disk a `create_disk` with this `context.request_id` made, if any (kubosh
+    /// extension, CPI method `kubosh_find_disk`). `NotImplemented` (the default) means the
+    /// cloud cannot tell.
+    fn find_disk_by_request<'a>(&'a self, request_id: &'a str) -> CloudFuture<'a, Option<DiskCid>> {
+        let _ = request_id;
+        Box::pin(async {
+            Err(CpiError::Cloud {
+                kind: super::error::ErrorKind::NotImplemented,
+                error_type: super::error::ErrorKind::NotImplemented
+                    .type_name()
+                    .to_string(),
+                message: format!("Must call implemented method: Unknown method '{FIND_DISK}'"),
+                ok_to_retry: false,
+                method: FIND_DISK.to_string(),
+                request_id: String::new(),
+            })
+        })
+    }
 
     /// `delete_disk(disk_cid)`.
     fn delete_disk<'a>(&'a self, cid: &'a DiskCid) -> CloudFuture<'a, ()>;

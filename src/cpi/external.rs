@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::OnceCell;
 
-use super::cloud::{Cloud, CloudFuture};
+use super::cloud::{Cloud, CloudFuture, FIND_DISK};
 use super::error::{CpiError, ErrorKind};
 use super::protocol::{self, Request};
 use super::secret::{Secret, collect_strings, excerpt, scrub};
@@ -366,7 +366,7 @@ impl ExternalCpi {
 
     async fn info_call(&self) -> Result<CpiInfo, CpiError> {
         let reply = self
-            .call_with_version("info", Vec::new(), Safety::Idempotent, None)
+            .call_with_version("info", Vec::new(), Safety::Idempotent, None, None)
             .await?;
         let Value::Object(map) = &reply.result else {
             return Err(CpiError::ApiVersion(
@@ -390,18 +390,19 @@ impl ExternalCpi {
         safety: Safety,
     ) -> Result<Reply, CpiError> {
         let api_version = self.api_version().await?;
-        self.call_with_version(method, arguments, safety, Some(api_version))
+        self.call_with_version(method, arguments, safety, Some(api_version), None)
             .await
     }
 
     /// Calls `method` with the given `api_version` in the request, repeating per the retry
-    /// policy.
+    /// policy. `request_id` replaces the generated `cpi-NNNNNN` id (every try sends it).
     async fn call_with_version(
         &self,
         method: &'static str,
         arguments: Vec<Value>,
         safety: Safety,
         api_version: Option<u32>,
+        request_id: Option<&str>,
     ) -> Result<Reply, CpiError> {
         let backoff = ExponentialBuilder::default()
             .with_min_delay(self.retry.min_delay)
@@ -409,7 +410,7 @@ impl ExternalCpi {
             .with_max_times(self.retry.max_attempts.saturating_sub(1))
             .with_jitter();
         let arguments = &arguments;
-        (|| self.invoke(method, arguments, api_version))
+        (|| self.invoke(method, arguments, api_version, request_id))
             .retry(backoff)
             .sleep(tokio::time::sleep)
             .when(|e| should_retry(e, safety))
@@ -425,8 +426,9 @@ impl ExternalCpi {
         method: &str,
         arguments: &[Value],
         api_version: Option<u32>,
+        request_id: Option<&str>,
     ) -> Result<Reply, CpiError> {
-        let request_id = super::ids::request_id();
+        let request_id = request_id.map_or_else(super::ids::request_id, str::to_string);
         let request = Request {
             method: method.to_string(),
             arguments: arguments.to_vec(),
@@ -600,6 +602,28 @@ impl ExternalCpi {
         }
     }
 
+    /// `create_disk`, with the caller's request id when given.
+    async fn create_disk_call(
+        &self,
+        req: &CreateDisk,
+        request_id: Option<&str>,
+    ) -> Result<DiskCid, CpiError> {
+        let method = "create_disk";
+        let args = vec![
+            json!(req.size_mib),
+            Value::Object(req.cloud_properties.clone()),
+            to_value(&req.vm_cid),
+        ];
+        let api_version = self.api_version().await?;
+        let reply = self
+            .call_with_version(method, args, Safety::Once, Some(api_version), request_id)
+            .await?;
+        match &reply.result {
+            Value::String(cid) => Ok(DiskCid(cid.clone())),
+            _ => Err(unexpected(method, &reply, "a string")),
+        }
+    }
+
     async fn call_unit(
         &self,
         method: &'static str,
@@ -752,15 +776,27 @@ impl Cloud for ExternalCpi {
     }
 
     fn create_disk<'a>(&'a self, req: &'a CreateDisk) -> CloudFuture<'a, DiskCid> {
+        Box::pin(self.create_disk_call(req, None))
+    }
+
+    fn create_disk_with_request_id<'a>(
+        &'a self,
+        req: &'a CreateDisk,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, DiskCid> {
+        Box::pin(self.create_disk_call(req, Some(request_id)))
+    }
+
+    fn find_disk_by_request<'a>(&'a self, request_id: &'a str) -> CloudFuture<'a, Option<DiskCid>> {
         Box::pin(async move {
-            let args = vec![
-                json!(req.size_mib),
-                Value::Object(req.cloud_properties.clone()),
-                to_value(&req.vm_cid),
-            ];
-            self.call_string("create_disk", args, Safety::Once)
-                .await
-                .map(DiskCid)
+            let reply = self
+                .call(FIND_DISK, vec![json!(request_id)], Safety::Idempotent)
+                .await?;
+            match &reply.result {
+                Value::Null => Ok(None),
+                Value::String(cid) if !cid.is_empty() => Ok(Some(DiskCid(cid.clone()))),
+                _ => Err(unexpected(FIND_DISK, &reply, "a disk CID or null")),
+            }
         })
     }
 

@@ -918,6 +918,7 @@ impl Engine {
             // A VM made by this deploy (the instance had none when asked) runs nothing to
             // stop, as the Director's stopper skips new instances.
             responsive: matches!(p.observed, Observed::Answered { .. }),
+            was_running: matches!(&p.observed, Observed::Answered { job_state } if job_state != "stopped"),
         })
     }
 

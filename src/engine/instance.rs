@@ -45,6 +45,10 @@ pub struct InstanceTarget {
     /// Its agent answered at the start of the deploy (false for a VM this deploy made:
     /// its jobs never ran, so they are not stopped).
     pub responsive: bool,
+    /// Its agent reported a `job_state` other than `stopped` at the start of the deploy:
+    /// stopping it takes a disk snapshot (the Director snapshots instances that were not
+    /// stopped).
+    pub was_running: bool,
 }
 
 impl Engine {
@@ -89,6 +93,11 @@ impl Engine {
             if target.responsive {
                 self.stop_jobs(stage, task, &agent, &target.apply, shutdown, recreate)
                     .await?;
+                if target.was_running {
+                    let deployment = target.apply.deployment.clone().unwrap_or_default();
+                    self.take_snapshots(record, &deployment, &target.desired.tags)
+                        .await?;
+                }
             }
             if target.desired_state == InstanceState::Stopped {
                 record.state = InstanceState::Stopped;
@@ -291,9 +300,12 @@ impl Engine {
         Ok(())
     }
 
-    /// Makes the instance's disks match `wanted` (§4.13): new disks are created and
-    /// mounted, changed ones replaced by a new disk the data is migrated to, unwanted ones
-    /// detached. Replaced and unwanted disks are orphaned, never deleted.
+    /// Makes the instance's disks match `wanted` (§4.13): first the agent's mounted disks
+    /// are checked against the record ([`Engine::sync_disks`]); new disks are created and
+    /// mounted, changed ones changed in place when enabled
+    /// ([`Engine::change_disk_in_place`]) or else replaced by a new disk the data is
+    /// migrated to, unwanted ones detached. Replaced and unwanted disks are orphaned, never
+    /// deleted.
     async fn converge_disks(
         &self,
         record: &mut InstanceRecord,
@@ -304,11 +316,32 @@ impl Engine {
             return Ok(());
         };
         let agent = self.agent(&vm.agent_id, name);
+        let unchanged = |spec: &DiskSpec, d: &DiskRecord| {
+            d.name == spec.name
+                && d.size_mib == spec.size_mib
+                && d.cloud_properties == spec.cloud_properties
+        };
+        let changes = wanted
+            .iter()
+            .any(|spec| !record.disks.iter().any(|d| unchanged(spec, d)))
+            || record
+                .disks
+                .iter()
+                .any(|d| !wanted.iter().any(|w| w.name == d.name));
+        if changes {
+            self.sync_disks(record, &agent, &vm.cid, !wanted.is_empty())
+                .await?;
+        }
         for spec in wanted {
             let current = record.disks.iter().find(|d| d.name == spec.name).cloned();
-            if current.as_ref().is_some_and(|d| {
-                d.size_mib == spec.size_mib && d.cloud_properties == spec.cloud_properties
-            }) {
+            if current.as_ref().is_some_and(|d| unchanged(spec, d)) {
+                continue;
+            }
+            if let Some(old) = &current
+                && self
+                    .change_disk_in_place(record, &agent, &vm.cid, old, spec)
+                    .await?
+            {
                 continue;
             }
             let (disk, intent) = self

@@ -8,12 +8,14 @@
 
 pub mod compile;
 pub mod deploy;
+pub mod disks;
 pub mod instance;
 pub mod network;
 pub mod pool;
 pub mod progress;
 pub mod recover;
 pub mod resources;
+pub mod snapshot;
 pub mod templates;
 pub mod vm;
 
@@ -85,6 +87,15 @@ pub struct EngineConfig {
     /// The director's trusted CA certificates (PEM bundle; empty for none), sent to every
     /// new VM's agent in `update_settings`.
     pub trusted_certs: String,
+    /// Snapshot an instance's persistent disks each time an update stops it (the Director's
+    /// `snapshots.enabled`; off by default).
+    pub snapshots_enabled: bool,
+    /// Grow a disk in place with the CPI's `resize_disk` when only its size grew (the
+    /// Director's `enable_cpi_resize_disk`; off by default: a new disk and a copy).
+    pub enable_cpi_resize_disk: bool,
+    /// Change a disk in place with the CPI's `update_disk` (the Director's
+    /// `enable_cpi_update_disk`; off by default).
+    pub enable_cpi_update_disk: bool,
 }
 
 impl Default for EngineConfig {
@@ -104,6 +115,9 @@ impl Default for EngineConfig {
             dns_registry: None,
             ip_registry: None,
             trusted_certs: String::new(),
+            snapshots_enabled: false,
+            enable_cpi_resize_disk: false,
+            enable_cpi_update_disk: false,
         }
     }
 }
@@ -218,6 +232,19 @@ pub enum EngineError {
     /// Planning failed (IPs, stemcells, links, templates, packages): nothing was changed.
     #[error("{}", .0.join("\n"))]
     Plan(Vec<String>),
+    /// The agent has a different persistent disk mounted than the record says (BOSH error
+    /// 400010, `AgentDiskOutOfSync`).
+    #[error(
+        "'{instance}' has invalid disks: agent reports '{agent}' while director record shows '{recorded}'"
+    )]
+    AgentDiskOutOfSync {
+        /// `group/uuid (index)`.
+        instance: String,
+        /// The disk the agent reports.
+        agent: String,
+        /// The disk the record shows.
+        recorded: String,
+    },
     /// An instance did not reach running in its watch time (BOSH error 400007).
     #[error("'{instance}' is not running after update. Review logs for failed jobs: {}", .failing.join(", "))]
     NotRunning {
@@ -233,6 +260,7 @@ impl EngineError {
     pub fn code(&self) -> u32 {
         match self {
             EngineError::NotRunning { .. } => 400_007,
+            EngineError::AgentDiskOutOfSync { .. } => 400_010,
             EngineError::Lock(_) => 100_001,
             EngineError::Invalid(_) => 190_000,
             EngineError::Agent(m) if m.starts_with("Timed out sending") => 450_002,

@@ -108,13 +108,11 @@ impl Engine {
                 Ok(true)
             }
             IntentKind::CreateDisk { instance, name } => {
-                let Some(cid) = &intent.cid else {
-                    progress::warn(
-                        self.events.as_ref(),
-                        format!(
-                            "A previous run stopped while the cloud was creating disk '{name}' of instance {instance}; the cloud did not report its CID, so it cannot be found: check the cloud for an unattached disk"
-                        ),
-                    );
+                let found = match &intent.cid {
+                    Some(cid) => Some(cid.clone()),
+                    None => self.find_disk_of(intent, instance, name).await?,
+                };
+                let Some(cid) = &found else {
                     return Ok(true);
                 };
                 let owner = state.instances.get(instance);
@@ -141,7 +139,9 @@ impl Engine {
                     Err(e) => Err(EngineError::Cloud(e.to_string())),
                 }
             }
-            IntentKind::SnapshotDisk { .. } => match &intent.cid {
+            IntentKind::SnapshotDisk { disk } => match &intent.cid {
+                // Recorded on its disk: the snapshot is the disk's now.
+                Some(cid) if super::snapshot::snapshot_recorded(state, disk, cid) => Ok(true),
                 Some(cid) => {
                     self.cloud
                         .delete_snapshot(&SnapshotCid(cid.clone()))
@@ -163,6 +163,34 @@ impl Engine {
                 }
                 Ok(true)
             }
+        }
+    }
+
+    /// The disk an interrupted `create_disk` made, asked of the cloud by the intent's id (the
+    /// call's request id). `None` when the cloud made none, or cannot tell (a CPI without
+    /// the `kubosh_find_disk` extension: then a warning names what to look for).
+    async fn find_disk_of(
+        &self,
+        intent: &Intent,
+        instance: &str,
+        name: &str,
+    ) -> Result<Option<String>, EngineError> {
+        match self.cloud.find_disk_by_request(&intent.id).await {
+            Ok(Some(cid)) => {
+                tracing::info!(disk = %cid, instance, "found the disk a previous run created but never recorded");
+                Ok(Some(cid.0))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if e.is(&crate::cpi::ErrorKind::NotImplemented) => {
+                progress::warn(
+                    self.events.as_ref(),
+                    format!(
+                        "A previous run stopped while the cloud was creating disk '{name}' of instance {instance}; the cloud did not report its CID, so it cannot be found: check the cloud for an unattached disk"
+                    ),
+                );
+                Ok(None)
+            }
+            Err(e) => Err(EngineError::Cloud(e.to_string())),
         }
     }
 
@@ -196,5 +224,134 @@ impl Engine {
         agent.wait_until_ready("unknown", wait).await.ok()?;
         let state = agent.get_state(false).await.ok()?;
         state.vm.map(|vm| vm.name).filter(|name| !name.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cpi::{Cloud as _, CreateDisk};
+    use crate::engine::{EngineConfig, EventLog, LiteralRenderer};
+    use crate::sim::{CloudFault, SimCloud, SimConfig};
+    use crate::state::MemoryStore;
+
+    /// An engine on a simulated cloud, its event log, and a state holding one pending
+    /// `create_disk` intent without a CID (for an instance the state does not hold).
+    fn world(dir: &std::path::Path) -> (Engine, Arc<SimCloud>, EventLog, DeploymentState) {
+        let (cloud, agents) = crate::sim::pair(SimConfig::default());
+        let events = EventLog::new();
+        let engine = Engine {
+            cloud: cloud.clone(),
+            agents,
+            blobstore: Arc::new(crate::blobstore::LocalBlobstore::new(dir.join("blobs")).unwrap()),
+            renderer: Arc::new(LiteralRenderer),
+            store: Arc::new(MemoryStore::new()),
+            locks: Arc::new(crate::lock::FileLocks::new(dir.join("locks"))),
+            events: Arc::new(events.clone()),
+            config: EngineConfig::default(),
+        };
+        let mut state = DeploymentState::default();
+        let intent = Intent {
+            id: "intent-1".into(),
+            kind: IntentKind::CreateDisk {
+                instance: "u-gone".into(),
+                name: String::new(),
+            },
+            cid: None,
+        };
+        state.intents.insert(intent.id.clone(), intent);
+        (engine, cloud, events, state)
+    }
+
+    fn warnings(events: &EventLog) -> Vec<String> {
+        events
+            .lines()
+            .into_iter()
+            .filter_map(|l| match l {
+                crate::events::EventLine::Notice(n) => Some(n.message),
+                _ => None,
+            })
+            .collect()
+    }
+
+    async fn made_for(cloud: &SimCloud, request_id: &str) -> DiskCid {
+        let request = CreateDisk {
+            size_mib: 10,
+            cloud_properties: Default::default(),
+            vm_cid: None,
+        };
+        cloud
+            .create_disk_with_request_id(&request, request_id)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_disk_made_for_the_intent_is_found_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, cloud, events, mut state) = world(dir.path());
+        let disk = made_for(&cloud, "intent-1").await;
+        let other = made_for(&cloud, "another-request").await;
+        engine.recover(&mut state, Duration::ZERO).await.unwrap();
+        assert!(state.intents.is_empty());
+        assert!(cloud.disk(&disk).is_none());
+        assert!(cloud.disk(&other).is_some());
+        assert_eq!(warnings(&events), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_cloud_that_made_no_disk_settles_the_intent_quietly() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, cloud, events, mut state) = world(dir.path());
+        engine.recover(&mut state, Duration::ZERO).await.unwrap();
+        assert!(state.intents.is_empty());
+        assert_eq!(cloud.count("kubosh_find_disk"), 1);
+        assert_eq!(warnings(&events), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_cloud_that_cannot_tell_leaves_the_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, cloud, events, mut state) = world(dir.path());
+        let disk = made_for(&cloud, "intent-1").await;
+        cloud.inject(
+            "kubosh_find_disk",
+            CloudFault::fail(
+                crate::cpi::ErrorKind::NotImplemented,
+                "Unknown method",
+                false,
+            ),
+        );
+        engine.recover(&mut state, Duration::ZERO).await.unwrap();
+        assert!(
+            state.intents.is_empty(),
+            "settled: nothing more can be done"
+        );
+        assert!(cloud.disk(&disk).is_some());
+        let warnings = warnings(&events);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("disk '' of instance u-gone")
+                && warnings[0].contains("check the cloud for an unattached disk"),
+            "{warnings:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn other_errors_keep_the_intent_for_the_next_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, cloud, _events, mut state) = world(dir.path());
+        cloud.inject(
+            "kubosh_find_disk",
+            CloudFault::fail(crate::cpi::ErrorKind::CloudError, "IaaS down", false),
+        );
+        let err = engine
+            .recover(&mut state, Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("IaaS down"), "{err}");
+        assert_eq!(state.intents.len(), 1);
     }
 }

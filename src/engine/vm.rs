@@ -174,8 +174,9 @@ impl Engine {
         }
     }
 
-    /// `create_disk` for an instance, bracketed by an intent. The returned intent id stays
-    /// pending until the caller made the disk active ([`Engine::settle`]).
+    /// `create_disk` for an instance, bracketed by an intent whose id is the call's request
+    /// id. The returned intent id stays pending until the caller made the disk active
+    /// ([`Engine::settle`]).
     pub async fn create_disk(
         &self,
         instance: &str,
@@ -193,13 +194,16 @@ impl Engine {
             cid: None,
         };
         self.write(Write::Intent(intent.clone())).await?;
+        // The intent id travels as the call's request id: if we die before the answer,
+        // recovery asks the cloud for the disk made for it.
+        let request = CreateDisk {
+            size_mib,
+            cloud_properties: object(cloud_properties),
+            vm_cid: vm_cid.map(|c| VmCid(c.to_string())),
+        };
         let cid = self
             .cloud
-            .create_disk(&CreateDisk {
-                size_mib,
-                cloud_properties: object(cloud_properties),
-                vm_cid: vm_cid.map(|c| VmCid(c.to_string())),
-            })
+            .create_disk_with_request_id(&request, &intent.id)
             .await
             .map_err(|e| EngineError::Cloud(e.to_string()))?;
         self.write(Write::Intent(Intent {
@@ -213,6 +217,7 @@ impl Engine {
                 name: name.to_string(),
                 size_mib,
                 cloud_properties: cloud_properties.clone(),
+                snapshots: Vec::new(),
             },
             intent.id,
         ))

@@ -281,6 +281,7 @@ mod tests {
                     name: String::new(),
                     size_mib: 1024,
                     cloud_properties: serde_json::json!({}),
+                    snapshots: Vec::new(),
                 }]
             } else {
                 vec![]

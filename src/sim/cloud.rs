@@ -189,6 +189,33 @@ impl SimCloud {
     fn v2(&self) -> bool {
         self.shared.config.api_version >= 2
     }
+
+    /// `create_disk`, remembering the request id the disk was made for.
+    async fn create_disk_for(
+        &self,
+        req: &CreateDisk,
+        request_id: Option<&str>,
+    ) -> Result<DiskCid, CpiError> {
+        let target = req.vm_cid.as_ref().map(VmCid::as_str).unwrap_or_default();
+        self.call("create_disk", target, move |w| {
+            let cid = w.next_id("disk");
+            w.disks.insert(
+                cid.clone(),
+                SimDisk {
+                    cid: cid.clone(),
+                    size_mib: req.size_mib,
+                    cloud_properties: req.cloud_properties.clone(),
+                    vm_locality: req.vm_cid.as_ref().map(|v| v.to_string()),
+                    metadata: Map::new(),
+                    attached_to: None,
+                    files: BTreeMap::new(),
+                    request_id: request_id.map(str::to_string),
+                },
+            );
+            Ok(DiskCid(cid))
+        })
+        .await
+    }
 }
 
 /// A dynamic network's address: from 100.64.0.0/10, which tests rarely use for manual
@@ -434,22 +461,23 @@ impl Cloud for SimCloud {
     }
 
     fn create_disk<'a>(&'a self, req: &'a CreateDisk) -> CloudFuture<'a, DiskCid> {
-        let target = req.vm_cid.as_ref().map(VmCid::as_str).unwrap_or_default();
-        Box::pin(self.call("create_disk", target, move |w| {
-            let cid = w.next_id("disk");
-            w.disks.insert(
-                cid.clone(),
-                SimDisk {
-                    cid: cid.clone(),
-                    size_mib: req.size_mib,
-                    cloud_properties: req.cloud_properties.clone(),
-                    vm_locality: req.vm_cid.as_ref().map(|v| v.to_string()),
-                    metadata: Map::new(),
-                    attached_to: None,
-                    files: BTreeMap::new(),
-                },
-            );
-            Ok(DiskCid(cid))
+        Box::pin(self.create_disk_for(req, None))
+    }
+
+    fn create_disk_with_request_id<'a>(
+        &'a self,
+        req: &'a CreateDisk,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, DiskCid> {
+        Box::pin(self.create_disk_for(req, Some(request_id)))
+    }
+
+    fn find_disk_by_request<'a>(&'a self, request_id: &'a str) -> CloudFuture<'a, Option<DiskCid>> {
+        Box::pin(self.call(crate::cpi::FIND_DISK, request_id, move |w| {
+            Ok(w.disks
+                .values()
+                .find(|d| d.request_id.as_deref() == Some(request_id))
+                .map(|d| DiskCid(d.cid.clone())))
         }))
     }
 

@@ -60,6 +60,8 @@ pub struct SimDisk {
     pub attached_to: Option<String>,
     /// Its simulated contents: path ⇒ file content. `migrate_disk` copies them.
     pub files: BTreeMap<String, String>,
+    /// The request id it was created with ([`crate::cpi::Cloud::create_disk_with_request_id`]).
+    pub request_id: Option<String>,
 }
 
 /// A disk snapshot in the simulated cloud.

@@ -256,6 +256,7 @@ mod tests {
                     name: String::new(),
                     size_mib: 1024,
                     cloud_properties: serde_json::json!({}),
+                    snapshots: vec!["snap/1".into()],
                 },
                 instance: "web/a".into(),
                 orphaned_at: "2026-11-22T00:00:00Z".into(),

@@ -183,6 +183,10 @@ pub struct DiskRecord {
     /// Cloud properties it was made with.
     #[serde(default)]
     pub cloud_properties: Value,
+    /// CIDs of the snapshots taken of it, oldest first. They stay with the disk: an orphaned
+    /// disk keeps them, and deleting it deletes them first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<String>,
 }
 
 /// An IP address held by an instance on one network.
@@ -305,7 +309,8 @@ pub enum IntentKind {
         /// The disk's name.
         name: String,
     },
-    /// A snapshot of a disk.
+    /// A snapshot of a disk: kept when the disk's record (an instance's or an orphan's) lists
+    /// the snapshot CID, deleted otherwise.
     SnapshotDisk {
         /// The disk's CID.
         disk: String,
@@ -379,4 +384,25 @@ pub struct DeploymentMeta {
     /// goes does not renumber the others (and restart their instances).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub link_group_ids: BTreeMap<String, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_records_without_snapshots_read_and_write_as_before() {
+        let old =
+            serde_json::json!({"cid": "d-1", "name": "", "size_mib": 10, "cloud_properties": {}});
+        let disk: DiskRecord = serde_json::from_value(old.clone()).unwrap();
+        assert!(disk.snapshots.is_empty());
+        assert_eq!(serde_json::to_value(&disk).unwrap(), old);
+        let with = DiskRecord {
+            snapshots: vec!["s-1".into()],
+            ..disk
+        };
+        let back: DiskRecord =
+            serde_json::from_value(serde_json::to_value(&with).unwrap()).unwrap();
+        assert_eq!(back, with);
+    }
 }

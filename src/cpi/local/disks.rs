@@ -23,6 +23,9 @@ pub(crate) struct DiskRecord {
     #[serde(default)]
     pub metadata: Map<String, Value>,
     pub created_at: String,
+    /// The `context.request_id` of the `create_disk` call that made it.
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 /// The record of a snapshot (`snapshots/<cid>/meta.json`).
@@ -80,6 +83,7 @@ impl Local {
             attached_to: None,
             metadata: Map::new(),
             created_at: now_rfc3339(),
+            request_id: Some(self.request_id.clone()).filter(|id| !id.is_empty()),
         };
         let built = std::fs::create_dir_all(staged.join("data"))
             .and_then(|()| write_json(&staged.join("meta.json"), &record))
@@ -106,6 +110,19 @@ impl Local {
         }
         self.store.remove(Kind::Disk, cid)?;
         Ok(Value::Null)
+    }
+
+    /// `kubosh_find_disk(request_id)`: the disk `create_disk` made for that request id, or
+    /// null.
+    pub(crate) fn find_disk(&self, args: &Args<'_>) -> Result<Value, Failure> {
+        let request_id = args.string(0, "request_id")?;
+        let _lock = self.store.lock_shared()?;
+        Ok(self
+            .store
+            .list::<DiskRecord>(Kind::Disk)?
+            .into_iter()
+            .find(|(_, d)| d.request_id.as_deref() == Some(request_id))
+            .map_or(Value::Null, |(cid, _)| Value::String(cid)))
     }
 
     /// `has_disk(disk_cid)`.

@@ -9,7 +9,9 @@
 //! Deviations from IaaS CPIs, all deliberate: a VM's agent settings are a file the agent reads
 //! with its `File` settings source (and `attach_disk` keeps `disks.persistent` in it up to
 //! date); the disk hint is `{"path": "<the disk's data directory>"}`; the network methods
-//! answer `NotImplemented`.
+//! answer `NotImplemented`. One extension: `kubosh_find_disk(request_id)` answers the disk a
+//! `create_disk` with that `context.request_id` made (or null), so a director killed before
+//! `create_disk` answered can find the disk.
 
 mod calls;
 mod config;
@@ -138,6 +140,8 @@ pub(crate) struct Local {
     pub store: Store,
     /// Whether answers use API v2 shapes (the request asked for v2 and `info` offers it).
     pub v2: bool,
+    /// The request's `context.request_id` (`create_disk` records it with the disk).
+    pub request_id: String,
 }
 
 /// Answers one CPI request (the bytes read from stdin). Never panics and always answers:
@@ -195,7 +199,12 @@ fn serve_request(input: &[u8], config_file: Option<&Path>) -> Response {
         }
     };
     let v2 = api_version.unwrap_or(1) >= 2 && config.api_version >= 2;
-    let local = Local { config, store, v2 };
+    let local = Local {
+        config,
+        store,
+        v2,
+        request_id: request_id.to_string(),
+    };
     eprintln!("kubosh cpi: {method} (request {request_id})");
     local.call(method, arguments, api_version, request_id)
 }
@@ -313,6 +322,7 @@ impl Local {
             "set_disk_metadata" => self.set_disk_metadata(&args),
             "snapshot_disk" => self.snapshot_disk(&args),
             "delete_snapshot" => self.delete_snapshot(&args),
+            crate::cpi::FIND_DISK => self.find_disk(&args),
             _ => Err(Failure::new(
                 ErrorKind::NotImplemented,
                 format!("Must call implemented method: Unknown method '{method}'"),
