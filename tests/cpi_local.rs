@@ -926,3 +926,21 @@ async fn a_disk_is_found_by_the_request_id_that_created_it() {
     cpi.delete_disk(&disk).await.unwrap();
     assert_eq!(cpi.find_disk_by_request("intent-7f3a").await.unwrap(), None);
 }
+
+/// kubosh's `kubosh_find_vm` extension: the VM made for an agent id, whether or not its agent
+/// ever answers (what a director killed before `create_vm` answered has).
+#[tokio::test]
+async fn a_vm_is_found_by_the_agent_id_it_was_made_for() {
+    let cloud = TestCloud::new();
+    let cpi = &cloud.cpi;
+    let stemcell = cloud.stemcell().await;
+    let req = create_vm_req(&stemcell, "10.0.0.7");
+    let created = cpi.create_vm(&req).await.unwrap();
+    assert_eq!(
+        cpi.find_vm_by_agent(&req.agent_id).await.unwrap(),
+        Some(created.cid.clone())
+    );
+    assert_eq!(cpi.find_vm_by_agent("agent-unknown").await.unwrap(), None);
+    cpi.delete_vm(&created.cid).await.unwrap();
+    assert_eq!(cpi.find_vm_by_agent(&req.agent_id).await.unwrap(), None);
+}

@@ -12,6 +12,26 @@ use super::types::*;
 /// CID of the disk a `create_disk` with that `context.request_id` made, or `null`.
 pub const FIND_DISK: &str = "kubosh_find_disk";
 
+/// The CPI method of [`Cloud::find_vm_by_agent`]: `kubosh_find_vm(agent_id)` ⇒ the CID of
+/// the VM `create_vm` made for that agent id, or `null`.
+pub const FIND_VM: &str = "kubosh_find_vm";
+
+/// What a cloud without a kubosh extension answers: BOSH's `NotImplemented`.
+fn not_implemented<T: Send + 'static>(method: &'static str) -> CloudFuture<'static, T> {
+    Box::pin(async move {
+        Err(CpiError::Cloud {
+            kind: super::error::ErrorKind::NotImplemented,
+            error_type: super::error::ErrorKind::NotImplemented
+                .type_name()
+                .to_string(),
+            message: format!("Must call implemented method: Unknown method '{method}'"),
+            ok_to_retry: false,
+            method: method.to_string(),
+            request_id: String::new(),
+        })
+    })
+}
+
 /// The future every [`Cloud`] method returns (boxed, so `dyn Cloud` works: one deployment can
 /// use several CPIs).
 pub type CloudFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CpiError>> + Send + 'a>>;
@@ -40,6 +60,15 @@ pub trait Cloud: Send + Sync {
 
     /// `has_vm(vm_cid)`.
     fn has_vm<'a>(&'a self, cid: &'a VmCid) -> CloudFuture<'a, bool>;
+
+    /// The VM `create_vm` made for `agent_id`, if any (kubosh extension, CPI method
+    /// `kubosh_find_vm`): how a director killed before `create_vm` answered finds the VM
+    /// even when its agent never comes up. `NotImplemented` (the default) means the cloud
+    /// cannot tell.
+    fn find_vm_by_agent<'a>(&'a self, agent_id: &'a str) -> CloudFuture<'a, Option<VmCid>> {
+        let _ = agent_id;
+        not_implemented(FIND_VM)
+    }
 
     /// `reboot_vm(vm_cid)`.
     fn reboot_vm<'a>(&'a self, cid: &'a VmCid) -> CloudFuture<'a, ()>;
@@ -74,18 +103,7 @@ pub trait Cloud: Send + Sync {
     /// cloud cannot tell.
     fn find_disk_by_request<'a>(&'a self, request_id: &'a str) -> CloudFuture<'a, Option<DiskCid>> {
         let _ = request_id;
-        Box::pin(async {
-            Err(CpiError::Cloud {
-                kind: super::error::ErrorKind::NotImplemented,
-                error_type: super::error::ErrorKind::NotImplemented
-                    .type_name()
-                    .to_string(),
-                message: format!("Must call implemented method: Unknown method '{FIND_DISK}'"),
-                ok_to_retry: false,
-                method: FIND_DISK.to_string(),
-                request_id: String::new(),
-            })
-        })
+        not_implemented(FIND_DISK)
     }
 
     /// `delete_disk(disk_cid)`.

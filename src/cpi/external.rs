@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::OnceCell;
 
-use super::cloud::{Cloud, CloudFuture, FIND_DISK};
+use super::cloud::{Cloud, CloudFuture, FIND_DISK, FIND_VM};
 use super::error::{CpiError, ErrorKind};
 use super::protocol::{self, Request};
 use super::secret::{Secret, collect_strings, excerpt, scrub};
@@ -785,6 +785,19 @@ impl Cloud for ExternalCpi {
         request_id: &'a str,
     ) -> CloudFuture<'a, DiskCid> {
         Box::pin(self.create_disk_call(req, Some(request_id)))
+    }
+
+    fn find_vm_by_agent<'a>(&'a self, agent_id: &'a str) -> CloudFuture<'a, Option<VmCid>> {
+        Box::pin(async move {
+            let reply = self
+                .call(FIND_VM, vec![json!(agent_id)], Safety::Idempotent)
+                .await?;
+            match &reply.result {
+                Value::Null => Ok(None),
+                Value::String(cid) if !cid.is_empty() => Ok(Some(VmCid(cid.clone()))),
+                _ => Err(unexpected(FIND_VM, &reply, "a VM CID or null")),
+            }
+        })
     }
 
     fn find_disk_by_request<'a>(&'a self, request_id: &'a str) -> CloudFuture<'a, Option<DiskCid>> {

@@ -59,7 +59,7 @@ impl Engine {
                 }
                 let cid = match &intent.cid {
                     Some(cid) => Some(cid.clone()),
-                    None => self.find_vm_by_agent(agent_id, wait).await,
+                    None => self.find_vm_of(agent_id, wait).await,
                 };
                 match cid {
                     Some(cid) => {
@@ -217,9 +217,24 @@ impl Engine {
         }
     }
 
+    /// The VM an interrupted `create_vm` for `agent_id` made: asked of the cloud (the
+    /// `kubosh_find_vm` extension; it finds a VM whose agent never came up), else of the
+    /// agent itself, whose `get_state` names its VM, waiting at most `wait` for it.
+    async fn find_vm_of(&self, agent_id: &str, wait: Duration) -> Option<String> {
+        match self.cloud.find_vm_by_agent(agent_id).await {
+            Ok(Some(cid)) => return Some(cid.0),
+            // A CPI process the killed run started may still be creating the VM: a `None`
+            // is not the last word, the agent may yet come up.
+            Ok(None) => {}
+            Err(e) if e.is(&crate::cpi::ErrorKind::NotImplemented) => {}
+            Err(e) => tracing::warn!(agent_id, error = %e, "cannot ask the cloud for the VM"),
+        }
+        self.ask_agent_for_vm(agent_id, wait).await
+    }
+
     /// The CID of the VM whose agent is `agent_id`, asked of the agent itself (its
     /// `get_state` names its VM).
-    async fn find_vm_by_agent(&self, agent_id: &str, wait: Duration) -> Option<String> {
+    async fn ask_agent_for_vm(&self, agent_id: &str, wait: Duration) -> Option<String> {
         let agent = self.agent(agent_id, "unknown");
         agent.wait_until_ready("unknown", wait).await.ok()?;
         let state = agent.get_state(false).await.ok()?;
@@ -353,5 +368,46 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("IaaS down"), "{err}");
         assert_eq!(state.intents.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_vm_whose_agent_never_answers_is_found_through_the_cloud_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, cloud, events, mut state) = world(dir.path());
+        state.intents.clear();
+        let stemcell = cloud
+            .create_stemcell(&crate::cpi::CreateStemcell {
+                image_path: dir.path().join("image"),
+                cloud_properties: Default::default(),
+            })
+            .await
+            .unwrap();
+        let vm = cloud
+            .create_vm(&crate::cpi::CreateVm {
+                agent_id: "agent-lost".into(),
+                stemcell_cid: stemcell,
+                cloud_properties: Default::default(),
+                networks: Default::default(),
+                disk_cids: vec![],
+                env: Default::default(),
+            })
+            .await
+            .unwrap();
+        cloud.set_agent_unresponsive(&vm.cid, true).unwrap();
+        let intent = Intent {
+            id: "intent-vm".into(),
+            kind: IntentKind::CreateVm {
+                instance: Some("u-new".into()),
+                agent_id: "agent-lost".into(),
+            },
+            cid: None,
+        };
+        state.intents.insert(intent.id.clone(), intent);
+        // No wait for agents at all: the cloud knows the VM.
+        engine.recover(&mut state, Duration::ZERO).await.unwrap();
+        assert!(state.intents.is_empty());
+        assert!(cloud.vm(&vm.cid).is_none(), "the VM is deleted");
+        assert_eq!(cloud.count("kubosh_find_vm"), 1);
+        assert_eq!(warnings(&events), Vec::<String>::new());
     }
 }

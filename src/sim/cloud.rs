@@ -472,6 +472,15 @@ impl Cloud for SimCloud {
         Box::pin(self.create_disk_for(req, Some(request_id)))
     }
 
+    fn find_vm_by_agent<'a>(&'a self, agent_id: &'a str) -> CloudFuture<'a, Option<VmCid>> {
+        Box::pin(self.call(crate::cpi::FIND_VM, agent_id, move |w| {
+            Ok(w.vms
+                .values()
+                .find(|vm| vm.agent_id == agent_id)
+                .map(|vm| VmCid(vm.cid.clone())))
+        }))
+    }
+
     fn find_disk_by_request<'a>(&'a self, request_id: &'a str) -> CloudFuture<'a, Option<DiskCid>> {
         Box::pin(self.call(crate::cpi::FIND_DISK, request_id, move |w| {
             Ok(w.disks

@@ -205,6 +205,19 @@ impl Local {
         Ok(Value::Null)
     }
 
+    /// `kubosh_find_vm(agent_id)`: the VM made for that agent, or null.
+    pub(crate) fn find_vm(&self, args: &Args<'_>) -> Result<Value, Failure> {
+        let agent_id = args.string(0, "agent_id")?;
+        // Under the shared lock: a create_vm in progress (it holds the lock) finishes first.
+        let _lock = self.store.lock_shared()?;
+        Ok(self
+            .store
+            .list::<VmRecord>(Kind::Vm)?
+            .into_iter()
+            .find(|(_, vm)| vm.agent_id == agent_id)
+            .map_or(Value::Null, |(cid, _)| Value::String(cid)))
+    }
+
     /// `has_vm(vm_cid)`.
     pub(crate) fn has_vm(&self, args: &Args<'_>) -> Result<Value, Failure> {
         let cid = args.string(0, "vm_cid")?;
