@@ -28,7 +28,6 @@
 //! (`10,100,1000,10000`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +44,6 @@ use kubosh::plan::changes::Requests;
 use kubosh::plan::desired::StemcellInfo;
 use kubosh::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
 use kubosh::release::Release;
-use kubosh::release::create::{CreateOptions, create};
 use kubosh::sim::{SimAgents, SimCloud, SimConfig};
 use kubosh::state::{DeploymentState, MemoryStore};
 use serde_json::{Value, json};
@@ -194,19 +192,6 @@ impl Timing {
     fn start_and_watch(&self) -> u64 {
         self.sum(&["apply", "run_script", "start", "get_state", "run_script"]) + self.watch_min_ms
     }
-}
-
-fn example_release() -> Release {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
-    let built = create(
-        &dir,
-        &CreateOptions {
-            name: None,
-            version: Some("1.0.0".into()),
-        },
-    )
-    .expect("the example release builds");
-    Release::from_bytes(&built.to_tarball().expect("a tarball")).expect("the tarball reads back")
 }
 
 /// Three AZs, a /16 of a manual network in each, two compilation workers.
@@ -557,7 +542,7 @@ fn main() {
                 .collect()
         })
         .unwrap_or_else(|| SIZES.to_vec());
-    let release = Arc::new(example_release());
+    let release = Arc::new(kubosh::testenv::example_release().expect("the example release builds"));
     let latencies: Vec<String> = timing
         .latencies
         .iter()

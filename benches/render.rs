@@ -12,28 +12,18 @@
 //! Both run `concurrency` processes at a time (the machine's cores), so the ratio is what
 //! batching saves, not parallelism. Printed: instances per second of each mode and the ratio.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use indexmap::IndexMap;
 use kubosh::manifest::Map;
-use kubosh::release::create::{CreateOptions, create};
 use kubosh::render::*;
 use serde_json::json;
 
 /// The sample job: `hello` of `examples/releases/hello`, built as `kubosh release create` builds it.
 fn job() -> JobTemplates {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
-    let release = create(
-        &dir,
-        &CreateOptions {
-            name: None,
-            version: Some("1.0.0".into()),
-        },
-    )
-    .expect("the example release builds");
+    let release = kubosh::testenv::build_example_release().expect("the example release builds");
     let job = release.job("hello").expect("job hello");
     JobTemplates::from_release_job(
         job,

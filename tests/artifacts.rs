@@ -20,15 +20,7 @@ use kubosh::controller::artifacts::{
 use kubosh::digest::sha1_hex;
 
 fn example_release_tarball(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
-    let release = kubosh::release::create::create(
-        &src,
-        &kubosh::release::create::CreateOptions {
-            name: None,
-            version: Some("1.0.0".into()),
-        },
-    )
-    .unwrap();
+    let release = kubosh::testenv::build_example_release().unwrap();
     let out = dir.join("hello-1.0.0.tgz");
     release.write(&out).unwrap();
     out

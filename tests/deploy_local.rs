@@ -22,7 +22,6 @@ use kubosh::lock::FileLocks;
 use kubosh::plan::changes::Requests;
 use kubosh::plan::desired::StemcellInfo;
 use kubosh::release::Release;
-use kubosh::release::create::{CreateOptions, create};
 use kubosh::render::{Renderer, RendererConfig};
 use kubosh::state::{DeploymentState, DirStore, StateStore};
 use kubosh::stemcell::CreateStemcellOptions;
@@ -53,19 +52,6 @@ struct World {
     port: u16,
     /// The third octet of this world's loopback subnet (tests run side by side).
     net: u8,
-}
-
-fn example_release() -> Release {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
-    let built = create(
-        &dir,
-        &CreateOptions {
-            name: None,
-            version: Some("1.0.0".into()),
-        },
-    )
-    .expect("the example release builds");
-    Release::from_bytes(&built.to_tarball().unwrap()).expect("the tarball reads back")
 }
 
 fn free_port() -> u16 {
@@ -148,7 +134,9 @@ impl World {
             engine,
             events,
             store,
-            release: Arc::new(example_release()),
+            release: Arc::new(
+                kubosh::testenv::example_release().expect("the example release builds"),
+            ),
             stemcell,
             port: free_port(),
             net,

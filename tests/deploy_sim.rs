@@ -25,33 +25,20 @@ use kubosh::lock::FileLocks;
 use kubosh::plan::changes::Requests;
 use kubosh::plan::desired::StemcellInfo;
 use kubosh::release::Release;
-use kubosh::release::create::{CreateOptions, create};
 use kubosh::sim::{SimAgents, SimCloud, SimConfig};
 use kubosh::state::{
     DeploymentState, InstanceRecord, IpRegistry, MemoryDnsRegistry, MemoryIpRegistry, MemoryStore,
 };
 use serde_json::{Value, json};
 
-fn example_release() -> Release {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
-    let built = create(
-        &dir,
-        &CreateOptions {
-            name: None,
-            version: Some("1.0.0".into()),
-        },
-    )
-    .expect("the example release builds");
-    Release::from_bytes(&built.to_tarball().unwrap()).expect("the tarball reads back")
-}
-
 /// The example release, built once per test binary. Building it runs `git`, and a child
 /// forked while another test holds its deployment lock inherits the lock's descriptor until
 /// it execs: on a paused clock the other test's next deploy then waits its whole lock
 /// timeout in no real time and fails. Built before any world exists, it forks no more.
 fn shared_release() -> Arc<Release> {
-    static RELEASE: std::sync::LazyLock<Arc<Release>> =
-        std::sync::LazyLock::new(|| Arc::new(example_release()));
+    static RELEASE: std::sync::LazyLock<Arc<Release>> = std::sync::LazyLock::new(|| {
+        Arc::new(kubosh::testenv::example_release().expect("the example release builds"))
+    });
     RELEASE.clone()
 }
 

@@ -14,7 +14,7 @@ use serde_json::Value;
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
 
 fn example() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello")
+    kubosh::testenv::example_release_dir()
 }
 
 /// Copies a directory tree (files, modes and symlinks).

@@ -3,7 +3,6 @@
 //! Ruby with a consumed link, `spec.address` and `spec.bootstrap`, hashed and archived as the
 //! Director does, and installed by kubosh's agent.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,6 @@ use kubosh::agentd::layout::Layout;
 use kubosh::digest::sha1_hex;
 use kubosh::manifest::Map;
 use kubosh::release::Release;
-use kubosh::release::create::{CreateOptions, create};
 use kubosh::render::{
     InstanceGroupSpec, JobTemplates, LinkInstance, LinkSpec, NetworkSpec, PropertyBinder,
     PropertyDefinition, ProvidedLinkEntry, ReleaseRef, RenderUnit, RenderedJob, Renderer,
@@ -21,21 +19,6 @@ use kubosh::render::{
     property_source, rendered_templates_archive, template_hashes,
 };
 use serde_json::{Value, json};
-
-fn example_release() -> Release {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases/hello");
-    let built = create(
-        &dir,
-        &CreateOptions {
-            name: None,
-            version: Some("1.0.0".into()),
-        },
-    )
-    .expect("the example release builds");
-    // Through the tarball and back, as an uploaded release would come.
-    let tarball = built.to_tarball().unwrap();
-    Release::from_bytes(&tarball).expect("the tarball reads back")
-}
 
 fn object(v: Value) -> Map {
     v.as_object().cloned().unwrap()
@@ -146,7 +129,7 @@ fn file<'a>(job: &'a RenderedJob, destination: &str) -> &'a str {
 
 #[tokio::test]
 async fn the_example_release_renders_hashes_and_installs() {
-    let release = example_release();
+    let release = kubosh::testenv::example_release().expect("the example release builds");
     let job = release.job("hello").expect("job hello");
     let job = Arc::new(
         JobTemplates::from_release_job(
@@ -291,7 +274,7 @@ async fn render_instance(jobs: &[Arc<JobTemplates>], group_props: Value) -> Vec<
 
 #[tokio::test]
 async fn a_property_a_job_does_not_use_changes_nothing_for_that_job() {
-    let release = example_release();
+    let release = kubosh::testenv::example_release().expect("the example release builds");
     let hello = Arc::new(
         JobTemplates::from_release_job(
             release.job("hello").unwrap(),

@@ -11,6 +11,7 @@ mod control_plane;
 mod logs;
 mod nats;
 mod process;
+mod releases;
 mod s3;
 
 pub use bins::{BinError, bin_dir, binary};
@@ -18,4 +19,7 @@ pub use control_plane::{ControlPlane, ControlPlaneError};
 pub use logs::{CapturedLogs, captured_logs};
 pub use nats::{BoshNats, BoshNatsError, ClientPem, NatsError, NatsServer, NatsTls};
 pub use process::{ManagedChild, free_port, spawn_tied};
+pub use releases::{
+    ExampleReleaseError, build_example_release, example_release, example_release_dir,
+};
 pub use s3::{S3Server, S3ServerError};
