@@ -944,3 +944,33 @@ async fn a_vm_is_found_by_the_agent_id_it_was_made_for() {
     cpi.delete_vm(&created.cid).await.unwrap();
     assert_eq!(cpi.find_vm_by_agent(&req.agent_id).await.unwrap(), None);
 }
+
+/// kubosh's `kubosh_find_snapshot` extension: a snapshot is found by the request id of the
+/// `snapshot_disk` call that made it.
+#[tokio::test]
+async fn a_snapshot_is_found_by_the_request_id_that_made_it() {
+    let cloud = TestCloud::new();
+    let cpi = &cloud.cpi;
+    let disk = cpi
+        .create_disk(&CreateDisk {
+            size_mib: 10,
+            cloud_properties: Object::new(),
+            vm_cid: None,
+        })
+        .await
+        .unwrap();
+    let snapshot = cpi
+        .snapshot_disk_with_request_id(&disk, &Object::new(), "intent-snap")
+        .await
+        .unwrap();
+    assert_eq!(
+        cpi.find_snapshot_by_request("intent-snap").await.unwrap(),
+        Some(snapshot.clone())
+    );
+    assert_eq!(cpi.find_snapshot_by_request("other").await.unwrap(), None);
+    cpi.delete_snapshot(&snapshot).await.unwrap();
+    assert_eq!(
+        cpi.find_snapshot_by_request("intent-snap").await.unwrap(),
+        None
+    );
+}

@@ -16,6 +16,11 @@ pub const FIND_DISK: &str = "kubosh_find_disk";
 /// the VM `create_vm` made for that agent id, or `null`.
 pub const FIND_VM: &str = "kubosh_find_vm";
 
+/// The CPI method of [`Cloud::find_snapshot_by_request`]: `kubosh_find_snapshot(request_id)`
+/// ⇒ the CID of the snapshot a `snapshot_disk` with that `context.request_id` made, or
+/// `null`.
+pub const FIND_SNAPSHOT: &str = "kubosh_find_snapshot";
+
 /// What a cloud without a kubosh extension answers: BOSH's `NotImplemented`.
 fn not_implemented<T: Send + 'static>(method: &'static str) -> CloudFuture<'static, T> {
     Box::pin(async move {
@@ -146,6 +151,30 @@ pub trait Cloud: Send + Sync {
         cid: &'a DiskCid,
         metadata: &'a Object,
     ) -> CloudFuture<'a, SnapshotCid>;
+
+    /// `snapshot_disk` sent with `request_id` as the request's `context.request_id` (kubosh
+    /// extension): a run killed before the answer finds the snapshot again with
+    /// [`Cloud::find_snapshot_by_request`]. Clouds that cannot tell ids apart just snapshot.
+    fn snapshot_disk_with_request_id<'a>(
+        &'a self,
+        cid: &'a DiskCid,
+        metadata: &'a Object,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, SnapshotCid> {
+        let _ = request_id;
+        self.snapshot_disk(cid, metadata)
+    }
+
+    /// The snapshot a `snapshot_disk` with this `context.request_id` made, if any (kubosh
+    /// extension, CPI method `kubosh_find_snapshot`). `NotImplemented` (the default) means
+    /// the cloud cannot tell.
+    fn find_snapshot_by_request<'a>(
+        &'a self,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, Option<SnapshotCid>> {
+        let _ = request_id;
+        not_implemented(FIND_SNAPSHOT)
+    }
 
     /// `delete_snapshot(snapshot_cid)`.
     fn delete_snapshot<'a>(&'a self, cid: &'a SnapshotCid) -> CloudFuture<'a, ()>;

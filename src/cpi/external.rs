@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::OnceCell;
 
-use super::cloud::{Cloud, CloudFuture, FIND_DISK, FIND_VM};
+use super::cloud::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_VM};
 use super::error::{CpiError, ErrorKind};
 use super::protocol::{self, Request};
 use super::secret::{Secret, collect_strings, excerpt, scrub};
@@ -624,6 +624,25 @@ impl ExternalCpi {
         }
     }
 
+    /// `snapshot_disk`, with the caller's request id when given.
+    async fn snapshot_disk_call(
+        &self,
+        cid: &DiskCid,
+        metadata: &Object,
+        request_id: Option<&str>,
+    ) -> Result<SnapshotCid, CpiError> {
+        let method = "snapshot_disk";
+        let args = vec![json!(cid), Value::Object(metadata.clone())];
+        let api_version = self.api_version().await?;
+        let reply = self
+            .call_with_version(method, args, Safety::Once, Some(api_version), request_id)
+            .await?;
+        match &reply.result {
+            Value::String(cid) => Ok(SnapshotCid(cid.clone())),
+            _ => Err(unexpected(method, &reply, "a string")),
+        }
+    }
+
     async fn call_unit(
         &self,
         method: &'static str,
@@ -912,14 +931,31 @@ impl Cloud for ExternalCpi {
         cid: &'a DiskCid,
         metadata: &'a Object,
     ) -> CloudFuture<'a, SnapshotCid> {
+        Box::pin(self.snapshot_disk_call(cid, metadata, None))
+    }
+
+    fn snapshot_disk_with_request_id<'a>(
+        &'a self,
+        cid: &'a DiskCid,
+        metadata: &'a Object,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, SnapshotCid> {
+        Box::pin(self.snapshot_disk_call(cid, metadata, Some(request_id)))
+    }
+
+    fn find_snapshot_by_request<'a>(
+        &'a self,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, Option<SnapshotCid>> {
         Box::pin(async move {
-            self.call_string(
-                "snapshot_disk",
-                vec![json!(cid), Value::Object(metadata.clone())],
-                Safety::Once,
-            )
-            .await
-            .map(SnapshotCid)
+            let reply = self
+                .call(FIND_SNAPSHOT, vec![json!(request_id)], Safety::Idempotent)
+                .await?;
+            match &reply.result {
+                Value::Null => Ok(None),
+                Value::String(cid) if !cid.is_empty() => Ok(Some(SnapshotCid(cid.clone()))),
+                _ => Err(unexpected(FIND_SNAPSHOT, &reply, "a snapshot CID or null")),
+            }
         })
     }
 

@@ -24,7 +24,7 @@ pub mod protocol;
 pub(crate) mod secret;
 pub mod types;
 
-pub use cloud::{Cloud, CloudFuture, FIND_DISK, FIND_VM};
+pub use cloud::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_VM};
 pub use error::{CpiError, ErrorKind};
 pub use external::{CpiCommand, EnvMode, ExternalCpi, MAX_API_VERSION, RetryPolicy};
 pub use secret::Secret;

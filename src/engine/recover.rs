@@ -149,7 +149,27 @@ impl Engine {
                         .map_err(|e| EngineError::Cloud(e.to_string()))?;
                     Ok(true)
                 }
-                None => Ok(true),
+                // Never answered: the snapshot the call made, if the cloud can tell, goes.
+                None => {
+                    match self.cloud.find_snapshot_by_request(&intent.id).await {
+                        Ok(Some(cid)) => self
+                            .cloud
+                            .delete_snapshot(&cid)
+                            .await
+                            .map_err(|e| EngineError::Cloud(e.to_string()))?,
+                        Ok(None) => {}
+                        Err(e) if e.is(&crate::cpi::ErrorKind::NotImplemented) => {
+                            progress::warn(
+                                self.events.as_ref(),
+                                format!(
+                                    "A previous run stopped while the cloud was snapshotting disk '{disk}'; the cloud did not report the snapshot's CID, so it cannot be found: check the cloud for a snapshot of that disk"
+                                ),
+                            );
+                        }
+                        Err(e) => return Err(EngineError::Cloud(e.to_string())),
+                    }
+                    Ok(true)
+                }
             },
             IntentKind::CreateStemcell { stemcell } => {
                 if state.stemcells.contains_key(stemcell) {
@@ -408,6 +428,40 @@ mod tests {
         assert!(state.intents.is_empty());
         assert!(cloud.vm(&vm.cid).is_none(), "the VM is deleted");
         assert_eq!(cloud.count("kubosh_find_vm"), 1);
+        assert_eq!(warnings(&events), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_whose_call_was_never_answered_is_found_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, cloud, events, mut state) = world(dir.path());
+        state.intents.clear();
+        let disk = made_for(&cloud, "disk-request").await;
+        let snapshot = cloud
+            .snapshot_disk_with_request_id(&disk, &Default::default(), "intent-snap")
+            .await
+            .unwrap();
+        let kept = cloud
+            .snapshot_disk_with_request_id(&disk, &Default::default(), "another")
+            .await
+            .unwrap();
+        let intent = Intent {
+            id: "intent-snap".into(),
+            kind: IntentKind::SnapshotDisk {
+                disk: disk.0.clone(),
+            },
+            cid: None,
+        };
+        state.intents.insert(intent.id.clone(), intent);
+        engine.recover(&mut state, Duration::ZERO).await.unwrap();
+        assert!(state.intents.is_empty());
+        let left: Vec<String> = cloud
+            .inventory()
+            .snapshots
+            .iter()
+            .map(|s| s.cid.clone())
+            .collect();
+        assert_eq!(left, vec![kept.0.clone()], "{snapshot:?} is deleted");
         assert_eq!(warnings(&events), Vec::<String>::new());
     }
 }

@@ -78,7 +78,7 @@ impl Engine {
             self.write(Write::Intent(intent.clone())).await?;
             let snapshot = match self
                 .cloud
-                .snapshot_disk(&DiskCid(disk.clone()), &metadata)
+                .snapshot_disk_with_request_id(&DiskCid(disk.clone()), &metadata, &intent.id)
                 .await
             {
                 Ok(snapshot) => snapshot,

@@ -191,6 +191,35 @@ impl SimCloud {
     }
 
     /// `create_disk`, remembering the request id the disk was made for.
+    async fn snapshot_disk_for(
+        &self,
+        cid: &DiskCid,
+        metadata: &Object,
+        request_id: Option<&str>,
+    ) -> Result<SnapshotCid, CpiError> {
+        self.call("snapshot_disk", cid.as_str(), move |w| {
+            let files = w
+                .disks
+                .get(cid.as_str())
+                .ok_or_else(|| not_found_disk(cid.as_str()))?
+                .files
+                .clone();
+            let snapshot = w.next_id("snapshot");
+            w.snapshots.insert(
+                snapshot.clone(),
+                SimSnapshot {
+                    cid: snapshot.clone(),
+                    disk_cid: cid.to_string(),
+                    metadata: metadata.clone(),
+                    files,
+                    request_id: request_id.map(str::to_string),
+                },
+            );
+            Ok(SnapshotCid(snapshot))
+        })
+        .await
+    }
+
     async fn create_disk_for(
         &self,
         req: &CreateDisk,
@@ -620,24 +649,27 @@ impl Cloud for SimCloud {
         cid: &'a DiskCid,
         metadata: &'a Object,
     ) -> CloudFuture<'a, SnapshotCid> {
-        Box::pin(self.call("snapshot_disk", cid.as_str(), move |w| {
-            let files = w
-                .disks
-                .get(cid.as_str())
-                .ok_or_else(|| not_found_disk(cid.as_str()))?
-                .files
-                .clone();
-            let snapshot = w.next_id("snapshot");
-            w.snapshots.insert(
-                snapshot.clone(),
-                SimSnapshot {
-                    cid: snapshot.clone(),
-                    disk_cid: cid.to_string(),
-                    metadata: metadata.clone(),
-                    files,
-                },
-            );
-            Ok(SnapshotCid(snapshot))
+        Box::pin(self.snapshot_disk_for(cid, metadata, None))
+    }
+
+    fn snapshot_disk_with_request_id<'a>(
+        &'a self,
+        cid: &'a DiskCid,
+        metadata: &'a Object,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, SnapshotCid> {
+        Box::pin(self.snapshot_disk_for(cid, metadata, Some(request_id)))
+    }
+
+    fn find_snapshot_by_request<'a>(
+        &'a self,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, Option<SnapshotCid>> {
+        Box::pin(self.call(crate::cpi::FIND_SNAPSHOT, request_id, move |w| {
+            Ok(w.snapshots
+                .values()
+                .find(|s| s.request_id.as_deref() == Some(request_id))
+                .map(|s| SnapshotCid(s.cid.clone())))
         }))
     }
 

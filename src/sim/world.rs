@@ -75,6 +75,9 @@ pub struct SimSnapshot {
     pub metadata: Object,
     /// The disk's files when it was taken.
     pub files: BTreeMap<String, String>,
+    /// The `context.request_id` of the `snapshot_disk` call that made it, when the caller
+    /// gave one.
+    pub request_id: Option<String>,
 }
 
 /// Everything the simulated cloud holds (for leak checks and assertions).

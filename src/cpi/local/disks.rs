@@ -37,6 +37,9 @@ pub(crate) struct SnapshotRecord {
     #[serde(default)]
     pub metadata: Map<String, Value>,
     pub created_at: String,
+    /// The `context.request_id` of the `snapshot_disk` call that made it.
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 fn disk_not_found(cid: &str) -> Failure {
@@ -262,6 +265,7 @@ impl Local {
             size_mib: disk.size_mib,
             metadata,
             created_at: now_rfc3339(),
+            request_id: Some(self.request_id.clone()).filter(|id| !id.is_empty()),
         };
         let built = copy_tree(&self.disk_data(disk_cid), &staged.join("data"))
             .and_then(|()| write_json(&staged.join("meta.json"), &record))
@@ -271,6 +275,19 @@ impl Local {
             return Err(e.into());
         }
         Ok(Value::String(cid))
+    }
+
+    /// `kubosh_find_snapshot(request_id)`: the snapshot `snapshot_disk` made for that request
+    /// id, or null.
+    pub(crate) fn find_snapshot(&self, args: &Args<'_>) -> Result<Value, Failure> {
+        let request_id = args.string(0, "request_id")?;
+        let _lock = self.store.lock_shared()?;
+        Ok(self
+            .store
+            .list::<SnapshotRecord>(Kind::Snapshot)?
+            .into_iter()
+            .find(|(_, s)| s.request_id.as_deref() == Some(request_id))
+            .map_or(Value::Null, |(cid, _)| Value::String(cid)))
     }
 
     /// `delete_snapshot(snapshot_cid)`.
