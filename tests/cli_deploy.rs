@@ -9,7 +9,7 @@ mod director_world;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use director_world::{World, http_get};
+use director_world::{World, hello_deployment, http_get};
 use serde_json::{Value, json};
 
 fn kubosh(w: &World, command: &str, web_greeting: &str) -> (bool, String, String) {
@@ -38,27 +38,13 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// `hello` with web's greeting from the variable `web_greeting` and a static `api` instance.
 fn manifest(port: u16) -> Value {
-    json!({
-        "name": "hello",
-        "releases": [{"name": "hello", "version": "1.0.0"}],
-        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
-        "update": {
-            "canaries": 1, "max_in_flight": 2,
-            "canary_watch_time": "500-30000", "update_watch_time": "500-30000",
-        },
-        "instance_groups": [{
-            "name": "web",
-            "instances": 2,
-            "azs": ["z1"],
-            "vm_type": "small",
-            "stemcell": "default",
-            "networks": [{"name": "default"}],
-            "jobs": [{"name": "hello", "release": "hello",
-                      "provides": {"greeter": {"as": "web_greeter"}},
-                      "consumes": {"peers": {"from": "web_greeter"}},
-                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": "((web_greeting))"}}}],
-        }, {
+    let mut manifest = hello_deployment(port, "((web_greeting))");
+    manifest["instance_groups"]
+        .as_array_mut()
+        .expect("instance groups")
+        .push(json!({
             "name": "api",
             "instances": 1,
             "azs": ["z1"],
@@ -68,8 +54,8 @@ fn manifest(port: u16) -> Value {
             "jobs": [{"name": "hello", "release": "hello",
                       "consumes": {"peers": "nil"},
                       "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
-        }],
-    })
+        }));
+    manifest
 }
 
 /// The plan's line of every instance of `group`.

@@ -10,7 +10,7 @@ mod director_world;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use director_world::{World, http_get, write_json};
+use director_world::{World, hello_deployment, http_get, write_json};
 use serde_json::{Value, json};
 
 /// The request lines of each VM's agent log, by VM.
@@ -56,34 +56,10 @@ fn edit(path: &Path, change: impl FnOnce(&mut Value)) {
     write_json(path, &value);
 }
 
-fn manifest(port: u16) -> Value {
-    json!({
-        "name": "hello",
-        "releases": [{"name": "hello", "version": "1.0.0"}],
-        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
-        "update": {
-            "canaries": 1, "max_in_flight": 2,
-            "canary_watch_time": "500-30000", "update_watch_time": "500-30000",
-        },
-        "instance_groups": [{
-            "name": "web",
-            "instances": 2,
-            "azs": ["z1"],
-            "vm_type": "small",
-            "stemcell": "default",
-            "networks": [{"name": "default"}],
-            "jobs": [{"name": "hello", "release": "hello",
-                      "provides": {"greeter": {"as": "web_greeter"}},
-                      "consumes": {"peers": {"from": "web_greeter"}},
-                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hello"}}}],
-        }],
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_no_op_deploy_that_heard_every_agent_calls_nothing() {
     let w = World::new(9);
-    w.write_manifest(&manifest(w.port));
+    w.write_manifest(&hello_deployment(w.port, "Hello"));
     // Agents heartbeat every second; the director listens three.
     edit(&w.dir.path().join("cpi.json"), |cpi| {
         let command = cpi["agent"]["command"].as_array_mut().unwrap();

@@ -248,6 +248,32 @@ pub fn write_json(path: &Path, value: &Value) {
 }
 
 /// The cloud config: one AZ, a manual loopback network `127.0.<net>.0/24`.
+/// A deployment `hello` of two `web` instances of the example release's job on port
+/// `port`, each greeting with `greeting`, consuming their own peers.
+pub fn hello_deployment(port: u16, greeting: &str) -> Value {
+    serde_json::json!({
+        "name": "hello",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {
+            "canaries": 1, "max_in_flight": 2,
+            "canary_watch_time": "500-30000", "update_watch_time": "500-30000",
+        },
+        "instance_groups": [{
+            "name": "web",
+            "instances": 2,
+            "azs": ["z1"],
+            "vm_type": "small",
+            "stemcell": "default",
+            "networks": [{"name": "default"}],
+            "jobs": [{"name": "hello", "release": "hello",
+                      "provides": {"greeter": {"as": "web_greeter"}},
+                      "consumes": {"peers": {"from": "web_greeter"}},
+                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": greeting}}}],
+        }],
+    })
+}
+
 pub fn cloud_config(net: u8) -> Value {
     json!({
         "azs": [{"name": "z1"}],
