@@ -624,6 +624,23 @@ impl ExternalCpi {
         }
     }
 
+    /// A kubosh `find` extension: the CID `method(key)` answers, or `None` for `null`.
+    async fn find_cid(
+        &self,
+        method: &'static str,
+        key: &str,
+        expected: &'static str,
+    ) -> Result<Option<String>, CpiError> {
+        let reply = self
+            .call(method, vec![json!(key)], Safety::Idempotent)
+            .await?;
+        match &reply.result {
+            Value::Null => Ok(None),
+            Value::String(cid) if !cid.is_empty() => Ok(Some(cid.clone())),
+            _ => Err(unexpected(method, &reply, expected)),
+        }
+    }
+
     /// `snapshot_disk`, with the caller's request id when given.
     async fn snapshot_disk_call(
         &self,
@@ -808,27 +825,17 @@ impl Cloud for ExternalCpi {
 
     fn find_vm_by_agent<'a>(&'a self, agent_id: &'a str) -> CloudFuture<'a, Option<VmCid>> {
         Box::pin(async move {
-            let reply = self
-                .call(FIND_VM, vec![json!(agent_id)], Safety::Idempotent)
-                .await?;
-            match &reply.result {
-                Value::Null => Ok(None),
-                Value::String(cid) if !cid.is_empty() => Ok(Some(VmCid(cid.clone()))),
-                _ => Err(unexpected(FIND_VM, &reply, "a VM CID or null")),
-            }
+            let cid = self.find_cid(FIND_VM, agent_id, "a VM CID or null").await?;
+            Ok(cid.map(VmCid))
         })
     }
 
     fn find_disk_by_request<'a>(&'a self, request_id: &'a str) -> CloudFuture<'a, Option<DiskCid>> {
         Box::pin(async move {
-            let reply = self
-                .call(FIND_DISK, vec![json!(request_id)], Safety::Idempotent)
+            let cid = self
+                .find_cid(FIND_DISK, request_id, "a disk CID or null")
                 .await?;
-            match &reply.result {
-                Value::Null => Ok(None),
-                Value::String(cid) if !cid.is_empty() => Ok(Some(DiskCid(cid.clone()))),
-                _ => Err(unexpected(FIND_DISK, &reply, "a disk CID or null")),
-            }
+            Ok(cid.map(DiskCid))
         })
     }
 
@@ -948,14 +955,10 @@ impl Cloud for ExternalCpi {
         request_id: &'a str,
     ) -> CloudFuture<'a, Option<SnapshotCid>> {
         Box::pin(async move {
-            let reply = self
-                .call(FIND_SNAPSHOT, vec![json!(request_id)], Safety::Idempotent)
+            let cid = self
+                .find_cid(FIND_SNAPSHOT, request_id, "a snapshot CID or null")
                 .await?;
-            match &reply.result {
-                Value::Null => Ok(None),
-                Value::String(cid) if !cid.is_empty() => Ok(Some(SnapshotCid(cid.clone()))),
-                _ => Err(unexpected(FIND_SNAPSHOT, &reply, "a snapshot CID or null")),
-            }
+            Ok(cid.map(SnapshotCid))
         })
     }
 
