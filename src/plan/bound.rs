@@ -40,6 +40,9 @@ pub struct StageTerms {
     pub compile: u64,
     /// Creating missing VMs.
     pub missing_vms: u64,
+    /// The `post-deploy` scripts run on every instance once the rollout is done (§4.1 step
+    /// 6).
+    pub post_deploy: u64,
 }
 
 /// One pool phase of `m` slots (0 acts as 1): at least `max(max Tᵢ, ⌈ΣTᵢ / m⌉)` (§3.1),
@@ -99,10 +102,15 @@ pub fn rollout_lower_bound<K>(
             groups.max().unwrap_or(0)
         }
     });
-    [stages.prepare, stages.compile, stages.missing_vms]
-        .into_iter()
-        .chain(runs)
-        .fold(0, u64::saturating_add)
+    [
+        stages.prepare,
+        stages.compile,
+        stages.missing_vms,
+        stages.post_deploy,
+    ]
+    .into_iter()
+    .chain(runs)
+    .fold(0, u64::saturating_add)
 }
 
 /// For each task, the longest chain of durations from it to a task nothing depends on, its
@@ -245,8 +253,9 @@ mod tests {
             prepare: 1,
             compile: 20,
             missing_vms: 3,
+            post_deploy: 2,
         };
-        assert_eq!(rollout_lower_bound(&serial_azs, |_| 6, stages), 186 + 24);
+        assert_eq!(rollout_lower_bound(&serial_azs, |_| 6, stages), 186 + 26);
     }
 
     #[test]
