@@ -242,7 +242,7 @@ impl Engine {
             ))
             .await?;
         let (mut planned, obsolete) = place_all(&cloud, &groups, &state, &observed)?;
-        let elsewhere = self
+        let addresses = self
             .assign_networks(&manifest, &cloud, &groups, &mut planned, &state, dry_run)
             .await?;
 
@@ -276,11 +276,6 @@ impl Engine {
             self.upload_stemcells(req, &groups, &planned, &mut state)
                 .await?
         };
-        let held = super::network::held_during_deploy(
-            manifest.name.as_deref().unwrap_or_default(),
-            &state,
-            &planned,
-        )?;
         let packages = self
             .compile(
                 super::compile::CompileInputs {
@@ -289,8 +284,8 @@ impl Engine {
                     groups: &groups,
                     releases: &releases,
                     stemcell_cids: &stemcells,
-                    held: &held,
-                    elsewhere: &elsewhere,
+                    held: &addresses.held,
+                    elsewhere: &addresses.elsewhere,
                     calculated: &calculated,
                     dry_run,
                 },

@@ -109,11 +109,20 @@ pub(crate) fn plan_networks(
 /// an address first.
 const CLAIM_ATTEMPTS: usize = 3;
 
+/// The addresses step 4 decided around: this deployment's during the deploy (see
+/// [`held_during_deploy`]) and the other deployments' (empty without an IP registry).
+pub(crate) struct Addresses {
+    /// What this deployment's instances hold while the deploy runs.
+    pub held: Vec<Reservation>,
+    /// What the other deployments hold.
+    pub elsewhere: Vec<Reservation>,
+}
+
 impl Engine {
     /// Step 4 among all the director's deployments: plans addresses around what the other
     /// deployments hold and, unless `dry_run`, claims them (this deployment's current
     /// reservations included, as their holders keep them until they are updated or deleted)
-    /// before anything changes. Returns the other deployments' reservations it planned
+    /// before anything changes. Returns what this deployment holds and what it planned
     /// around.
     pub(crate) async fn assign_networks(
         &self,
@@ -123,24 +132,28 @@ impl Engine {
         planned: &mut [Planned],
         state: &DeploymentState,
         dry_run: bool,
-    ) -> Result<Vec<Reservation>, EngineError> {
+    ) -> Result<Addresses, EngineError> {
         let deployment = manifest.name.clone().unwrap_or_default();
         let Some(registry) = &self.config.ip_registry else {
             plan_networks(manifest, cloud, groups, planned, state, &[])?;
-            return Ok(Vec::new());
+            let held = held_during_deploy(&deployment, state, planned)?;
+            return Ok(Addresses {
+                held,
+                elsewhere: Vec::new(),
+            });
         };
         let mut attempt = 0;
         loop {
             attempt += 1;
             let elsewhere = registry.held_elsewhere(&deployment).await?;
             plan_networks(manifest, cloud, groups, planned, state, &elsewhere)?;
-            if dry_run {
-                return Ok(elsewhere);
-            }
             let held = held_during_deploy(&deployment, state, planned)?;
-            let conflicts = registry.claim(&deployment, held).await?;
+            if dry_run {
+                return Ok(Addresses { held, elsewhere });
+            }
+            let conflicts = registry.claim(&deployment, held.clone()).await?;
             let Some(first) = conflicts.first() else {
-                return Ok(elsewhere);
+                return Ok(Addresses { held, elsewhere });
             };
             if attempt >= CLAIM_ATTEMPTS {
                 return Err(taken_elsewhere(first));
@@ -236,7 +249,7 @@ fn static_assignment(
 
 /// Every address this deployment's instances hold while the deploy runs: what they held
 /// before (instances about to be deleted or moved included) and what they hold now.
-pub(crate) fn held_during_deploy(
+fn held_during_deploy(
     deployment: &str,
     state: &DeploymentState,
     planned: &[Planned],
