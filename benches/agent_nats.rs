@@ -17,14 +17,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kubosh::agent::protocol::Request;
-use kubosh::agent::{MbusTls, NatsOptions, NatsTransport};
-use kubosh::agentd::layout::Layout;
-use kubosh::agentd::mbus::nats::{NatsMbusOptions, serve};
-use kubosh::agentd::service::{Agent, AgentOptions};
-use kubosh::agentd::settings::Settings;
-use kubosh::pki::{Ca, Leaf};
-use kubosh::testenv::{NatsServer, NatsTls};
+use kubosh_agentd::layout::Layout;
+use kubosh_agentd::mbus::nats::{NatsMbusOptions, serve};
+use kubosh_agentd::service::{Agent, AgentOptions};
+use kubosh_agentd::settings::Settings;
+use kubosh_core::pki::{Ca, Leaf};
+use kubosh_devenv::{NatsServer, NatsTls};
+use kubosh_transport::agent::protocol::Request;
+use kubosh_transport::agent::{MbusTls, NatsOptions, NatsTransport};
 use serde_json::{Value, json};
 
 const AGENT: &str = "bench-agent";

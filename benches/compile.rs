@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use kubosh::engine::pool::{DagTask, ReadyOrder, run_dag_ordered};
-use kubosh::plan::bound::{compile_lower_bound, remaining_chains};
+use kubosh_core::plan::bound::{compile_lower_bound, remaining_chains};
+use kubosh_engine::pool::{DagTask, ReadyOrder, run_dag_ordered};
 
 const SIZES: [usize; 3] = [50, 200, 1000];
 const WORKERS: [usize; 5] = [1, 2, 4, 8, 16];

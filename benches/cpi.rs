@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kubosh::cpi::*;
+use kubosh_cloud::*;
 use serde_json::json;
 
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
@@ -167,6 +167,6 @@ async fn main() {
     cpi.delete_stemcell(&stemcell)
         .await
         .expect("delete_stemcell");
-    let left = kubosh::cpi::local::inventory(&dir.path().join("state")).expect("inventory");
+    let left = kubosh_cloud::local::inventory(&dir.path().join("state")).expect("inventory");
     assert!(left.is_empty(), "the bench leaked: {left:?}");
 }

@@ -1,4 +1,4 @@
-//! Benchmark: the deploy engine on the simulated cloud (`kubosh::sim`) against the lower
+//! Benchmark: the deploy engine on the simulated cloud (`kubosh_sim`) against the lower
 //! bound of `perf-reliability.md` §3 (`plan::bound`), and what the engine itself costs.
 //!
 //! `cargo bench --bench deploy` deploys 10, 100, 1,000 and 10,000 instances of the example
@@ -33,21 +33,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubosh::agent::ClientOptions;
-use kubosh::blobstore::LocalBlobstore;
-use kubosh::engine::{
-    DeployRequest, Engine, EngineConfig, LiteralRenderer, NoEvents, StemcellSource,
-};
-use kubosh::manifest::Update;
-use kubosh::plan::bound::{
+use kubosh_artifacts::blobstore::LocalBlobstore;
+use kubosh_artifacts::release::Release;
+use kubosh_core::manifest::Update;
+use kubosh_core::plan::bound::{
     StageTerms, compile_lower_bound, phase_lower_bound, rollout_lower_bound,
 };
-use kubosh::plan::changes::Requests;
-use kubosh::plan::desired::StemcellInfo;
-use kubosh::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
-use kubosh::release::Release;
-use kubosh::sim::{SimAgents, SimCloud, SimConfig};
-use kubosh::state::{DeploymentState, MemoryStore};
+use kubosh_core::plan::changes::Requests;
+use kubosh_core::plan::desired::StemcellInfo;
+use kubosh_core::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
+use kubosh_engine::state::{DeploymentState, MemoryStore};
+use kubosh_engine::{
+    DeployRequest, Engine, EngineConfig, LiteralRenderer, NoEvents, StemcellSource,
+};
+use kubosh_sim::{SimAgents, SimCloud, SimConfig};
+use kubosh_transport::agent::ClientOptions;
 use serde_json::{Value, json};
 
 const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
@@ -283,7 +283,7 @@ impl World {
         let dir = tempfile::tempdir().expect("a tempdir");
         let blobstore =
             Arc::new(LocalBlobstore::new(dir.path().join("blobstore")).expect("a blobstore"));
-        let (cloud, agents) = kubosh::sim::pair(SimConfig {
+        let (cloud, agents) = kubosh_sim::pair(SimConfig {
             record_calls: false,
             blobstore: Some(blobstore.clone()),
             ..SimConfig::default()
@@ -296,7 +296,7 @@ impl World {
             blobstore,
             renderer: Arc::new(LiteralRenderer),
             store: Arc::new(store.clone()),
-            locks: Arc::new(kubosh::lock::FileLocks::new(dir.path().join("locks"))),
+            locks: Arc::new(kubosh_kube::lock::FileLocks::new(dir.path().join("locks"))),
             events: Arc::new(NoEvents),
             config: EngineConfig {
                 agent_options: ClientOptions {
@@ -441,7 +441,7 @@ impl Measured {
 async fn measure(
     engine: &Engine,
     request: &DeployRequest,
-) -> (f64, f64, kubosh::engine::deploy::DeployReport) {
+) -> (f64, f64, kubosh_engine::deploy::DeployReport) {
     let virtual_start = tokio::time::Instant::now();
     let real_start = std::time::Instant::now();
     let report = engine
@@ -557,7 +557,7 @@ fn main() {
                 .collect()
         })
         .unwrap_or_else(|| SIZES.to_vec());
-    let release = Arc::new(kubosh::testenv::example_release().expect("the example release builds"));
+    let release = Arc::new(kubosh_devenv::example_release().expect("the example release builds"));
     let latencies: Vec<String> = timing
         .latencies
         .iter()

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use indexmap::IndexMap;
-use kubosh::manifest::Map;
-use kubosh::render::*;
+use kubosh_artifacts::render::*;
+use kubosh_core::manifest::Map;
 use serde_json::json;
 
 /// The sample job: `hello` of `examples/releases/hello`, built as `kubosh release create` builds it.
 fn job() -> JobTemplates {
-    let release = kubosh::testenv::build_example_release().expect("the example release builds");
+    let release = kubosh_devenv::build_example_release().expect("the example release builds");
     let job = release.job("hello").expect("job hello");
     JobTemplates::from_release_job(
         job,

@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use kubosh::ops::{MissingVars, OpsFile, Vars};
+use kubosh_core::ops::{MissingVars, OpsFile, Vars};
 
 /// Counts live and peak heap bytes.
 struct Counting;
@@ -53,19 +53,20 @@ struct Texts {
 /// One full run; returns the time spent in each stage.
 fn run(t: &Texts) -> [Duration; 3] {
     let start = Instant::now();
-    let mut manifest = kubosh::yaml::parse_value(&t.manifest, "cf-deployment.yml").unwrap();
-    let cloud_config = kubosh::yaml::parse_value(&t.cloud_config, "cloud-config").unwrap();
+    let mut manifest = kubosh_core::yaml::parse_value(&t.manifest, "cf-deployment.yml").unwrap();
+    let cloud_config = kubosh_core::yaml::parse_value(&t.cloud_config, "cloud-config").unwrap();
     let ops: Vec<OpsFile> = t
         .ops
         .iter()
         .map(|(text, name)| OpsFile::parse(text, name).unwrap())
         .collect();
     let parsed = start.elapsed();
-    kubosh::ops::apply_all(&ops, &mut manifest).unwrap();
-    let manifest = kubosh::ops::interpolate(&manifest, &Vars::new(), MissingVars::Leave).unwrap();
+    kubosh_core::ops::apply_all(&ops, &mut manifest).unwrap();
+    let manifest =
+        kubosh_core::ops::interpolate(&manifest, &Vars::new(), MissingVars::Leave).unwrap();
     let patched = start.elapsed();
-    let validated =
-        kubosh::validate::deployment(&manifest, &cloud_config).expect("cf-deployment validates");
+    let validated = kubosh_core::validate::deployment(&manifest, &cloud_config)
+        .expect("cf-deployment validates");
     std::hint::black_box(validated);
     let total = start.elapsed();
     [parsed, patched - parsed, total - patched]

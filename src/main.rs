@@ -1,3 +1,7 @@
+//! The `kubosh` command line: the thin binary over the workspace's crates.
+
+mod cli;
+
 fn main() -> std::process::ExitCode {
-    kubosh::cli::main()
+    cli::main()
 }

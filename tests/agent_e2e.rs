@@ -14,17 +14,17 @@ use std::time::Duration;
 use agentd_common::{free_port, http_get, live_processes, tgz, wait_for};
 use futures::StreamExt;
 use indexmap::IndexMap;
-use kubosh::agent::protocol::{
+use kubosh_cloud::local::{self, set_agent_frozen};
+use kubosh_cloud::*;
+use kubosh_core::digest::sha1_hex;
+use kubosh_devenv::BoshNats;
+use kubosh_transport::agent::protocol::{
     ApplySpec, CompilePackageArgs, DiskHint, DrainType, JobSpec, JobState, JobTemplateSpec,
     PackageSpec, RenderedTemplatesArchive, RunScriptOptions,
 };
-use kubosh::agent::{
+use kubosh_transport::agent::{
     AgentClient, AgentError, ClientOptions, MbusTls, NatsOptions, NatsTransport, heartbeats,
 };
-use kubosh::cpi::local::{self, set_agent_frozen};
-use kubosh::cpi::*;
-use kubosh::digest::sha1_hex;
-use kubosh::testenv::BoshNats;
 use serde_json::{Value, json};
 
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
@@ -145,7 +145,7 @@ impl World {
     /// Stores `bytes` in the shared blobstore as the director does.
     fn put_blob(&self, bytes: &[u8]) -> String {
         std::fs::create_dir_all(self.blobstore()).unwrap();
-        let id = kubosh::ids::uuid_v4();
+        let id = kubosh_core::ids::uuid_v4();
         std::fs::write(self.blobstore().join(&id), bytes).unwrap();
         id
     }
@@ -551,7 +551,7 @@ async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_doe
     let stemcell = w.stemcell().await;
     // The health monitor's view: heartbeats and shutdown notices.
     let hm_pem = w.nats.client("default.hm.bosh-internal").unwrap();
-    let hm = kubosh::agent::nats::connect(&NatsOptions::new(
+    let hm = kubosh_transport::agent::nats::connect(&NatsOptions::new(
         w.nats.url(),
         MbusTls::new(hm_pem.ca_pem, hm_pem.cert_pem, hm_pem.key_pem),
     ))
@@ -595,7 +595,10 @@ async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_doe
         let method = method.to_string();
         async move {
             agent
-                .call(kubosh::agent::Method::from_name(&method).unwrap(), &args)
+                .call(
+                    kubosh_transport::agent::Method::from_name(&method).unwrap(),
+                    &args,
+                )
                 .await
         }
     };
@@ -642,8 +645,8 @@ async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_doe
 /// uploads the package source into the agent's blobstore, compiles, and downloads the result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_env_talks_to_the_agent_over_https() {
-    use kubosh::agent::HttpsTransport;
-    use kubosh::pki::{Ca, Leaf};
+    use kubosh_core::pki::{Ca, Leaf};
+    use kubosh_transport::agent::HttpsTransport;
 
     let ca = Ca::new("mbus-ca").unwrap();
     let server = ca.issue(&Leaf::loopback_server("127.0.0.1")).unwrap();

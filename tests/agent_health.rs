@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubosh::agent::health::{HM_COMMON_NAME, HealthError, HeartbeatMonitor};
-use kubosh::agent::protocol::DrainType;
-use kubosh::agent::{ClientOptions, MbusTls, NatsOptions, NatsTransport};
-use kubosh::cpi::local;
-use kubosh::cpi::*;
-use kubosh::engine::AgentHealth;
-use kubosh::testenv::{BoshNats, ClientPem};
+use kubosh_cloud::local;
+use kubosh_cloud::*;
+use kubosh_devenv::{BoshNats, ClientPem};
+use kubosh_engine::AgentHealth;
+use kubosh_transport::agent::health::{HM_COMMON_NAME, HealthError, HeartbeatMonitor};
+use kubosh_transport::agent::protocol::DrainType;
+use kubosh_transport::agent::{ClientOptions, MbusTls, NatsOptions, NatsTransport};
 use serde_json::json;
 
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
@@ -149,9 +149,10 @@ async fn the_monitor_hears_a_real_agent_until_it_shuts_down() {
     );
 
     // Malformed messages from an agent identity are ignored; the monitor goes on listening.
-    let hand = kubosh::agent::nats::connect(&options(&nats, nats.agent(HAND_AGENT_ID).unwrap()))
-        .await
-        .unwrap();
+    let hand =
+        kubosh_transport::agent::nats::connect(&options(&nats, nats.agent(HAND_AGENT_ID).unwrap()))
+            .await
+            .unwrap();
     let subject = format!("hm.agent.heartbeat.{HAND_AGENT_ID}");
     for garbage in [&b"not json"[..], b"null", br#"{"job_state": 1}"#] {
         hand.publish(subject.clone(), garbage.to_vec().into())

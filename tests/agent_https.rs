@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use kubosh::agent::protocol::{ApplySpec, Reply};
-use kubosh::agent::{AgentError, ClientOptions, HttpsError, HttpsTransport};
-use kubosh::pki::{Ca, Leaf};
+use kubosh_core::pki::{Ca, Leaf};
+use kubosh_transport::agent::protocol::{ApplySpec, Reply};
+use kubosh_transport::agent::{AgentError, ClientOptions, HttpsError, HttpsTransport};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
@@ -272,7 +272,7 @@ async fn blobs_put_and_get_under_the_davcli_prefix() {
     let id = "0a1b2c3d-compiled";
     t.put_blob(id, b"hello blob".to_vec()).await.unwrap();
     assert_eq!(t.get_blob(id).await.unwrap(), b"hello blob");
-    let prefix = kubosh::agent::https::blob_prefix(id);
+    let prefix = kubosh_transport::agent::https::blob_prefix(id);
     {
         let seen = fake.seen.lock().unwrap();
         let put = &seen.requests[0];

@@ -2,8 +2,8 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use kubosh::agentd::disk::{DiskError, Disks, Mounted};
-use kubosh::agentd::layout::Layout;
+use kubosh_agentd::disk::{DiskError, Disks, Mounted};
+use kubosh_agentd::layout::Layout;
 
 #[test]
 fn mount_migrate_keeps_data_and_unmount() {

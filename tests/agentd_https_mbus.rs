@@ -1,17 +1,17 @@
-//! The agent's HTTPS mbus server (`kubosh::agentd::mbus::https`) driven by the crate's real
+//! The agent's HTTPS mbus server (`kubosh_agentd::mbus::https`) driven by the crate's real
 //! create-env client (`HttpsTransport`, `AgentClient`) and, for raw status checks, by
-//! reqwest. TLS with a certificate from `kubosh::pki`.
+//! reqwest. TLS with a certificate from `kubosh_core::pki`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use kubosh::agent::protocol::{Reply, Request};
-use kubosh::agent::{AgentError, HttpsError, HttpsTransport, Transport};
-use kubosh::agentd::mbus::Handler;
-use kubosh::agentd::mbus::https::{HttpsMbusConfig, HttpsMbusError, HttpsMbusServer, serve};
-use kubosh::pki::{Ca, Leaf};
+use kubosh_agentd::mbus::Handler;
+use kubosh_agentd::mbus::https::{HttpsMbusConfig, HttpsMbusError, HttpsMbusServer, serve};
+use kubosh_core::pki::{Ca, Leaf};
+use kubosh_transport::agent::protocol::{Reply, Request};
+use kubosh_transport::agent::{AgentError, HttpsError, HttpsTransport, Transport};
 use serde_json::{Value, json};
 
 const USER: &str = "mbus";
@@ -115,7 +115,8 @@ impl Agent {
 
     /// A plain HTTPS client trusting the test CA, for raw status checks.
     fn raw(&self) -> reqwest::Client {
-        let config = kubosh::agent::tls::client_config(&self.ca_pem, None, false).unwrap();
+        let config =
+            kubosh_transport::agent::tls::client_config(&self.ca_pem, None, false).unwrap();
         reqwest::Client::builder()
             .tls_backend_preconfigured(config)
             .no_proxy()
@@ -208,7 +209,7 @@ async fn exception_reply_is_the_clients_error() {
     // Through the typed client: an unknown method is the agent's "unknown message".
     let client = agent.transport().agent("agent-1");
     let err = client
-        .send(kubosh::agent::Method::RemoveFile, &[json!("/x")])
+        .send(kubosh_transport::agent::Method::RemoveFile, &[json!("/x")])
         .await
         .unwrap_err();
     match &err {

@@ -6,11 +6,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use agentd_common::*;
-use kubosh::agentd::blobs::Blobstore;
-use kubosh::agentd::install::{InstallError, InstallPlan, Installer};
-use kubosh::agentd::layout::Layout;
-use kubosh::agentd::supervisor::{JobState, Supervisor, SupervisorConfig};
-use kubosh::digest::{sha1_hex, sha256_hex};
+use kubosh_agentd::blobs::Blobstore;
+use kubosh_agentd::install::{InstallError, InstallPlan, Installer};
+use kubosh_agentd::layout::Layout;
+use kubosh_agentd::supervisor::{JobState, Supervisor, SupervisorConfig};
+use kubosh_core::digest::{sha1_hex, sha256_hex};
 
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use agentd_common::*;
-use kubosh::agentd::drain::{DrainError, DrainParams, DrainSpec, Drainer};
-use kubosh::agentd::layout::Layout;
-use kubosh::agentd::scripts::{NextState, PreStopEnv, ScriptRunner, ScriptsError};
+use kubosh_agentd::drain::{DrainError, DrainParams, DrainSpec, Drainer};
+use kubosh_agentd::layout::Layout;
+use kubosh_agentd::scripts::{NextState, PreStopEnv, ScriptRunner, ScriptsError};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

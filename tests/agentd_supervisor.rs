@@ -5,8 +5,8 @@ mod agentd_common;
 use std::time::Duration;
 
 use agentd_common::*;
-use kubosh::agentd::layout::Layout;
-use kubosh::agentd::supervisor::{JobState, ProcessState, Supervisor, SupervisorConfig};
+use kubosh_agentd::layout::Layout;
+use kubosh_agentd::supervisor::{JobState, ProcessState, Supervisor, SupervisorConfig};
 
 const LIMIT: Duration = Duration::from_secs(20);
 

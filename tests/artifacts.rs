@@ -5,6 +5,7 @@
 
 mod support;
 
+use kubosh_artifacts::release::ReleaseFile as _;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -12,15 +13,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use kubosh::api::{Release, ReleaseSpec, Stemcell, StemcellSpec};
-use kubosh::blobstore::{Blobstore, LocalBlobstore};
-use kubosh::controller::artifacts::{
+use kubosh_artifacts::blobstore::{Blobstore, LocalBlobstore};
+use kubosh_core::digest::sha1_hex;
+use kubosh_kube::api::{Release, ReleaseSpec, Stemcell, StemcellSpec};
+use kubosh_kube::controller::artifacts::{
     ArtifactContext, ReconcileError, reconcile_release, reconcile_stemcell, waiting_for,
 };
-use kubosh::digest::sha1_hex;
 
 fn example_release_tarball(dir: &Path) -> PathBuf {
-    let release = kubosh::testenv::build_example_release().unwrap();
+    let release = kubosh_devenv::build_example_release().unwrap();
     let out = dir.join("hello-1.0.0.tgz");
     release.write(&out).unwrap();
     out
@@ -250,8 +251,8 @@ async fn a_stemcell_becomes_ready_and_deployments_know_what_they_wait_for() {
     let ns = support::namespace("stem").await;
     let (ctx, store) = context(dir.path()).await;
     let tarball = dir.path().join("stemcell.tgz");
-    kubosh::stemcell::create(
-        &kubosh::stemcell::CreateStemcellOptions {
+    kubosh_artifacts::stemcell::create(
+        &kubosh_artifacts::stemcell::CreateStemcellOptions {
             name: "kubosh-local-ubuntu-noble".into(),
             version: "1.0".into(),
             operating_system: "ubuntu-noble".into(),
@@ -293,7 +294,7 @@ async fn a_stemcell_becomes_ready_and_deployments_know_what_they_wait_for() {
     );
 
     // A deployment using the stemcell by os and the example release, plus one that is missing.
-    let manifest: kubosh::manifest::DeploymentManifest = serde_json::from_value(serde_json::json!({
+    let manifest: kubosh_core::manifest::DeploymentManifest = serde_json::from_value(serde_json::json!({
         "name": "greeters",
         "releases": [{"name": "hello", "version": "1.0.0"}, {"name": "missing", "version": "3"}],
         "stemcells": [{"alias": "default", "os": "ubuntu-noble", "version": "latest"}],

@@ -1,19 +1,19 @@
-//! The blobstore (`kubosh::blobstore`) with real parts: a local directory read by kubosh's
+//! The blobstore (`kubosh_artifacts::blobstore`) with real parts: a local directory read by kubosh's
 //! own agent, the HMAC-signed HTTPS endpoint driven by reqwest, and S3 against a real
-//! S3-compatible server (moto, `kubosh::testenv::S3Server`).
+//! S3-compatible server (moto, `kubosh_devenv::S3Server`).
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use kubosh::blobstore::endpoint::{self, BlobEndpoint, EndpointConfig};
-use kubosh::blobstore::{
+use kubosh_artifacts::blobstore::endpoint::{self, BlobEndpoint, EndpointConfig};
+use kubosh_artifacts::blobstore::{
     BlobRef, Blobstore, BlobstoreError, HmacSigner, LocalBlobstore, S3Blobstore, S3Config,
     SignedMethod, collect_garbage,
 };
-use kubosh::digest::{MultiDigest, sha1_hex, sha256_hex};
-use kubosh::pki::{Ca, Leaf};
+use kubosh_core::digest::{MultiDigest, sha1_hex, sha256_hex};
+use kubosh_core::pki::{Ca, Leaf};
 use serde_json::json;
 
 fn digest_of(data: &[u8]) -> MultiDigest {
@@ -28,7 +28,7 @@ fn age_file(path: &Path, age: Duration) {
     f.set_modified(SystemTime::now() - age).unwrap();
 }
 
-fn ids(blobs: &[kubosh::blobstore::BlobInfo]) -> Vec<String> {
+fn ids(blobs: &[kubosh_artifacts::blobstore::BlobInfo]) -> Vec<String> {
     let mut ids: Vec<String> = blobs.iter().map(|b| b.id.clone()).collect();
     ids.sort();
     ids
@@ -234,8 +234,8 @@ async fn gc_keeps_referenced_and_young_blobs() {
 
 #[tokio::test]
 async fn kubosh_agent_reads_and_writes_the_shared_directory() {
-    use kubosh::agentd::blobs::Blobstore as AgentBlobs;
-    use kubosh::agentd::layout::Layout;
+    use kubosh_agentd::blobs::Blobstore as AgentBlobs;
+    use kubosh_agentd::layout::Layout;
     let tmp = tempfile::tempdir().unwrap();
     let store = LocalBlobstore::new(tmp.path().join("blobs")).unwrap();
     let settings = store.agent_settings();
@@ -295,7 +295,7 @@ impl Endpoint {
         let base = format!("https://127.0.0.1:{}", server.local_addr().port());
         let signer = signer.with_base(base.parse().unwrap());
         let store = store.with_signer(signer.clone());
-        let tls = kubosh::agent::tls::client_config(&ca.cert_pem(), None, false).unwrap();
+        let tls = kubosh_transport::agent::tls::client_config(&ca.cert_pem(), None, false).unwrap();
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .no_proxy()
@@ -488,7 +488,7 @@ async fn endpoint_drops_an_interrupted_upload() {
 // ---------------------------------------------------------------------------------------
 // S3 against a real S3-compatible server
 
-fn s3_store(server: &kubosh::testenv::S3Server, bucket: &str) -> S3Blobstore {
+fn s3_store(server: &kubosh_devenv::S3Server, bucket: &str) -> S3Blobstore {
     server.create_bucket(bucket).unwrap();
     S3Blobstore::new(S3Config {
         endpoint: Some(server.endpoint().parse().unwrap()),
@@ -504,7 +504,7 @@ fn s3_store(server: &kubosh::testenv::S3Server, bucket: &str) -> S3Blobstore {
 
 #[tokio::test]
 async fn s3_round_trip_listing_presigned_urls_and_gc() {
-    let server = kubosh::testenv::S3Server::start().unwrap();
+    let server = kubosh_devenv::S3Server::start().unwrap();
     let store = s3_store(&server, "kubosh-blobs");
     assert!(!format!("{:?}", store).contains("kubosh-test-secret"));
 

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kubosh::cpi::*;
+use kubosh_cloud::*;
 use serde_json::{Value, json};
 
 /// The fake CPI: `requests/<seq>-<method>.json` gets each request;
@@ -34,7 +34,7 @@ struct FakeCpi {
 
 impl FakeCpi {
     fn new() -> Self {
-        kubosh::testenv::captured_logs();
+        kubosh_devenv::captured_logs();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("cpi.sh"), SCRIPT).unwrap();
         std::fs::create_dir(dir.path().join("responses")).unwrap();
@@ -879,7 +879,7 @@ async fn the_environment_is_the_directors_or_the_clis() {
 
 #[tokio::test]
 async fn secrets_never_reach_the_logs() {
-    let captured = kubosh::testenv::captured_logs();
+    let captured = kubosh_devenv::captured_logs();
 
     let secrets = [
         "AKIA-very-secret-key",

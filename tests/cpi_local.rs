@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubosh::cpi::local::{self, Fault, Faults, Inventory};
-use kubosh::cpi::*;
+use kubosh_cloud::local::{self, Fault, Faults, Inventory};
+use kubosh_cloud::*;
 use serde_json::{Value, json};
 
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");

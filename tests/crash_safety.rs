@@ -14,8 +14,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use director_world::{World, http_get};
-use kubosh::cpi::local;
-use kubosh::state::DeploymentState;
+use kubosh_cloud::local;
+use kubosh_engine::state::DeploymentState;
 use serde_json::{Value, json};
 
 /// One variant of the deployment: greeting, disk size and number of web instances.

@@ -6,7 +6,7 @@ mod support;
 use std::process::Output;
 
 use kube::api::{Api, Patch, PatchParams};
-use kubosh::api::Deployment;
+use kubosh_kube::api::Deployment;
 use serde_json::{Value, json};
 
 fn example(name: &str) -> String {
@@ -80,7 +80,7 @@ async fn explain_shows_the_documented_manifest_fields() {
 async fn examples_apply_client_and_server_side_and_read_back_unchanged() {
     let ns = support::namespace("apply").await;
     let original: Value =
-        kubosh::yaml::parse_value(&example("deployment.yaml"), "example").unwrap();
+        kubosh_core::yaml::parse_value(&example("deployment.yaml"), "example").unwrap();
     ok(&kubectl(
         &["apply", "-n", &ns, "-f", "-"],
         Some(&example("cloud-config.yaml")),

@@ -6,7 +6,7 @@ use std::path::Path;
 #[test]
 fn crds_directory_is_up_to_date() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
-    let expected = kubosh::api::crd_files().expect("the CRDs serialize");
+    let expected = kubosh_kube::api::crd_files().expect("the CRDs serialize");
     let mut problems = Vec::new();
     for (name, text) in &expected {
         match std::fs::read_to_string(dir.join(name)) {

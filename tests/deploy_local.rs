@@ -11,22 +11,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubosh::agent::{ClientOptions, MbusTls, NatsOptions, NatsTransport};
-use kubosh::blobstore::LocalBlobstore;
-use kubosh::cpi::local::{self, read_calls};
-use kubosh::cpi::{CpiCommand, ExternalCpi};
-use kubosh::engine::deploy::DeployReport;
-use kubosh::engine::vm::mbus_cert_env;
-use kubosh::engine::{DeployRequest, Engine, EngineConfig, EventLog, StemcellSource};
-use kubosh::lock::FileLocks;
-use kubosh::plan::changes::Requests;
-use kubosh::plan::desired::StemcellInfo;
-use kubosh::release::Release;
-use kubosh::render::{Renderer, RendererConfig};
-use kubosh::state::{DeploymentState, DirStore, StateStore};
-use kubosh::stemcell::CreateStemcellOptions;
-use kubosh::stemcell::Stemcell;
-use kubosh::testenv::BoshNats;
+use kubosh_artifacts::blobstore::LocalBlobstore;
+use kubosh_artifacts::release::Release;
+use kubosh_artifacts::render::{Renderer, RendererConfig};
+use kubosh_artifacts::stemcell::CreateStemcellOptions;
+use kubosh_artifacts::stemcell::Stemcell;
+use kubosh_cloud::local::{self, read_calls};
+use kubosh_cloud::{CpiCommand, ExternalCpi};
+use kubosh_core::plan::changes::Requests;
+use kubosh_core::plan::desired::StemcellInfo;
+use kubosh_devenv::BoshNats;
+use kubosh_engine::deploy::DeployReport;
+use kubosh_engine::state::{DeploymentState, DirStore, StateStore};
+use kubosh_engine::vm::mbus_cert_env;
+use kubosh_engine::{DeployRequest, Engine, EngineConfig, EventLog, StemcellSource};
+use kubosh_kube::lock::FileLocks;
+use kubosh_transport::agent::{ClientOptions, MbusTls, NatsOptions, NatsTransport};
 use serde_json::{Value, json};
 
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
@@ -135,7 +135,7 @@ impl World {
             events,
             store,
             release: Arc::new(
-                kubosh::testenv::example_release().expect("the example release builds"),
+                kubosh_devenv::example_release().expect("the example release builds"),
             ),
             stemcell,
             port: free_port(),
@@ -197,7 +197,7 @@ impl World {
 
 fn stemcell(dir: &Path) -> StemcellSource {
     let tarball = dir.join("stemcell.tgz");
-    kubosh::stemcell::create(
+    kubosh_artifacts::stemcell::create(
         &CreateStemcellOptions {
             name: "bosh-kubosh-local-ubuntu-jammy".into(),
             version: "1.0".into(),
@@ -474,7 +474,7 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
     let api_vm = api.vm.clone().unwrap();
     local::set_agent_frozen(
         &w.cloud_state(),
-        &kubosh::cpi::VmCid(api_vm.cid.clone()),
+        &kubosh_cloud::VmCid(api_vm.cid.clone()),
         true,
     )
     .unwrap();
@@ -490,7 +490,7 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
     assert_eq!(w.state().await, state);
     local::set_agent_frozen(
         &w.cloud_state(),
-        &kubosh::cpi::VmCid(api_vm.cid.clone()),
+        &kubosh_cloud::VmCid(api_vm.cid.clone()),
         false,
     )
     .unwrap();
@@ -549,7 +549,7 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
 /// and a new stemcell: VMs come and go, addresses and disk data stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
-    use kubosh::engine::{InstanceAction, Scope};
+    use kubosh_engine::{InstanceAction, Scope};
     let w = World::new(3, Duration::from_secs(20)).await;
     let m = manifest(w.net, w.port, "Hello", 64, false);
     w.deploy(m.clone()).await;
@@ -731,7 +731,7 @@ async fn new_vms_are_set_up_as_the_director_does_and_lost_vms_come_back() {
     std::fs::write(w.vm_root(&cid).join("store").join("marker"), "keep me").unwrap();
     w.engine
         .cloud
-        .delete_vm(&kubosh::cpi::VmCid(cid.clone()))
+        .delete_vm(&kubosh_cloud::VmCid(cid.clone()))
         .await
         .unwrap();
     let report = w.deploy(m.clone()).await;

@@ -1,4 +1,4 @@
-//! The deploy engine on the simulated cloud and agents (`kubosh::sim`): every scenario of a
+//! The deploy engine on the simulated cloud and agents (`kubosh_sim`): every scenario of a
 //! deployment's life on a paused tokio clock, so minutes of simulated CPI and agent latency
 //! run in milliseconds and the engine's concurrency can be read off the event log. The
 //! example release is built in process; templates are rendered by `LiteralRenderer` (no
@@ -13,22 +13,22 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubosh::agent::ClientOptions;
-use kubosh::blobstore::LocalBlobstore;
-use kubosh::cpi::VmCid;
-use kubosh::engine::deploy::DeployReport;
-use kubosh::engine::{
-    DeployRequest, Engine, EngineConfig, EventLog, LiteralRenderer, StemcellSource,
-};
-use kubosh::events::{EventLine, State};
-use kubosh::lock::FileLocks;
-use kubosh::plan::changes::Requests;
-use kubosh::plan::desired::StemcellInfo;
-use kubosh::release::Release;
-use kubosh::sim::{SimAgents, SimCloud, SimConfig};
-use kubosh::state::{
+use kubosh_artifacts::blobstore::LocalBlobstore;
+use kubosh_artifacts::release::Release;
+use kubosh_bosh::events::{EventLine, State};
+use kubosh_cloud::VmCid;
+use kubosh_core::plan::changes::Requests;
+use kubosh_core::plan::desired::StemcellInfo;
+use kubosh_engine::deploy::DeployReport;
+use kubosh_engine::state::{
     DeploymentState, InstanceRecord, IpRegistry, MemoryDnsRegistry, MemoryIpRegistry, MemoryStore,
 };
+use kubosh_engine::{
+    DeployRequest, Engine, EngineConfig, EventLog, LiteralRenderer, StemcellSource,
+};
+use kubosh_kube::lock::FileLocks;
+use kubosh_sim::{SimAgents, SimCloud, SimConfig};
+use kubosh_transport::agent::ClientOptions;
 use serde_json::{Value, json};
 
 /// The example release, built once per test binary. Building it runs `git`, and a child
@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 /// timeout in no real time and fails. Built before any world exists, it forks no more.
 fn shared_release() -> Arc<Release> {
     static RELEASE: std::sync::LazyLock<Arc<Release>> = std::sync::LazyLock::new(|| {
-        Arc::new(kubosh::testenv::example_release().expect("the example release builds"))
+        Arc::new(kubosh_devenv::example_release().expect("the example release builds"))
     });
     RELEASE.clone()
 }
@@ -167,7 +167,7 @@ impl Sim {
     fn with_config(config: SimConfig) -> Sim {
         let dir = tempfile::tempdir().unwrap();
         let blobstore = Arc::new(LocalBlobstore::new(dir.path().join("blobstore")).unwrap());
-        let (cloud, agents) = kubosh::sim::pair(SimConfig {
+        let (cloud, agents) = kubosh_sim::pair(SimConfig {
             blobstore: Some(blobstore.clone()),
             ..config
         });
@@ -537,7 +537,7 @@ async fn scaling_up_and_down_keeps_indexes_and_orphans_the_disks_of_removed_inst
         assert_eq!(orphan.instance, r.name());
         assert!(
             sim.cloud
-                .disk(&kubosh::cpi::DiskCid(disk.clone()))
+                .disk(&kubosh_cloud::DiskCid(disk.clone()))
                 .is_some()
         );
         assert!(sim.cloud.vm(&VmCid(Sim::vm_cid(r))).is_none());
@@ -615,7 +615,7 @@ async fn a_property_change_restarts_only_its_group_canary_first_within_max_in_fl
     // The order of the log: the canary alone, then never more than 3 at once.
     let log = EventLog::new();
     for line in sim.events.lines().into_iter().skip(events_before) {
-        kubosh::engine::EventSink::emit(&log, line);
+        kubosh_engine::EventSink::emit(&log, line);
     }
     let events = update_events(&log, "web");
     assert_eq!(events.len(), 20, "{events:?}");
@@ -760,7 +760,7 @@ async fn a_bigger_disk_carries_the_data_over_and_orphans_the_old_disk() {
         assert_eq!(orphan.instance, old.name());
         assert_eq!(
             sim.cloud
-                .disk_files(&kubosh::cpi::DiskCid(old.disks[0].cid.clone()))
+                .disk_files(&kubosh_cloud::DiskCid(old.disks[0].cid.clone()))
                 .unwrap()["data/marker"],
             format!("from {}", old.uuid),
             "the orphaned disk keeps its data"
@@ -843,7 +843,7 @@ async fn every_deployment_shares_one_dns_dataset_and_every_agent_receives_it() {
     // And it names the instances of both.
     let blob_id = other_meta.dns_blob.clone().unwrap();
     // Blob ids are the sha256 of the content.
-    let digest: kubosh::digest::MultiDigest = format!("sha256:{blob_id}").parse().unwrap();
+    let digest: kubosh_core::digest::MultiDigest = format!("sha256:{blob_id}").parse().unwrap();
     let blob = first.blobstore.get_bytes(&blob_id, &digest).await.unwrap();
     let blob: Value = serde_json::from_slice(&blob).unwrap();
     let deployments: BTreeSet<&str> = blob["record_infos"]
@@ -1143,12 +1143,12 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
     let sim = Sim::new();
     sim.deploy(manifest()).await;
     let web0 = sim.group("web").remove(0);
-    let disk = kubosh::cpi::DiskCid(web0.disks[0].cid.clone());
+    let disk = kubosh_cloud::DiskCid(web0.disks[0].cid.clone());
     sim.cloud
         .write_disk_file(&disk, "marker", "keep me")
         .unwrap();
     let old_vm = Sim::vm_cid(&web0);
-    kubosh::cpi::Cloud::delete_vm(sim.cloud.as_ref(), &VmCid(old_vm.clone()))
+    kubosh_cloud::Cloud::delete_vm(sim.cloud.as_ref(), &VmCid(old_vm.clone()))
         .await
         .unwrap();
 
@@ -1195,7 +1195,7 @@ async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
     let mut sim = Sim::new();
     sim.engine.config.trusted_certs = "-----BEGIN CERTIFICATE-----\nCA\n".into();
     sim.engine.config.agent_env = Some(Arc::new(|agent_id: &str| {
-        kubosh::engine::vm::mbus_cert_env("nats-ca", &format!("cert-{agent_id}"), "key")
+        kubosh_engine::vm::mbus_cert_env("nats-ca", &format!("cert-{agent_id}"), "key")
     }));
     let mut m = manifest();
     m["tags"] = json!({"team": "blue", "director": "not-this"});
@@ -1355,8 +1355,8 @@ async fn snapshots_are_taken_when_an_update_stops_an_instance_and_go_with_its_di
 
 #[tokio::test(start_paused = true)]
 async fn recovery_keeps_the_snapshots_a_disk_lists_and_deletes_the_others() {
-    use kubosh::cpi::Cloud as _;
-    use kubosh::state::{Intent, IntentKind, StateStore as _, Write};
+    use kubosh_cloud::Cloud as _;
+    use kubosh_engine::state::{Intent, IntentKind, StateStore as _, Write};
     let mut sim = Sim::new();
     sim.engine.config.snapshots_enabled = true;
     sim.deploy(manifest()).await;
@@ -1367,7 +1367,7 @@ async fn recovery_keeps_the_snapshots_a_disk_lists_and_deletes_the_others() {
     // A run that died after snapshot_disk answered, before the disk's record listed it.
     let stray = sim
         .cloud
-        .snapshot_disk(&kubosh::cpi::DiskCid(disk.clone()), &Default::default())
+        .snapshot_disk(&kubosh_cloud::DiskCid(disk.clone()), &Default::default())
         .await
         .unwrap();
     for (id, cid) in [
@@ -1395,9 +1395,9 @@ async fn recovery_keeps_the_snapshots_a_disk_lists_and_deletes_the_others() {
 
 /// A pending `create_disk` intent without a CID, whose disk the cloud did make (the run died
 /// before the answer), as the next deploy finds it.
-async fn an_unanswered_disk_creation(sim: &Sim) -> kubosh::cpi::DiskCid {
-    use kubosh::cpi::Cloud as _;
-    use kubosh::state::{Intent, IntentKind, StateStore as _, Write};
+async fn an_unanswered_disk_creation(sim: &Sim) -> kubosh_cloud::DiskCid {
+    use kubosh_cloud::Cloud as _;
+    use kubosh_engine::state::{Intent, IntentKind, StateStore as _, Write};
     let web0 = sim.group("web")[0].clone();
     let intent = Intent {
         id: "intent-unanswered".into(),
@@ -1413,7 +1413,7 @@ async fn an_unanswered_disk_creation(sim: &Sim) -> kubosh::cpi::DiskCid {
         .unwrap();
     sim.cloud
         .create_disk_with_request_id(
-            &kubosh::cpi::CreateDisk {
+            &kubosh_cloud::CreateDisk {
                 size_mib: 4096,
                 cloud_properties: Default::default(),
                 vm_cid: Some(VmCid(Sim::vm_cid(&web0))),
@@ -1443,8 +1443,8 @@ async fn a_cloud_that_cannot_find_disks_by_request_id_gets_the_old_warning() {
     let made = an_unanswered_disk_creation(&sim).await;
     sim.cloud.inject(
         "kubosh_find_disk",
-        kubosh::sim::CloudFault::fail(
-            kubosh::cpi::ErrorKind::NotImplemented,
+        kubosh_sim::CloudFault::fail(
+            kubosh_cloud::ErrorKind::NotImplemented,
             "Must call implemented method: Unknown method 'kubosh_find_disk'",
             false,
         ),
@@ -1494,14 +1494,14 @@ async fn an_agent_without_its_disk_gets_it_back_before_the_disk_changes() {
 
 #[tokio::test(start_paused = true)]
 async fn an_agent_with_another_disk_mounted_fails_the_disk_change_as_out_of_sync() {
-    use kubosh::cpi::Cloud as _;
+    use kubosh_cloud::Cloud as _;
     let sim = Sim::new();
     sim.deploy(manifest()).await;
     let web0 = sim.group("web")[0].clone();
     let vm = VmCid(Sim::vm_cid(&web0));
     let other = sim
         .cloud
-        .create_disk(&kubosh::cpi::CreateDisk {
+        .create_disk(&kubosh_cloud::CreateDisk {
             size_mib: 10,
             cloud_properties: Default::default(),
             vm_cid: None,
@@ -1562,7 +1562,7 @@ async fn with_cpi_resize_a_bigger_disk_grows_in_place() {
         assert_eq!(now.disks[0].size_mib, 4096);
         assert_eq!(
             sim.cloud
-                .disk(&kubosh::cpi::DiskCid(now.disks[0].cid.clone()))
+                .disk(&kubosh_cloud::DiskCid(now.disks[0].cid.clone()))
                 .unwrap()
                 .size_mib,
             4096
@@ -1643,7 +1643,7 @@ async fn with_cpi_update_a_new_disk_type_is_changed_in_place() {
         assert_eq!(now.disks[0].cloud_properties, json!({"type": "hdd"}));
         let disk = sim
             .cloud
-            .disk(&kubosh::cpi::DiskCid(now.disks[0].cid.clone()))
+            .disk(&kubosh_cloud::DiskCid(now.disks[0].cid.clone()))
             .unwrap();
         assert_eq!(disk.size_mib, 3072);
         assert_eq!(Value::Object(disk.cloud_properties), json!({"type": "hdd"}));

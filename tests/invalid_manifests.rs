@@ -28,7 +28,7 @@
 use std::fs;
 use std::path::{Path as FsPath, PathBuf};
 
-use kubosh::validate::{self, Path, Problems};
+use kubosh_core::validate::{self, Path, Problems};
 use serde_json::Value;
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/invalid");
@@ -45,7 +45,8 @@ enum Kind {
 fn read_yaml(path: &FsPath) -> Value {
     let text =
         fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    kubosh::yaml::parse_value(&text, &path.display().to_string()).unwrap_or_else(|e| panic!("{e}"))
+    kubosh_core::yaml::parse_value(&text, &path.display().to_string())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The case files of a directory, sorted, without the base documents.
@@ -72,7 +73,7 @@ fn run_case(kind: Kind, case: &Value, dir: &FsPath) -> Result<Problems, String> 
             None => read_yaml(&dir.join(base)),
         };
         if let Some(ops) = case.get(ops_key) {
-            let file = kubosh::ops::OpsFile::from_value(ops.clone(), ops_key)
+            let file = kubosh_core::ops::OpsFile::from_value(ops.clone(), ops_key)
                 .map_err(|e| e.to_string())?;
             file.apply(&mut value).map_err(|e| e.to_string())?;
         }

@@ -1,16 +1,16 @@
 //! Link resolution and link content against realistic manifests and job specs
-//! (`kubosh::links`), with the Director's messages and our manifest paths.
+//! (`kubosh_core::links`), with the Director's messages and our manifest paths.
 
 use std::collections::BTreeMap;
 
 use indexmap::IndexMap;
-use kubosh::links::{
+use kubosh_artifacts::release::{JobSpec, PropertyDefinition};
+use kubosh_core::links::{
     self, Binding, DnsSettings, InstanceNetwork, LinkInstance, OtherDeployment, ProviderContent,
     ProviderFeatures, ProviderRef, Resolution, Target,
 };
-use kubosh::manifest::DeploymentManifest;
-use kubosh::release::{JobSpec, PropertyDefinition};
-use kubosh::validate::{Problems, Severity};
+use kubosh_core::manifest::DeploymentManifest;
+use kubosh_core::validate::{Problems, Severity};
 use serde_json::{Value, json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/real-world");
@@ -19,7 +19,7 @@ type Specs = BTreeMap<(String, String), JobSpec>;
 
 /// Job specs from `release/job: {spec}` YAML.
 fn specs(yaml: &str) -> Specs {
-    let map: BTreeMap<String, Value> = kubosh::yaml::parse(yaml, "specs").unwrap();
+    let map: BTreeMap<String, Value> = kubosh_core::yaml::parse(yaml, "specs").unwrap();
     map.into_iter()
         .map(|(key, mut spec)| {
             let (release, job) = key.split_once('/').unwrap();
@@ -33,7 +33,7 @@ fn specs(yaml: &str) -> Specs {
 }
 
 fn manifest(yaml: &str) -> DeploymentManifest {
-    kubosh::yaml::parse(yaml, "manifest").unwrap()
+    kubosh_core::yaml::parse(yaml, "manifest").unwrap()
 }
 
 fn ok(m: &DeploymentManifest, s: &Specs, others: &[OtherDeployment]) -> Resolution {
@@ -722,7 +722,7 @@ fn real_zookeeper_manifest_and_job_spec() {
         "{FIXTURES}/zookeeper-release/zookeeper-job-spec.yml"
     ))
     .unwrap();
-    let zk: JobSpec = kubosh::yaml::parse(&spec_text, "spec").unwrap();
+    let zk: JobSpec = kubosh_core::yaml::parse(&spec_text, "spec").unwrap();
     let mut s = specs(
         r#"
 zookeeper/status: {}

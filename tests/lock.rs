@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kubosh::lock::{Holder, LeaseLocks, Lock, deployment_lock};
+use kubosh_kube::lock::{Holder, LeaseLocks, Lock, deployment_lock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_at_a_time_with_boshs_timeout_text() {

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use kubosh::pki::{Ca, Leaf};
-use kubosh::testenv::{NatsServer, NatsTls};
+use kubosh_core::pki::{Ca, Leaf};
+use kubosh_devenv::{NatsServer, NatsTls};
 
 fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);

@@ -1,6 +1,6 @@
 //! The real-world manifests validate the way they deploy with BOSH.
 
-use kubosh::ops::{self, MissingVars, OpsFile, Vars};
+use kubosh_core::ops::{self, MissingVars, OpsFile, Vars};
 use serde_json::Value;
 
 fn text(rel: &str) -> String {
@@ -12,7 +12,7 @@ fn text(rel: &str) -> String {
 }
 
 fn yaml(rel: &str) -> Value {
-    kubosh::yaml::parse_value(&text(rel), rel).unwrap()
+    kubosh_core::yaml::parse_value(&text(rel), rel).unwrap()
 }
 
 fn with_ops(base: &str, ops_files: &[&str]) -> Value {
@@ -34,9 +34,11 @@ fn cf_deployment_for_bosh_lite_on_one_az_validates_with_zero_errors() {
             "cf-deployment/scale-to-one-az.yml",
         ],
     );
-    let validated =
-        kubosh::validate::deployment(&manifest, &yaml("cf-deployment/bosh-lite-cloud-config.yml"))
-            .unwrap_or_else(|problems| panic!("cf-deployment should validate:\n{problems}"));
+    let validated = kubosh_core::validate::deployment(
+        &manifest,
+        &yaml("cf-deployment/bosh-lite-cloud-config.yml"),
+    )
+    .unwrap_or_else(|problems| panic!("cf-deployment should validate:\n{problems}"));
     let (m, _) = &validated.document;
     assert_eq!(m.name.as_deref(), Some("cf"));
     // scale-to-one-az puts every group in z1.
@@ -63,9 +65,11 @@ fn cf_deployment_with_compiled_releases_validates() {
             "cf-deployment/use-compiled-releases.yml",
         ],
     );
-    let validated =
-        kubosh::validate::deployment(&manifest, &yaml("cf-deployment/bosh-lite-cloud-config.yml"))
-            .unwrap_or_else(|problems| panic!("{problems}"));
+    let validated = kubosh_core::validate::deployment(
+        &manifest,
+        &yaml("cf-deployment/bosh-lite-cloud-config.yml"),
+    )
+    .unwrap_or_else(|problems| panic!("{problems}"));
     assert!(
         validated
             .document
@@ -105,7 +109,7 @@ fn bosh_director_manifest_interpolates_for_create_env() {
         "((nats_password))"
     );
     // The result is a valid create-env manifest.
-    let init = kubosh::validate::init_manifest(&out).unwrap_or_else(|p| panic!("{p}"));
+    let init = kubosh_core::validate::init_manifest(&out).unwrap_or_else(|p| panic!("{p}"));
     assert_eq!(
         init.document.instance_groups[0].jobs.last().unwrap().name,
         "user_add"

@@ -1,7 +1,7 @@
 //! Real manifests from public BOSH releases (read from `shared/fixtures/real-world`, never
 //! copied here) validate as the Director would have them.
 
-use kubosh::validate::{self, Document, Segment};
+use kubosh_core::validate::{self, Document, Segment};
 use serde_json::Value;
 
 const REAL_WORLD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/real-world");
@@ -9,7 +9,7 @@ const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
 
 fn load(path: &str) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    kubosh::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"))
+    kubosh_core::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn lookup<'a>(value: &'a Value, segments: &[Segment]) -> Option<&'a Value> {

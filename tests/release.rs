@@ -3,18 +3,19 @@
 //! equal to the real bosh-cli's, corrupt tarballs rejected with their reasons and never a
 //! panic.
 
+use kubosh_artifacts::release::ReleaseFile as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kubosh::release::{CreateOptions, Release, create::create};
-use kubosh::testenv::binary;
+use kubosh_artifacts::release::{CreateOptions, Release, create::create};
+use kubosh_devenv::binary;
 use proptest::prelude::*;
 use serde_json::Value;
 
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
 
 fn example() -> PathBuf {
-    kubosh::testenv::example_release_dir()
+    kubosh_devenv::example_release_dir()
 }
 
 /// Copies a directory tree (files, modes and symlinks).
@@ -198,7 +199,10 @@ fn name_and_version_can_be_overridden() {
 }
 
 /// Rewrites one line of release.MF inside a built release and returns the new tarball.
-fn with_manifest(r: &Release, edit: impl Fn(&mut kubosh::release::ReleaseManifest)) -> Vec<u8> {
+fn with_manifest(
+    r: &Release,
+    edit: impl Fn(&mut kubosh_artifacts::release::ReleaseManifest),
+) -> Vec<u8> {
     let mut r = r.clone();
     edit(&mut r.manifest);
     r.to_tarball().unwrap()
@@ -225,7 +229,7 @@ fn corrupt_digests_are_rejected_naming_the_archive() {
         "{err}"
     );
     // So is a multi-digest: the strongest one counts.
-    let sha1 = kubosh::digest::sha1_hex(&r.jobs[0].archive);
+    let sha1 = kubosh_core::digest::sha1_hex(&r.jobs[0].archive);
     let good = with_manifest(&r, |m| {
         m.jobs[0].sha1 = format!("{sha1};{}", r.jobs[0].digest);
     });
@@ -342,20 +346,20 @@ fn dependency_cycles_and_missing_dependencies_are_rejected() {
 fn job_archives_are_checked_like_the_director_does() {
     let r = create(&example(), &CreateOptions::default()).unwrap();
     let rebuild = |files: &[(&str, &[u8])]| {
-        let mut w = kubosh::release::tarball::TarWriter::new();
+        let mut w = kubosh_artifacts::release::tarball::TarWriter::new();
         for (p, d) in files {
             w.file(p, d, false).unwrap();
         }
         let archive = w.finish(false).unwrap();
         let mut r = r.clone();
         r.jobs[0].archive = archive.clone();
-        r.manifest.jobs[0].sha1 = format!("sha256:{}", kubosh::digest::sha256_hex(&archive));
+        r.manifest.jobs[0].sha1 = format!("sha256:{}", kubosh_core::digest::sha256_hex(&archive));
         Release::from_bytes(&r.to_tarball().unwrap())
             .unwrap_err()
             .to_string()
     };
     let spec = r.jobs[0].archive.clone();
-    let files = kubosh::release::tarball::read_all(&spec).unwrap();
+    let files = kubosh_artifacts::release::tarball::read_all(&spec).unwrap();
     let job_mf = files.get("job.MF").unwrap().to_vec();
     let monit = files.get("monit").unwrap().to_vec();
     assert_eq!(
@@ -512,12 +516,12 @@ proptest! {
         }
         let _ = Release::from_bytes(&data);
         let _ = Release::from_reader(&data[..]);
-        let _ = kubosh::stemcell::Stemcell::from_reader(&data[..]);
+        let _ = kubosh_artifacts::stemcell::Stemcell::from_reader(&data[..]);
     }
 
     #[test]
     fn arbitrary_manifests_never_panic(text in "[a-z_: \\-\\[\\]{}~0-9\n]{0,200}") {
-        let mut w = kubosh::release::tarball::TarWriter::new();
+        let mut w = kubosh_artifacts::release::tarball::TarWriter::new();
         w.file("release.MF", text.as_bytes(), false).unwrap();
         let data = w.finish(true).unwrap();
         let _ = Release::from_bytes(&data);

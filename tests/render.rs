@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use kubosh::manifest::Map;
-use kubosh::render::{
+use kubosh_artifacts::render::{
     DnsTables, InstanceGroupSpec, JobTemplates, LinkInstance, LinkSpec, NetworkSpec,
     PropertyBinder, PropertyDefinition, ReleaseRef, RenderError, RenderUnit, RenderedJob, Renderer,
     RendererConfig, TemplateSource, TemplateSpec, property_source,
 };
+use kubosh_core::manifest::Map;
 use serde_json::{Value, json};
 
 fn renderer(dir: &tempfile::TempDir) -> Renderer {
@@ -704,6 +704,6 @@ fn the_script_is_installed_once_by_content() {
     assert_eq!(a.script(), b.script());
     assert_eq!(
         std::fs::read_to_string(a.script()).unwrap(),
-        kubosh::render::RENDERER_RB
+        kubosh_artifacts::render::RENDERER_RB
     );
 }

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use kubosh::agentd::install::{InstallPlan, Installer};
-use kubosh::agentd::layout::Layout;
-use kubosh::digest::sha1_hex;
-use kubosh::manifest::Map;
-use kubosh::release::Release;
-use kubosh::render::{
+use kubosh_agentd::install::{InstallPlan, Installer};
+use kubosh_agentd::layout::Layout;
+use kubosh_artifacts::release::Release;
+use kubosh_artifacts::render::{
     InstanceGroupSpec, JobTemplates, LinkInstance, LinkSpec, NetworkSpec, PropertyBinder,
     PropertyDefinition, ProvidedLinkEntry, ReleaseRef, RenderUnit, RenderedJob, Renderer,
     RendererConfig, TemplateSource, TemplateSpec, add_links_json, configuration_hash,
     property_source, rendered_templates_archive, template_hashes,
 };
+use kubosh_core::digest::sha1_hex;
+use kubosh_core::manifest::Map;
 use serde_json::{Value, json};
 
 fn object(v: Value) -> Map {
@@ -129,7 +129,7 @@ fn file<'a>(job: &'a RenderedJob, destination: &str) -> &'a str {
 
 #[tokio::test]
 async fn the_example_release_renders_hashes_and_installs() {
-    let release = kubosh::testenv::example_release().expect("the example release builds");
+    let release = kubosh_devenv::example_release().expect("the example release builds");
     let job = release.job("hello").expect("job hello");
     let job = Arc::new(
         JobTemplates::from_release_job(
@@ -274,7 +274,7 @@ async fn render_instance(jobs: &[Arc<JobTemplates>], group_props: Value) -> Vec<
 
 #[tokio::test]
 async fn a_property_a_job_does_not_use_changes_nothing_for_that_job() {
-    let release = kubosh::testenv::example_release().expect("the example release builds");
+    let release = kubosh_devenv::example_release().expect("the example release builds");
     let hello = Arc::new(
         JobTemplates::from_release_job(
             release.job("hello").unwrap(),

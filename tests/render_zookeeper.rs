@@ -13,14 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use kubosh::manifest::{DeploymentManifest, Map};
-use kubosh::ops::OpsFile;
-use kubosh::release::manifest::JobSpec;
-use kubosh::render::{
+use kubosh_artifacts::release::manifest::JobSpec;
+use kubosh_artifacts::render::{
     InstanceGroupSpec, JobTemplates, NetworkSpec, PropertyBinder, ReleaseRef, RenderError,
     RenderUnit, RenderedJob, Renderer, RendererConfig, TemplateSource, TemplateSpec,
     property_source,
 };
+use kubosh_core::manifest::{DeploymentManifest, Map};
+use kubosh_core::ops::OpsFile;
 use serde_json::json;
 
 fn fixture(name: &str) -> (String, String) {
@@ -38,13 +38,13 @@ fn fixture(name: &str) -> (String, String) {
 
 fn job_spec() -> JobSpec {
     let (text, origin) = fixture("zookeeper-job-spec.yml");
-    kubosh::yaml::parse(&text, &origin).unwrap_or_else(|e| panic!("{e}"))
+    kubosh_core::yaml::parse(&text, &origin).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The real manifest, with go-patch `ops` (YAML) applied first.
 fn real_manifest(ops: &str) -> DeploymentManifest {
     let (text, origin) = fixture("zookeeper.yml");
-    let mut doc = kubosh::yaml::parse_value(&text, &origin).unwrap_or_else(|e| panic!("{e}"));
+    let mut doc = kubosh_core::yaml::parse_value(&text, &origin).unwrap_or_else(|e| panic!("{e}"));
     if !ops.is_empty() {
         OpsFile::parse(ops, "ops.yml")
             .unwrap()

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kubosh::cpi::*;
-use kubosh::stemcell::{CreateStemcellOptions, Stemcell, StemcellError, create};
-use kubosh::testenv::binary;
+use kubosh_artifacts::stemcell::{CreateStemcellOptions, Stemcell, StemcellError, create};
+use kubosh_cloud::*;
+use kubosh_devenv::binary;
 use serde_json::json;
 
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
@@ -72,8 +72,10 @@ fn create_read_verify_and_extract() {
     let from_dir = tmp.path().join("dir.tgz");
     create(&options(Some(&rootfs)), &from_dir).unwrap();
     let extracted = Stemcell::extract(&from_dir, &tmp.path().join("x1")).unwrap();
-    let files =
-        kubosh::release::tarball::read_all(&std::fs::read(&extracted.image_path).unwrap()).unwrap();
+    let files = kubosh_artifacts::release::tarball::read_all(
+        &std::fs::read(&extracted.image_path).unwrap(),
+    )
+    .unwrap();
     assert_eq!(files.get("etc/os-release"), Some(&b"ID=ubuntu\n"[..]));
 
     let image = tmp.path().join("disk.img");
@@ -90,7 +92,7 @@ fn create_read_verify_and_extract() {
 
 /// A stemcell tarball with this manifest text and image.
 fn tarball(manifest: &str, image: &[u8]) -> Vec<u8> {
-    let mut w = kubosh::release::tarball::TarWriter::new();
+    let mut w = kubosh_artifacts::release::tarball::TarWriter::new();
     w.file("stemcell.MF", manifest.as_bytes(), false).unwrap();
     w.file("image", image, false).unwrap();
     w.finish(false).unwrap()
@@ -99,8 +101,8 @@ fn tarball(manifest: &str, image: &[u8]) -> Vec<u8> {
 #[test]
 fn bad_digests_are_rejected() {
     let image = b"an image";
-    let sha1 = kubosh::digest::sha1_hex(image);
-    let sha256 = kubosh::digest::sha256_hex(image);
+    let sha1 = kubosh_core::digest::sha1_hex(image);
+    let sha256 = kubosh_core::digest::sha256_hex(image);
     let mf = |sha: &str| {
         format!(
             "name: s\nversion: '1'\noperating_system: ubuntu-jammy\nsha1: '{sha}'\ncloud_properties: {{}}\n"
@@ -129,11 +131,11 @@ fn bad_digests_are_rejected() {
     assert!(!dir.join("image").exists());
 
     // Missing pieces are named.
-    let mut w = kubosh::release::tarball::TarWriter::new();
+    let mut w = kubosh_artifacts::release::tarball::TarWriter::new();
     w.file("image", image, false).unwrap();
     let err = Stemcell::from_reader(&w.finish(false).unwrap()[..]).unwrap_err();
     assert_eq!(err.to_string(), "stemcell.MF not found in stemcell tarball");
-    let mut w = kubosh::release::tarball::TarWriter::new();
+    let mut w = kubosh_artifacts::release::tarball::TarWriter::new();
     w.file("stemcell.MF", mf(&sha1).as_bytes(), false).unwrap();
     let err = Stemcell::from_reader(&w.finish(false).unwrap()[..]).unwrap_err();
     assert_eq!(err.to_string(), "image not found in stemcell tarball");

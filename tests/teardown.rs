@@ -23,7 +23,7 @@ fn child_starts_a_control_plane_and_dies() {
     };
     let (how, pid_file) = spec.split_once(':').unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let cp = rt.block_on(kubosh::testenv::ControlPlane::start()).unwrap();
+    let cp = rt.block_on(kubosh_devenv::ControlPlane::start()).unwrap();
     let [etcd, apiserver] = cp.pids();
     std::fs::write(pid_file, format!("{etcd} {apiserver}")).unwrap();
     std::mem::forget(cp);

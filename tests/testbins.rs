@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use kubosh::testenv::binary;
+use kubosh_devenv::binary;
 
 fn version(name: &str, args: &[&str]) -> String {
     let path = binary(name).unwrap_or_else(|e| panic!("{e}"));

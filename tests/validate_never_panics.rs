@@ -14,7 +14,7 @@
 
 use std::sync::LazyLock;
 
-use kubosh::validate::{self, Document, Path, Problems, Segment};
+use kubosh_core::validate::{self, Document, Path, Problems, Segment};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Map, Value};
@@ -24,7 +24,7 @@ const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/invalid");
 
 fn load(path: &str) -> (String, Value) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    let value = kubosh::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"));
+    let value = kubosh_core::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"));
     (text, value)
 }
 
@@ -443,7 +443,7 @@ proptest! {
         prop::collection::vec(any::<u8>(), 0..200)
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
     ]) {
-        if let Ok(value) = kubosh::yaml::parse_value(&text, "random") {
+        if let Ok(value) = kubosh_core::yaml::parse_value(&text, "random") {
             check_all(&value);
         }
     }
@@ -462,7 +462,7 @@ proptest! {
             }
         }
         let text = String::from_utf8_lossy(&bytes);
-        if let Ok(value) = kubosh::yaml::parse_value(&text, "damaged") {
+        if let Ok(value) = kubosh_core::yaml::parse_value(&text, "damaged") {
             check_all(&value);
         }
     }

@@ -10,9 +10,9 @@ use std::process::Command;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
-use kubosh::manifest::Variable;
-use kubosh::ops::{InterpolateOptions, MissingVars, Vars};
-use kubosh::variables::{
+use kubosh_core::manifest::Variable;
+use kubosh_core::ops::{InterpolateOptions, MissingVars, Vars};
+use kubosh_kube::variables::{
     self, FileStore, MemoryStore, SecretStore, Source, StoredVariable, VariableStore,
 };
 use serde_json::{Value, json};
@@ -20,18 +20,22 @@ use x509_parser::prelude::*;
 use x509_parser::public_key::PublicKey;
 
 fn defs(yaml: &str) -> Vec<Variable> {
-    kubosh::yaml::parse(yaml, "variables").unwrap()
+    kubosh_core::yaml::parse(yaml, "variables").unwrap()
 }
 
 fn block<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
 
-fn resolve(d: &[Variable], user: &Vars, store: &dyn VariableStore) -> kubosh::variables::Resolved {
+fn resolve(
+    d: &[Variable],
+    user: &Vars,
+    store: &dyn VariableStore,
+) -> kubosh_kube::variables::Resolved {
     block(variables::resolve(d, user, store)).unwrap()
 }
 
-fn value(r: &kubosh::variables::Resolved, name: &str) -> Value {
+fn value(r: &kubosh_kube::variables::Resolved, name: &str) -> Value {
     r.vars.get(name).unwrap_or_else(|| panic!("no {name}"))
 }
 
@@ -715,10 +719,10 @@ fn needles(values: &[&Value]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn values_never_reach_logs_errors_or_debug() {
-    let logs = kubosh::testenv::captured_logs();
+    let logs = kubosh_devenv::captured_logs();
     const PLANTED: &str = "planted-S3cret-never-to-be-logged";
     let ns = support::namespace("leak").await;
-    let doc = kubosh::yaml::parse_value(
+    let doc = kubosh_core::yaml::parse_value(
         "name: leak\n\
          properties:\n  user: ((user_pw))\n  admin: ((admin_pw))\n  tls: ((tls))\n  cn: ((tls.certificate))\n\
          variables:\n\
@@ -766,7 +770,7 @@ async fn values_never_reach_logs_errors_or_debug() {
             .unwrap_err();
             assert!(err.to_string().contains("Invalid type 'map"), "{err}");
             texts.push(format!("{err} {err:?}"));
-            let bad_defs = kubosh::yaml::parse::<Vec<Variable>>(
+            let bad_defs = kubosh_core::yaml::parse::<Vec<Variable>>(
                 "- {name: c, type: certificate, options: {ca: tls, is_ca: true, common_name: 'x ((tls))'}}\n",
                 "v",
             )
@@ -820,7 +824,7 @@ const ONCE: &str = "\
 ";
 const ONCE_NAMES: [&str; 5] = ["pw", "other_pw", "ca", "tls", "tls_conv"];
 
-fn sources(r: &kubosh::variables::Resolved) -> std::collections::HashMap<String, Source> {
+fn sources(r: &kubosh_kube::variables::Resolved) -> std::collections::HashMap<String, Source> {
     r.sources.iter().cloned().collect()
 }
 
@@ -842,10 +846,10 @@ fn verifies(ca: &Value, cert: &Value) -> bool {
 /// `again` a second one, `after_pw` one after `pw` was deleted from the store, `after_ca`
 /// one after `ca` was deleted from it.
 fn check_generated_once(
-    first: &kubosh::variables::Resolved,
-    again: &kubosh::variables::Resolved,
-    after_pw: &kubosh::variables::Resolved,
-    after_ca: &kubosh::variables::Resolved,
+    first: &kubosh_kube::variables::Resolved,
+    again: &kubosh_kube::variables::Resolved,
+    after_pw: &kubosh_kube::variables::Resolved,
+    after_ca: &kubosh_kube::variables::Resolved,
 ) {
     assert!(first.sources.iter().all(|(_, s)| *s == Source::Generated));
     // Stable across reconciles: nothing generated, the same values.
@@ -901,12 +905,12 @@ fn check_generated_once(
 /// Removes `name` from the vars-store file, as an operator would with an editor.
 fn remove_from_vars_file(path: &Path, name: &str) {
     let text = std::fs::read_to_string(path).unwrap();
-    let mut doc = kubosh::yaml::parse_value(&text, "creds.yml").unwrap();
+    let mut doc = kubosh_core::yaml::parse_value(&text, "creds.yml").unwrap();
     assert!(
         doc.as_object_mut().unwrap().remove(name).is_some(),
         "{name}"
     );
-    std::fs::write(path, kubosh::yaml::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(path, kubosh_core::yaml::to_string(&doc).unwrap()).unwrap();
 }
 
 #[test]

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agentd::layout::Layout;
-use crate::agentd::mbus::https::{self as mbus_https, HttpsMbusConfig};
-use crate::agentd::mbus::nats::{self as mbus_nats, NatsMbusOptions};
-use crate::agentd::service::{Agent, AgentOptions, Notice};
-use crate::agentd::settings::Settings;
+use kubosh_agentd::layout::Layout;
+use kubosh_agentd::mbus::https::{self as mbus_https, HttpsMbusConfig};
+use kubosh_agentd::mbus::nats::{self as mbus_nats, NatsMbusOptions};
+use kubosh_agentd::service::{Agent, AgentOptions, Notice};
+use kubosh_agentd::settings::Settings;
 
 /// Arguments of `kubosh agent`.
 #[derive(Debug, clap::Args)]
@@ -45,7 +45,7 @@ pub struct AgentArgs {
 /// Runs the agent until SIGTERM or SIGINT, then stops the job processes and exits.
 pub fn run(args: &AgentArgs) -> ExitCode {
     if let Some(dir) = &args.bind_base
-        && let Err(e) = crate::agentd::isolate::bind_base(dir, &args.base_dir)
+        && let Err(e) = kubosh_agentd::isolate::bind_base(dir, &args.base_dir)
     {
         eprintln!(
             "kubosh agent: cannot mount {} on {}: {e}",

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::cpi::local;
-use crate::cpi::protocol::Response;
+use kubosh_cloud::local;
+use kubosh_cloud::protocol::Response;
 
 /// Arguments of `kubosh cpi`.
 #[derive(Debug, clap::Args)]

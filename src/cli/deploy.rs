@@ -4,20 +4,21 @@
 //! (ops files, variables and `--vars-store` as `kubosh interpolate` reads them; every
 //! `((variable))` must get a value), the cloud config, the release tarballs and the stemcell
 //! tarballs. `deploy` extracts each stemcell once into
-//! `<state_dir>/stemcells/<name>-<version>/` and runs [`crate::engine::Engine::deploy`],
+//! `<state_dir>/stemcells/<name>-<version>/` and runs [`kubosh_engine::Engine::deploy`],
 //! printing the event log as the BOSH CLI shows a task, then `Succeeded` or the error (exit
-//! code 1) as the last line. `plan` runs [`crate::engine::Engine::plan`] and prints the
+//! code 1) as the last line. `plan` runs [`kubosh_engine::Engine::plan`] and prints the
 //! [`DeployReport`]: it writes nothing (no state, no stemcell extraction, no CPI call;
 //! generated variables go to a throwaway copy of the vars store) and its progress goes to
 //! stderr.
 //!
 //! With `health: {listen_for: N}` in the director configuration, `deploy` listens to the
-//! agents' heartbeats (a [`crate::agent::HeartbeatMonitor`] with the health monitor's
+//! agents' heartbeats (a [`kubosh_transport::agent::HeartbeatMonitor`] with the health monitor's
 //! identity) from its start until N seconds have passed, then deploys with what it heard as
-//! [`crate::engine::EngineConfig::health`]: when nothing changed and every agent reported
+//! [`kubosh_engine::EngineConfig::health`]: when nothing changed and every agent reported
 //! `running`, no agent is asked anything. A one-shot process only hears what is sent while
 //! it listens, so N should exceed the agents' heartbeat interval (30 s) to hear them all.
 
+use kubosh_artifacts::release::ReleaseFile as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -28,13 +29,13 @@ use serde_json::Value;
 
 use super::director::DirectorConfig;
 use super::input::{DocumentArgs, read_yaml};
-use crate::engine::deploy::DeployReport;
-use crate::engine::{DeployRequest, EventSink, StemcellSource};
-use crate::events::{CliRenderer, EventLine};
-use crate::plan::changes::Requests;
-use crate::plan::desired::StemcellInfo;
-use crate::release::Release;
-use crate::stemcell::Stemcell;
+use kubosh_artifacts::release::Release;
+use kubosh_artifacts::stemcell::Stemcell;
+use kubosh_bosh::events::{CliRenderer, EventLine};
+use kubosh_core::plan::changes::Requests;
+use kubosh_core::plan::desired::StemcellInfo;
+use kubosh_engine::deploy::DeployReport;
+use kubosh_engine::{DeployRequest, EventSink, StemcellSource};
 
 /// Arguments of `kubosh deploy` and `kubosh plan`.
 #[derive(Debug, Args)]
@@ -208,10 +209,12 @@ fn deployment_name(manifest: &Value, cloud_config: &Value) -> Result<String, Str
         Some(name) => Err(format!(
             "the deployment name '{name}' cannot name a directory"
         )),
-        None => Err(match crate::validate::deployment(manifest, cloud_config) {
-            Err(problems) => problems.to_string(),
-            Ok(_) => "the manifest has no 'name'".to_string(),
-        }),
+        None => Err(
+            match kubosh_core::validate::deployment(manifest, cloud_config) {
+                Err(problems) => problems.to_string(),
+                Ok(_) => "the manifest has no 'name'".to_string(),
+            },
+        ),
     }
 }
 
@@ -373,8 +376,8 @@ mod tests {
         let image_path = dir.join(format!("image-{version}"));
         std::fs::write(&image_path, image).unwrap();
         let tarball = dir.join(format!("stemcell-{version}.tgz"));
-        crate::stemcell::create(
-            &crate::stemcell::CreateStemcellOptions {
+        kubosh_artifacts::stemcell::create(
+            &kubosh_artifacts::stemcell::CreateStemcellOptions {
                 name: "bosh-kubosh-local".into(),
                 version: version.into(),
                 operating_system: "ubuntu-jammy".into(),

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::testenv::ControlPlane;
+use kubosh_devenv::ControlPlane;
 
 /// Development helpers.
 #[derive(Debug, Subcommand)]
@@ -37,7 +37,7 @@ async fn cluster() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let installed = cp.install_crds(&crate::api::crds()).await;
+    let installed = cp.install_crds(&kubosh_kube::api::crds()).await;
     if let Err(e) = installed {
         eprintln!("kubosh dev cluster: cannot install CRDs: {e}");
         return ExitCode::FAILURE;

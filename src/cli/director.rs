@@ -50,16 +50,16 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
-use crate::agent::{MbusTls, NatsOptions, NatsTransport};
-use crate::blobstore::LocalBlobstore;
-use crate::cpi::{CpiCommand, ExternalCpi, Secret};
-use crate::engine::vm::mbus_cert_env;
-use crate::engine::{Engine, EngineConfig, EventSink};
-use crate::lock::FileLocks;
-use crate::pki::{Ca, Leaf};
-use crate::render::{Renderer, RendererConfig};
-use crate::state::{DirDnsRegistry, DirIpRegistry, DirStore};
+use kubosh_artifacts::blobstore::LocalBlobstore;
+use kubosh_artifacts::render::{Renderer, RendererConfig};
+use kubosh_cloud::{CpiCommand, ExternalCpi, Secret};
+use kubosh_core::pki::{Ca, Leaf};
+use kubosh_engine::state::{DirDnsRegistry, DirIpRegistry, DirStore};
+use kubosh_engine::vm::mbus_cert_env;
+use kubosh_engine::{Engine, EngineConfig, EventSink};
+use kubosh_kube::lock::FileLocks;
+use kubosh_transport::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
+use kubosh_transport::agent::{MbusTls, NatsOptions, NatsTransport};
 
 /// The health monitor's connection name on the server.
 const HM_CONNECTION_NAME: &str = "kubosh-health-monitor";
@@ -198,10 +198,11 @@ impl DirectorConfig {
             file: file.clone(),
             message: format!("cannot read: {e}"),
         })?;
-        let value = crate::yaml::parse_value(&text, &file).map_err(|e| ConfigError::File {
-            file: file.clone(),
-            message: e.to_string(),
-        })?;
+        let value =
+            kubosh_core::yaml::parse_value(&text, &file).map_err(|e| ConfigError::File {
+                file: file.clone(),
+                message: e.to_string(),
+            })?;
         let base_dir = std::path::absolute(path)
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -318,7 +319,7 @@ impl DirectorConfig {
         .map_err(|e| format!("cannot connect to NATS at {}: {e}", self.nats.url))?;
         let blobstore = LocalBlobstore::new(&self.blobstore_dir).map_err(|e| e.to_string())?;
         let renderer = Renderer::new(RendererConfig::default()).map_err(|e| e.to_string())?;
-        let locks: Arc<dyn crate::lock::Lock> =
+        let locks: Arc<dyn kubosh_kube::lock::Lock> =
             Arc::new(FileLocks::new(self.state_dir.join("locks")));
         // Every deployment of this director shares one DNS dataset (§4.10).
         let dns_registry = DirDnsRegistry::new(
@@ -362,7 +363,7 @@ impl DirectorConfig {
 
 /// Each new agent's NATS identity: a client certificate for `<agent_id>.agent.bosh-internal`
 /// signed by the CA, in the VM's env.
-fn agent_env(ca: Arc<Ca>, ca_pem: String) -> crate::engine::AgentEnv {
+fn agent_env(ca: Arc<Ca>, ca_pem: String) -> kubosh_engine::AgentEnv {
     Arc::new(move |agent_id: &str| {
         let common_name = format!("{agent_id}.agent.bosh-internal");
         let leaf = Leaf {
@@ -475,7 +476,7 @@ fn nats_settings(s: &Section<'_>, base_dir: &Path) -> Result<NatsSettings, KeyEr
     )
     .client_config()
     .map_err(|e| {
-        use crate::agent::tls::TlsError;
+        use kubosh_transport::agent::tls::TlsError;
         let key = match e {
             TlsError::NoCa | TlsError::BadCa(_) => "ca_certificate",
             TlsError::NoCert => "director_certificate",
@@ -513,7 +514,7 @@ fn hm_identity_settings(
     MbusTls::new(ca_certificate, cert.clone(), key.clone())
         .client_config()
         .map_err(|e| {
-            use crate::agent::tls::TlsError;
+            use kubosh_transport::agent::tls::TlsError;
             let name = match e {
                 // The CA certificate is ca_certificate's problem, reported the same way.
                 TlsError::NoCa | TlsError::BadCa(_) => "ca_certificate",
@@ -723,7 +724,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn director_identity(ca: &Ca) -> crate::pki::CertifiedKey {
+    fn director_identity(ca: &Ca) -> kubosh_core::pki::CertifiedKey {
         ca.issue(&Leaf {
             common_name: "default.director.bosh-internal",
             client: true,
@@ -909,7 +910,7 @@ mod tests {
     fn a_ca_key_of_another_ca_is_refused_by_name_without_its_text() {
         let dir = tempfile::tempdir().unwrap();
         let mut v = valid(dir.path());
-        let (other_key, _) = crate::pki::key_pair_pem().unwrap();
+        let (other_key, _) = kubosh_core::pki::key_pair_pem().unwrap();
         v["nats"]
             .as_object_mut()
             .unwrap()
@@ -951,7 +952,7 @@ mod tests {
         .unwrap();
         let hm = ca
             .issue(&Leaf {
-                common_name: crate::agent::health::HM_COMMON_NAME,
+                common_name: kubosh_transport::agent::health::HM_COMMON_NAME,
                 client: true,
                 ..Leaf::default()
             })

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde_json::Value;
 
-use crate::ops::{self, InterpolateOptions, MissingVars, OpsFile, Vars};
-use crate::variables::{self, FileStore};
+use kubosh_core::ops::{self, InterpolateOptions, MissingVars, OpsFile, Vars};
+use kubosh_kube::variables::{self, FileStore};
 
 /// Ops-file and variable flags, as the BOSH CLI spells them.
 #[derive(Debug, Clone, Default, Args)]
@@ -41,7 +41,8 @@ fn read(path: &Path) -> Result<String, String> {
 
 /// Reads a YAML file into a value.
 pub fn read_yaml(path: &Path) -> Result<Value, String> {
-    crate::yaml::parse_value(&read(path)?, &path.display().to_string()).map_err(|e| e.to_string())
+    kubosh_core::yaml::parse_value(&read(path)?, &path.display().to_string())
+        .map_err(|e| e.to_string())
 }
 
 impl DocumentArgs {

@@ -86,10 +86,10 @@ pub fn main() -> ExitCode {
 
 fn crd(args: &CrdArgs) -> Result<(), Box<dyn std::error::Error>> {
     let Some(dir) = &args.write else {
-        print!("{}", crate::api::crds_yaml()?);
+        print!("{}", kubosh_kube::api::crds_yaml()?);
         return Ok(());
     };
-    let files = crate::api::crd_files()?;
+    let files = kubosh_kube::api::crd_files()?;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for entry in
         std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?

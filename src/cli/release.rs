@@ -1,11 +1,12 @@
 //! `kubosh release create` and `kubosh release inspect`.
 
+use kubosh_artifacts::release::ReleaseFile as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::release::{self, CreateOptions, Release};
+use kubosh_artifacts::release::{self, CreateOptions, Release};
 
 /// `kubosh release ...`.
 #[derive(Debug, Subcommand)]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::stemcell::{self, CreateStemcellOptions, Stemcell};
+use kubosh_artifacts::stemcell::{self, CreateStemcellOptions, Stemcell};
 
 /// `kubosh stemcell ...`.
 #[derive(Debug, Subcommand)]
@@ -85,14 +85,14 @@ fn create(args: &CreateArgs) -> Result<(), Box<dyn std::error::Error>> {
         cloud_properties,
     };
     let manifest = stemcell::create(&opts, &args.tarball)?;
-    print!("{}", crate::yaml::to_string(&manifest)?);
+    print!("{}", kubosh_core::yaml::to_string(&manifest)?);
     println!("wrote {}", args.tarball.display());
     Ok(())
 }
 
 fn inspect(args: &InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     let s = Stemcell::read(&args.tarball)?;
-    print!("{}", crate::yaml::to_string(&s.manifest)?);
+    print!("{}", kubosh_core::yaml::to_string(&s.manifest)?);
     println!("image: {} bytes, digest verified", s.image_size);
     Ok(())
 }

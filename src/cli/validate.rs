@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::input::{DocumentArgs, read_yaml};
-use crate::validate;
+use kubosh_core::validate;
 
 /// Arguments of `kubosh validate`.
 #[derive(Debug, Args)]

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use kubosh::cpi::local::{self, read_calls};
-use kubosh::pki::{Ca, Leaf};
-use kubosh::state::{DeploymentState, DirStore, StateStore};
-use kubosh::testenv::{NatsServer, NatsTls};
+use kubosh_cloud::local::{self, read_calls};
+use kubosh_core::pki::{Ca, Leaf};
+use kubosh_devenv::{NatsServer, NatsTls};
+use kubosh_engine::state::{DeploymentState, DirStore, StateStore};
 use serde_json::{Value, json};
 
 pub const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");

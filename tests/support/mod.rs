@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kubosh::testenv::ControlPlane;
+use kubosh_devenv::ControlPlane;
 use tokio::sync::OnceCell;
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
@@ -18,7 +18,7 @@ pub async fn control_plane() -> &'static ControlPlane {
             let cp = ControlPlane::start()
                 .await
                 .expect("start etcd + kube-apiserver");
-            cp.install_crds(&kubosh::api::crds())
+            cp.install_crds(&kubosh_kube::api::crds())
                 .await
                 .expect("install CRDs");
             cp

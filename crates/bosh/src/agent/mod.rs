@@ -1,0 +1,9 @@
+//! The BOSH agent protocol's wire types (`bosh-protocols.md` §2): requests, replies, the
+//! apply spec, `get_state`, heartbeats and every action's arguments and results
+//! ([`protocol`]), and [`AgentHealth`], what the engine asks of a heartbeat listener.
+//! Transports and the client are in `kubosh-transport`.
+
+mod health;
+pub mod protocol;
+
+pub use health::AgentHealth;

@@ -1,0 +1,232 @@
+//! Reading a release tarball into a [`Release`].
+
+use std::collections::BTreeSet;
+use std::io::Read;
+
+use super::manifest::{ReleaseManifest, parse_yaml};
+use super::tarball::{self, TarFiles};
+use super::{CompiledPackage, License, Package, Release, ReleaseError, StemcellRef, graph, job};
+use crate::digest::MultiDigest;
+
+/// Names and versions the Director accepts (`Models::VALID_ID`).
+pub fn valid_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+' | b'.'))
+}
+
+impl Release {
+    /// Reads and verifies a release tarball from a stream.
+    pub fn from_reader(reader: impl Read) -> Result<Self, ReleaseError> {
+        let files = tarball::read_stream(reader).map_err(|e| ReleaseError::Archive {
+            what: "release tarball".into(),
+            message: e.0,
+        })?;
+        Self::from_files(files)
+    }
+
+    /// Reads and verifies a release tarball held in memory.
+    pub fn from_bytes(data: &[u8]) -> Result<Self, ReleaseError> {
+        let files = tarball::read_all(data).map_err(|e| ReleaseError::Archive {
+            what: "release tarball".into(),
+            message: e.0,
+        })?;
+        Self::from_files(files)
+    }
+
+    fn from_files(mut files: TarFiles) -> Result<Self, ReleaseError> {
+        let text = files
+            .get("release.MF")
+            .ok_or_else(|| ReleaseError::Missing {
+                what: "release.MF".into(),
+                container: "release tarball".into(),
+            })?;
+        let text = String::from_utf8_lossy(text).into_owned();
+        // The Ruby CLI wrote invalid `!binary` tags; bosh-cli rewrites them the same way.
+        let text = text
+            .replace("sha1: !binary |-", "sha1: !!binary |-")
+            .replace("version: !binary |-", "version: !!binary |-")
+            .replace("fingerprint: !binary |-", "fingerprint: !!binary |-");
+        let manifest: ReleaseManifest =
+            parse_yaml(&text, "release.MF").map_err(|message| ReleaseError::Manifest {
+                file: "release.MF".into(),
+                message,
+            })?;
+        check_identifiers(&manifest)?;
+
+        let mut take = |dir: &str, name: &str, what: &str| -> Result<Vec<u8>, ReleaseError> {
+            let path = format!("{dir}/{name}.tgz");
+            files
+                .files
+                .remove(&path)
+                .filter(|f| f.link_target.is_none())
+                .map(|f| f.data)
+                .ok_or_else(|| ReleaseError::Missing {
+                    what: format!("{what} '{name}' ({path})"),
+                    container: "release tarball".into(),
+                })
+        };
+
+        let mut packages = Vec::new();
+        for p in &manifest.packages {
+            let what = format!("package '{}' (packages/{}.tgz)", p.name, p.name);
+            let archive = take("packages", &p.name, "package")?;
+            let digest = verify(&what, &p.sha1, &archive)?;
+            packages.push(Package {
+                name: p.name.clone(),
+                version: p.version.clone(),
+                fingerprint: p.fingerprint.clone().unwrap_or_else(|| p.version.clone()),
+                digest,
+                dependencies: p.dependencies.clone(),
+                archive,
+            });
+        }
+        let mut compiled_packages = Vec::new();
+        for p in &manifest.compiled_packages {
+            let what = format!(
+                "compiled package '{}' (compiled_packages/{}.tgz)",
+                p.name, p.name
+            );
+            let stemcell = match p.stemcell.split_once('/') {
+                Some((os, version)) if !os.is_empty() && !version.is_empty() => StemcellRef {
+                    os: os.to_string(),
+                    version: version.to_string(),
+                },
+                _ => {
+                    return Err(ReleaseError::BadStemcell {
+                        package: p.name.clone(),
+                        stemcell: p.stemcell.clone(),
+                    });
+                }
+            };
+            let archive = take("compiled_packages", &p.name, "compiled package")?;
+            let digest = verify(&what, &p.sha1, &archive)?;
+            compiled_packages.push(CompiledPackage {
+                name: p.name.clone(),
+                version: p.version.clone(),
+                fingerprint: p.fingerprint.clone().unwrap_or_else(|| p.version.clone()),
+                digest,
+                stemcell,
+                dependencies: p.dependencies.clone(),
+                archive,
+            });
+        }
+        graph::compile_order(
+            packages
+                .iter()
+                .map(|p| (p.name.as_str(), p.dependencies.as_slice())),
+        )?;
+        graph::compile_order(
+            compiled_packages
+                .iter()
+                .map(|p| (p.name.as_str(), p.dependencies.as_slice())),
+        )?;
+
+        let available: BTreeSet<&str> = packages
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(compiled_packages.iter().map(|p| p.name.as_str()))
+            .collect();
+        let mut jobs = Vec::new();
+        for j in &manifest.jobs {
+            let what = format!("job '{}' (jobs/{}.tgz)", j.name, j.name);
+            let archive = take("jobs", &j.name, "job")?;
+            let digest = verify(&what, &j.sha1, &archive)?;
+            let job = job::parse(j, digest, archive)?;
+            for p in job.spec.packages.iter().chain(&j.packages) {
+                if !available.contains(p.as_str()) {
+                    return Err(ReleaseError::MissingJobPackage {
+                        job: j.name.clone(),
+                        package: p.clone(),
+                    });
+                }
+            }
+            jobs.push(job);
+        }
+
+        let license = match &manifest.license {
+            None => None,
+            Some(l) => match files.files.remove("license.tgz") {
+                // bosh-cli and the Director ignore a license entry without the archive.
+                None => None,
+                Some(f) => {
+                    let digest = verify("license (license.tgz)", &l.sha1, &f.data)?;
+                    Some(License {
+                        version: l.version.clone(),
+                        fingerprint: l.fingerprint.clone().unwrap_or_else(|| l.version.clone()),
+                        digest,
+                        archive: f.data,
+                    })
+                }
+            },
+        };
+
+        Ok(Release {
+            manifest,
+            jobs,
+            packages,
+            compiled_packages,
+            license,
+        })
+    }
+}
+
+/// Parses `digest` and checks `data` against it.
+fn verify(what: &str, digest: &str, data: &[u8]) -> Result<MultiDigest, ReleaseError> {
+    let wrap = |source| ReleaseError::Digest {
+        what: what.to_string(),
+        source,
+    };
+    let parsed: MultiDigest = digest.parse().map_err(wrap)?;
+    parsed.verify(data).map_err(wrap)?;
+    Ok(parsed)
+}
+
+fn check_identifiers(m: &ReleaseManifest) -> Result<(), ReleaseError> {
+    let check = |value: &str, label: String| {
+        if valid_id(value) {
+            Ok(())
+        } else {
+            Err(ReleaseError::InvalidIdentifier {
+                label,
+                value: value.to_string(),
+            })
+        }
+    };
+    check(&m.name, "release name".into())?;
+    check(&m.version, "release version".into())?;
+    let mut seen = BTreeSet::new();
+    for (i, p) in m.packages.iter().enumerate() {
+        check(&p.name, format!("package {} name", i + 1))?;
+        check(&p.version, format!("package {} version", i + 1))?;
+        if !seen.insert(p.name.as_str()) {
+            return Err(ReleaseError::Duplicate {
+                kind: "package",
+                name: p.name.clone(),
+            });
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (i, p) in m.compiled_packages.iter().enumerate() {
+        check(&p.name, format!("compiled package {} name", i + 1))?;
+        check(&p.version, format!("compiled package {} version", i + 1))?;
+        if !seen.insert(p.name.as_str()) {
+            return Err(ReleaseError::Duplicate {
+                kind: "compiled package",
+                name: p.name.clone(),
+            });
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (i, j) in m.jobs.iter().enumerate() {
+        check(&j.name, format!("job {} name", i + 1))?;
+        check(&j.version, format!("job {} version", i + 1))?;
+        if !seen.insert(j.name.as_str()) {
+            return Err(ReleaseError::Duplicate {
+                kind: "job",
+                name: j.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}

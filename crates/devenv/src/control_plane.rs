@@ -1,0 +1,348 @@
+//! etcd + kube-apiserver with a CA, RBAC, a service-account signer and two identities:
+//! `admin` (group `system:masters`) and `operator` (no rights until RBAC grants them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use super::bins::{BinError, binary};
+use super::process::{ManagedChild, free_port, spawn_tied};
+use kubosh_core::pki::{Ca, Leaf, PkiError, key_pair_pem};
+
+/// Why a control plane could not be started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    /// A binary is missing.
+    #[error(transparent)]
+    Binary(#[from] BinError),
+    /// Certificates could not be generated.
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A process did not become ready in time.
+    #[error("{0} did not become ready within {1:?}; its log is in {2}")]
+    NotReady(&'static str, Duration, PathBuf),
+    /// The Kubernetes client failed.
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    /// The kubeconfig could not be loaded.
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
+    let what = what.into();
+    move |source| ControlPlaneError::Io { what, source }
+}
+
+/// A running etcd + kube-apiserver. Stopped when dropped.
+pub struct ControlPlane {
+    // Field order is drop order: the apiserver stops before etcd.
+    apiserver: ManagedChild,
+    etcd: ManagedChild,
+    server: String,
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+const READY_WITHIN: Duration = Duration::from_secs(90);
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver on free loopback ports and waits until `/readyz` is ok.
+    pub async fn start() -> Result<ControlPlane, ControlPlaneError> {
+        let etcd_bin = binary("etcd")?;
+        let apiserver_bin = binary("kube-apiserver")?;
+        let dir = tempfile::Builder::new()
+            .prefix("kubosh-cp-")
+            .tempdir()
+            .map_err(io("create temp dir"))?;
+        let d = dir.path();
+        let pki = d.join("pki");
+        std::fs::create_dir_all(&pki).map_err(io("create pki dir"))?;
+
+        let ca = Ca::new("kubosh-test-ca")?;
+        let serving = ca.issue(&Leaf {
+            common_name: "kube-apiserver",
+            alternative_names: &[
+                "localhost",
+                "127.0.0.1",
+                "kubernetes",
+                "kubernetes.default.svc",
+            ],
+            server: true,
+            ..Leaf::default()
+        })?;
+        let (sa_key, sa_pub) = key_pair_pem()?;
+        let admin_token = kubosh_core::ids::random_hex(24);
+        let operator_token = kubosh_core::ids::random_hex(24);
+        let files = [
+            ("pki/ca.crt", ca.cert_pem()),
+            ("pki/apiserver.crt", serving.cert_pem),
+            ("pki/apiserver.key", serving.key_pem),
+            ("pki/sa.key", sa_key),
+            ("pki/sa.pub", sa_pub),
+            (
+                "tokens.csv",
+                format!(
+                    "{admin_token},kubosh-admin,u-admin,\"system:masters\"\n{operator_token},kubosh-operator,u-operator\n"
+                ),
+            ),
+        ];
+        for (name, content) in &files {
+            std::fs::write(d.join(name), content).map_err(io(format!("write {name}")))?;
+        }
+
+        let (client_port, peer_port, api_port) = (port()?, port()?, port()?);
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut etcd_cmd = Command::new(&etcd_bin);
+        etcd_cmd
+            .args(["--name", "kubosh", "--data-dir"])
+            .arg(d.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &etcd_url,
+                "--advertise-client-urls",
+                &etcd_url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("kubosh={peer_url}")])
+            .args(["--unsafe-no-fsync", "--log-level=warn"]);
+        let etcd = spawn_logged(etcd_cmd, &d.join("etcd.log"))?;
+
+        let p = |n: &str| pki.join(n).display().to_string();
+        let mut api_cmd = Command::new(&apiserver_bin);
+        api_cmd.args([
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+            format!("--cert-dir={}", pki.display()),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            format!("--token-auth-file={}", d.join("tokens.csv").display()),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", p("sa.pub")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--authorization-mode=RBAC".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--allow-privileged=true".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+        ]);
+        let apiserver = spawn_logged(api_cmd, &d.join("kube-apiserver.log"))?;
+
+        let server = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = d.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            kubeconfig_yaml(&server, &ca.cert_pem(), &admin_token, &operator_token),
+        )
+        .map_err(io("write kubeconfig"))?;
+        let cp = ControlPlane {
+            apiserver,
+            etcd,
+            server,
+            kubeconfig,
+            dir,
+        };
+        cp.wait_ready().await?;
+        Ok(cp)
+    }
+
+    async fn wait_ready(&self) -> Result<(), ControlPlaneError> {
+        let deadline = Instant::now() + READY_WITHIN;
+        let client = self.client().await?;
+        loop {
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+            if let Ok(text) = client.request_text(request).await
+                && text.trim() == "ok"
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(ControlPlaneError::NotReady(
+                    "kube-apiserver",
+                    READY_WITHIN,
+                    self.dir.path().join("kube-apiserver.log"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The apiserver URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// A kubeconfig with contexts `admin` (current) and `operator`.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The directory holding certificates, logs and etcd data.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client with the admin identity.
+    pub async fn client(&self) -> Result<Client, ControlPlaneError> {
+        self.client_for_context("admin").await
+    }
+
+    /// A client for a kubeconfig context (`admin` or `operator`).
+    pub async fn client_for_context(&self, context: &str) -> Result<Client, ControlPlaneError> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig)
+            .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        let options = KubeConfigOptions {
+            context: Some(context.to_string()),
+            ..KubeConfigOptions::default()
+        };
+        let config = Config::from_custom_kubeconfig(kc, &options)
+            .await
+            .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A client authenticating with a bearer token (e.g. a ServiceAccount token).
+    pub async fn client_for_token(&self, token: &str) -> Result<Client, ControlPlaneError> {
+        let mut config = self.admin_config().await?;
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        };
+        Ok(Client::try_from(config)?)
+    }
+
+    async fn admin_config(&self) -> Result<Config, ControlPlaneError> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig)
+            .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        let options = KubeConfigOptions {
+            context: Some("admin".into()),
+            ..KubeConfigOptions::default()
+        };
+        Config::from_custom_kubeconfig(kc, &options)
+            .await
+            .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))
+    }
+
+    /// `kubectl` with this control plane's kubeconfig.
+    pub fn kubectl(&self) -> Result<Command, ControlPlaneError> {
+        let mut cmd = Command::new(binary("kubectl")?);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        Ok(cmd)
+    }
+
+    /// Creates a namespace (tests use one each, so they can share a control plane).
+    pub async fn create_namespace(&self, name: &str) -> Result<(), ControlPlaneError> {
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        Api::<Namespace>::all(self.client().await?)
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(())
+    }
+
+    /// Applies CRDs (server-side) and waits until each is Established.
+    pub async fn install_crds(
+        &self,
+        crds: &[CustomResourceDefinition],
+    ) -> Result<(), ControlPlaneError> {
+        let api = Api::<CustomResourceDefinition>::all(self.client().await?);
+        let params = PatchParams::apply("kubosh-testenv").force();
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            api.patch(&name, &params, &Patch::Apply(crd)).await?;
+        }
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let cond = kube::runtime::conditions::is_crd_established();
+            let wait = kube::runtime::wait::await_condition(api.clone(), &name, cond);
+            tokio::time::timeout(Duration::from_secs(30), wait)
+                .await
+                .map_err(|_| {
+                    ControlPlaneError::NotReady(
+                        "CRD",
+                        Duration::from_secs(30),
+                        self.dir.path().join("kube-apiserver.log"),
+                    )
+                })?
+                .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Process ids of etcd and kube-apiserver.
+    pub fn pids(&self) -> [u32; 2] {
+        [self.etcd.id(), self.apiserver.id()]
+    }
+
+    /// True while both processes run.
+    pub fn is_running(&mut self) -> bool {
+        self.etcd.is_running() && self.apiserver.is_running()
+    }
+}
+
+fn port() -> Result<u16, ControlPlaneError> {
+    free_port().map_err(io("find a free port"))
+}
+
+fn spawn_logged(mut cmd: Command, log: &Path) -> Result<ManagedChild, ControlPlaneError> {
+    let file = std::fs::File::create(log).map_err(io(format!("create {}", log.display())))?;
+    let err = file.try_clone().map_err(io("clone log handle"))?;
+    cmd.stdout(file)
+        .stderr(err)
+        .stdin(std::process::Stdio::null());
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    spawn_tied(cmd).map_err(io(format!("start {program}")))
+}
+
+fn kubeconfig_yaml(server: &str, ca_pem: &str, admin_token: &str, operator_token: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: kubosh-test
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: admin
+  user:
+    token: {admin_token}
+- name: operator
+  user:
+    token: {operator_token}
+contexts:
+- name: admin
+  context: {{cluster: kubosh-test, user: admin}}
+- name: operator
+  context: {{cluster: kubosh-test, user: operator}}
+current-context: admin
+"
+    )
+}

@@ -1,0 +1,301 @@
+//! Persistent disk checks and in-place changes (`bosh-protocols.md` §4.13, the Director's
+//! `DiskManager`): before an instance's disks change, what its agent has mounted must match
+//! the record; and with `enable_cpi_resize_disk` / `enable_cpi_update_disk` a changed disk is
+//! changed in the cloud itself instead of copied onto a new one.
+
+use super::{Engine, EngineError};
+use crate::state::{DiskRecord, DiskSpec, InstanceRecord};
+use kubosh_cloud::{DiskCid, ErrorKind, UpdateDisk, VmCid};
+use kubosh_transport::agent::AgentClient;
+
+/// How a changed disk can be changed in place, given the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InPlace {
+    /// `resize_disk`: only the size changed, and it grew.
+    Resize,
+    /// `update_disk`: size and/or cloud properties.
+    Update,
+    /// Neither: a new disk and a copy.
+    No,
+}
+
+/// Which in-place change applies to `old` becoming `new` (the Director prefers `resize_disk`
+/// when only the size grew, else `update_disk`, each only when enabled).
+pub fn in_place(
+    old: &DiskRecord,
+    new: &DiskSpec,
+    resize_enabled: bool,
+    update_enabled: bool,
+) -> InPlace {
+    if resize_enabled && old.cloud_properties == new.cloud_properties && new.size_mib > old.size_mib
+    {
+        InPlace::Resize
+    } else if update_enabled {
+        InPlace::Update
+    } else {
+        InPlace::No
+    }
+}
+
+impl Engine {
+    /// The Director's disk sync check, run before an instance's disks change: the agent's
+    /// `list_disk` must name only recorded disks. An agent with nothing mounted gets the
+    /// recorded disks attached and mounted again (unless the instance is to have none); a
+    /// disk the record does not know is `AgentDiskOutOfSync` (400010).
+    pub async fn sync_disks(
+        &self,
+        record: &InstanceRecord,
+        agent: &AgentClient,
+        vm_cid: &str,
+        wants_disks: bool,
+    ) -> Result<(), EngineError> {
+        let Some(first) = record.disks.first() else {
+            return Ok(());
+        };
+        let mounted = agent
+            .list_disk()
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        if mounted.is_empty() {
+            if !wants_disks {
+                tracing::debug!(instance = %record.display_name(), "disks are already unmounted");
+                return Ok(());
+            }
+            tracing::warn!(
+                "Agent of '{}' reports no disk while director record shows '{}'. Re-attaching existing persistent disk...",
+                record.display_name(),
+                first.cid
+            );
+            for disk in &record.disks {
+                self.attach_and_mount(agent, vm_cid, &disk.cid).await?;
+            }
+            return Ok(());
+        }
+        match mounted
+            .iter()
+            .find(|cid| !record.disks.iter().any(|d| &d.cid == *cid))
+        {
+            Some(stray) => Err(EngineError::AgentDiskOutOfSync {
+                instance: record.display_name(),
+                agent: stray.clone(),
+                recorded: first.cid.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Changes disk `old` of `record` to `spec` in the cloud when the configuration allows
+    /// (§4.13 (1) and (2)): unmount and detach, `resize_disk` or `update_disk`, attach and
+    /// mount, record. True when done; false when it does not apply or the CPI answered
+    /// `NotImplemented`/`NotSupported` (the disk is then attached and mounted again, for the
+    /// copy path).
+    pub async fn change_disk_in_place(
+        &self,
+        record: &mut InstanceRecord,
+        agent: &AgentClient,
+        vm_cid: &str,
+        old: &DiskRecord,
+        spec: &DiskSpec,
+    ) -> Result<bool, EngineError> {
+        let how = in_place(
+            old,
+            spec,
+            self.config.enable_cpi_resize_disk,
+            self.config.enable_cpi_update_disk,
+        );
+        if how == InPlace::No {
+            return Ok(false);
+        }
+        // The jobs are stopped (a disk change shuts the instance down).
+        agent
+            .unmount_disk(&old.cid)
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        let vm = VmCid(vm_cid.to_string());
+        let cid = DiskCid(old.cid.clone());
+        match self.cloud.detach_disk(&vm, &cid).await {
+            Ok(()) => {}
+            Err(e) if e.is(&ErrorKind::DiskNotAttached) => {}
+            Err(e) => return Err(EngineError::Cloud(e.to_string())),
+        }
+        let changed = match how {
+            InPlace::Resize => self
+                .cloud
+                .resize_disk(&cid, spec.size_mib)
+                .await
+                .map(|()| None),
+            _ => {
+                self.cloud
+                    .update_disk(&UpdateDisk {
+                        disk_cid: cid.clone(),
+                        new_size_mib: spec.size_mib,
+                        cloud_properties: super::vm::object(&spec.cloud_properties),
+                    })
+                    .await
+            }
+        };
+        let new_cid = match changed {
+            Ok(new_cid) => new_cid,
+            Err(e) if e.is_not_implemented() => {
+                tracing::info!(disk = %old.cid, "the CPI cannot change the disk in place ({e}); copying it to a new disk");
+                self.attach_and_mount(agent, vm_cid, &old.cid).await?;
+                return Ok(false);
+            }
+            Err(e) => return Err(EngineError::Cloud(e.to_string())),
+        };
+        let mut disk = old.clone();
+        disk.size_mib = spec.size_mib;
+        disk.cloud_properties = spec.cloud_properties.clone();
+        match new_cid {
+            // The CPI replaced the disk: its record must name the new one before anything else.
+            Some(new_cid) => {
+                disk.cid = new_cid.0;
+                replace_disk(record, &old.cid, disk.clone());
+                self.persist(record).await?;
+                self.attach_and_mount(agent, vm_cid, &disk.cid).await?;
+            }
+            // Recorded once attached again: a run killed in between finds the old size in
+            // the record and changes (and attaches) the disk again.
+            None => {
+                self.attach_and_mount(agent, vm_cid, &disk.cid).await?;
+                replace_disk(record, &old.cid, disk);
+                self.persist(record).await?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Puts `disk` where the disk with CID `old_cid` was.
+fn replace_disk(record: &mut InstanceRecord, old_cid: &str, disk: DiskRecord) {
+    match record.disks.iter_mut().find(|d| d.cid == old_cid) {
+        Some(slot) => *slot = disk,
+        None => record.disks.push(disk),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn old(size_mib: u64, cloud_properties: serde_json::Value) -> DiskRecord {
+        DiskRecord {
+            cid: "d-1".into(),
+            name: String::new(),
+            size_mib,
+            cloud_properties,
+            snapshots: Vec::new(),
+        }
+    }
+
+    fn spec(size_mib: u64, cloud_properties: serde_json::Value) -> DiskSpec {
+        DiskSpec {
+            name: String::new(),
+            size_mib,
+            cloud_properties,
+        }
+    }
+
+    #[test]
+    fn resize_only_when_only_the_size_grew_and_it_is_enabled() {
+        let a = json!({"type": "ssd"});
+        let b = json!({"type": "hdd"});
+        let cases = [
+            (
+                old(10, a.clone()),
+                spec(20, a.clone()),
+                true,
+                false,
+                InPlace::Resize,
+            ),
+            (
+                old(10, a.clone()),
+                spec(20, a.clone()),
+                true,
+                true,
+                InPlace::Resize,
+            ),
+            (
+                old(10, a.clone()),
+                spec(20, a.clone()),
+                false,
+                false,
+                InPlace::No,
+            ),
+            (
+                old(10, a.clone()),
+                spec(20, a.clone()),
+                false,
+                true,
+                InPlace::Update,
+            ),
+            (
+                old(20, a.clone()),
+                spec(10, a.clone()),
+                true,
+                false,
+                InPlace::No,
+            ),
+            (
+                old(20, a.clone()),
+                spec(10, a.clone()),
+                true,
+                true,
+                InPlace::Update,
+            ),
+            (
+                old(10, a.clone()),
+                spec(20, b.clone()),
+                true,
+                false,
+                InPlace::No,
+            ),
+            (
+                old(10, a.clone()),
+                spec(10, b.clone()),
+                true,
+                true,
+                InPlace::Update,
+            ),
+        ];
+        for (o, s, resize, update, expected) in cases {
+            assert_eq!(in_place(&o, &s, resize, update), expected, "{o:?} → {s:?}");
+        }
+    }
+
+    #[test]
+    fn a_replaced_disk_takes_the_old_ones_place() {
+        let mut record = crate::state::InstanceRecord {
+            group: "db".into(),
+            index: 0,
+            uuid: "u".into(),
+            az: None,
+            bootstrap: false,
+            state: Default::default(),
+            update_completed: false,
+            vm: None,
+            disks: vec![
+                old(10, json!({})),
+                DiskRecord {
+                    cid: "d-2".into(),
+                    name: "logs".into(),
+                    ..old(5, json!({}))
+                },
+            ],
+            ips: Default::default(),
+            applied: None,
+        };
+        replace_disk(
+            &mut record,
+            "d-1",
+            DiskRecord {
+                cid: "d-3".into(),
+                ..old(20, json!({}))
+            },
+        );
+        let cids: Vec<&str> = record.disks.iter().map(|d| d.cid.as_str()).collect();
+        assert_eq!(cids, ["d-3", "d-2"]);
+        assert_eq!(record.disks[0].size_mib, 20);
+    }
+}

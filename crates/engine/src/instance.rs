@@ -1,0 +1,493 @@
+//! One instance's update (`bosh-protocols.md` §4.4): prepare, stop (pre-stop, drain, stop,
+//! post-stop), new VM when needed, persistent disk changes, apply, start and watch. Also
+//! deleting an instance and starting/stopping one. Every step that changes the instance is
+//! recorded before the next one starts, so a killed run leaves a record that says what is
+//! there.
+
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use tokio::time::{Instant, sleep};
+
+use super::progress::StageRun;
+use super::vm::{NewVm, VmRequest};
+use super::{Engine, EngineError};
+use crate::state::{
+    AppliedSpec, DiskRecord, DiskSpec, InstanceRecord, InstanceState, OrphanedDisk, VmRecord, Write,
+};
+use kubosh_bosh::events::{StageTask, UpdateStep};
+use kubosh_core::manifest::WatchTime;
+use kubosh_core::plan::changes::{Change, Changes};
+use kubosh_transport::agent::AgentClient;
+use kubosh_transport::agent::protocol::{
+    ApplySpec, DiskHint as AgentDiskHint, DrainType, JobState, RunScriptOptions,
+};
+
+/// Everything needed to bring one instance to its desired state.
+#[derive(Debug, Clone)]
+pub struct InstanceTarget {
+    /// The instance as recorded (its VM and disks).
+    pub record: InstanceRecord,
+    /// What it should have.
+    pub desired: AppliedSpec,
+    /// Started, stopped or detached.
+    pub desired_state: InstanceState,
+    /// Why it is touched.
+    pub changes: Changes,
+    /// The full apply spec (rendered templates archive included).
+    pub apply: ApplySpec,
+    /// How to make its VM.
+    pub vm: VmRequest,
+    /// How long to wait for it to run.
+    pub watch: WatchTime,
+    /// It is a canary.
+    pub canary: bool,
+    /// Its agent answered at the start of the deploy (false for a VM this deploy made:
+    /// its jobs never ran, so they are not stopped).
+    pub responsive: bool,
+    /// Its agent reported a `job_state` other than `stopped` at the start of the deploy:
+    /// stopping it takes a disk snapshot (the Director snapshots instances that were not
+    /// stopped).
+    pub was_running: bool,
+}
+
+impl Engine {
+    /// Writes an instance record.
+    pub async fn persist(&self, record: &InstanceRecord) -> Result<(), EngineError> {
+        self.write(Write::Instance(Box::new(record.clone()))).await
+    }
+
+    /// Updates one instance (task `task` of `stage`).
+    pub async fn update_instance(
+        &self,
+        stage: &StageRun,
+        task: &StageTask,
+        mut target: InstanceTarget,
+    ) -> Result<InstanceRecord, EngineError> {
+        let record = &mut target.record;
+        let name = record.display_name();
+        record.update_completed = false;
+        self.persist(record).await?;
+
+        if target.changes.is_minimal() {
+            record.applied = Some(target.desired.clone());
+            record.update_completed = true;
+            self.persist(record).await?;
+            return Ok(target.record);
+        }
+
+        let recreate = target.changes.recreates_vm() || record.vm.is_none();
+        // Stop what runs, with the new spec so drain scripts see what comes.
+        if let Some(vm) = record.vm.clone() {
+            let agent = self.agent(&vm.agent_id, &name);
+            if !recreate {
+                agent
+                    .prepare(&target.apply)
+                    .await
+                    .map_err(|e| EngineError::Agent(e.to_string()))?;
+            }
+            let shutdown = recreate
+                || target.desired_state != InstanceState::Started
+                || target.changes.contains(Change::PersistentDisk);
+            // An agent that does not answer cannot stop anything (its VM is recreated).
+            if target.responsive {
+                self.stop_jobs(stage, task, &agent, &target.apply, shutdown, recreate)
+                    .await?;
+                if target.was_running {
+                    let deployment = target.apply.deployment.clone().unwrap_or_default();
+                    self.take_snapshots(record, &deployment, &target.desired.tags)
+                        .await?;
+                }
+            }
+            if target.desired_state == InstanceState::Stopped {
+                record.state = InstanceState::Stopped;
+                record.applied = Some(target.desired.clone());
+                record.update_completed = true;
+                self.persist(record).await?;
+                return Ok(target.record);
+            }
+        }
+
+        if target.desired_state == InstanceState::Detached {
+            self.delete_vm_of(record).await?;
+            record.state = InstanceState::Detached;
+            record.update_completed = true;
+            self.persist(record).await?;
+            return Ok(target.record);
+        }
+
+        if recreate {
+            self.delete_vm_of(record).await?;
+            let vm = self.create_instance_vm(record, &target.vm).await?;
+            self.attach_disks(record, &vm).await?;
+            self.send_vm_settings(&vm.agent_id, &name, &record.disks)
+                .await?;
+        }
+        self.converge_disks(record, &target.desired.disks, &name)
+            .await?;
+
+        let vm = record.vm.clone().ok_or_else(|| {
+            EngineError::Agent(format!("instance {name} has no VM after its update"))
+        })?;
+        let agent = self.agent(&vm.agent_id, &name);
+        stage.step(task, UpdateStep::InstallPackages, 40);
+        agent
+            .apply(&target.apply)
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        stage.step(task, UpdateStep::ConfigureJobs, 50);
+        record.state = target.desired_state;
+        if target.desired_state == InstanceState::Started {
+            stage.step(task, UpdateStep::PreStart, 60);
+            run_script(&agent, "pre-start", None).await?;
+            stage.step(task, UpdateStep::StartJobs, 70);
+            agent
+                .start()
+                .await
+                .map_err(|e| EngineError::Agent(e.to_string()))?;
+            watch(&agent, &name, target.watch).await?;
+            stage.step(task, UpdateStep::PostStart, 90);
+            run_script(&agent, "post-start", None).await?;
+        }
+        record.applied = Some(target.desired.clone());
+        record.update_completed = true;
+        self.persist(record).await?;
+        Ok(target.record)
+    }
+
+    /// pre-stop, drain, stop, post-stop (§4.8).
+    async fn stop_jobs(
+        &self,
+        stage: &StageRun,
+        task: &StageTask,
+        agent: &AgentClient,
+        spec: &ApplySpec,
+        shutdown: bool,
+        vm_goes: bool,
+    ) -> Result<(), EngineError> {
+        let next = |goes: bool| if goes { "delete" } else { "keep" }.to_string();
+        let env: IndexMap<String, String> = [
+            ("BOSH_VM_NEXT_STATE".to_string(), next(vm_goes)),
+            ("BOSH_INSTANCE_NEXT_STATE".to_string(), next(false)),
+            ("BOSH_DEPLOYMENT_NEXT_STATE".to_string(), next(false)),
+        ]
+        .into_iter()
+        .collect();
+        stage.step(task, UpdateStep::PreStop, 5);
+        run_script(agent, "pre-stop", Some(env)).await?;
+        stage.step(task, UpdateStep::Drain, 10);
+        let kind = if shutdown {
+            DrainType::Shutdown
+        } else {
+            DrainType::Update
+        };
+        agent
+            .drain(kind, Some(spec))
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        stage.step(task, UpdateStep::StopJobs, 20);
+        agent
+            .stop()
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        stage.step(task, UpdateStep::PostStop, 30);
+        run_script(agent, "post-stop", None).await
+    }
+
+    /// Creates the instance's VM and records it.
+    pub async fn create_instance_vm(
+        &self,
+        record: &mut InstanceRecord,
+        request: &VmRequest,
+    ) -> Result<NewVm, EngineError> {
+        let mut owner = record.clone();
+        let vm = self
+            .create_vm(request, async |vm: &NewVm| {
+                owner.vm = Some(VmRecord {
+                    cid: vm.cid.clone(),
+                    agent_id: vm.agent_id.clone(),
+                    stemcell: request.stemcell.clone(),
+                    cloud_properties: request.cloud_properties.clone(),
+                    env: request.env.clone(),
+                    networks: vm.networks.clone(),
+                });
+                self.persist(&owner).await
+            })
+            .await?;
+        *record = owner;
+        Ok(vm)
+    }
+
+    /// Unmounts and detaches the instance's disks, deletes its VM, and records that it has
+    /// none.
+    pub async fn delete_vm_of(&self, record: &mut InstanceRecord) -> Result<(), EngineError> {
+        let Some(vm) = record.vm.clone() else {
+            return Ok(());
+        };
+        // Recorded before the disks come off: a killed run's next deploy finishes the job
+        // (and gives the instance a new VM with its disks) instead of trusting a half-taken
+        // VM.
+        let intent = crate::state::Intent {
+            id: kubosh_core::ids::uuid_v4(),
+            kind: crate::state::IntentKind::DeleteVm {
+                instance: record.uuid.clone(),
+                vm: vm.cid.clone(),
+            },
+            cid: None,
+        };
+        self.write(Write::Intent(intent.clone())).await?;
+        let agent = self.agent(&vm.agent_id, &record.display_name());
+        for disk in &record.disks {
+            // An agent that is gone cannot unmount; the cloud still detaches.
+            let _ = agent.unmount_disk(&disk.cid).await;
+            let _ = self
+                .cloud
+                .detach_disk(
+                    &kubosh_cloud::VmCid(vm.cid.clone()),
+                    &kubosh_cloud::DiskCid(disk.cid.clone()),
+                )
+                .await;
+        }
+        self.delete_vm_cid(&vm.cid).await?;
+        record.vm = None;
+        self.persist(record).await?;
+        self.settle(intent.id).await
+    }
+
+    /// Attaches and mounts the instance's active disks on its (new) VM.
+    pub async fn attach_disks(
+        &self,
+        record: &InstanceRecord,
+        vm: &NewVm,
+    ) -> Result<(), EngineError> {
+        let agent = self.agent(&vm.agent_id, &record.display_name());
+        for disk in &record.disks {
+            self.attach_and_mount(&agent, &vm.cid, &disk.cid).await?;
+        }
+        Ok(())
+    }
+
+    /// `attach_disk` → `add_persistent_disk` (with the hint) → `mount_disk`.
+    pub async fn attach_and_mount(
+        &self,
+        agent: &AgentClient,
+        vm_cid: &str,
+        disk_cid: &str,
+    ) -> Result<(), EngineError> {
+        let hint = self
+            .cloud
+            .attach_disk(
+                &kubosh_cloud::VmCid(vm_cid.to_string()),
+                &kubosh_cloud::DiskCid(disk_cid.to_string()),
+            )
+            .await
+            .map_err(|e| EngineError::Cloud(e.to_string()))?;
+        if let Some(hint) = hint {
+            let hint: AgentDiskHint = serde_json::from_value(hint.0)
+                .unwrap_or_else(|_| AgentDiskHint::Path(String::new()));
+            agent
+                .add_persistent_disk(disk_cid, &hint)
+                .await
+                .map_err(|e| EngineError::Agent(e.to_string()))?;
+        }
+        agent
+            .mount_disk(disk_cid)
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Makes the instance's disks match `wanted` (§4.13): first the agent's mounted disks
+    /// are checked against the record ([`Engine::sync_disks`]); new disks are created and
+    /// mounted, changed ones changed in place when enabled
+    /// ([`Engine::change_disk_in_place`]) or else replaced by a new disk the data is
+    /// migrated to, unwanted ones detached. Replaced and unwanted disks are orphaned, never
+    /// deleted.
+    async fn converge_disks(
+        &self,
+        record: &mut InstanceRecord,
+        wanted: &[DiskSpec],
+        name: &str,
+    ) -> Result<(), EngineError> {
+        let Some(vm) = record.vm.clone() else {
+            return Ok(());
+        };
+        let agent = self.agent(&vm.agent_id, name);
+        let unchanged = |spec: &DiskSpec, d: &DiskRecord| {
+            d.name == spec.name
+                && d.size_mib == spec.size_mib
+                && d.cloud_properties == spec.cloud_properties
+        };
+        let changes = wanted
+            .iter()
+            .any(|spec| !record.disks.iter().any(|d| unchanged(spec, d)))
+            || record
+                .disks
+                .iter()
+                .any(|d| !wanted.iter().any(|w| w.name == d.name));
+        if changes {
+            self.sync_disks(record, &agent, &vm.cid, !wanted.is_empty())
+                .await?;
+        }
+        for spec in wanted {
+            let current = record.disks.iter().find(|d| d.name == spec.name).cloned();
+            if current.as_ref().is_some_and(|d| unchanged(spec, d)) {
+                continue;
+            }
+            if let Some(old) = &current
+                && self
+                    .change_disk_in_place(record, &agent, &vm.cid, old, spec)
+                    .await?
+            {
+                continue;
+            }
+            let (disk, intent) = self
+                .create_disk(
+                    &record.uuid,
+                    &spec.name,
+                    spec.size_mib,
+                    &spec.cloud_properties,
+                    Some(&vm.cid),
+                )
+                .await?;
+            self.attach_and_mount(&agent, &vm.cid, &disk.cid).await?;
+            if let Some(old) = &current {
+                agent
+                    .migrate_disk(&old.cid, &disk.cid)
+                    .await
+                    .map_err(|e| EngineError::Agent(e.to_string()))?;
+            }
+            // The new disk is active from here on; the old one is orphaned with its data.
+            record.disks.retain(|d| d.name != spec.name);
+            record.disks.push(disk.clone());
+            if let Some(old) = current {
+                self.orphan_disk(&old, &record.name()).await?;
+                self.persist(record).await?;
+                self.settle(intent).await?;
+                self.release_disk(&agent, &vm.cid, &old).await;
+            } else {
+                self.persist(record).await?;
+                self.settle(intent).await?;
+            }
+        }
+        let unwanted: Vec<DiskRecord> = record
+            .disks
+            .iter()
+            .filter(|d| !wanted.iter().any(|w| w.name == d.name))
+            .cloned()
+            .collect();
+        for old in unwanted {
+            self.orphan_disk(&old, &record.name()).await?;
+            record.disks.retain(|d| d.cid != old.cid);
+            self.persist(record).await?;
+            self.release_disk(&agent, &vm.cid, &old).await;
+        }
+        Ok(())
+    }
+
+    /// Records a disk as orphaned.
+    pub async fn orphan_disk(&self, disk: &DiskRecord, instance: &str) -> Result<(), EngineError> {
+        self.write(Write::OrphanedDisk(OrphanedDisk {
+            disk: disk.clone(),
+            instance: instance.to_string(),
+            orphaned_at: now_rfc3339(),
+        }))
+        .await
+    }
+
+    /// Unmounts, removes and detaches a disk that is no longer the instance's (errors are
+    /// not fatal: the disk is orphaned already).
+    async fn release_disk(&self, agent: &AgentClient, vm_cid: &str, disk: &DiskRecord) {
+        let _ = agent.unmount_disk(&disk.cid).await;
+        let _ = agent.remove_persistent_disk(&disk.cid).await;
+        let _ = self
+            .cloud
+            .detach_disk(
+                &kubosh_cloud::VmCid(vm_cid.to_string()),
+                &kubosh_cloud::DiskCid(disk.cid.clone()),
+            )
+            .await;
+    }
+
+    /// Deletes an instance (§4.1 "Deleting unneeded instances"): stops it, detaches and
+    /// orphans its disks, deletes its VM, forgets it.
+    pub async fn delete_instance(&self, mut record: InstanceRecord) -> Result<(), EngineError> {
+        let name = record.display_name();
+        if let Some(vm) = record.vm.clone() {
+            let agent = self.agent(&vm.agent_id, &name);
+            let env: IndexMap<String, String> = ["BOSH_VM_NEXT_STATE", "BOSH_INSTANCE_NEXT_STATE"]
+                .into_iter()
+                .map(|k| (k.to_string(), "delete".to_string()))
+                .chain([("BOSH_DEPLOYMENT_NEXT_STATE".to_string(), "keep".to_string())])
+                .collect();
+            // A dead agent must not keep its VM alive.
+            if agent.ping().await.is_ok() {
+                let _ = run_script(&agent, "pre-stop", Some(env)).await;
+                agent
+                    .drain(DrainType::Shutdown, None)
+                    .await
+                    .map_err(|e| EngineError::Agent(e.to_string()))?;
+                agent
+                    .stop()
+                    .await
+                    .map_err(|e| EngineError::Agent(e.to_string()))?;
+                for disk in &record.disks {
+                    let _ = agent.unmount_disk(&disk.cid).await;
+                    let _ = agent.remove_persistent_disk(&disk.cid).await;
+                }
+            }
+        }
+        for disk in record.disks.clone() {
+            self.orphan_disk(&disk, &record.name()).await?;
+        }
+        self.delete_vm_of(&mut record).await?;
+        self.write(Write::DeleteInstance(record.uuid.clone())).await
+    }
+}
+
+/// Runs a lifecycle script on the agent (agents without the script succeed).
+pub async fn run_script(
+    agent: &AgentClient,
+    script: &str,
+    env: Option<IndexMap<String, String>>,
+) -> Result<(), EngineError> {
+    agent
+        .run_script(script, &RunScriptOptions { env })
+        .await
+        .map_err(|e| EngineError::Agent(e.to_string()))
+}
+
+/// Waits for the instance's jobs to run (§4.7): the first check after `min`, then at least
+/// once a second (BOSH checks at most every 15 s) until `max`.
+async fn watch(agent: &AgentClient, name: &str, watch: WatchTime) -> Result<(), EngineError> {
+    let start = Instant::now();
+    let max = Duration::from_millis(watch.max_ms.max(watch.min_ms));
+    sleep(Duration::from_millis(watch.min_ms)).await;
+    loop {
+        let state = agent
+            .get_state(false)
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        if state.job_state == JobState::Running {
+            return Ok(());
+        }
+        let elapsed = start.elapsed();
+        if elapsed >= max {
+            return Err(EngineError::NotRunning {
+                instance: name.to_string(),
+                failing: state
+                    .failing_processes()
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+            });
+        }
+        sleep((max - elapsed).min(Duration::from_secs(1))).await;
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}

@@ -1,0 +1,290 @@
+//! The deploy executor: runs the Director's `bosh deploy` steps (seed `000`,
+//! `bosh-protocols.md` §4.1) against a [`Cloud`], agents reached through a [`Transport`], a
+//! [`Blobstore`] and a [`StateStore`], planning with the pure [`kubosh_core::plan`] and reporting
+//! progress as BOSH's event log.
+//!
+//! The executor never parses YAML and the planner never calls the cloud: a deploy takes
+//! already-read documents, asks [`kubosh_core::plan`] what to do, and does it.
+
+pub mod compile;
+pub mod deploy;
+pub mod disks;
+pub mod instance;
+pub mod lock;
+pub mod network;
+pub mod pool;
+pub mod progress;
+pub mod recover;
+pub mod resources;
+pub mod snapshot;
+pub mod state;
+pub mod templates;
+pub mod variables;
+pub mod vm;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map as JsonMap, Value};
+
+use crate::lock::Lock;
+use crate::state::{StateStore, Write};
+use kubosh_artifacts::blobstore::Blobstore;
+use kubosh_artifacts::release::Release;
+use kubosh_cloud::Cloud;
+use kubosh_core::plan::changes::Requests;
+use kubosh_core::plan::desired::StemcellInfo;
+use kubosh_core::validate::Problems;
+use kubosh_transport::agent::client::{ClientOptions, Transport};
+
+pub use progress::{EventLog, EventSink, NoEvents};
+pub use templates::{LiteralRenderer, TemplateRenderer};
+
+/// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
+/// certificate: `{"bosh": {"mbus": {"cert": ...}}}`), by agent id.
+pub type AgentEnv = Arc<dyn Fn(&str) -> JsonMap<String, Value> + Send + Sync>;
+
+/// What the engine may know of agents without asking them: what each said in its last
+/// heartbeat. With it, a deploy whose inputs did not change and whose agents all reported
+/// `running` recently makes no call at all.
+pub use kubosh_bosh::agent::AgentHealth;
+
+/// How the engine behaves.
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// Timeouts and retries of agent calls.
+    pub agent_options: ClientOptions,
+    /// How long a new VM's agent gets to answer `ping` (the Director's `agent_wait_timeout`,
+    /// 600 s).
+    pub agent_wait_timeout: Duration,
+    /// Env added to every new VM (per agent).
+    pub agent_env: Option<AgentEnv>,
+    /// How many agents are asked for their state at once.
+    pub get_state_concurrency: usize,
+    /// How many VMs are created at once in "Creating missing vms".
+    pub create_vm_concurrency: usize,
+    /// Update all AZs of a group in one pass (our opt-in; BOSH updates AZ by AZ).
+    pub parallel_azs: bool,
+    /// The DNS root domain.
+    pub dns_root_domain: String,
+    /// How long one deployment lock acquisition waits (the Director: 10 s).
+    pub lock_wait: Duration,
+    /// How long recovery waits for the agent of a VM whose creation was interrupted.
+    pub recovery_wait: Duration,
+    /// Heartbeats, when the engine hears them.
+    pub health: Option<Arc<dyn AgentHealth>>,
+    /// How recent a heartbeat must be to stand in for `get_state` (the health monitor's
+    /// agent timeout: 60 s).
+    pub health_window: Duration,
+    /// Where all deployments share their DNS records; without one, the deployment's records
+    /// alone go to its own agents.
+    pub dns_registry: Option<Arc<dyn crate::state::DnsRegistry>>,
+    /// Where all deployments share their IP reservations; without one, the deployment
+    /// assumes its networks are its own.
+    pub ip_registry: Option<Arc<dyn crate::state::IpRegistry>>,
+    /// The director's trusted CA certificates (PEM bundle; empty for none), sent to every
+    /// new VM's agent in `update_settings`.
+    pub trusted_certs: String,
+    /// Snapshot an instance's persistent disks each time an update stops it (the Director's
+    /// `snapshots.enabled`; off by default).
+    pub snapshots_enabled: bool,
+    /// Grow a disk in place with the CPI's `resize_disk` when only its size grew (the
+    /// Director's `enable_cpi_resize_disk`; off by default: a new disk and a copy).
+    pub enable_cpi_resize_disk: bool,
+    /// Change a disk in place with the CPI's `update_disk` (the Director's
+    /// `enable_cpi_update_disk`; off by default).
+    pub enable_cpi_update_disk: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            agent_options: ClientOptions::default(),
+            agent_wait_timeout: Duration::from_secs(600),
+            agent_env: None,
+            get_state_concurrency: 64,
+            create_vm_concurrency: 32,
+            parallel_azs: false,
+            dns_root_domain: "bosh".into(),
+            lock_wait: Duration::from_secs(10),
+            recovery_wait: Duration::from_secs(60),
+            health: None,
+            health_window: Duration::from_secs(60),
+            dns_registry: None,
+            ip_registry: None,
+            trusted_certs: String::new(),
+            snapshots_enabled: false,
+            enable_cpi_resize_disk: false,
+            enable_cpi_update_disk: false,
+        }
+    }
+}
+
+/// The deploy engine: the edges it drives and its configuration.
+#[derive(Clone)]
+pub struct Engine {
+    /// The cloud.
+    pub cloud: Arc<dyn Cloud>,
+    /// How agents are reached.
+    pub agents: Arc<dyn Transport>,
+    /// The director's blobstore.
+    pub blobstore: Arc<dyn Blobstore>,
+    /// Job template rendering.
+    pub renderer: Arc<dyn TemplateRenderer>,
+    /// Durable state of the deployment.
+    pub store: Arc<dyn StateStore>,
+    /// Deployment locks.
+    pub locks: Arc<dyn Lock>,
+    /// Where progress goes.
+    pub events: Arc<dyn EventSink>,
+    /// Settings.
+    pub config: EngineConfig,
+}
+
+/// A stemcell the deployment may use, with its image for `create_stemcell`.
+#[derive(Debug, Clone)]
+pub struct StemcellSource {
+    /// Name, version, OS.
+    pub info: StemcellInfo,
+    /// The extracted image.
+    pub image_path: PathBuf,
+    /// `cloud_properties` from `stemcell.MF`.
+    pub cloud_properties: JsonMap<String, Value>,
+}
+
+/// What to deploy.
+#[derive(Clone, Default)]
+pub struct DeployRequest {
+    /// The deployment manifest, interpolated (variables resolved).
+    pub manifest: Value,
+    /// The cloud config.
+    pub cloud_config: Value,
+    /// The releases the manifest names.
+    pub releases: Vec<Arc<Release>>,
+    /// The stemcells at hand.
+    pub stemcells: Vec<StemcellSource>,
+    /// `--recreate`, `restart`, ...
+    pub requests: Requests,
+    /// `bosh start|stop|restart|recreate`: what to do to the instances in `scope` (all when
+    /// `None`); instances outside it are left as they are.
+    pub action: Option<(InstanceAction, Option<Scope>)>,
+}
+
+/// The instance commands (`bosh start`, `stop`, `stop --hard`, `restart`, `recreate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceAction {
+    /// Start the jobs (and make the VM of a detached instance).
+    Start,
+    /// Stop the jobs, keep the VM.
+    Stop,
+    /// Stop the jobs and delete the VM, keeping disks and addresses (`stop --hard`).
+    StopHard,
+    /// Stop and start the jobs.
+    Restart,
+    /// Make a new VM.
+    Recreate,
+}
+
+/// Which instances an [`InstanceAction`] is for: a group, or one instance of it (by uuid or
+/// index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// Instance group.
+    pub group: String,
+    /// `uuid` or index; `None` for the whole group.
+    pub instance: Option<String>,
+}
+
+impl Scope {
+    /// Whether the instance is in scope.
+    pub fn contains(&self, record: &crate::state::InstanceRecord) -> bool {
+        record.group == self.group
+            && self
+                .instance
+                .as_ref()
+                .is_none_or(|i| *i == record.uuid || *i == record.index.to_string())
+    }
+}
+
+/// A deploy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The documents are invalid (every problem, nothing was changed).
+    #[error("{0}")]
+    Invalid(Problems),
+    /// Another task holds the deployment.
+    #[error("{0}")]
+    Lock(#[from] crate::lock::LockError),
+    /// The state store failed.
+    #[error("{0}")]
+    Store(#[from] crate::state::StoreError),
+    /// A cloud call failed.
+    #[error("{0}")]
+    Cloud(String),
+    /// An agent call failed.
+    #[error("{0}")]
+    Agent(String),
+    /// The blobstore failed.
+    #[error("{0}")]
+    Blobstore(String),
+    /// Planning failed (IPs, stemcells, links, templates, packages): nothing was changed.
+    #[error("{}", .0.join("\n"))]
+    Plan(Vec<String>),
+    /// The agent has a different persistent disk mounted than the record says (BOSH error
+    /// 400010, `AgentDiskOutOfSync`).
+    #[error(
+        "'{instance}' has invalid disks: agent reports '{agent}' while director record shows '{recorded}'"
+    )]
+    AgentDiskOutOfSync {
+        /// `group/uuid (index)`.
+        instance: String,
+        /// The disk the agent reports.
+        agent: String,
+        /// The disk the record shows.
+        recorded: String,
+    },
+    /// An instance did not reach running in its watch time (BOSH error 400007).
+    #[error("'{instance}' is not running after update. Review logs for failed jobs: {}", .failing.join(", "))]
+    NotRunning {
+        /// `group/uuid (index)`.
+        instance: String,
+        /// Processes not running.
+        failing: Vec<String>,
+    },
+}
+
+impl EngineError {
+    /// The Director's error code for the task's error line.
+    pub fn code(&self) -> u32 {
+        match self {
+            EngineError::NotRunning { .. } => 400_007,
+            EngineError::AgentDiskOutOfSync { .. } => 400_010,
+            EngineError::Lock(_) => 100_001,
+            EngineError::Invalid(_) => 190_000,
+            EngineError::Agent(m) if m.starts_with("Timed out sending") => 450_002,
+            _ => 100,
+        }
+    }
+}
+
+impl Engine {
+    /// Makes one state write durable.
+    pub async fn write(&self, write: Write) -> Result<(), EngineError> {
+        Ok(self.store.write(&write).await?)
+    }
+}
+
+/// Merges `from` into `into` recursively (env and cloud properties).
+pub fn desired_merge(into: &mut JsonMap<String, Value>, from: &JsonMap<String, Value>) {
+    kubosh_core::plan::desired::deep_merge(into, from);
+}
+
+/// Releases by name.
+pub fn releases_by_name(releases: &[Arc<Release>]) -> BTreeMap<String, Arc<Release>> {
+    releases
+        .iter()
+        .map(|r| (r.name().to_string(), r.clone()))
+        .collect()
+}

@@ -1,0 +1,142 @@
+//! Where the engine's event log goes, and the stage bookkeeping concurrent tasks share.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kubosh_bosh::events::{
+    ErrorEvent, EventLine, NoticeEvent, Stage, StageTask, TaskError, UpdateStep,
+};
+
+/// A consumer of the event log: the controller (status and Kubernetes Events), create-env
+/// (the terminal), tests.
+pub trait EventSink: Send + Sync {
+    /// One line of the log.
+    fn emit(&self, line: EventLine);
+}
+
+/// Keeps every line (tests).
+#[derive(Debug, Default, Clone)]
+pub struct EventLog {
+    lines: Arc<Mutex<Vec<EventLine>>>,
+}
+
+impl EventLog {
+    /// An empty log.
+    pub fn new() -> EventLog {
+        EventLog::default()
+    }
+
+    /// The lines so far.
+    pub fn lines(&self) -> Vec<EventLine> {
+        self.lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl EventSink for EventLog {
+    fn emit(&self, line: EventLine) {
+        self.lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(line);
+    }
+}
+
+/// Drops every line.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn emit(&self, _line: EventLine) {}
+}
+
+/// Seconds since the epoch, the event log's clock.
+pub fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// One stage being run, shared by the tasks running in it.
+pub struct StageRun {
+    stage: Mutex<Stage>,
+    sink: Arc<dyn EventSink>,
+}
+
+impl StageRun {
+    /// Opens stage `name` with `total` tasks.
+    pub fn new(
+        sink: Arc<dyn EventSink>,
+        name: &str,
+        tags: Vec<String>,
+        total: usize,
+    ) -> Arc<StageRun> {
+        Arc::new(StageRun {
+            stage: Mutex::new(Stage::new(name, tags, total as u64)),
+            sink,
+        })
+    }
+
+    /// Starts a task.
+    pub fn start(&self, task: impl Into<String>) -> StageTask {
+        let (task, line) = self
+            .stage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .start(task, now());
+        self.sink.emit(line);
+        task
+    }
+
+    /// Reports an update step of a task.
+    pub fn step(&self, task: &StageTask, step: UpdateStep, progress: u8) {
+        let line = self
+            .stage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .progress(task, step.status(), progress, now());
+        self.sink.emit(line);
+    }
+
+    /// Ends a task, finished or failed.
+    pub fn end<T, E: std::fmt::Display>(&self, task: &StageTask, result: &Result<T, E>) {
+        let stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
+        let line = match result {
+            Ok(_) => stage.finish(task, now()),
+            Err(e) => stage.fail(task, &e.to_string(), now()),
+        };
+        drop(stage);
+        self.sink.emit(line);
+    }
+
+    /// Runs `work` as one task of the stage.
+    pub async fn task<T, E: std::fmt::Display>(
+        &self,
+        name: impl Into<String>,
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let task = self.start(name);
+        let result = work.await;
+        self.end(&task, &result);
+        result
+    }
+}
+
+/// Emits a warning line.
+pub fn warn(sink: &dyn EventSink, message: impl Into<String>) {
+    sink.emit(EventLine::Notice(NoticeEvent {
+        time: now(),
+        kind: "warning".into(),
+        message: message.into(),
+    }));
+}
+
+/// Emits the task's error line.
+pub fn error(sink: &dyn EventSink, code: u32, message: impl Into<String>) {
+    sink.emit(EventLine::Error(ErrorEvent {
+        time: now(),
+        error: TaskError {
+            code,
+            message: message.into(),
+        },
+    }));
+}

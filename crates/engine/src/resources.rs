@@ -1,0 +1,73 @@
+//! `vm_resources` (`bosh-protocols.md` §1.6 `calculate_vm_cloud_properties`): a group (or
+//! the compilation workers) may ask for CPUs, RAM and ephemeral disk instead of naming a
+//! `vm_type`; the CPI turns each distinct request into cloud properties once per deploy,
+//! before any VM is made.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map as JsonMap, Value};
+
+use super::{Engine, EngineError};
+use kubosh_cloud::VmResources;
+
+/// The cloud properties the CPI calculated, per distinct `vm_resources`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CalculatedProperties(BTreeMap<(u64, u64, u64), JsonMap<String, Value>>);
+
+/// `VmResources` as an ordered key.
+fn key(r: &VmResources) -> (u64, u64, u64) {
+    (r.cpu, r.ram, r.ephemeral_disk_size)
+}
+
+impl CalculatedProperties {
+    /// What the CPI answered for `resources` (`None` without resources, or when they were
+    /// not asked for).
+    pub fn get(&self, resources: Option<&VmResources>) -> Option<&JsonMap<String, Value>> {
+        self.0.get(&key(resources?))
+    }
+
+    /// How many distinct requests were answered.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No request was answered.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Engine {
+    /// Asks the CPI once per distinct entry of `wanted` (`calculate_vm_cloud_properties`),
+    /// in a stable order.
+    pub async fn calculate_vm_resources(
+        &self,
+        wanted: impl IntoIterator<Item = VmResources>,
+    ) -> Result<CalculatedProperties, EngineError> {
+        let distinct: BTreeMap<(u64, u64, u64), VmResources> =
+            wanted.into_iter().map(|r| (key(&r), r)).collect();
+        let mut out = CalculatedProperties::default();
+        for (k, resources) in distinct {
+            let properties = self
+                .cloud
+                .calculate_vm_cloud_properties(&resources)
+                .await
+                .map_err(|e| EngineError::Cloud(e.to_string()))?;
+            out.0.insert(k, properties);
+        }
+        Ok(out)
+    }
+}
+
+/// The compilation workers' `vm_resources`, as the CPI takes them.
+pub fn compilation_resources(
+    compilation: Option<&kubosh_core::manifest::Compilation>,
+) -> Option<VmResources> {
+    compilation
+        .and_then(|c| c.vm_resources.as_ref())
+        .map(|r| VmResources {
+            cpu: r.cpu,
+            ram: r.ram,
+            ephemeral_disk_size: r.ephemeral_disk_size,
+        })
+}

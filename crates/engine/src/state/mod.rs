@@ -1,0 +1,52 @@
+//! What the engine remembers between deploys, behind the [`StateStore`] trait. The records
+//! themselves are `kubosh_core::state` (re-exported here).
+//!
+//! Every write is durable on its own before the call returns: the engine records an intent
+//! before each non-idempotent cloud call and the resulting CID right after, so a process
+//! killed at any instant leaves a state the next run can repair. Stores: [`MemoryStore`]
+//! (tests, benchmarks, the simulated cloud), [`DirStore`] (one file per record, for
+//! create-env and `kubosh deploy` without a cluster); the controller stores records as
+//! Kubernetes objects.
+
+mod dir;
+mod dns;
+mod ips;
+mod memory;
+mod shared_file;
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use dir::DirStore;
+pub use dns::{DNS_LOCK, DirDnsRegistry, DnsRegistry, MemoryDnsRegistry};
+pub use ips::{DirIpRegistry, IP_LOCK, IpRegistry, MemoryIpRegistry};
+pub use kubosh_core::state::*;
+pub use memory::MemoryStore;
+
+/// A store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Reading or writing the backing storage failed.
+    #[error("state store: {0}")]
+    Io(String),
+    /// A stored record could not be read back.
+    #[error("state store: record {record} is unreadable: {reason}")]
+    Corrupt {
+        /// Which record.
+        record: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The future store methods return (boxed, so `dyn StateStore` works).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Durable deployment state.
+pub trait StateStore: Send + Sync {
+    /// Everything stored.
+    fn load(&self) -> StoreFuture<'_, DeploymentState>;
+
+    /// Makes one write durable.
+    fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()>;
+}

@@ -1,0 +1,304 @@
+//! VMs and disks in the cloud, each creation bracketed by an intent (recorded before the
+//! call, settled right after) so a crash at any instant leaks nothing.
+
+use std::time::Duration;
+
+use serde_json::{Map as JsonMap, Value, json};
+
+use super::{Engine, EngineError};
+use crate::state::{DiskRecord, Intent, IntentKind, Write};
+use kubosh_cloud::{CreateDisk, CreateVm, DiskCid, NetworkSettings, Networks, StemcellCid, VmCid};
+use kubosh_transport::agent::AgentClient;
+use kubosh_transport::agent::protocol::{DiskAssociation, UpdateSettings};
+
+/// What a new VM is made from.
+#[derive(Debug, Clone)]
+pub struct VmRequest {
+    /// The owning instance's uuid (`None` for compilation workers).
+    pub instance: Option<String>,
+    /// `group/uuid (index)` for messages, or the worker's name.
+    pub display_name: String,
+    /// Stemcell CID in the cloud.
+    pub stemcell_cid: String,
+    /// Stemcell `name/version`.
+    pub stemcell: String,
+    /// Merged cloud properties.
+    pub cloud_properties: Value,
+    /// Network settings by network name.
+    pub networks: Value,
+    /// The group's `env` (the engine adds the agent's NATS certificate).
+    pub env: Value,
+    /// Disks the VM should be placed near.
+    pub disk_cids: Vec<String>,
+    /// VM metadata (`set_vm_metadata`).
+    pub metadata: JsonMap<String, Value>,
+}
+
+/// A VM that exists and whose agent answered.
+#[derive(Debug, Clone)]
+pub struct NewVm {
+    /// Its CID.
+    pub cid: String,
+    /// Its agent id.
+    pub agent_id: String,
+    /// Network settings as the CPI returned them (v2), else as asked.
+    pub networks: Value,
+}
+
+impl Engine {
+    /// An agent client for `agent_id`, naming `instance` in its errors.
+    pub fn agent(&self, agent_id: &str, instance: &str) -> AgentClient {
+        AgentClient::new(self.agents.clone(), agent_id)
+            .with_instance_name(instance)
+            .with_options(self.config.agent_options.clone())
+    }
+
+    /// `create_vm` → `set_vm_metadata` → wait for the agent (§4.5). The intent is stored
+    /// before the call; `on_created` persists the CID in its owner record (the intent is
+    /// settled after it). A VM whose later steps fail is deleted.
+    pub async fn create_vm(
+        &self,
+        request: &VmRequest,
+        on_created: impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
+    ) -> Result<NewVm, EngineError> {
+        let (vm, intent) = self.create_vm_pending(request, on_created).await?;
+        self.settle(intent).await?;
+        Ok(vm)
+    }
+
+    /// A VM no record owns (a compilation worker): made as [`Engine::create_vm`] makes one,
+    /// but its intent (with the CID) stays pending until [`Engine::delete_unowned_vm`], so a
+    /// run killed while the VM exists leaves the next run a way to delete it.
+    pub async fn create_unowned_vm(
+        &self,
+        request: &VmRequest,
+    ) -> Result<(NewVm, String), EngineError> {
+        self.create_vm_pending(request, async |_| Ok(())).await
+    }
+
+    /// Deletes a VM made by [`Engine::create_unowned_vm`] and settles its intent.
+    pub async fn delete_unowned_vm(&self, vm: &NewVm, intent: String) -> Result<(), EngineError> {
+        self.delete_vm_cid(&vm.cid).await?;
+        self.settle(intent).await
+    }
+
+    /// [`Engine::create_vm`] up to the ready agent, the intent (id returned) still pending.
+    async fn create_vm_pending(
+        &self,
+        request: &VmRequest,
+        on_created: impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
+    ) -> Result<(NewVm, String), EngineError> {
+        let agent_id = kubosh_core::ids::uuid_v4();
+        let intent = Intent {
+            id: kubosh_core::ids::uuid_v4(),
+            kind: IntentKind::CreateVm {
+                instance: request.instance.clone(),
+                agent_id: agent_id.clone(),
+            },
+            cid: None,
+        };
+        self.write(Write::Intent(intent.clone())).await?;
+        let mut env = match &request.env {
+            Value::Object(m) => m.clone(),
+            _ => JsonMap::new(),
+        };
+        if let Some(agent_env) = &self.config.agent_env {
+            super::desired_merge(&mut env, &agent_env(&agent_id));
+        }
+        let created = self
+            .cloud
+            .create_vm(&CreateVm {
+                agent_id: agent_id.clone(),
+                stemcell_cid: StemcellCid(request.stemcell_cid.clone()),
+                cloud_properties: object(&request.cloud_properties),
+                networks: networks(&request.networks),
+                disk_cids: request.disk_cids.iter().cloned().map(DiskCid).collect(),
+                env,
+            })
+            .await
+            .map_err(|e| EngineError::Cloud(e.to_string()))?;
+        let vm = NewVm {
+            cid: created.cid.0.clone(),
+            agent_id: agent_id.clone(),
+            networks: created
+                .networks
+                .map(Value::Object)
+                .unwrap_or_else(|| request.networks.clone()),
+        };
+        // The CID goes into the intent first: if the owner write below fails or we die,
+        // recovery deletes this VM by its CID.
+        self.write(Write::Intent(Intent {
+            cid: Some(vm.cid.clone()),
+            ..intent.clone()
+        }))
+        .await?;
+        let ready = async {
+            on_created(&vm).await?;
+            if !request.metadata.is_empty() {
+                let mut metadata = request.metadata.clone();
+                metadata.insert("created_at".into(), Value::String(created_at_now()));
+                match self
+                    .cloud
+                    .set_vm_metadata(&VmCid(vm.cid.clone()), &metadata)
+                    .await
+                {
+                    // A CPI without VM metadata is no reason to lose the VM.
+                    Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => {}
+                    other => other.map_err(|e| EngineError::Cloud(e.to_string()))?,
+                }
+            }
+            self.agent(&agent_id, &request.display_name)
+                .wait_until_ready(&vm.cid, self.config.agent_wait_timeout)
+                .await
+                .map_err(|e| EngineError::Agent(e.to_string()))
+        }
+        .await;
+        match ready {
+            Ok(()) => Ok((vm, intent.id)),
+            Err(e) => {
+                // The VM is useless; the intent (with its CID) stays until it is gone.
+                if self.delete_vm_cid(&vm.cid).await.is_ok() {
+                    let _ = self.write(Write::DeleteIntent(intent.id)).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `delete_vm`, a VM already gone counting as deleted.
+    pub async fn delete_vm_cid(&self, cid: &str) -> Result<(), EngineError> {
+        match self.cloud.delete_vm(&VmCid(cid.to_string())).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::VmNotFound) => Ok(()),
+            Err(e) => Err(EngineError::Cloud(e.to_string())),
+        }
+    }
+
+    /// `create_disk` for an instance, bracketed by an intent whose id is the call's request
+    /// id. The returned intent id stays pending until the caller made the disk active
+    /// ([`Engine::settle`]).
+    pub async fn create_disk(
+        &self,
+        instance: &str,
+        name: &str,
+        size_mib: u64,
+        cloud_properties: &Value,
+        vm_cid: Option<&str>,
+    ) -> Result<(DiskRecord, String), EngineError> {
+        let intent = Intent {
+            id: kubosh_core::ids::uuid_v4(),
+            kind: IntentKind::CreateDisk {
+                instance: instance.to_string(),
+                name: name.to_string(),
+            },
+            cid: None,
+        };
+        self.write(Write::Intent(intent.clone())).await?;
+        // The intent id travels as the call's request id: if we die before the answer,
+        // recovery asks the cloud for the disk made for it.
+        let request = CreateDisk {
+            size_mib,
+            cloud_properties: object(cloud_properties),
+            vm_cid: vm_cid.map(|c| VmCid(c.to_string())),
+        };
+        let cid = self
+            .cloud
+            .create_disk_with_request_id(&request, &intent.id)
+            .await
+            .map_err(|e| EngineError::Cloud(e.to_string()))?;
+        self.write(Write::Intent(Intent {
+            cid: Some(cid.0.clone()),
+            ..intent.clone()
+        }))
+        .await?;
+        Ok((
+            DiskRecord {
+                cid: cid.0,
+                name: name.to_string(),
+                size_mib,
+                cloud_properties: cloud_properties.clone(),
+                snapshots: Vec::new(),
+            },
+            intent.id,
+        ))
+    }
+
+    /// Settles an intent whose result its owner record now carries.
+    pub async fn settle(&self, intent_id: String) -> Result<(), EngineError> {
+        self.write(Write::DeleteIntent(intent_id)).await
+    }
+
+    /// `update_settings` on a new VM once its disks are attached (§4.4 step 4, §4.5), as
+    /// `instance.rb#update_instance_settings` sends it: the director's trusted certificates
+    /// and the instance's unmanaged (named) persistent disks; the unnamed disk is the
+    /// agent's to manage.
+    pub async fn send_vm_settings(
+        &self,
+        agent_id: &str,
+        instance: &str,
+        disks: &[DiskRecord],
+    ) -> Result<(), EngineError> {
+        let settings = UpdateSettings {
+            trusted_certs: self.config.trusted_certs.clone(),
+            disk_associations: disks
+                .iter()
+                .filter(|d| !d.name.is_empty())
+                .map(|d| DiskAssociation {
+                    name: d.name.clone(),
+                    cid: d.cid.clone(),
+                })
+                .collect(),
+            ..UpdateSettings::default()
+        };
+        self.agent(agent_id, instance)
+            .update_settings(&settings)
+            .await
+            .map_err(|e| EngineError::Agent(e.to_string()))
+    }
+
+    /// How long to wait for a new VM's agent.
+    pub fn agent_wait(&self) -> Duration {
+        self.config.agent_wait_timeout
+    }
+}
+
+/// The time as `set_vm_metadata`'s `created_at` has it: `2006-01-02T15:04:05Z` in UTC.
+fn created_at_now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    )
+}
+
+/// A JSON object, or an empty one.
+pub fn object(v: &Value) -> JsonMap<String, Value> {
+    match v {
+        Value::Object(m) => m.clone(),
+        _ => JsonMap::new(),
+    }
+}
+
+/// Network settings as the CPI types hold them.
+pub fn networks(v: &Value) -> Networks {
+    let mut out = Networks::new();
+    if let Value::Object(m) = v {
+        for (name, settings) in m {
+            out.insert(name.clone(), NetworkSettings(object(settings)));
+        }
+    }
+    out
+}
+
+/// The `{"bosh": {"mbus": {"cert": ...}}}` env entry carrying an agent's NATS client
+/// certificate.
+pub fn mbus_cert_env(ca: &str, certificate: &str, private_key: &str) -> JsonMap<String, Value> {
+    object(&json!({"bosh": {"mbus": {"cert": {
+        "ca": ca, "certificate": certificate, "private_key": private_key
+    }}}}))
+}

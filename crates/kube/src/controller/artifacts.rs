@@ -1,0 +1,426 @@
+//! `Release` and `Stemcell` resources: fetch the tarball the spec names, check its digest,
+//! read it, store what deploys need in the blobstore, and report `Ready` with what was found
+//! or `Stalled` with the reason (`bosh upload-release` / `bosh upload-stemcell`).
+//!
+//! A reconcile of a resource already Ready for its generation makes no download. A download
+//! that fails (network, server error) leaves the resource not Ready and is an error, so the
+//! caller retries with backoff; anything the tarball itself gets wrong (digest, name,
+//! version, format) is Stalled until the spec changes.
+
+use kubosh_artifacts::release::ReleaseFile as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::fetch::{self, Credentials, FetchError, Fetched};
+use super::status;
+use crate::api::{
+    Release as ReleaseResource, ReleaseItem, ReleaseStatus, Stemcell as StemcellResource,
+    StemcellStatus, StemcellVersion,
+};
+use kubosh_artifacts::blobstore::Blobstore;
+use kubosh_core::digest::MultiDigest;
+use kubosh_core::manifest::DeploymentManifest;
+
+/// The field manager of kubosh's status writes.
+pub const FIELD_MANAGER: &str = "kubosh";
+
+/// What the artifact reconcilers need.
+#[derive(Clone)]
+pub struct ArtifactContext {
+    /// The Kubernetes client.
+    pub client: kube::Client,
+    /// Where jobs, packages and stemcells go.
+    pub blobstore: Arc<dyn Blobstore>,
+    /// Scratch space for downloads (removed after each reconcile).
+    pub work_dir: PathBuf,
+}
+
+/// Why a reconcile must be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The download failed; the status says so and the reconcile is retried.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// The Kubernetes API failed.
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    /// The credentials Secret is missing or unusable.
+    #[error("credentials secret {name}: {reason}")]
+    Credentials {
+        /// The Secret.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The blobstore failed.
+    #[error("blobstore: {0}")]
+    Blobstore(String),
+    /// Local scratch space failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// A problem with the tarball itself: `(reason, message)` for a Stalled condition.
+type Stall = (&'static str, String);
+
+async fn credentials(
+    client: &kube::Client,
+    namespace: &str,
+    secret: Option<&str>,
+) -> Result<Credentials, ReconcileError> {
+    let Some(name) = secret else {
+        return Ok(Credentials::default());
+    };
+    let fail = |reason: String| ReconcileError::Credentials {
+        name: name.to_string(),
+        reason,
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| fail("not found".into()))?;
+    let text = |key: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    Ok(Credentials {
+        username: text("username"),
+        password: text("password"),
+        token: text("token"),
+        ca_pem: text("ca.crt"),
+    })
+}
+
+/// Checks a downloaded file against the spec's digest (any BOSH multi-digest).
+fn check_digest(fetched: &Fetched, expected: Option<&str>) -> Result<(), Stall> {
+    let Some(expected) = expected.filter(|e| !e.is_empty()) else {
+        return Ok(());
+    };
+    let digest: MultiDigest = expected
+        .parse()
+        .map_err(|e| ("InvalidDigest", format!("spec.sha1 {expected:?}: {e}")))?;
+    let file = std::fs::File::open(&fetched.path)
+        .map_err(|e| ("DownloadFailed", format!("reading the download: {e}")))?;
+    digest.verify_reader(file).map_err(|_| {
+        (
+            "DigestMismatch",
+            format!(
+                "the tarball's digest is {}, not {expected}",
+                fetched.multi_digest()
+            ),
+        )
+    })
+}
+
+fn scratch(ctx: &ArtifactContext) -> Result<tempfile::TempDir, ReconcileError> {
+    std::fs::create_dir_all(&ctx.work_dir)
+        .and_then(|()| tempfile::tempdir_in(&ctx.work_dir))
+        .map_err(|e| {
+            ReconcileError::Io(format!("scratch space in {}: {e}", ctx.work_dir.display()))
+        })
+}
+
+async fn write_status<K>(
+    client: &kube::Client,
+    resource: &K,
+    status: serde_json::Value,
+) -> Result<(), ReconcileError>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &resource.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &resource.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Downloads `url` (with the resource's credentials Secret) into fresh scratch space, which
+/// lives as long as the returned directory. The inner error is a failed download.
+async fn download<K: ResourceExt>(
+    ctx: &ArtifactContext,
+    resource: &K,
+    url: &str,
+    secret: Option<&str>,
+) -> Result<Result<(tempfile::TempDir, Fetched), FetchError>, ReconcileError> {
+    let namespace = resource.namespace().unwrap_or_default();
+    let creds = credentials(&ctx.client, &namespace, secret).await?;
+    let dir = scratch(ctx)?;
+    Ok(fetch::fetch(url, &creds, dir.path())
+        .await
+        .map(|f| (dir, f)))
+}
+
+/// A failed download: not Ready, and still Reconciling (it is retried).
+fn download_failed(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    error: &FetchError,
+    generation: Option<i64>,
+) {
+    use crate::api::condition::{READY, RECONCILING};
+    let message = error.to_string();
+    for (kind, value) in [(READY, false), (RECONCILING, true)] {
+        status::set_condition(
+            conditions,
+            status::condition(kind, value, "DownloadFailed", &message, generation),
+        );
+    }
+}
+
+/// Reconciles one `Release`: returns the status written.
+pub async fn reconcile_release(
+    resource: &ReleaseResource,
+    ctx: &ArtifactContext,
+) -> Result<ReleaseStatus, ReconcileError> {
+    let generation = resource.metadata.generation;
+    let current = resource.status.clone().unwrap_or_default();
+    if status::is_ready(&current.conditions, generation) && blobs_present(ctx, &current).await {
+        return Ok(current);
+    }
+    let mut next = ReleaseStatus {
+        observed_generation: generation,
+        conditions: current.conditions.clone(),
+        ..ReleaseStatus::default()
+    };
+    let spec = &resource.spec;
+    let download = download(ctx, resource, &spec.url, spec.credentials_secret.as_deref()).await?;
+    let (_dir, fetched) = match download {
+        Ok(d) => d,
+        Err(e) => {
+            download_failed(&mut next.conditions, &e, generation);
+            write_status(&ctx.client, resource, json!(next)).await?;
+            return Err(e.into());
+        }
+    };
+    match read_release(&fetched, resource, ctx).await? {
+        Ok((jobs, packages, compiled_for)) => {
+            let message = format!("{} jobs, {} packages", jobs.len(), packages.len());
+            next.jobs = jobs;
+            next.packages = packages;
+            next.compiled_for = compiled_for;
+            status::outcome(&mut next.conditions, Ok(&message), generation);
+        }
+        Err((reason, message)) => {
+            status::outcome(&mut next.conditions, Err((reason, &message)), generation);
+        }
+    }
+    write_status(&ctx.client, resource, json!(next)).await?;
+    Ok(next)
+}
+
+type ReadRelease = (Vec<ReleaseItem>, Vec<ReleaseItem>, Option<StemcellVersion>);
+
+async fn read_release(
+    fetched: &Fetched,
+    resource: &ReleaseResource,
+    ctx: &ArtifactContext,
+) -> Result<Result<ReadRelease, Stall>, ReconcileError> {
+    if let Err(stall) = check_digest(fetched, resource.spec.sha1.as_deref()) {
+        return Ok(Err(stall));
+    }
+    let release = match kubosh_artifacts::release::Release::read(&fetched.path) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(("InvalidTarball", e.to_string()))),
+    };
+    let (name, version) = (&release.manifest.name, &release.manifest.version);
+    if name != &resource.spec.name || version != resource.spec.version.as_str() {
+        return Ok(Err((
+            "NameMismatch",
+            format!(
+                "the tarball is release {name}/{version}, not {}/{}",
+                resource.spec.name, resource.spec.version
+            ),
+        )));
+    }
+    let store = |archive: Vec<u8>| {
+        let blobstore = ctx.blobstore.clone();
+        async move {
+            blobstore
+                .put_bytes(archive.into())
+                .await
+                .map(|b| b.id)
+                .map_err(|e| ReconcileError::Blobstore(e.to_string()))
+        }
+    };
+    let mut jobs = Vec::new();
+    for job in &release.jobs {
+        jobs.push(ReleaseItem {
+            name: job.name.clone(),
+            version: job.version.clone(),
+            fingerprint: job.fingerprint.clone(),
+            dependencies: job.spec.packages.clone(),
+            blob_id: Some(store(job.archive.clone()).await?),
+        });
+    }
+    let mut packages = Vec::new();
+    for pkg in &release.packages {
+        packages.push(ReleaseItem {
+            name: pkg.name.clone(),
+            version: pkg.version.clone(),
+            fingerprint: pkg.fingerprint.clone(),
+            dependencies: pkg.dependencies.clone(),
+            blob_id: Some(store(pkg.archive.clone()).await?),
+        });
+    }
+    let mut compiled_for = None;
+    for pkg in &release.compiled_packages {
+        compiled_for = Some(StemcellVersion {
+            os: pkg.stemcell.os.clone(),
+            version: pkg.stemcell.version.clone(),
+        });
+        packages.push(ReleaseItem {
+            name: pkg.name.clone(),
+            version: pkg.version.clone(),
+            fingerprint: pkg.fingerprint.clone(),
+            dependencies: pkg.dependencies.clone(),
+            blob_id: Some(store(pkg.archive.clone()).await?),
+        });
+    }
+    Ok(Ok((jobs, packages, compiled_for)))
+}
+
+async fn blobs_present(ctx: &ArtifactContext, status: &ReleaseStatus) -> bool {
+    for item in status.jobs.iter().chain(&status.packages) {
+        let Some(id) = &item.blob_id else {
+            return false;
+        };
+        if !ctx.blobstore.exists(id).await.unwrap_or(false) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Reconciles one `Stemcell`: returns the status written.
+pub async fn reconcile_stemcell(
+    resource: &StemcellResource,
+    ctx: &ArtifactContext,
+) -> Result<StemcellStatus, ReconcileError> {
+    let generation = resource.metadata.generation;
+    let current = resource.status.clone().unwrap_or_default();
+    if status::is_ready(&current.conditions, generation) {
+        let present = match &current.blob_id {
+            Some(id) => ctx.blobstore.exists(id).await.unwrap_or(false),
+            None => false,
+        };
+        if present {
+            return Ok(current);
+        }
+    }
+    let mut next = StemcellStatus {
+        observed_generation: generation,
+        conditions: current.conditions.clone(),
+        ..StemcellStatus::default()
+    };
+    let spec = &resource.spec;
+    let download = download(ctx, resource, &spec.url, spec.credentials_secret.as_deref()).await?;
+    let (_dir, fetched) = match download {
+        Ok(d) => d,
+        Err(e) => {
+            download_failed(&mut next.conditions, &e, generation);
+            write_status(&ctx.client, resource, json!(next)).await?;
+            return Err(e.into());
+        }
+    };
+    let outcome: Result<(), Stall> = async {
+        check_digest(&fetched, resource.spec.sha1.as_deref())?;
+        let stemcell = kubosh_artifacts::stemcell::Stemcell::read(&fetched.path)
+            .map_err(|e| ("InvalidTarball", e.to_string()))?;
+        let m = &stemcell.manifest;
+        if m.name != resource.spec.name || m.version != resource.spec.version.as_str() {
+            return Err((
+                "NameMismatch",
+                format!(
+                    "the tarball is stemcell {}/{}, not {}/{}",
+                    m.name, m.version, resource.spec.name, resource.spec.version
+                ),
+            ));
+        }
+        next.os = Some(m.operating_system.clone());
+        next.api_version = m.api_version.and_then(|v| i32::try_from(v).ok());
+        Ok(())
+    }
+    .await;
+    match outcome {
+        Ok(()) => {
+            let blob = ctx
+                .blobstore
+                .put_file(&fetched.path)
+                .await
+                .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
+            next.blob_id = Some(blob.id);
+            let message = format!("{} stemcell", next.os.as_deref().unwrap_or_default());
+            status::outcome(&mut next.conditions, Ok(&message), generation);
+        }
+        Err((reason, message)) => {
+            status::outcome(&mut next.conditions, Err((reason, &message)), generation);
+        }
+    }
+    write_status(&ctx.client, resource, json!(next)).await?;
+    Ok(next)
+}
+
+/// What a deployment still waits for: one line per release or stemcell of the manifest that
+/// has no Ready resource in the namespace. Empty when everything is there.
+pub fn waiting_for(
+    manifest: &DeploymentManifest,
+    releases: &[ReleaseResource],
+    stemcells: &[StemcellResource],
+) -> Vec<String> {
+    let ready = |conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+                 generation| { status::is_ready(conds, generation) };
+    let mut waiting = Vec::new();
+    for r in &manifest.releases {
+        let version = r.version.as_ref().map(|v| v.as_str()).unwrap_or("latest");
+        let found = releases.iter().any(|res| {
+            res.spec.name == r.name
+                && (version == "latest" || res.spec.version.as_str() == version)
+                && res
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| ready(&s.conditions, res.metadata.generation))
+        });
+        if !found {
+            waiting.push(format!("release {}/{version}", r.name));
+        }
+    }
+    for s in &manifest.stemcells {
+        let version = s.version.as_ref().map(|v| v.as_str()).unwrap_or("latest");
+        let found = stemcells.iter().any(|res| {
+            let st = res.status.as_ref();
+            let name_ok = match (&s.name, &s.os) {
+                (Some(name), _) => &res.spec.name == name,
+                (None, Some(os)) => st.and_then(|x| x.os.as_ref()) == Some(os),
+                (None, None) => false,
+            };
+            name_ok
+                && (version == "latest" || res.spec.version.as_str() == version)
+                && st.is_some_and(|x| ready(&x.conditions, res.metadata.generation))
+        });
+        if !found {
+            let what = s.name.as_deref().or(s.os.as_deref()).unwrap_or(&s.alias);
+            waiting.push(format!("stemcell {what}/{version}"));
+        }
+    }
+    waiting
+}

@@ -1,0 +1,7 @@
+//! The Kubernetes layer: the API types and CRDs ([`api`]), the reconcilers
+//! ([`controller`]), Lease locks ([`lock`]) and Secret-backed variables ([`variables`]).
+
+pub mod api;
+pub mod controller;
+pub mod lock;
+pub mod variables;

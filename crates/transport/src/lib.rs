@@ -1,0 +1,6 @@
+//! How the director reaches agents: the agent client over NATS (mutual TLS) and HTTPS
+//! ([`agent`]), the heartbeat monitor, the TLS configurations, and the HTTPS server loop the
+//! VM-side agent and the blob endpoint share ([`https_server`]).
+
+pub mod agent;
+pub mod https_server;
