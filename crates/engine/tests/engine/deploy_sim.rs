@@ -1,0 +1,1652 @@
+//! The deploy engine on the simulated cloud and agents (`kubosh_sim`): every scenario of a
+//! deployment's life on a paused tokio clock, so minutes of simulated CPI and agent latency
+//! run in milliseconds and the engine's concurrency can be read off the event log. The
+//! example release is built in process; templates are rendered by `LiteralRenderer` (no
+//! Ruby), state is in memory, the blobstore and locks are real files in a tempdir.
+//!
+//! Every scenario ends with [`Sim::assert_no_leak`]: the cloud holds exactly what the state
+//! records (VMs of instances, disks of instances plus orphaned disks, one agent per VM, the
+//! recorded stemcells) and no intent is pending.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubosh_artifacts::blobstore::LocalBlobstore;
+use kubosh_artifacts::release::Release;
+use kubosh_bosh::events::{EventLine, State};
+use kubosh_cloud::VmCid;
+use kubosh_core::plan::changes::Requests;
+use kubosh_core::plan::desired::StemcellInfo;
+use kubosh_engine::deploy::DeployReport;
+use kubosh_engine::lock::FileLocks;
+use kubosh_engine::state::{
+    DeploymentState, InstanceRecord, IpRegistry, MemoryDnsRegistry, MemoryIpRegistry, MemoryStore,
+};
+use kubosh_engine::{
+    DeployRequest, Engine, EngineConfig, EventLog, LiteralRenderer, StemcellSource,
+};
+use kubosh_sim::{SimAgents, SimCloud, SimConfig};
+use kubosh_transport::agent::ClientOptions;
+use serde_json::{Value, json};
+
+/// The example release, built once per test binary. Building it runs `git`, and a child
+/// forked while another test holds its deployment lock inherits the lock's descriptor until
+/// it execs: on a paused clock the other test's next deploy then waits its whole lock
+/// timeout in no real time and fails. Built before any world exists, it forks no more.
+fn shared_release() -> Arc<Release> {
+    static RELEASE: std::sync::LazyLock<Arc<Release>> = std::sync::LazyLock::new(|| {
+        Arc::new(kubosh_devenv::example_release().expect("the example release builds"))
+    });
+    RELEASE.clone()
+}
+
+/// A stemcell whose image path names no file at all: the simulated cloud only records it.
+fn stemcell(dir: &Path, version: &str) -> StemcellSource {
+    StemcellSource {
+        info: StemcellInfo {
+            name: "bosh-sim-ubuntu-jammy".into(),
+            version: version.into(),
+            os: "ubuntu-jammy".into(),
+        },
+        image_path: dir.join(format!("no-such-image-{version}")),
+        cloud_properties: Default::default(),
+    }
+}
+
+/// Two AZs, a manual network with a subnet per AZ (static ranges from .50), a dynamic
+/// network, two compilation workers.
+fn cloud_config() -> Value {
+    json!({
+        "azs": [{"name": "z1", "cloud_properties": {"zone": "a"}},
+                {"name": "z2", "cloud_properties": {"zone": "b"}}],
+        "vm_types": [{"name": "small", "cloud_properties": {"cpu": 1}}],
+        "disk_types": [{"name": "small", "disk_size": 2048, "cloud_properties": {"type": "ssd"}}],
+        "networks": [
+            {
+                "name": "default",
+                "type": "manual",
+                "subnets": [
+                    {"range": "10.0.1.0/24", "gateway": "10.0.1.1", "az": "z1",
+                     "reserved": ["10.0.1.2 - 10.0.1.9"], "static": ["10.0.1.50 - 10.0.1.60"],
+                     "cloud_properties": {"subnet": "s1"}},
+                    {"range": "10.0.2.0/24", "gateway": "10.0.2.1", "az": "z2",
+                     "reserved": ["10.0.2.2 - 10.0.2.9"], "static": ["10.0.2.50 - 10.0.2.60"],
+                     "cloud_properties": {"subnet": "s2"}},
+                ],
+            },
+            {"name": "dyn", "type": "dynamic",
+             "subnets": [{"azs": ["z1", "z2"], "cloud_properties": {"net": "dyn"}}]},
+        ],
+        "compilation": {
+            "workers": 2, "network": "default", "az": "z1", "vm_type": "small",
+            "reuse_compilation_vms": true,
+        },
+    })
+}
+
+/// The hello job of group `group`, providing its greeter as `<group>_greeter`; `web`
+/// consumes its own peers, the others none.
+fn hello_job(group: &str, greeting: &str) -> Value {
+    let peers = if group == "web" {
+        json!({"from": "web_greeter"})
+    } else {
+        json!("nil")
+    };
+    json!({
+        "name": "hello", "release": "hello",
+        "provides": {"greeter": {"as": format!("{group}_greeter")}},
+        "consumes": {"peers": peers},
+        "properties": {"hello": {"greeting": greeting}},
+    })
+}
+
+/// web (3 instances over both AZs, a 1 GiB disk, dynamic addresses of the manual network),
+/// api (2 static addresses in z1, a disk type) and worker (2 instances on the dynamic
+/// network, no disk).
+fn manifest() -> Value {
+    json!({
+        "name": "sim",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {
+            "canaries": 1, "max_in_flight": 2,
+            "canary_watch_time": "1000-30000", "update_watch_time": "1000-30000",
+        },
+        "instance_groups": [
+            {
+                "name": "web", "instances": 3, "azs": ["z1", "z2"], "vm_type": "small",
+                "stemcell": "default", "persistent_disk": 1024,
+                "networks": [{"name": "default"}],
+                "jobs": [hello_job("web", "Hello")],
+            },
+            {
+                "name": "api", "instances": 2, "azs": ["z1"], "vm_type": "small",
+                "stemcell": "default", "persistent_disk_type": "small",
+                "networks": [{"name": "default", "static_ips": ["10.0.1.50", "10.0.1.51"]}],
+                "jobs": [hello_job("api", "Hi")],
+            },
+            {
+                "name": "worker", "instances": 2, "azs": ["z1", "z2"], "vm_type": "small",
+                "stemcell": "default",
+                "networks": [{"name": "dyn"}],
+                "jobs": [hello_job("worker", "Yo")],
+            },
+        ],
+    })
+}
+
+/// The position of instance group `name` in a manifest.
+fn group_mut<'a>(manifest: &'a mut Value, name: &str) -> &'a mut Value {
+    manifest["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|g| g["name"] == name)
+        .unwrap_or_else(|| panic!("no group {name}"))
+}
+
+struct Sim {
+    dir: tempfile::TempDir,
+    cloud: Arc<SimCloud>,
+    agents: Arc<SimAgents>,
+    engine: Engine,
+    events: EventLog,
+    store: MemoryStore,
+    release: Arc<Release>,
+    stemcells: Vec<StemcellSource>,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        Sim::with_config(SimConfig::default())
+    }
+
+    /// A world whose simulated pair behaves as `config` says (its blobstore is the world's).
+    fn with_config(config: SimConfig) -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let blobstore = Arc::new(LocalBlobstore::new(dir.path().join("blobstore")).unwrap());
+        let (cloud, agents) = kubosh_sim::pair(SimConfig {
+            blobstore: Some(blobstore.clone()),
+            ..config
+        });
+        let events = EventLog::new();
+        let store = MemoryStore::new();
+        let engine = Engine {
+            cloud: cloud.clone(),
+            agents: agents.clone(),
+            blobstore,
+            renderer: Arc::new(LiteralRenderer),
+            store: Arc::new(store.clone()),
+            locks: Arc::new(FileLocks::new(dir.path().join("locks"))),
+            events: Arc::new(events.clone()),
+            config: EngineConfig {
+                agent_options: ClientOptions::default(),
+                ..EngineConfig::default()
+            },
+        };
+        let stemcells = vec![stemcell(dir.path(), "1.0")];
+        Sim {
+            dir,
+            cloud,
+            agents,
+            engine,
+            events,
+            store,
+            release: shared_release(),
+            stemcells,
+        }
+    }
+
+    /// The same world, with the agents' heartbeats standing in for `get_state`.
+    fn with_health(&self) -> Engine {
+        let mut engine = self.engine.clone();
+        engine.config.health = Some(self.agents.clone());
+        engine
+    }
+
+    fn request(&self, manifest: Value) -> DeployRequest {
+        DeployRequest {
+            manifest,
+            cloud_config: cloud_config(),
+            releases: vec![self.release.clone()],
+            stemcells: self.stemcells.clone(),
+            requests: Requests::default(),
+            action: None,
+        }
+    }
+
+    fn event_text(&self) -> String {
+        self.events
+            .lines()
+            .iter()
+            .map(EventLine::to_json)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    async fn deploy_with(&self, engine: &Engine, request: &DeployRequest) -> DeployReport {
+        match engine.deploy(request).await {
+            Ok(report) => report,
+            Err(e) => panic!("deploy failed: {e}\nevents:\n{}", self.event_text()),
+        }
+    }
+
+    async fn deploy(&self, manifest: Value) -> DeployReport {
+        self.deploy_with(&self.engine, &self.request(manifest))
+            .await
+    }
+
+    fn state(&self) -> DeploymentState {
+        self.store.snapshot()
+    }
+
+    /// The instances of `group`, by index.
+    fn group(&self, group: &str) -> Vec<InstanceRecord> {
+        let mut v: Vec<InstanceRecord> = self
+            .state()
+            .instances
+            .into_values()
+            .filter(|i| i.group == group)
+            .collect();
+        v.sort_by_key(|i| i.index);
+        v
+    }
+
+    fn vm_cid(record: &InstanceRecord) -> String {
+        record
+            .vm
+            .as_ref()
+            .expect("the instance has a VM")
+            .cid
+            .clone()
+    }
+
+    fn agent_id(record: &InstanceRecord) -> String {
+        record
+            .vm
+            .as_ref()
+            .expect("the instance has a VM")
+            .agent_id
+            .clone()
+    }
+
+    /// The cloud holds exactly what the state records, and nothing is pending.
+    fn assert_no_leak(&self) {
+        let state = self.state();
+        let inventory = self.cloud.inventory();
+        assert!(state.intents.is_empty(), "pending: {:?}", state.intents);
+        let recorded_vms: BTreeSet<String> = state
+            .instances
+            .values()
+            .filter_map(|i| i.vm.as_ref().map(|vm| vm.cid.clone()))
+            .collect();
+        let cloud_vms: BTreeSet<String> = inventory.vms.iter().map(|v| v.cid.clone()).collect();
+        assert_eq!(cloud_vms, recorded_vms, "VMs in the cloud vs the state");
+        let recorded_agents: BTreeSet<String> = state
+            .instances
+            .values()
+            .filter_map(|i| i.vm.as_ref().map(|vm| vm.agent_id.clone()))
+            .collect();
+        let cloud_agents: BTreeSet<String> = inventory.agents.iter().cloned().collect();
+        assert_eq!(cloud_agents, recorded_agents, "agents vs the state");
+        let instance_disks: BTreeSet<String> = state
+            .instances
+            .values()
+            .flat_map(|i| i.disks.iter().map(|d| d.cid.clone()))
+            .collect();
+        let orphaned: BTreeSet<String> = state.orphaned_disks.keys().cloned().collect();
+        assert!(
+            instance_disks.is_disjoint(&orphaned),
+            "a disk in use is orphaned: {:?}",
+            instance_disks.intersection(&orphaned).collect::<Vec<_>>()
+        );
+        let recorded_disks: BTreeSet<String> = instance_disks.union(&orphaned).cloned().collect();
+        let cloud_disks: BTreeSet<String> = inventory.disks.iter().map(|d| d.cid.clone()).collect();
+        assert_eq!(
+            cloud_disks, recorded_disks,
+            "disks in the cloud vs the state"
+        );
+        // Active disks are attached to their instance's VM; orphaned ones to nothing.
+        for i in state.instances.values() {
+            for d in &i.disks {
+                let disk = inventory.disks.iter().find(|x| x.cid == d.cid).unwrap();
+                assert_eq!(
+                    disk.attached_to,
+                    i.vm.as_ref().map(|vm| vm.cid.clone()),
+                    "disk {} of {}",
+                    d.cid,
+                    i.name()
+                );
+            }
+        }
+        for cid in &orphaned {
+            let disk = inventory.disks.iter().find(|x| &x.cid == cid).unwrap();
+            assert_eq!(disk.attached_to, None, "orphaned disk {cid} is attached");
+        }
+        let recorded_stemcells: BTreeSet<String> =
+            state.stemcells.values().map(|s| s.cid.clone()).collect();
+        let cloud_stemcells: BTreeSet<String> =
+            inventory.stemcells.iter().map(|s| s.cid.clone()).collect();
+        assert_eq!(cloud_stemcells, recorded_stemcells);
+    }
+
+    /// Every agent call since the counters were reset, by method.
+    fn agent_counts(&self) -> BTreeMap<String, u64> {
+        self.agents.counts()
+    }
+
+    fn reset_calls(&self) {
+        self.cloud.reset_calls();
+        self.agents.reset_calls();
+    }
+}
+
+/// The `Updating instance` tasks of `group` as `(task, state)` in log order.
+fn update_events(events: &EventLog, group: &str) -> Vec<(String, State)> {
+    events
+        .lines()
+        .into_iter()
+        .filter_map(|l| match l {
+            EventLine::Stage(e)
+                if e.stage == "Updating instance"
+                    && e.tags == [group.to_string()]
+                    && e.state != State::InProgress =>
+            {
+                Some((e.task, e.state))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The most tasks open at once in `(task, state)` order.
+fn max_open(events: &[(String, State)]) -> usize {
+    let mut open = BTreeSet::new();
+    let mut most = 0;
+    for (task, state) in events {
+        match state {
+            State::Started => {
+                open.insert(task.clone());
+                most = most.max(open.len());
+            }
+            _ => {
+                open.remove(task);
+            }
+        }
+    }
+    most
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_deploy_creates_everything_and_a_second_one_calls_nothing() {
+    let sim = Sim::new();
+    let report = sim.deploy(manifest()).await;
+    assert!(!report.noop);
+    assert_eq!(report.updated.len(), 7, "{report:?}");
+    assert_eq!(report.compiled, 2, "libhello and hello-server");
+    sim.assert_no_leak();
+
+    let inventory = sim.cloud.inventory();
+    assert_eq!(inventory.vms.len(), 7, "the compilation VMs are gone");
+    assert_eq!(inventory.disks.len(), 5, "web's 3 and api's 2");
+    assert_eq!(inventory.stemcells.len(), 1);
+    assert_eq!(
+        inventory.stemcells[0].image_path,
+        sim.dir
+            .path()
+            .join("no-such-image-1.0")
+            .display()
+            .to_string(),
+        "the simulated cloud records the image path and never reads it"
+    );
+    // hello-server needs libhello: a chain, compiled on one reused worker.
+    assert_eq!(sim.cloud.count("create_vm"), 7 + 1);
+    assert_eq!(sim.cloud.count("delete_vm"), 1);
+
+    let web = sim.group("web");
+    let api = sim.group("api");
+    let worker = sim.group("worker");
+    assert_eq!(
+        web.iter().map(|i| i.index).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    let azs: BTreeSet<_> = web.iter().map(|i| i.az.clone().unwrap()).collect();
+    assert_eq!(azs.len(), 2, "web is spread over both AZs");
+    for i in &web {
+        let ip = &i.ips["default"].ip;
+        let subnet = if i.az.as_deref() == Some("z1") {
+            "10.0.1."
+        } else {
+            "10.0.2."
+        };
+        assert!(
+            ip.starts_with(subnet) && !i.ips["default"].is_static,
+            "{ip}"
+        );
+        assert_eq!(i.disks.len(), 1);
+        assert_eq!(i.disks[0].size_mib, 1024);
+    }
+    let api_ips: Vec<&str> = api.iter().map(|i| i.ips["default"].ip.as_str()).collect();
+    assert_eq!(api_ips, vec!["10.0.1.50", "10.0.1.51"]);
+    assert!(api.iter().all(|i| i.ips["default"].is_static));
+    assert!(api.iter().all(|i| i.disks[0].size_mib == 2048));
+    for i in &worker {
+        assert!(i.disks.is_empty());
+        // The cloud chose the address of the dynamic network; the agent got it.
+        let vm = sim.cloud.vm(&VmCid(Sim::vm_cid(i))).unwrap();
+        let ip = vm.networks["dyn"]["ip"].as_str().unwrap().to_string();
+        assert!(ip.starts_with("100."), "{ip}");
+        let agent = sim.agents.agent(&Sim::agent_id(i)).unwrap();
+        assert_eq!(agent.spec["networks"]["dyn"]["ip"], json!(ip));
+    }
+    // Every instance's jobs run, with its disk mounted.
+    for i in web.iter().chain(&api).chain(&worker) {
+        let agent = sim.agents.agent(&Sim::agent_id(i)).unwrap();
+        assert!(agent.started && !agent.stopped, "{}", i.name());
+        assert_eq!(agent.store, i.disks.first().map(|d| d.cid.clone()));
+        assert_eq!(agent.spec["id"], json!(i.uuid));
+        // post-deploy runs on every instance once the deploy changed something.
+        assert_eq!(
+            agent.scripts,
+            vec!["pre-start", "post-start", "post-deploy"]
+        );
+    }
+
+    // The same deploy again: the cloud is not called, each agent is asked its state once.
+    sim.reset_calls();
+    let report = sim.deploy(manifest()).await;
+    assert!(report.noop, "{report:?}");
+    assert_eq!(sim.cloud.counts(), BTreeMap::new());
+    assert_eq!(
+        sim.agent_counts(),
+        BTreeMap::from([("get_state".to_string(), 7)])
+    );
+
+    // With the agents' heartbeats, not even that.
+    sim.reset_calls();
+    let engine = sim.with_health();
+    let report = sim.deploy_with(&engine, &sim.request(manifest())).await;
+    assert!(report.noop, "{report:?}");
+    assert_eq!(sim.cloud.counts(), BTreeMap::new());
+    assert_eq!(sim.agent_counts(), BTreeMap::new());
+
+    // An agent whose jobs fail makes the heartbeat shortcut ask again, and its instance
+    // is redone.
+    sim.agents
+        .set_jobs_never_running(&Sim::agent_id(&worker[0]), true)
+        .unwrap();
+    let err = engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .expect_err("the failing instance cannot be brought back");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "'{}' is not running after update",
+            worker[0].display_name()
+        )),
+        "{err}"
+    );
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn scaling_up_and_down_keeps_indexes_and_orphans_the_disks_of_removed_instances() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let before = sim.group("web");
+
+    let mut bigger = manifest();
+    group_mut(&mut bigger, "web")["instances"] = json!(5);
+    let report = sim.deploy(bigger).await;
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    let web = sim.group("web");
+    assert_eq!(
+        web.iter().map(|i| i.index).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    for old in &before {
+        assert_eq!(
+            web.iter().find(|i| i.uuid == old.uuid).unwrap().vm,
+            old.vm,
+            "existing instances keep their VM"
+        );
+    }
+    sim.assert_no_leak();
+
+    let mut smaller = manifest();
+    group_mut(&mut smaller, "web")["instances"] = json!(2);
+    let report = sim.deploy(smaller).await;
+    let removed: Vec<&InstanceRecord> = web.iter().filter(|i| i.index >= 2).collect();
+    let mut expected: Vec<String> = removed.iter().map(|i| i.display_name()).collect();
+    expected.sort();
+    assert_eq!(report.deleted, expected, "the highest indexes go");
+    assert!(report.updated.is_empty(), "{report:?}");
+    let kept = sim.group("web");
+    assert_eq!(kept.iter().map(|i| i.index).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(kept[0].vm, web[0].vm);
+    assert_eq!(kept[1].vm, web[1].vm);
+    let state = sim.state();
+    for r in &removed {
+        let disk = &r.disks[0].cid;
+        let orphan = state
+            .orphaned_disks
+            .get(disk)
+            .unwrap_or_else(|| panic!("{disk} of {} is orphaned", r.name()));
+        assert_eq!(orphan.instance, r.name());
+        assert!(
+            sim.cloud
+                .disk(&kubosh_cloud::DiskCid(disk.clone()))
+                .is_some()
+        );
+        assert!(sim.cloud.vm(&VmCid(Sim::vm_cid(r))).is_none());
+    }
+    assert_eq!(sim.cloud.inventory().vms.len(), 2 + 2 + 2);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_property_change_restarts_only_its_group_canary_first_within_max_in_flight() {
+    let sim = Sim::new();
+    let with_greeting = |greeting: &str| {
+        let mut m = manifest();
+        let web = group_mut(&mut m, "web");
+        web["instances"] = json!(10);
+        web["azs"] = json!(["z1"]);
+        web["jobs"] = json!([hello_job("web", greeting)]);
+        web["update"] = json!({"canaries": 1, "max_in_flight": 3});
+        m
+    };
+    sim.deploy(with_greeting("Hello")).await;
+    let before = sim.state();
+    let others: Vec<InstanceRecord> = sim
+        .group("api")
+        .into_iter()
+        .chain(sim.group("worker"))
+        .collect();
+    // Applying takes 5 s, so updates overlap.
+    sim.agents.set_latency("apply", Duration::from_secs(5));
+    sim.reset_calls();
+    let events_before = sim.events.lines().len();
+
+    let report = sim.deploy(with_greeting("Howdy")).await;
+    assert_eq!(report.updated.len(), 10, "{report:?}");
+    assert!(report.updated.iter().all(|n| n.starts_with("web/")));
+    assert!(
+        report
+            .plan
+            .iter()
+            .filter(|p| p.instance.starts_with("web/"))
+            .all(|p| p.action == "update" && p.changes == vec!["configuration"]),
+        "{report:?}"
+    );
+    assert_eq!(sim.cloud.counts(), BTreeMap::new(), "no VM is touched");
+    // The other groups' agents were asked their state and ran post-deploy (every instance
+    // does once a deploy changed something), nothing else.
+    let calls = sim.agents.calls();
+    for other in &others {
+        let id = Sim::agent_id(other);
+        let methods: Vec<&str> = calls
+            .iter()
+            .filter(|c| c.target == id)
+            .map(|c| c.method.as_str())
+            .collect();
+        assert!(
+            methods
+                .iter()
+                .all(|m| ["get_state", "sync_dns", "run_script", "get_task"].contains(m)),
+            "{}: {methods:?}",
+            other.name()
+        );
+        let agent = sim.agents.agent(&id).unwrap();
+        assert_eq!(
+            agent.scripts.last().map(String::as_str),
+            Some("post-deploy"),
+            "{}",
+            other.name()
+        );
+    }
+    let after = sim.state();
+    for other in &others {
+        assert_eq!(after.instances[&other.uuid], before.instances[&other.uuid]);
+    }
+
+    // The order of the log: the canary alone, then never more than 3 at once.
+    let log = EventLog::new();
+    for line in sim.events.lines().into_iter().skip(events_before) {
+        kubosh_engine::EventSink::emit(&log, line);
+    }
+    let events = update_events(&log, "web");
+    assert_eq!(events.len(), 20, "{events:?}");
+    let canary = &events[0].0;
+    assert!(canary.ends_with("(canary)"), "{events:?}");
+    assert!(
+        canary.contains("(0)"),
+        "the bootstrap instance is the canary"
+    );
+    assert_eq!(events[1], (canary.clone(), State::Finished), "{events:?}");
+    assert_eq!(max_open(&events), 3, "{events:?}");
+    // Work-conserving: after the canary, three start before any finishes.
+    assert!(
+        events[2..5].iter().all(|(_, s)| *s == State::Started),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_stemcell_recreates_every_vm_and_a_subnet_change_recreates_its_instances() {
+    let mut sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let before = sim.state();
+    let newer = stemcell(sim.dir.path(), "1.1");
+    sim.stemcells.push(newer);
+
+    let report = sim.deploy(manifest()).await;
+    assert_eq!(report.updated.len(), 7, "{report:?}");
+    assert!(
+        report.plan.iter().all(|p| p.changes.contains(&"stemcell")),
+        "{report:?}"
+    );
+    let after = sim.state();
+    for (uuid, old) in &before.instances {
+        let new = &after.instances[uuid];
+        let (old_vm, new_vm) = (old.vm.as_ref().unwrap(), new.vm.as_ref().unwrap());
+        assert_ne!(old_vm.cid, new_vm.cid, "{} is recreated", old.name());
+        assert_eq!(new_vm.stemcell, "bosh-sim-ubuntu-jammy/1.1");
+        assert_eq!(new.ips, old.ips, "{} keeps its addresses", old.name());
+        assert_eq!(new.disks, old.disks, "{} keeps its disks", old.name());
+    }
+    sim.assert_no_leak();
+
+    // The z2 subnet of the manual network gets new cloud properties: the instances on it
+    // are recreated, nothing else.
+    let on_z2: BTreeSet<String> = after
+        .instances
+        .values()
+        .filter(|i| i.az.as_deref() == Some("z2") && i.ips.contains_key("default"))
+        .map(|i| i.uuid.clone())
+        .collect();
+    assert!(!on_z2.is_empty());
+    let mut cloud = cloud_config();
+    cloud["networks"][0]["subnets"][1]["cloud_properties"] = json!({"subnet": "s2-new"});
+    let request = DeployRequest {
+        cloud_config: cloud.clone(),
+        ..sim.request(manifest())
+    };
+    let report = sim.deploy_with(&sim.engine, &request).await;
+    let updated: BTreeSet<String> = report
+        .updated
+        .iter()
+        .map(|n| n.split(['/', ' ']).nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(updated, on_z2, "{report:?}");
+    let recreated = sim.state();
+    for (uuid, i) in &recreated.instances {
+        let moved = i.vm != after.instances[uuid].vm;
+        assert_eq!(moved, on_z2.contains(uuid), "{}", i.name());
+        assert_eq!(i.ips, after.instances[uuid].ips);
+    }
+    for uuid in &on_z2 {
+        let vm = sim
+            .cloud
+            .vm(&VmCid(Sim::vm_cid(&recreated.instances[uuid])))
+            .unwrap();
+        assert_eq!(
+            vm.networks["default"]["cloud_properties"],
+            json!({"subnet": "s2-new"})
+        );
+    }
+    sim.assert_no_leak();
+
+    // A new static address for api/1: it alone is recreated, on the new address.
+    let api1 = sim.group("api")[1].clone();
+    let mut m = manifest();
+    group_mut(&mut m, "api")["networks"][0]["static_ips"] = json!(["10.0.1.50", "10.0.1.52"]);
+    let request = DeployRequest {
+        cloud_config: cloud,
+        ..sim.request(m)
+    };
+    let report = sim.deploy_with(&sim.engine, &request).await;
+    assert_eq!(report.updated, vec![api1.display_name()], "{report:?}");
+    let moved = &sim.state().instances[&api1.uuid];
+    assert_eq!(moved.ips["default"].ip, "10.0.1.52");
+    assert_ne!(moved.vm, api1.vm);
+    assert_eq!(moved.disks, api1.disks);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bigger_disk_carries_the_data_over_and_orphans_the_old_disk() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web = sim.group("web");
+    for i in &web {
+        sim.agents
+            .write_store_file(
+                &Sim::agent_id(i),
+                "data/marker",
+                &format!("from {}", i.uuid),
+            )
+            .unwrap();
+    }
+
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    let report = sim.deploy(m).await;
+    assert_eq!(report.updated.len(), 3, "{report:?}");
+    assert!(
+        report
+            .plan
+            .iter()
+            .filter(|p| p.instance.starts_with("web/"))
+            .all(|p| p.action == "update" && p.changes == vec!["persistent_disk"]),
+        "{report:?}"
+    );
+    let state = sim.state();
+    for old in &web {
+        let new = &state.instances[&old.uuid];
+        assert_eq!(new.vm, old.vm, "a disk change keeps the VM");
+        assert_eq!(new.disks.len(), 1);
+        assert_eq!(new.disks[0].size_mib, 4096);
+        assert_ne!(new.disks[0].cid, old.disks[0].cid);
+        assert_eq!(
+            sim.agents
+                .read_store_file(&Sim::agent_id(new), "data/marker")
+                .unwrap(),
+            Some(format!("from {}", old.uuid))
+        );
+        let orphan = &state.orphaned_disks[&old.disks[0].cid];
+        assert_eq!(orphan.instance, old.name());
+        assert_eq!(
+            sim.cloud
+                .disk_files(&kubosh_cloud::DiskCid(old.disks[0].cid.clone()))
+                .unwrap()["data/marker"],
+            format!("from {}", old.uuid),
+            "the orphaned disk keeps its data"
+        );
+    }
+    assert_eq!(state.orphaned_disks.len(), 3);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_group_loses_its_vms_and_its_disks_are_orphaned() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let api = sim.group("api");
+    let mut m = manifest();
+    m["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["name"] != "api");
+    let report = sim.deploy(m).await;
+    let mut expected: Vec<String> = api.iter().map(InstanceRecord::display_name).collect();
+    expected.sort();
+    assert_eq!(report.deleted, expected);
+    assert!(report.updated.is_empty(), "{report:?}");
+    let state = sim.state();
+    assert!(state.instances.values().all(|i| i.group != "api"));
+    for i in &api {
+        assert!(sim.cloud.vm(&VmCid(Sim::vm_cid(i))).is_none());
+        assert!(state.orphaned_disks.contains_key(&i.disks[0].cid));
+        assert!(sim.agents.agent(&Sim::agent_id(i)).is_none());
+    }
+    assert_eq!(sim.cloud.inventory().vms.len(), 5);
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_deployment_shares_one_dns_dataset_and_every_agent_receives_it() {
+    let sim = Sim::new();
+    let registry = Arc::new(MemoryDnsRegistry::default());
+    let mut first = sim.engine.clone();
+    first.config.dns_registry = Some(registry.clone());
+    // The deployments share the compilation network too.
+    first.config.ip_registry = Some(Arc::new(MemoryIpRegistry::default()));
+    sim.deploy_with(&first, &sim.request(manifest())).await;
+    let first_version = sim.state().meta.dns_version;
+
+    // A second deployment on the same director: its own state, the shared registry.
+    let other_store = MemoryStore::new();
+    let mut second = first.clone();
+    second.store = Arc::new(other_store.clone());
+    let other = json!({
+        "name": "other",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {"canaries": 1, "max_in_flight": 1,
+                   "canary_watch_time": 1000, "update_watch_time": 1000},
+        "instance_groups": [{
+            "name": "solo", "instances": 1, "azs": ["z1"], "vm_type": "small",
+            "stemcell": "default", "networks": [{"name": "dyn"}],
+            "jobs": [hello_job("solo", "Hey")],
+        }],
+    });
+    sim.deploy_with(&second, &sim.request(other)).await;
+    let other_meta = other_store.snapshot().meta;
+    assert!(
+        other_meta.dns_version > first_version,
+        "a later blob has a higher version, whichever deployment made it"
+    );
+
+    // Every agent of both deployments was sent the new dataset.
+    let agents = sim.agents.agent_ids();
+    assert_eq!(agents.len(), 8, "7 instances of sim and 1 of other");
+    for agent in &agents {
+        assert_eq!(
+            sim.agents.agent(agent).unwrap().dns_version,
+            Some(other_meta.dns_version),
+            "agent {agent}"
+        );
+    }
+    // And it names the instances of both.
+    let blob_id = other_meta.dns_blob.clone().unwrap();
+    // Blob ids are the sha256 of the content.
+    let digest: kubosh_core::digest::MultiDigest = format!("sha256:{blob_id}").parse().unwrap();
+    let blob = first.blobstore.get_bytes(&blob_id, &digest).await.unwrap();
+    let blob: Value = serde_json::from_slice(&blob).unwrap();
+    let deployments: BTreeSet<&str> = blob["record_infos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row[8].as_str().unwrap())
+        .collect();
+    assert_eq!(deployments, BTreeSet::from(["other", "sim"]));
+    assert_eq!(blob["version"], other_meta.dns_version);
+}
+
+/// A one-group deployment `name` of `instances` on the manual network of [`cloud_config`].
+fn small_deployment(name: &str, instances: u64, static_ips: &[&str]) -> Value {
+    let mut network = json!({"name": "default"});
+    if !static_ips.is_empty() {
+        network["static_ips"] = json!(static_ips);
+    }
+    json!({
+        "name": name,
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {"canaries": 1, "max_in_flight": 1,
+                   "canary_watch_time": 1000, "update_watch_time": 1000},
+        "instance_groups": [{
+            "name": "solo", "instances": instances, "azs": ["z1"], "vm_type": "small",
+            "stemcell": "default", "networks": [network],
+            "jobs": [hello_job("solo", "Hey")],
+        }],
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn deployments_sharing_a_network_never_share_an_address() {
+    let sim = Sim::new();
+    let registry = Arc::new(MemoryIpRegistry::default());
+    let mut first = sim.engine.clone();
+    first.config.ip_registry = Some(registry.clone());
+    sim.deploy_with(&first, &sim.request(manifest())).await;
+    let taken: BTreeSet<String> = sim
+        .state()
+        .instances
+        .values()
+        .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
+        .collect();
+    assert!(taken.contains("10.0.1.10") && taken.contains("10.0.1.50"));
+
+    let other_store = MemoryStore::new();
+    let mut second = first.clone();
+    second.store = Arc::new(other_store.clone());
+    // A static address the first deployment holds: the Director's 130008, nothing made.
+    let vms_before = sim.cloud.inventory().vms.len();
+    let err = second
+        .deploy(&sim.request(small_deployment("other", 1, &["10.0.1.50"])))
+        .await
+        .expect_err("the address is taken");
+    let text = err.to_string();
+    assert!(
+        text.contains("Failed to reserve IP '10.0.1.50/32'")
+            && text.contains("from deployment 'sim'"),
+        "{text}"
+    );
+    assert_eq!(sim.cloud.inventory().vms.len(), vms_before);
+    assert!(other_store.snapshot().instances.is_empty());
+
+    // Dynamic addresses go around the first deployment's.
+    sim.deploy_with(&second, &sim.request(small_deployment("other", 3, &[])))
+        .await;
+    let theirs: BTreeSet<String> = other_store
+        .snapshot()
+        .instances
+        .values()
+        .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
+        .collect();
+    assert_eq!(theirs.len(), 3);
+    assert!(theirs.is_disjoint(&taken), "{theirs:?} vs {taken:?}");
+
+    // Scaling the first deployment down frees addresses the other may then take.
+    let mut smaller = manifest();
+    group_mut(&mut smaller, "api")["instances"] = json!(1);
+    group_mut(&mut smaller, "api")["networks"][0]["static_ips"] = json!(["10.0.1.50"]);
+    sim.deploy_with(&first, &sim.request(smaller)).await;
+    let other_view = registry.held_elsewhere("other").await.unwrap();
+    assert!(other_view.iter().all(|r| r.ip.to_string() != "10.0.1.51"));
+    // The cloud holds the VMs of both deployments, nothing else.
+    let recorded = sim.state().instances.len() + other_store.snapshot().instances.len();
+    assert_eq!(sim.cloud.inventory().vms.len(), recorded);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_canary_that_never_runs_fails_the_deploy_and_leaves_the_others_alone() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let before = sim.state();
+    let web = sim.group("web");
+    let canary = web.iter().find(|i| i.bootstrap).unwrap().clone();
+    sim.agents
+        .set_jobs_never_running(&Sim::agent_id(&canary), true)
+        .unwrap();
+    let mut m = manifest();
+    group_mut(&mut m, "web")["jobs"] = json!([hello_job("web", "Howdy")]);
+    m["update"]["canary_watch_time"] = json!("1000-10000");
+    sim.reset_calls();
+    let start = tokio::time::Instant::now();
+    let err = sim.engine.deploy(&sim.request(m)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "'{}' is not running after update. Review logs for failed jobs: hello",
+            canary.display_name()
+        )
+    );
+    assert_eq!(err.code(), 400_007);
+    // The canary watch time bounds the wait.
+    assert!(
+        start.elapsed() >= Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(12),
+        "{:?}",
+        start.elapsed()
+    );
+    let after = sim.state();
+    assert!(
+        !after.instances[&canary.uuid].update_completed,
+        "the canary is dirty"
+    );
+    for (uuid, i) in &before.instances {
+        if *uuid != canary.uuid {
+            assert_eq!(&after.instances[uuid], i, "{} is untouched", i.name());
+        }
+    }
+    let calls = sim.agents.calls();
+    let canary_agent = Sim::agent_id(&canary);
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c.target != canary_agent)
+            .all(|c| c.method == "get_state"),
+        "{calls:?}"
+    );
+    assert!(sim.events.lines().iter().any(|l| matches!(l,
+        EventLine::Error(e) if e.error.code == 400_007)));
+    sim.assert_no_leak();
+}
+
+/// Drops a deploy at growing virtual deadlines: each time the next full deploy converges
+/// to what an uninterrupted one gives, and nothing leaks.
+#[tokio::test(start_paused = true)]
+async fn an_interrupted_deploy_is_finished_by_the_next_one_without_leaks() {
+    let latencies = |sim: &Sim| {
+        sim.cloud.set_latency("create_vm", Duration::from_secs(20));
+        sim.cloud.set_latency("delete_vm", Duration::from_secs(5));
+        sim.cloud.set_latency("create_disk", Duration::from_secs(3));
+        sim.cloud.set_latency("attach_disk", Duration::from_secs(2));
+        sim.cloud
+            .set_latency("create_stemcell", Duration::from_secs(4));
+        sim.agents.set_latency("apply", Duration::from_secs(3));
+        sim.agents
+            .set_latency("compile_package", Duration::from_secs(7));
+        sim.agents
+            .set_latency("migrate_disk", Duration::from_secs(4));
+    };
+    // An update that recreates VMs and replaces disks, from a deployed start.
+    let changed = || {
+        let mut m = manifest();
+        group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+        group_mut(&mut m, "web")["instances"] = json!(5);
+        group_mut(&mut m, "worker")["instances"] = json!(1);
+        m
+    };
+    for fresh in [true, false] {
+        let mut interrupted_at = Vec::new();
+        let mut deadline = Duration::ZERO;
+        loop {
+            let mut sim = Sim::new();
+            sim.engine.config.recovery_wait = Duration::from_secs(5);
+            latencies(&sim);
+            let target = if fresh {
+                manifest()
+            } else {
+                sim.deploy(manifest()).await;
+                sim.stemcells.push(stemcell(sim.dir.path(), "1.1"));
+                changed()
+            };
+            let request = sim.request(target.clone());
+            let dropped = tokio::time::timeout(deadline, sim.engine.deploy(&request))
+                .await
+                .is_err();
+            let report = sim.deploy(target).await;
+            sim.assert_no_leak();
+            let state = sim.state();
+            let expected = if fresh { 3 + 2 + 2 } else { 5 + 2 + 1 };
+            assert_eq!(state.instances.len(), expected);
+            assert!(state.instances.values().all(|i| i.update_completed));
+            for i in state.instances.values() {
+                let agent = sim.agents.agent(&Sim::agent_id(i)).unwrap();
+                assert!(agent.started, "{} runs", i.name());
+                assert_eq!(agent.spec["id"], json!(i.uuid));
+                let vm = i.vm.as_ref().unwrap();
+                assert_eq!(
+                    vm.stemcell,
+                    if fresh {
+                        "bosh-sim-ubuntu-jammy/1.0"
+                    } else {
+                        "bosh-sim-ubuntu-jammy/1.1"
+                    }
+                );
+                if i.group == "web" {
+                    assert_eq!(i.disks[0].size_mib, if fresh { 1024 } else { 4096 });
+                    assert_eq!(agent.store.as_ref(), Some(&i.disks[0].cid));
+                }
+            }
+            // Once the deploy ran to the end, the next one has nothing to do.
+            if !dropped {
+                assert!(report.noop, "{report:?}");
+                break;
+            }
+            interrupted_at.push(deadline);
+            deadline += Duration::from_secs(7);
+        }
+        assert!(
+            interrupted_at.len() >= 10,
+            "interrupted at only {interrupted_at:?}"
+        );
+    }
+}
+
+/// The IPv4 addresses of a VM's networks.
+fn vm_ips(networks: &serde_json::Map<String, Value>) -> Vec<String> {
+    networks
+        .values()
+        .filter_map(|n| n.get("ip")?.as_str().map(String::from))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn compilation_workers_reserve_addresses_apart_from_every_instance() {
+    let sim = Sim::new();
+    // Compiling takes a while, so the workers can be seen while they exist.
+    sim.agents
+        .set_latency("compile_package", Duration::from_secs(30));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let request = sim.request(manifest());
+    let deploy = async {
+        let report = sim.deploy_with(&sim.engine, &request).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        report
+    };
+    let watch = async {
+        let mut seen: BTreeMap<String, (Value, Vec<String>)> = BTreeMap::new();
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            for vm in sim.cloud.inventory().vms {
+                if vm.metadata.contains_key("compiling") {
+                    seen.insert(
+                        vm.cid.clone(),
+                        (Value::Object(vm.networks.clone()), vm_ips(&vm.networks)),
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        seen
+    };
+    let (report, workers) = tokio::join!(deploy, watch);
+    assert_eq!(report.compiled, 2);
+    assert!(!workers.is_empty(), "no compilation VM was seen");
+    let instance_ips: BTreeSet<String> = sim
+        .state()
+        .instances
+        .values()
+        .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
+        .collect();
+    for (cid, (networks, ips)) in &workers {
+        // A manual reservation in the compilation AZ's subnet, with the subnet's settings.
+        let settings = &networks["default"];
+        assert_eq!(settings["type"], "manual", "{cid}: {networks}");
+        assert_eq!(settings["netmask"], "255.255.255.0");
+        assert_eq!(settings["gateway"], "10.0.1.1");
+        assert_eq!(settings["cloud_properties"], json!({"subnet": "s1"}));
+        assert_eq!(ips.len(), 1);
+        let ip = &ips[0];
+        let host: u8 = ip.strip_prefix("10.0.1.").unwrap().parse().unwrap();
+        assert!(
+            (10..=254).contains(&host) && !(50..=60).contains(&host),
+            "{ip}: outside the reserved and static ranges"
+        );
+        assert!(!instance_ips.contains(ip), "{ip} is an instance's address");
+    }
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web0 = sim.group("web").remove(0);
+    let disk = kubosh_cloud::DiskCid(web0.disks[0].cid.clone());
+    sim.cloud
+        .write_disk_file(&disk, "marker", "keep me")
+        .unwrap();
+    let old_vm = Sim::vm_cid(&web0);
+    kubosh_cloud::Cloud::delete_vm(sim.cloud.as_ref(), &VmCid(old_vm.clone()))
+        .await
+        .unwrap();
+
+    let report = sim.deploy(manifest()).await;
+    assert_eq!(report.updated, vec![web0.display_name()], "{report:?}");
+    let after = sim.group("web").remove(0);
+    assert_ne!(Sim::vm_cid(&after), old_vm, "a new VM");
+    assert_eq!(after.disks, web0.disks, "the same disk");
+    assert_eq!(after.ips, web0.ips, "the same address");
+    assert!(after.update_completed);
+    assert_eq!(
+        sim.cloud
+            .disk_files(&disk)
+            .unwrap()
+            .get("marker")
+            .map(String::as_str),
+        Some("keep me")
+    );
+    let warning = format!(
+        "VM for '{}' with cloud ID '{old_vm}' missing.",
+        web0.display_name()
+    );
+    assert!(sim.event_text().contains(&warning), "{}", sim.event_text());
+    sim.assert_no_leak();
+
+    // An agent that does not answer on a VM the cloud still has: BOSH's timeout, as before.
+    let web1 = sim.group("web").remove(1);
+    sim.cloud
+        .set_agent_unresponsive(&VmCid(Sim::vm_cid(&web1)), true)
+        .unwrap();
+    let mut changed = manifest();
+    group_mut(&mut changed, "web")["jobs"][0]["properties"]["hello"]["greeting"] = json!("Hey");
+    let err = sim.engine.deploy(&sim.request(changed)).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Timed out sending 'get_state' to instance: 'web/"),
+        "{err}"
+    );
+    assert_eq!(sim.group("web")[1].vm, web1.vm, "nothing changed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
+    let mut sim = Sim::new();
+    sim.engine.config.trusted_certs = "-----BEGIN CERTIFICATE-----\nCA\n".into();
+    sim.engine.config.agent_env = Some(Arc::new(|agent_id: &str| {
+        kubosh_engine::vm::mbus_cert_env("nats-ca", &format!("cert-{agent_id}"), "key")
+    }));
+    let mut m = manifest();
+    m["tags"] = json!({"team": "blue", "director": "not-this"});
+    let env = json!({"bosh": {
+        "password": "$6$hash", "keep_root_password": true, "remove_dev_tools": true,
+        "authorized_keys": ["ssh-ed25519 AAAA"],
+        "mbus": {"urls": ["nats://elsewhere:4222"]},
+    }});
+    {
+        let worker = group_mut(&mut m, "worker");
+        worker.as_object_mut().unwrap().remove("vm_type");
+        worker["vm_resources"] = json!({"cpu": 2, "ram": 1024, "ephemeral_disk_size": 4096});
+        worker["vm_extensions"] = json!([]);
+        worker["env"] = env.clone();
+        worker["persistent_disks"] = json!([{"name": "data", "type": "small"}]);
+    }
+    sim.deploy(m.clone()).await;
+
+    let worker = sim.group("worker");
+    // One calculate_vm_cloud_properties call for the one distinct vm_resources.
+    assert_eq!(sim.cloud.count("calculate_vm_cloud_properties"), 1);
+    for w in &worker {
+        let vm = sim.cloud.vm(&VmCid(Sim::vm_cid(w))).unwrap();
+        let zone = if w.az.as_deref() == Some("z1") {
+            "a"
+        } else {
+            "b"
+        };
+        assert_eq!(
+            Value::Object(vm.cloud_properties.clone()),
+            json!({"zone": zone, "cpu": 2, "ram": 1024, "ephemeral_disk_size": 4096}),
+            "the AZ's, then the calculated ones"
+        );
+        // The group's env verbatim, the agent's NATS certificate merged under bosh.mbus.
+        let mut expected = env.clone();
+        expected["bosh"]["mbus"]["cert"] = json!({
+            "ca": "nats-ca", "certificate": format!("cert-{}", Sim::agent_id(w)),
+            "private_key": "key",
+        });
+        assert_eq!(Value::Object(vm.env.clone()), expected);
+        // Tags under the director's own keys.
+        assert_eq!(vm.metadata["team"], "blue");
+        assert_eq!(vm.metadata["director"], "kubosh");
+        assert_eq!(vm.metadata["deployment"], "sim");
+        assert_eq!(vm.metadata["id"], w.uuid.as_str());
+        assert_eq!(vm.metadata["index"], w.index.to_string());
+        assert_eq!(vm.metadata["name"], format!("worker/{}", w.uuid));
+        let created = vm.metadata["created_at"].as_str().unwrap();
+        assert_eq!(created.len(), 20, "{created}");
+        assert!(created.ends_with('Z'), "{created}");
+        // update_settings came before the first apply, with the trusted certificates.
+        let agent = sim.agents.agent(&Sim::agent_id(w)).unwrap();
+        assert_eq!(
+            agent.settings,
+            Some(
+                json!({"trusted_certs": "-----BEGIN CERTIFICATE-----\nCA\n", "disk_associations": []})
+            )
+        );
+    }
+
+    // A recreated worker gets its named disk back and associated by name.
+    let mut request = sim.request(m.clone());
+    request.requests.recreate = true;
+    sim.deploy_with(&sim.engine, &request).await;
+    for w in sim.group("worker") {
+        let agent = sim.agents.agent(&Sim::agent_id(&w)).unwrap();
+        assert_eq!(
+            agent.settings.unwrap()["disk_associations"],
+            json!([{"name": "data", "cid": w.disks[0].cid}])
+        );
+    }
+    // One more call for the second deploy.
+    assert_eq!(sim.cloud.count("calculate_vm_cloud_properties"), 2);
+    sim.assert_no_leak();
+}
+
+// ---- persistent disks: snapshots, recovery by request id, sync check, in-place changes ----
+
+/// `manifest()` with web's job saying `greeting` (a change that restarts web only).
+fn web_says(greeting: &str) -> Value {
+    let mut m = manifest();
+    group_mut(&mut m, "web")["jobs"] = json!([hello_job("web", greeting)]);
+    m
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshots_are_taken_when_an_update_stops_an_instance_and_go_with_its_disk() {
+    let mut sim = Sim::new();
+    sim.engine.config.snapshots_enabled = true;
+    sim.deploy(manifest()).await;
+    assert_eq!(
+        sim.cloud.count("snapshot_disk"),
+        0,
+        "nothing ran before the first deploy"
+    );
+    let web = sim.group("web");
+
+    sim.deploy(web_says("Howdy")).await;
+    assert_eq!(sim.cloud.count("snapshot_disk"), 3, "one per web disk");
+    let state = sim.state();
+    let inventory = sim.cloud.inventory();
+    assert_eq!(inventory.snapshots.len(), 3);
+    for old in &web {
+        let disk = &state.instances[&old.uuid].disks[0];
+        assert_eq!(disk.snapshots.len(), 1, "{}", old.name());
+        let snapshot = inventory
+            .snapshots
+            .iter()
+            .find(|s| s.cid == disk.snapshots[0])
+            .unwrap();
+        assert_eq!(snapshot.disk_cid, disk.cid);
+        assert_eq!(
+            Value::Object(snapshot.metadata.clone()),
+            json!({
+                "deployment": "sim", "job": "web", "index": old.index,
+                "director_name": "kubosh", "director_uuid": "kubosh",
+                "agent_id": Sim::agent_id(old), "instance_id": old.uuid,
+            })
+        );
+    }
+    assert!(state.intents.is_empty());
+
+    // A bigger disk: another snapshot when web stops, then the old disk is orphaned with
+    // both of its snapshots; the new disk has none yet.
+    let mut m = web_says("Howdy");
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m).await;
+    let state = sim.state();
+    for old in &web {
+        let orphan = &state.orphaned_disks[&old.disks[0].cid];
+        assert_eq!(orphan.disk.snapshots.len(), 2, "{}", old.name());
+        assert!(state.instances[&old.uuid].disks[0].snapshots.is_empty());
+    }
+    assert_eq!(sim.cloud.inventory().snapshots.len(), 6);
+    sim.assert_no_leak();
+
+    // Deleting an orphaned disk deletes its snapshots first.
+    let cid = web[0].disks[0].cid.clone();
+    let snapshots = state.orphaned_disks[&cid].disk.snapshots.clone();
+    sim.engine.delete_orphaned_disk(&cid).await.unwrap();
+    let inventory = sim.cloud.inventory();
+    assert_eq!(inventory.snapshots.len(), 4);
+    assert!(
+        inventory
+            .snapshots
+            .iter()
+            .all(|s| !snapshots.contains(&s.cid))
+    );
+    assert!(!sim.state().orphaned_disks.contains_key(&cid));
+    sim.assert_no_leak();
+    // An unknown disk is nothing to delete.
+    sim.engine
+        .delete_orphaned_disk("no-such-disk")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovery_keeps_the_snapshots_a_disk_lists_and_deletes_the_others() {
+    use kubosh_cloud::Cloud as _;
+    use kubosh_engine::state::{Intent, IntentKind, StateStore as _, Write};
+    let mut sim = Sim::new();
+    sim.engine.config.snapshots_enabled = true;
+    sim.deploy(manifest()).await;
+    sim.deploy(web_says("Howdy")).await;
+    let web0 = sim.group("web")[0].clone();
+    let disk = web0.disks[0].cid.clone();
+    let listed = web0.disks[0].snapshots[0].clone();
+    // A run that died after snapshot_disk answered, before the disk's record listed it.
+    let stray = sim
+        .cloud
+        .snapshot_disk(&kubosh_cloud::DiskCid(disk.clone()), &Default::default())
+        .await
+        .unwrap();
+    for (id, cid) in [
+        ("listed", Some(listed.clone())),
+        ("stray", Some(stray.0.clone())),
+        ("unanswered", None),
+    ] {
+        sim.store
+            .write(&Write::Intent(Intent {
+                id: id.into(),
+                kind: IntentKind::SnapshotDisk { disk: disk.clone() },
+                cid,
+            }))
+            .await
+            .unwrap();
+    }
+    sim.deploy(web_says("Howdy")).await;
+    let inventory = sim.cloud.inventory();
+    let cids: BTreeSet<String> = inventory.snapshots.iter().map(|s| s.cid.clone()).collect();
+    assert!(cids.contains(&listed));
+    assert!(!cids.contains(&stray.0));
+    assert_eq!(cids.len(), 3);
+    sim.assert_no_leak();
+}
+
+/// A pending `create_disk` intent without a CID, whose disk the cloud did make (the run died
+/// before the answer), as the next deploy finds it.
+async fn an_unanswered_disk_creation(sim: &Sim) -> kubosh_cloud::DiskCid {
+    use kubosh_cloud::Cloud as _;
+    use kubosh_engine::state::{Intent, IntentKind, StateStore as _, Write};
+    let web0 = sim.group("web")[0].clone();
+    let intent = Intent {
+        id: "intent-unanswered".into(),
+        kind: IntentKind::CreateDisk {
+            instance: web0.uuid.clone(),
+            name: String::new(),
+        },
+        cid: None,
+    };
+    sim.store
+        .write(&Write::Intent(intent.clone()))
+        .await
+        .unwrap();
+    sim.cloud
+        .create_disk_with_request_id(
+            &kubosh_cloud::CreateDisk {
+                size_mib: 4096,
+                cloud_properties: Default::default(),
+                vm_cid: Some(VmCid(Sim::vm_cid(&web0))),
+            },
+            &intent.id,
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_disk_whose_creation_was_never_answered_is_found_by_request_id_and_deleted() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let made = an_unanswered_disk_creation(&sim).await;
+    sim.deploy(manifest()).await;
+    assert!(sim.cloud.disk(&made).is_none(), "the found disk is deleted");
+    assert_eq!(sim.cloud.count("kubosh_find_disk"), 1);
+    assert!(!sim.event_text().contains("cannot be found"));
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cloud_that_cannot_find_disks_by_request_id_gets_the_old_warning() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let made = an_unanswered_disk_creation(&sim).await;
+    sim.cloud.inject(
+        "kubosh_find_disk",
+        kubosh_sim::CloudFault::fail(
+            kubosh_cloud::ErrorKind::NotImplemented,
+            "Must call implemented method: Unknown method 'kubosh_find_disk'",
+            false,
+        ),
+    );
+    sim.deploy(manifest()).await;
+    assert!(
+        sim.event_text().contains(
+            "the cloud did not report its CID, so it cannot be found: check the cloud for an unattached disk"
+        ),
+        "{}",
+        sim.event_text()
+    );
+    assert!(sim.state().intents.is_empty(), "the intent is settled");
+    assert!(sim.cloud.disk(&made).is_some(), "nobody could find it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_without_its_disk_gets_it_back_before_the_disk_changes() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web0 = sim.group("web")[0].clone();
+    let agent_id = Sim::agent_id(&web0);
+    sim.agents
+        .write_store_file(&agent_id, "data/marker", "keep me")
+        .unwrap();
+    sim.agents
+        .client(agent_id.clone())
+        .unmount_disk(&web0.disks[0].cid)
+        .await
+        .unwrap();
+    assert_eq!(sim.agents.agent(&agent_id).unwrap().store, None);
+
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m).await;
+    let now = &sim.state().instances[&web0.uuid];
+    assert_eq!(now.disks[0].size_mib, 4096);
+    assert_eq!(
+        sim.agents
+            .read_store_file(&agent_id, "data/marker")
+            .unwrap(),
+        Some("keep me".into()),
+        "the disk was mounted again, so its data moved to the new disk"
+    );
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_with_another_disk_mounted_fails_the_disk_change_as_out_of_sync() {
+    use kubosh_cloud::Cloud as _;
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let web0 = sim.group("web")[0].clone();
+    let vm = VmCid(Sim::vm_cid(&web0));
+    let other = sim
+        .cloud
+        .create_disk(&kubosh_cloud::CreateDisk {
+            size_mib: 10,
+            cloud_properties: Default::default(),
+            vm_cid: None,
+        })
+        .await
+        .unwrap();
+    let hint = sim.cloud.attach_disk(&vm, &other).await.unwrap().unwrap();
+    let agent = sim.agents.client(Sim::agent_id(&web0));
+    agent
+        .add_persistent_disk(other.as_str(), &serde_json::from_value(hint.0).unwrap())
+        .await
+        .unwrap();
+    agent.unmount_disk(&web0.disks[0].cid).await.unwrap();
+    agent.mount_disk(other.as_str()).await.unwrap();
+
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    let err = sim.engine.deploy(&sim.request(m)).await.unwrap_err();
+    assert_eq!(err.code(), 400_010);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "'{}' has invalid disks: agent reports '{other}' while director record shows '{}'",
+            web0.display_name(),
+            web0.disks[0].cid
+        )
+    );
+    assert_eq!(
+        sim.state().instances[&web0.uuid].disks,
+        web0.disks,
+        "nothing changed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_cpi_resize_a_bigger_disk_grows_in_place() {
+    let mut sim = Sim::new();
+    sim.engine.config.enable_cpi_resize_disk = true;
+    sim.deploy(manifest()).await;
+    let web = sim.group("web");
+    for i in &web {
+        sim.agents
+            .write_store_file(&Sim::agent_id(i), "data/marker", &i.uuid)
+            .unwrap();
+    }
+    sim.cloud.reset_calls();
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    let report = sim.deploy(m).await;
+    assert_eq!(report.updated.len(), 3, "{report:?}");
+    assert_eq!(sim.cloud.count("resize_disk"), 3);
+    assert_eq!(sim.cloud.count("create_disk"), 0);
+    let state = sim.state();
+    assert!(state.orphaned_disks.is_empty());
+    for old in &web {
+        let now = &state.instances[&old.uuid];
+        assert_eq!(now.disks[0].cid, old.disks[0].cid, "the same disk");
+        assert_eq!(now.disks[0].size_mib, 4096);
+        assert_eq!(
+            sim.cloud
+                .disk(&kubosh_cloud::DiskCid(now.disks[0].cid.clone()))
+                .unwrap()
+                .size_mib,
+            4096
+        );
+        assert_eq!(
+            sim.agents
+                .read_store_file(&Sim::agent_id(now), "data/marker")
+                .unwrap(),
+            Some(old.uuid.clone())
+        );
+    }
+    sim.assert_no_leak();
+    // And the next deploy of the same manifest has nothing to do.
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    assert!(sim.deploy(m).await.noop);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cpi_without_resize_gets_the_disk_copied_instead() {
+    let mut sim = Sim::with_config(SimConfig {
+        resize_disk: false,
+        ..SimConfig::default()
+    });
+    sim.engine.config.enable_cpi_resize_disk = true;
+    sim.deploy(manifest()).await;
+    let web = sim.group("web");
+    for i in &web {
+        sim.agents
+            .write_store_file(&Sim::agent_id(i), "data/marker", &i.uuid)
+            .unwrap();
+    }
+    sim.cloud.reset_calls();
+    let mut m = manifest();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m).await;
+    assert_eq!(sim.cloud.count("resize_disk"), 3, "tried first");
+    assert_eq!(sim.cloud.count("create_disk"), 3);
+    let state = sim.state();
+    for old in &web {
+        let now = &state.instances[&old.uuid];
+        assert_ne!(now.disks[0].cid, old.disks[0].cid);
+        assert!(state.orphaned_disks.contains_key(&old.disks[0].cid));
+        assert_eq!(
+            sim.agents
+                .read_store_file(&Sim::agent_id(now), "data/marker")
+                .unwrap(),
+            Some(old.uuid.clone())
+        );
+    }
+    sim.assert_no_leak();
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_cpi_update_a_new_disk_type_is_changed_in_place() {
+    let mut sim = Sim::new();
+    sim.engine.config.enable_cpi_update_disk = true;
+    sim.deploy(manifest()).await;
+    let api = sim.group("api");
+    sim.cloud.reset_calls();
+    let mut cloud = cloud_config();
+    cloud["disk_types"][0]["cloud_properties"] = json!({"type": "hdd"});
+    cloud["disk_types"][0]["disk_size"] = json!(3072);
+    let request = DeployRequest {
+        cloud_config: cloud,
+        ..sim.request(manifest())
+    };
+    let report = sim.deploy_with(&sim.engine, &request).await;
+    assert_eq!(report.updated.len(), 2, "{report:?}");
+    assert_eq!(sim.cloud.count("update_disk"), 2);
+    assert_eq!(sim.cloud.count("create_disk"), 0);
+    let state = sim.state();
+    assert!(state.orphaned_disks.is_empty());
+    for old in &api {
+        let now = &state.instances[&old.uuid];
+        assert_eq!(now.disks[0].cid, old.disks[0].cid);
+        assert_eq!(now.disks[0].size_mib, 3072);
+        assert_eq!(now.disks[0].cloud_properties, json!({"type": "hdd"}));
+        let disk = sim
+            .cloud
+            .disk(&kubosh_cloud::DiskCid(now.disks[0].cid.clone()))
+            .unwrap();
+        assert_eq!(disk.size_mib, 3072);
+        assert_eq!(Value::Object(disk.cloud_properties), json!({"type": "hdd"}));
+    }
+    sim.assert_no_leak();
+}

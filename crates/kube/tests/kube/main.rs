@@ -1,0 +1,13 @@
+//! The Kubernetes layer against one real etcd + kube-apiserver per binary (a namespace per
+//! test): CRDs, Release/Stemcell reconcilers, Lease locks, Secret variables, the control
+//! plane's own setup and teardown.
+
+mod artifacts;
+mod control_plane;
+mod crd_apiserver;
+mod crds;
+mod lock;
+mod support;
+mod teardown;
+mod testbins;
+mod variables;

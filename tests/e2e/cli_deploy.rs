@@ -1,0 +1,161 @@
+//! `kubosh plan` and `kubosh deploy` as separate processes on the local cloud: the director
+//! configuration file wires the `kubosh` binary as CPI, a nats-server with mutual TLS (any
+//! client certificate the CA signed is accepted; the director signs each agent's), a local
+//! blobstore and a state directory. The example release and a stemcell are built with
+//! `kubosh release create` and `kubosh stemcell create`.
+
+use crate::director_world;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use director_world::{World, hello_deployment, http_get};
+use serde_json::{Value, json};
+
+fn kubosh(w: &World, command: &str, web_greeting: &str) -> (bool, String, String) {
+    let mut c = w.command(command);
+    c.args(["-v", &format!("web_greeting={web_greeting}")]);
+    w.output(c)
+}
+
+/// Every file under `dir` with its contents (an absent directory: none).
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.insert(path.clone(), std::fs::read(&path).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// `hello` with web's greeting from the variable `web_greeting` and a static `api` instance.
+fn manifest(port: u16) -> Value {
+    let mut manifest = hello_deployment(port, "((web_greeting))");
+    manifest["instance_groups"]
+        .as_array_mut()
+        .expect("instance groups")
+        .push(json!({
+            "name": "api",
+            "instances": 1,
+            "azs": ["z1"],
+            "vm_type": "small",
+            "stemcell": "default",
+            "networks": [{"name": "default", "static_ips": ["127.0.1.50"]}],
+            "jobs": [{"name": "hello", "release": "hello",
+                      "consumes": {"peers": "nil"},
+                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
+        }));
+    manifest
+}
+
+/// The plan's line of every instance of `group`.
+fn plan_lines<'a>(stdout: &'a str, group: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with(&format!("{group}/")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_and_deploy_run_the_engine_as_a_command() {
+    let w = World::new(1);
+    w.write_manifest(&manifest(w.port));
+
+    // A fresh plan: everything is created, both packages compiled; nothing is written.
+    let (ok, stdout, stderr) = kubosh(&w, "plan", "Hello");
+    assert!(ok, "plan failed:\n{stdout}\n{stderr}");
+    for group in ["web", "api"] {
+        let lines = plan_lines(&stdout, group);
+        let expected = if group == "web" { 2 } else { 1 };
+        assert_eq!(lines.len(), expected, "{stdout}");
+        assert!(lines.iter().all(|l| l.contains(": create")), "{stdout}");
+    }
+    assert!(stdout.contains("compile libhello/"), "{stdout}");
+    assert!(stdout.contains("compile hello-server/"), "{stdout}");
+    assert!(snapshot(&w.state_dir()).is_empty(), "plan wrote state");
+    assert_eq!(w.calls(), 0, "plan called the cloud");
+
+    // The deploy: compile, create, update; the instances answer.
+    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
+    assert!(ok, "deploy failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "Using deployment 'hello'",
+        "Compiling packages",
+        "Creating missing vms",
+        "Updating instance",
+    ] {
+        assert!(stdout.contains(expected), "no '{expected}' in:\n{stdout}");
+    }
+    assert_eq!(
+        stdout.trim_end().lines().last(),
+        Some("Succeeded"),
+        "{stdout}"
+    );
+    let state = w.state().await;
+    assert_eq!(state.instances.len(), 3);
+    for i in state.instances.values() {
+        let ip = &i.ips["default"].ip;
+        let body = http_get(ip, w.port).unwrap_or_else(|| panic!("{} answers on {ip}", i.group));
+        let greeting = if i.group == "web" { "Hello" } else { "Hi" };
+        assert!(body.starts_with(greeting), "{}: {body}", i.group);
+    }
+    let stemcell_image = w
+        .state_dir()
+        .join("stemcells/bosh-kubosh-local-ubuntu-jammy-1.0/image");
+    assert!(stemcell_image.is_file());
+
+    // The same deploy again: nothing changes, no cloud call.
+    let calls = w.calls();
+    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
+    assert!(ok, "second deploy failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("No changes"), "{stdout}");
+    assert!(!stdout.contains("Updating instance"), "{stdout}");
+    assert_eq!(w.calls(), calls, "a no-op deploy called the cloud");
+
+    // A property of one group: the plan updates that group only, and changes nothing.
+    let before = snapshot(&w.state_dir());
+    let (ok, stdout, stderr) = kubosh(&w, "plan", "Howdy");
+    assert!(ok, "plan failed:\n{stdout}\n{stderr}");
+    let web = plan_lines(&stdout, "web");
+    assert_eq!(web.len(), 2, "{stdout}");
+    assert!(
+        web.iter().all(|l| l.contains(": update (configuration)")),
+        "{stdout}"
+    );
+    let api = plan_lines(&stdout, "api");
+    assert!(api.len() == 1 && api[0].contains(": none"), "{stdout}");
+    assert!(!stdout.contains("compile "), "{stdout}");
+    assert_eq!(snapshot(&w.state_dir()), before, "plan changed the state");
+    assert_eq!(w.calls(), calls, "plan called the cloud");
+
+    // A broken manifest fails with the error as the last line, exit code 1.
+    std::fs::write(w.path("manifest.yml"), "name: hello\ninstance_groups: 7\n").unwrap();
+    let (ok, stdout, _) = kubosh(&w, "deploy", "Hello");
+    assert!(!ok);
+    let last = stdout.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: manifest: instance_groups: expected a list"),
+        "{stdout}"
+    );
+    // (The deployment lock is taken before validation; the deployment's state is untouched.)
+    let deployments = w.state_dir().join("deployments");
+    let before: BTreeMap<_, _> = before
+        .into_iter()
+        .filter(|(p, _)| p.starts_with(&deployments))
+        .collect();
+    assert_eq!(
+        snapshot(&deployments),
+        before,
+        "an invalid deploy changed the state"
+    );
+}

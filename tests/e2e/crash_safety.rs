@@ -1,0 +1,216 @@
+//! Crash safety: `kubosh deploy` is killed (SIGKILL, no chance to clean up) at random points
+//! of deploys that create, update, resize and delete, over and over. Every few kills a deploy
+//! runs to the end; then the deployment has converged, the local cloud holds exactly the VMs
+//! and disks the state records (nothing leaked, nothing forgotten), and a marker written on a
+//! persistent disk at the start is still there.
+//!
+//! `KUBOSH_CRASH_RUNS` sets the number of kills (default 50); `KUBOSH_CRASH_SEED` replays a
+//! run (the seed is printed).
+
+use crate::director_world;
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+use director_world::{World, http_get};
+use kubosh_cloud::local;
+use kubosh_engine::state::DeploymentState;
+use serde_json::{Value, json};
+
+/// One variant of the deployment: greeting, disk size and number of web instances.
+fn manifest(net: u8, port: u16, greeting: &str, disk: u64, instances: u64) -> Value {
+    json!({
+        "name": "hello",
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {
+            "canaries": 1, "max_in_flight": 2,
+            "canary_watch_time": "300-30000", "update_watch_time": "300-30000",
+        },
+        "instance_groups": [{
+            "name": "web",
+            "instances": instances,
+            "azs": ["z1"],
+            "vm_type": "small",
+            "stemcell": "default",
+            "persistent_disk": disk,
+            "networks": [{"name": "default"}],
+            "jobs": [{"name": "hello", "release": "hello",
+                      "provides": {"greeter": {"as": "web_greeter"}},
+                      "consumes": {"peers": {"from": "web_greeter"}},
+                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": greeting}}}],
+        }, {
+            "name": "api",
+            "instances": 1,
+            "azs": ["z1"],
+            "vm_type": "small",
+            "stemcell": "default",
+            "networks": [{"name": "default", "static_ips": [format!("127.0.{net}.50")]}],
+            "jobs": [{"name": "hello", "release": "hello",
+                      "consumes": {"peers": "nil"},
+                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
+        }],
+    })
+}
+
+/// A small deterministic generator (xorshift64*), so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The variant of run `n`.
+fn variant(n: u64) -> (&'static str, u64, u64) {
+    let greeting = if n.is_multiple_of(2) {
+        "Hello"
+    } else {
+        "Howdy"
+    };
+    let disk = if (n / 3).is_multiple_of(2) { 64 } else { 96 };
+    let instances = if (n / 4).is_multiple_of(2) { 2 } else { 3 };
+    (greeting, disk, instances)
+}
+
+/// Runs one deploy to the end; it must succeed.
+fn converge(w: &World) {
+    let (ok, stdout, stderr) = w.output(w.command("deploy"));
+    if !ok {
+        let killed =
+            std::fs::read_to_string(w.dir.path().join("killed-deploys.log")).unwrap_or_default();
+        let tail: Vec<&str> = killed.lines().rev().take(60).collect();
+        let records = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("cat {0}/deployments/hello/instances/*.json {0}/deployments/hello/intents/*.json 2>/dev/null; ls {1}/disks", w.state_dir().display(), w.cloud().display()))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        panic!(
+            "the converging deploy failed:\n{stdout}\n{stderr}\nkilled deploys (last lines, newest first):\n{}\nrecords:\n{records}",
+            tail.join("\n")
+        );
+    }
+}
+
+/// The cloud holds exactly what the state records; the marker is on web/0's disk; every
+/// instance serves the expected greeting.
+async fn check(w: &World, web0: &str, greeting: &str, instances: u64, context: &str) {
+    let state: DeploymentState = w.state().await;
+    assert!(
+        state.intents.is_empty(),
+        "{context}: pending intents {:?}",
+        state.intents
+    );
+    let inventory = local::inventory(&w.cloud()).unwrap();
+    let cloud_vms: BTreeSet<String> = inventory.vms.iter().map(|v| v.cid.clone()).collect();
+    let recorded_vms: BTreeSet<String> = state
+        .instances
+        .values()
+        .filter_map(|i| i.vm.as_ref().map(|v| v.cid.clone()))
+        .collect();
+    assert_eq!(cloud_vms, recorded_vms, "{context}: VMs");
+    let cloud_disks: BTreeSet<String> = inventory.disks.iter().map(|d| d.cid.clone()).collect();
+    let recorded_disks: BTreeSet<String> = state
+        .instances
+        .values()
+        .flat_map(|i| i.disks.iter().map(|d| d.cid.clone()))
+        .chain(state.orphaned_disks.keys().cloned())
+        .collect();
+    assert_eq!(cloud_disks, recorded_disks, "{context}: disks");
+    let web: Vec<_> = state
+        .instances
+        .values()
+        .filter(|i| i.group == "web")
+        .collect();
+    assert_eq!(web.len() as u64, instances, "{context}: web instances");
+    let web0 = state.instances.get(web0).expect("web/0 is never deleted");
+    let root = w.vm_root(&web0.vm.as_ref().expect("web/0 has a VM").cid);
+    assert_eq!(
+        std::fs::read_to_string(root.join("store").join("marker"))
+            .ok()
+            .as_deref(),
+        Some("keep me"),
+        "{context}: the marker on web/0's disk"
+    );
+    for i in state.instances.values() {
+        let expected = if i.group == "web" { greeting } else { "Hi" };
+        let ip = &i.ips["default"].ip;
+        let body = http_get(ip, w.port).unwrap_or_default();
+        assert!(
+            body.starts_with(expected),
+            "{context}: {} on {ip}: {body:?}",
+            i.name()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_killed_anywhere_converges_without_leaks_or_data_loss() {
+    let runs: u64 = std::env::var("KUBOSH_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let seed: u64 = std::env::var("KUBOSH_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    println!("KUBOSH_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let w = World::new(4);
+
+    let (greeting, disk, instances) = variant(0);
+    w.write_manifest(&manifest(w.net, w.port, greeting, disk, instances));
+    converge(&w);
+    let state = w.state().await;
+    let web0 = state
+        .instances
+        .values()
+        .find(|i| i.group == "web" && i.index == 0)
+        .unwrap();
+    let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
+    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
+    let web0 = web0.uuid.clone();
+    check(&w, &web0, greeting, instances, "after the first deploy").await;
+
+    let log = w.dir.path().join("killed-deploys.log");
+    for n in 1..=runs {
+        let (greeting, disk, instances) = variant(n);
+        w.write_manifest(&manifest(w.net, w.port, greeting, disk, instances));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let mut child = w
+            .command("deploy")
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("kubosh deploy starts");
+        let delay = Duration::from_millis(rng.below(3500));
+        std::thread::sleep(delay);
+        // SIGKILL: no destructor, no signal handler, whatever it was doing.
+        let _ = child.kill();
+        let _ = child.wait();
+        if n.is_multiple_of(5) || n == runs {
+            converge(&w);
+            let context = format!("after kill {n} (seed {seed})");
+            check(&w, &web0, greeting, instances, &context).await;
+        }
+    }
+}
