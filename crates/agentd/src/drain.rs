@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -28,27 +27,14 @@ use super::exec;
 use super::layout::{InvalidName, Layout, check_name};
 use kubosh_core::digest::MultiDigest;
 
-/// The `type` argument of the `drain` action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrainType {
-    /// `update`: the instance is updated to a new spec.
-    Update,
-    /// `shutdown`: the instance stops (or its VM or disk goes).
-    Shutdown,
-    /// `status`: the director's old dynamic-drain polling; current agents refuse it.
-    Status,
-}
+/// The `type` argument of the `drain` action (`update`, `shutdown`, or `status`, the
+/// director's old dynamic-drain polling, which current agents refuse).
+pub use kubosh_transport::agent::protocol::DrainType;
+use kubosh_transport::agent::protocol::UnknownDrainType;
 
-impl FromStr for DrainType {
-    type Err = DrainError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "update" => Ok(Self::Update),
-            "shutdown" => Ok(Self::Shutdown),
-            "status" => Ok(Self::Status),
-            other => Err(DrainError::UnknownType(other.to_string())),
-        }
+impl From<UnknownDrainType> for DrainError {
+    fn from(e: UnknownDrainType) -> DrainError {
+        DrainError::UnknownType(e.0)
     }
 }
 
@@ -480,7 +466,10 @@ mod tests {
             Err(DrainError::StatusType)
         );
         assert_eq!("shutdown".parse::<DrainType>(), Ok(DrainType::Shutdown));
-        assert!("nope".parse::<DrainType>().is_err());
+        assert!(matches!(
+            "nope".parse::<DrainType>().map_err(DrainError::from),
+            Err(DrainError::UnknownType(t)) if t == "nope"
+        ));
     }
 
     #[test]

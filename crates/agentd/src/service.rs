@@ -32,6 +32,7 @@ use super::supervisor::{Supervisor, SupervisorConfig, SupervisorError};
 use super::tasks::{Cancellation, TaskError, Tasks};
 use super::vitals::{self, VitalsDisks};
 use kubosh_core::digest::{DigestError, MultiDigest};
+use kubosh_transport::agent::apply_spec;
 use kubosh_transport::agent::Method;
 use kubosh_transport::agent::client::Mode;
 use kubosh_transport::agent::protocol::{Reply, Request, UploadBlob};
@@ -476,20 +477,14 @@ impl Inner {
         serde_json::to_value(v).unwrap_or_default()
     }
 
-    /// `get_state`: the spec in bosh-agent's `V1ApplySpec` shape ([`v1_apply_spec`]; nil
+    /// `get_state`: the spec in bosh-agent's `V1ApplySpec` shape ([`apply_spec::persisted`]; nil
     /// `networks`, `resource_pool` and `packages` as `{}`) plus `agent_id`, `job_state`, `processes`, `vm` and, with
     /// `full`, `vitals`.
     fn state(&self, full: bool) -> Value {
         let spec = lock(&self.spec).clone();
         let settings = lock(&self.settings).clone();
         let status = self.supervisor.status();
-        let mut out = v1_apply_spec(&spec);
-        // `get_state` reports nil maps as empty ones (`get_state.go`).
-        for key in ["networks", "resource_pool", "packages"] {
-            if out[key].is_null() {
-                out.insert(key.into(), json!({}));
-            }
-        }
+        let mut out = apply_spec::state_base(&Value::Object(apply_spec::persisted(&spec)), 6);
         out.insert("agent_id".into(), json!(settings.agent_id));
         out.insert("job_state".into(), json!(status.job_state.as_str()));
         if full {
@@ -611,7 +606,7 @@ impl Inner {
         }
         self.fill_dynamic_networks(&mut spec);
         // The agent persists the spec as its typed `V1ApplySpec`: unknown keys dropped.
-        let spec = Value::Object(v1_apply_spec(&spec));
+        let spec = Value::Object(apply_spec::persisted(&spec));
         write_json(&self.layout.spec_file(), &spec)?;
         for key in ["id", "az", "name", "deployment"] {
             let text = spec[key].as_str().unwrap_or_default();
@@ -623,31 +618,12 @@ impl Inner {
 
     /// Dynamic networks get the address the VM actually has (here: what the settings say).
     fn fill_dynamic_networks(&self, spec: &mut Value) {
-        let settings = lock(&self.settings);
-        let Some(networks) = spec.get_mut("networks").and_then(Value::as_object_mut) else {
-            return;
-        };
-        for (name, net) in networks.iter_mut() {
-            if net["type"] != "dynamic" {
-                continue;
-            }
-            let Some(actual) = settings.networks.get(name) else {
-                continue;
-            };
-            for key in ["ip", "netmask", "gateway"] {
-                if let Some(v) = actual
-                    .get(key)
-                    .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
-                {
-                    net[key] = v.clone();
-                }
-            }
-        }
+        apply_spec::fill_dynamic_networks(spec, &lock(&self.settings).networks);
     }
 
     async fn drain(&self, args: &[Value], cancel: Cancellation) -> Result<Value, ActionError> {
         let kind: String = arg(args, 0, 1)?;
-        let kind: DrainType = kind.parse()?;
+        let kind: DrainType = kind.parse().map_err(DrainError::from)?;
         let new_spec = args
             .get(1)
             .filter(|v| v.is_object())
@@ -816,100 +792,6 @@ impl Inner {
             .map_err(ActionError::context("Create file on blobstore"))?;
         Ok(json!({"blobstore_id": id, "sha1": sha1}))
     }
-}
-
-/// An apply spec as bosh-agent's typed `V1ApplySpec` (`agent/applier/applyspec`) marshals it:
-/// exactly its keys, nested ones included (`job.templates[]` keeps `name` and `version`, each
-/// package `name`, `version`, `sha1`, `blobstore_id`, `signed_url`, `blobstore_headers`;
-/// `properties` only `logging.max_log_file_size`), Go's zero values for what is missing
-/// (`""`, `0`, `null` for nil maps, slices and pointers), `networks` and `resource_pool`
-/// verbatim, and `rendered_templates_archive` null unless it names a blob or a digest.
-fn v1_apply_spec(spec: &Value) -> Map<String, Value> {
-    fn string(v: &Value) -> Value {
-        json!(v.as_str().unwrap_or_default())
-    }
-    fn object_or_null(v: &Value) -> Value {
-        if v.is_object() {
-            v.clone()
-        } else {
-            Value::Null
-        }
-    }
-    let job = &spec["job"];
-    let templates = job["templates"].as_array().map(|ts| {
-        ts.iter()
-            .map(|t| json!({"name": string(&t["name"]), "version": string(&t["version"])}))
-            .collect::<Vec<_>>()
-    });
-    let packages = spec["packages"].as_object().map(|ps| {
-        ps.iter()
-            .map(|(key, p)| {
-                let headers = p["blobstore_headers"]
-                    .as_object()
-                    .map(|h| {
-                        h.iter()
-                            .map(|(k, v)| (k.clone(), string(v)))
-                            .collect::<Map<_, _>>()
-                    })
-                    .map_or(Value::Null, Value::Object);
-                let package = json!({
-                    "name": string(&p["name"]),
-                    "version": string(&p["version"]),
-                    "sha1": string(&p["sha1"]),
-                    "blobstore_id": string(&p["blobstore_id"]),
-                    "signed_url": string(&p["signed_url"]),
-                    "blobstore_headers": headers,
-                });
-                (key.clone(), package)
-            })
-            .collect::<Map<_, _>>()
-    });
-    let archive = &spec["rendered_templates_archive"];
-    let archive = if ["blobstore_id", "sha1"]
-        .iter()
-        .any(|k| archive[k].as_str().is_some_and(|s| !s.is_empty()))
-    {
-        json!({"sha1": string(&archive["sha1"]), "blobstore_id": string(&archive["blobstore_id"])})
-    } else {
-        Value::Null
-    };
-    let mut out = Map::new();
-    out.insert(
-        "properties".into(),
-        json!({"logging": {"max_log_file_size":
-            string(&spec["properties"]["logging"]["max_log_file_size"])}}),
-    );
-    out.insert(
-        "job".into(),
-        json!({
-            "name": job["name"].as_str(),
-            "release": string(&job["release"]),
-            "template": string(&job["template"]),
-            "version": string(&job["version"]),
-            "templates": templates,
-        }),
-    );
-    out.insert(
-        "packages".into(),
-        packages.map_or(Value::Null, Value::Object),
-    );
-    out.insert(
-        "configuration_hash".into(),
-        string(&spec["configuration_hash"]),
-    );
-    out.insert("networks".into(), object_or_null(&spec["networks"]));
-    out.insert("resource_pool".into(), spec["resource_pool"].clone());
-    out.insert("deployment".into(), string(&spec["deployment"]));
-    out.insert("name".into(), string(&spec["name"]));
-    out.insert("index".into(), json!(spec["index"].as_i64()));
-    out.insert("id".into(), string(&spec["id"]));
-    out.insert("az".into(), string(&spec["az"]));
-    out.insert(
-        "persistent_disk".into(),
-        json!(spec["persistent_disk"].as_i64().unwrap_or(0)),
-    );
-    out.insert("rendered_templates_archive".into(), archive);
-    out
 }
 
 /// The HTTP client for signed URLs: HTTPS trusts the CA of the agent's mbus identity (the

@@ -108,34 +108,9 @@ impl ProcessState {
     }
 }
 
-/// The instance's `job_state`, as `get_state` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JobState {
-    /// Every process runs.
-    Running,
-    /// Some process does not run or is not monitored.
-    Failing,
-    /// Some process is starting.
-    Starting,
-    /// The jobs were stopped.
-    Stopped,
-    /// The supervisor cannot tell (it was shut down).
-    Unknown,
-}
-
-impl JobState {
-    /// BOSH's string for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Failing => "failing",
-            Self::Starting => "starting",
-            Self::Stopped => "stopped",
-            Self::Unknown => "unknown",
-        }
-    }
-}
+/// The instance's `job_state`, as `get_state` reports it (the protocol's type; the agent
+/// reports `running`, `failing`, `starting`, `stopped` or `unknown`).
+pub use kubosh_transport::agent::protocol::JobState;
 
 /// `uptime` of a process: `{"secs": N}`, `{}` when unknown.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -3,6 +3,7 @@
 //! ([`protocol`]), and [`AgentHealth`], what the engine asks of a heartbeat listener.
 //! Transports and the client are in `kubosh-transport`.
 
+pub mod apply_spec;
 mod health;
 pub mod protocol;
 

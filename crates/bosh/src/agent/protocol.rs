@@ -717,6 +717,23 @@ impl DrainType {
     }
 }
 
+/// A `drain` type other than `update`, `shutdown` and `status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownDrainType(pub String);
+
+impl std::str::FromStr for DrainType {
+    type Err = UnknownDrainType;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "update" => Ok(Self::Update),
+            "shutdown" => Ok(Self::Shutdown),
+            "status" => Ok(Self::Status),
+            other => Err(UnknownDrainType(other.to_string())),
+        }
+    }
+}
+
 /// The second argument of `run_script`: `{}` or `{"env": {..}}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunScriptOptions {
