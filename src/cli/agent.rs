@@ -11,7 +11,7 @@ use kubosh_agentd::layout::Layout;
 use kubosh_agentd::mbus::https::{self as mbus_https, HttpsMbusConfig};
 use kubosh_agentd::mbus::nats::{self as mbus_nats, NatsMbusOptions};
 use kubosh_agentd::service::{Agent, AgentOptions, Notice};
-use kubosh_agentd::settings::Settings;
+use kubosh_agentd::settings;
 
 /// Arguments of `kubosh agent`.
 #[derive(Debug, clap::Args)]
@@ -72,8 +72,8 @@ pub fn run(args: &AgentArgs) -> ExitCode {
 
 async fn serve(args: &AgentArgs) -> Result<(), Box<dyn std::error::Error>> {
     let settings = match (&args.settings, &args.config) {
-        (Some(path), _) => Settings::read(path)?,
-        (None, Some(config)) => Settings::from_agent_config(config)?,
+        (Some(path), _) => settings::read(path)?,
+        (None, Some(config)) => settings::from_agent_config(config)?,
         (None, None) => return Err("give -C <agent.json> or --settings <file>".into()),
     };
     if let Some(m) = &args.job_supervisor {

@@ -52,9 +52,9 @@ pub struct CompileRequest {
     pub dependencies: Vec<String>,
 }
 
-/// A compiled package.
+/// What `compile_package` produced: the archive of the package's install directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompiledPackage {
+pub struct CompiledArchive {
     /// The archive of the install directory.
     pub tarball: Vec<u8>,
     /// Its sha1, hex.
@@ -65,7 +65,7 @@ pub struct CompiledPackage {
     pub compressed: bool,
 }
 
-impl CompiledPackage {
+impl CompiledArchive {
     /// `<sha1>;sha256:<sha256>`, a multi-digest of the archive.
     pub fn multi_digest(&self) -> String {
         format!("{};sha256:{}", self.sha1, self.sha256)
@@ -169,7 +169,7 @@ impl Compiler {
         &self,
         source: PackageSource,
         req: &CompileRequest,
-    ) -> Result<CompiledPackage, CompileError> {
+    ) -> Result<CompiledArchive, CompileError> {
         check_name("package", &req.name)?;
         if req.version.is_empty() {
             return Err(CompileError::EmptyVersion(req.name.clone()));
@@ -229,7 +229,7 @@ impl Compiler {
         compile_dir: &Path,
         install_dir: &Path,
         enable: &Path,
-    ) -> Result<CompiledPackage, CompileError> {
+    ) -> Result<CompiledArchive, CompileError> {
         let compressed = is_gzip(&bytes);
         let dir = compile_dir.to_path_buf();
         blocking(move || unpack_fresh(&bytes, &dir)).await??;
@@ -251,7 +251,7 @@ impl Compiler {
         let dir = install_dir.to_path_buf();
         let tarball = blocking(move || pack(&dir, compressed)).await??;
         let (sha1, sha256) = (sha1_hex(&tarball), sha256_hex(&tarball));
-        Ok(CompiledPackage {
+        Ok(CompiledArchive {
             tarball,
             sha1,
             sha256,

@@ -32,8 +32,8 @@ use super::supervisor::{Supervisor, SupervisorConfig, SupervisorError};
 use super::tasks::{Cancellation, TaskError, Tasks};
 use super::vitals::{self, VitalsDisks};
 use kubosh_core::digest::{DigestError, MultiDigest};
-use kubosh_transport::agent::apply_spec;
 use kubosh_transport::agent::Method;
+use kubosh_transport::agent::apply_spec;
 use kubosh_transport::agent::client::Mode;
 use kubosh_transport::agent::protocol::{Reply, Request, UploadBlob};
 

@@ -2,13 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
+use kubosh_process::{Exchange, ExchangeError, Exchanged};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::OnceCell;
 
 use super::protocol::{self, Request};
@@ -164,12 +163,6 @@ impl CpiCommand {
         for (key, value) in &self.env {
             cmd.env(key, value.expose());
         }
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            // Its own process group, so a timeout kills whatever it started too.
-            .process_group(0);
         cmd
     }
 }
@@ -464,82 +457,38 @@ impl ExternalCpi {
             );
         }
 
-        let mut child = self
-            .command
-            .command()
-            .spawn()
-            .map_err(|source| CpiError::Spawn {
-                path: self.command.path.clone(),
-                source,
-            })?;
-        let pid = child.id();
-        let io_err = |source| CpiError::Io {
-            method: method.to_string(),
-            source,
-        };
         let timeout = self.command.timeout_for(method);
-        let exchange = async {
-            let stdin = child.stdin.take();
-            let stdout = child.stdout.take();
-            let stderr = child.stderr.take();
-            let write = async {
-                if let Some(mut stdin) = stdin {
-                    match stdin.write_all(&body).await {
-                        // A CPI may answer without reading its input.
-                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-                        other => other?,
-                    }
-                    drop(stdin);
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            let read = async {
-                let mut out = Vec::new();
-                if let Some(stdout) = stdout {
-                    stdout.take(MAX_STDOUT + 1).read_to_end(&mut out).await?;
-                }
-                if out.len() as u64 > MAX_STDOUT {
-                    // It would block writing the rest: stop it, the answer is garbage anyway.
-                    kill_group(pid);
-                }
-                Ok::<_, std::io::Error>(out)
-            };
-            let log_stderr = async {
-                if let Some(stderr) = stderr {
-                    let mut reader = BufReader::new(stderr);
-                    let mut line = Vec::new();
-                    while reader.read_until(b'\n', &mut line).await? > 0 {
-                        let text = String::from_utf8_lossy(&line);
-                        tracing::debug!(
-                            request_id = %request_id,
-                            method,
-                            "CPI stderr: {}",
-                            scrub(text.trim_end(), &secrets)
-                        );
-                        line.clear();
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            let (written, out, logged) = tokio::join!(write, read, log_stderr);
-            written?;
-            logged?;
-            let out = out?;
-            let status = child.wait().await?;
-            Ok::<_, std::io::Error>((out, status))
+        let exchange = Exchange {
+            max_stdout: MAX_STDOUT,
+            timeout,
         };
-        let (stdout, status) = match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result.map_err(io_err)?,
-            Err(_) => {
-                kill_group(pid);
-                let _ = child.kill().await;
-                return Err(CpiError::Timeout {
+        let log_stderr = |line: &[u8]| {
+            let text = String::from_utf8_lossy(line);
+            tracing::debug!(
+                request_id = %request_id,
+                method,
+                "CPI stderr: {}",
+                scrub(text.trim_end(), &secrets)
+            );
+        };
+        let Exchanged { stdout, status, .. } = exchange
+            .run(self.command.command(), &body, log_stderr)
+            .await
+            .map_err(|e| match e {
+                ExchangeError::Spawn(source) => CpiError::Spawn {
+                    path: self.command.path.clone(),
+                    source,
+                },
+                ExchangeError::Io(source) => CpiError::Io {
                     method: method.to_string(),
-                    request_id,
+                    source,
+                },
+                ExchangeError::Timeout(timeout) => CpiError::Timeout {
+                    method: method.to_string(),
+                    request_id: request_id.clone(),
                     timeout,
-                });
-            }
-        };
+                },
+            })?;
         tracing::debug!(request_id = %request_id, method, %status, "CPI exited");
 
         let invalid = |reason: String| CpiError::InvalidResponse {
@@ -694,15 +643,6 @@ impl ExternalCpi {
             .result
             .as_bool()
             .ok_or_else(|| unexpected(method, &reply, "a boolean"))
-    }
-}
-
-/// Kills the CPI's process group (the CPI is its leader; call only before it is reaped, so
-/// the ID cannot have been reused).
-fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1) {
-        // SAFETY: kill(2) on the process group of a child we have not reaped.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
 }
 

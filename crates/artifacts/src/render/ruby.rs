@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use kubosh_process::{Exchange, ExchangeError, Exchanged};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::job::JobTemplates;
 use super::spec::{DnsTables, ReleaseRef, TemplateSpec};
@@ -155,73 +155,24 @@ impl Renderer {
         let input = batch_input(units, dns);
         let body = serde_json::to_vec(&input).map_err(|e| failed(format!("encoding: {e}")))?;
 
-        let mut child = tokio::process::Command::new(&self.config.ruby)
-            .arg(&self.script)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| failed(format!("cannot run {}: {e}", self.config.ruby.display())))?;
-        let pid = child.id();
-        let exchange = async {
-            let stdin = child.stdin.take();
-            let stdout = child.stdout.take();
-            let stderr = child.stderr.take();
-            let write = async {
-                if let Some(mut stdin) = stdin {
-                    match stdin.write_all(&body).await {
-                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-                        other => other?,
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            let read = async {
-                let mut out = Vec::new();
-                if let Some(stdout) = stdout {
-                    stdout.take(MAX_STDOUT + 1).read_to_end(&mut out).await?;
-                }
-                if out.len() as u64 > MAX_STDOUT {
-                    kill_group(pid);
-                }
-                Ok::<_, std::io::Error>(out)
-            };
-            // Templates may print (to stderr, where the script sends them); what they print
-            // may hold property values, so it is counted, never logged.
-            let drain = async {
-                let mut n = 0u64;
-                if let Some(mut stderr) = stderr {
-                    let mut buf = [0u8; 8192];
-                    loop {
-                        match stderr.read(&mut buf).await? {
-                            0 => break,
-                            k => n += k as u64,
-                        }
-                    }
-                }
-                Ok::<_, std::io::Error>(n)
-            };
-            let (written, out, stderr_bytes) = tokio::join!(write, read, drain);
-            written?;
-            let out = out?;
-            let stderr_bytes = stderr_bytes?;
-            let status = child.wait().await?;
-            Ok::<_, std::io::Error>((out, status, stderr_bytes))
+        let mut command = tokio::process::Command::new(&self.config.ruby);
+        command.arg(&self.script);
+        let exchange = Exchange {
+            max_stdout: MAX_STDOUT,
+            timeout: self.config.timeout,
         };
-        let (stdout, status, stderr_bytes) =
-            match tokio::time::timeout(self.config.timeout, exchange).await {
-                Ok(result) => result.map_err(|e| failed(format!("i/o: {e}")))?,
-                Err(_) => {
-                    kill_group(pid);
-                    let _ = child.kill().await;
-                    return Err(failed(format!(
-                        "timed out after {}s",
-                        self.config.timeout.as_secs_f64()
-                    )));
+        // Templates may print (to stderr, where the script sends them); what they print
+        // may hold property values, so it is counted, never logged.
+        let mut stderr_bytes = 0usize;
+        let Exchanged { stdout, status, .. } = exchange
+            .run(command, &body, |line| stderr_bytes += line.len())
+            .await
+            .map_err(|e| match e {
+                ExchangeError::Spawn(e) => {
+                    failed(format!("cannot run {}: {e}", self.config.ruby.display()))
                 }
-            };
+                other => failed(other.to_string()),
+            })?;
         if stderr_bytes > 0 {
             tracing::debug!(stderr_bytes, "renderer wrote to stderr (not logged)");
         }
@@ -250,15 +201,6 @@ impl Renderer {
             .zip(output.results)
             .map(|(unit, result)| convert(unit, result))
             .collect())
-    }
-}
-
-fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        // SAFETY: kill(2) on our own child's process group; no memory is involved.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
     }
 }
 

@@ -6,5 +6,6 @@
 pub mod apply_spec;
 mod health;
 pub mod protocol;
+pub mod settings;
 
 pub use health::AgentHealth;

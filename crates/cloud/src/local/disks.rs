@@ -7,6 +7,7 @@ use super::settings;
 use super::store::{Kind, copy_tree, now_rfc3339, read_json, remove_tree, write_json};
 use super::{Args, Failure, Local};
 use crate::ErrorKind;
+use kubosh_bosh::agent::settings::Settings;
 
 /// The record of a disk (`disks/<cid>/meta.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,8 +67,8 @@ impl Local {
         hint: Option<Value>,
     ) -> Result<(), Failure> {
         let path = self.vm_paths(vm_cid).settings();
-        let mut doc: Value = read_json(&path)?.unwrap_or_else(|| Value::Object(Map::new()));
-        settings::set_persistent_disk(&mut doc, disk_cid, hint);
+        let mut doc: Settings = read_json(&path)?.unwrap_or_default();
+        doc.set_persistent_disk(disk_cid, hint);
         write_json(&path, &doc)?;
         Ok(())
     }

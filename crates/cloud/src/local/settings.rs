@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use kubosh_bosh::agent::settings::{AgentConfig, DiskSettings, Settings, VmSettings};
+
 use super::config::Config;
 
 /// The files and directories of one VM.
@@ -47,29 +49,41 @@ impl VmPaths {
 }
 
 /// The agent settings of a new VM. `paths` must be the VM's final location (the paths end up
-/// in the settings).
+/// in the settings). Fails when `env` is not the shape agents read.
 pub fn agent_settings(
     config: &Config,
     agent_id: &str,
     vm_cid: &str,
-    networks: &Value,
-    env: &Value,
+    networks: Map<String, Value>,
+    env: Map<String, Value>,
     paths: &VmPaths,
-) -> Value {
-    json!({
-        "agent_id": agent_id,
-        "vm": {"name": vm_cid},
-        "mbus": config.mbus.as_ref().map(|m| m.expose().as_str()).unwrap_or_default(),
-        "ntp": config.ntp,
-        "blobstore": config.agent_blobstore(),
-        "networks": networks,
-        "disks": {
-            "system": paths.root(),
-            "ephemeral": {"path": paths.ephemeral()},
-            "persistent": {},
-            "raw_ephemeral": null,
+) -> Result<Settings, serde_json::Error> {
+    let blobstore = serde_json::from_value(config.agent_blobstore())?;
+    let env = serde_json::from_value(Value::Object(env))?;
+    let mut extra = Map::new();
+    extra.insert("ntp".into(), json!(config.ntp));
+    Ok(Settings {
+        agent_id: agent_id.to_string(),
+        vm: VmSettings {
+            name: vm_cid.to_string(),
         },
-        "env": env,
+        mbus: config
+            .mbus
+            .as_ref()
+            .map(|m| m.expose().clone())
+            .unwrap_or_default(),
+        blobstore: Some(blobstore),
+        networks,
+        disks: DiskSettings {
+            system: json!(paths.root()),
+            ephemeral: json!({"path": paths.ephemeral()}),
+            persistent: Map::new(),
+            extra: [("raw_ephemeral".to_string(), Value::Null)]
+                .into_iter()
+                .collect(),
+        },
+        env,
+        extra,
     })
 }
 
@@ -79,62 +93,7 @@ pub fn disk_hint(data_dir: &Path) -> Value {
     json!({"path": data_dir})
 }
 
-/// Sets (`Some`) or removes (`None`) `disks.persistent.<disk_cid>` in a settings document.
-pub fn set_persistent_disk(settings: &mut Value, disk_cid: &str, hint: Option<Value>) {
-    let Value::Object(root) = settings else {
-        return;
-    };
-    let disks = root
-        .entry("disks")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !disks.is_object() {
-        *disks = Value::Object(Map::new());
-    }
-    let Some(disks) = disks.as_object_mut() else {
-        return;
-    };
-    let persistent = disks
-        .entry("persistent")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !persistent.is_object() {
-        *persistent = Value::Object(Map::new());
-    }
-    if let Some(persistent) = persistent.as_object_mut() {
-        match hint {
-            Some(hint) => {
-                persistent.insert(disk_cid.to_string(), hint);
-            }
-            None => {
-                persistent.remove(disk_cid);
-            }
-        }
-    }
-}
-
 /// `agent.json` with one `File` settings source.
-pub fn agent_json(paths: &VmPaths) -> Value {
-    json!({
-        "Infrastructure": {
-            "Settings": {
-                "Sources": [{"Type": "File", "SettingsPath": paths.settings()}],
-            },
-        },
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn persistent_disks_are_added_and_removed() {
-        let mut s = json!({"disks": {"system": "/", "persistent": {}}});
-        set_persistent_disk(&mut s, "disk-1", Some(json!({"path": "/d1"})));
-        assert_eq!(s["disks"]["persistent"], json!({"disk-1": {"path": "/d1"}}));
-        set_persistent_disk(&mut s, "disk-1", None);
-        assert_eq!(s["disks"]["persistent"], json!({}));
-        let mut bare = json!({});
-        set_persistent_disk(&mut bare, "d", Some(json!("x")));
-        assert_eq!(bare, json!({"disks": {"persistent": {"d": "x"}}}));
-    }
+pub fn agent_json(paths: &VmPaths) -> AgentConfig {
+    AgentConfig::file_source(&paths.settings())
 }

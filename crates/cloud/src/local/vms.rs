@@ -149,10 +149,11 @@ impl Local {
                 &self.config,
                 agent_id,
                 &cid,
-                &Value::Object(record.networks.clone()),
-                &Value::Object(env),
+                record.networks.clone(),
+                env,
                 &final_paths,
-            );
+            )
+            .map_err(|e| std::io::Error::other(format!("agent settings: {e}")))?;
             write_json(&staged_paths.settings(), &settings)?;
             write_json(
                 &staged_paths.agent_config(),

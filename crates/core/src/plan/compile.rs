@@ -947,8 +947,8 @@ mod tests {
         }
     }
 
-    fn compiled(name: &str, deps: &[&str], os: &str, version: &str) -> release::CompiledPackage {
-        release::CompiledPackage {
+    fn compiled(name: &str, deps: &[&str], os: &str, version: &str) -> release::PrecompiledPackage {
+        release::PrecompiledPackage {
             name: name.into(),
             version: format!("{name}-v"),
             fingerprint: format!("{name}-fp"),

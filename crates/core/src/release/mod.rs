@@ -140,7 +140,7 @@ pub struct Release {
     /// Source packages, in manifest order.
     pub packages: Vec<Package>,
     /// Compiled packages, in manifest order.
-    pub compiled_packages: Vec<CompiledPackage>,
+    pub compiled_packages: Vec<PrecompiledPackage>,
     /// The license, if the release has one.
     pub license: Option<License>,
 }
@@ -202,9 +202,9 @@ impl std::fmt::Display for StemcellRef {
     }
 }
 
-/// A compiled package of a (compiled) release.
+/// A package compiled in advance, shipped in a compiled release (`compiled_packages/`).
 #[derive(Debug, Clone)]
-pub struct CompiledPackage {
+pub struct PrecompiledPackage {
     /// Name.
     pub name: String,
     /// Version.

@@ -5,7 +5,7 @@ use std::io::Read;
 
 use super::manifest::{ReleaseManifest, parse_yaml};
 use super::tarball::{self, TarFiles};
-use super::{CompiledPackage, License, Package, Release, ReleaseError, StemcellRef, graph, job};
+use super::{License, Package, PrecompiledPackage, Release, ReleaseError, StemcellRef, graph, job};
 use crate::digest::MultiDigest;
 
 /// Names and versions the Director accepts (`Models::VALID_ID`).
@@ -101,7 +101,7 @@ impl Release {
             };
             let archive = take("compiled_packages", &p.name, "compiled package")?;
             let digest = verify(&what, &p.sha1, &archive)?;
-            compiled_packages.push(CompiledPackage {
+            compiled_packages.push(PrecompiledPackage {
                 name: p.name.clone(),
                 version: p.version.clone(),
                 fingerprint: p.fingerprint.clone().unwrap_or_else(|| p.version.clone()),
