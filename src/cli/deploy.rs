@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use clap::Args;
 use serde_json::Value;
 
-use super::director::DirectorConfig;
 use super::input::{DocumentArgs, read_yaml};
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::stemcell::Stemcell;
@@ -35,6 +34,7 @@ use kubosh_bosh::events::{CliRenderer, EventLine};
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_engine::deploy::DeployReport;
+use kubosh_engine::director::DirectorConfig;
 use kubosh_engine::{DeployRequest, EventSink, StemcellSource};
 
 /// Arguments of `kubosh deploy` and `kubosh plan`.

@@ -4,7 +4,6 @@ mod agent;
 mod cpi;
 mod deploy;
 mod dev;
-mod director;
 mod input;
 mod interpolate;
 mod release;

@@ -8,6 +8,7 @@
 
 pub mod compile;
 pub mod deploy;
+pub mod director;
 pub mod disks;
 pub mod instance;
 pub mod lock;

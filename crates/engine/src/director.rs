@@ -41,24 +41,29 @@
 //! director's. The agents must read blobs from the same place as the director (the local
 //! cloud: its `blobstore` setting).
 //!
-//! Unknown keys are errors (they are usually typos); every error names its key. Keys and CPI
-//! properties are held as [`Secret`]s and never printed.
+//! The file is read into serde types that mirror it ([`DirectorFile`], unknown keys refused
+//! as they are usually typos), then resolved into a [`DirectorConfig`]: paths made absolute,
+//! PEM read and checked, the CPI program found. Every error names its key by its dotted path
+//! (`nats.ca_private_key`) and never quotes a value. Keys and CPI properties are held as
+//! [`Secret`]s and never printed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::lock::FileLocks;
+use crate::state::{DirDnsRegistry, DirIpRegistry, DirStore};
+use crate::vm::mbus_cert_env;
+use crate::{Engine, EngineConfig, EventSink};
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::render::{Renderer, RendererConfig};
 use kubosh_cloud::{CpiCommand, ExternalCpi, Secret};
 use kubosh_core::pki::{Ca, Leaf};
-use kubosh_engine::state::{DirDnsRegistry, DirIpRegistry, DirStore};
-use kubosh_engine::vm::mbus_cert_env;
-use kubosh_engine::{Engine, EngineConfig, EventSink};
-use kubosh_kube::lock::FileLocks;
 use kubosh_transport::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
+use kubosh_transport::agent::tls::TlsError;
 use kubosh_transport::agent::{MbusTls, NatsOptions, NatsTransport};
 
 /// The health monitor's connection name on the server.
@@ -92,9 +97,11 @@ pub enum ConfigError {
 
 /// A problem with one key, before the file name is attached.
 #[derive(Debug)]
-struct KeyError {
-    key: String,
-    message: String,
+pub struct KeyError {
+    /// The key, dotted.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
 }
 
 fn key_error(key: impl Into<String>, message: impl Into<String>) -> KeyError {
@@ -102,6 +109,154 @@ fn key_error(key: impl Into<String>, message: impl Into<String>) -> KeyError {
         key: key.into(),
         message: message.into(),
     }
+}
+
+/// The file as written: every section and key it may have. `null` is the same as absent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirectorFile {
+    /// `state_dir` (required).
+    pub state_dir: Option<String>,
+    /// `cpi` (required).
+    pub cpi: Option<CpiFile>,
+    /// `nats` (required).
+    pub nats: Option<NatsFile>,
+    /// `blobstore` (required).
+    pub blobstore: Option<BlobstoreFile>,
+    /// `engine`.
+    pub engine: Option<EngineFile>,
+    /// `health`.
+    pub health: Option<HealthFile>,
+    /// `trusted_certs`.
+    pub trusted_certs: Option<String>,
+    /// `snapshots`.
+    pub snapshots: Option<SnapshotsFile>,
+    /// `enable_cpi_resize_disk`.
+    pub enable_cpi_resize_disk: Option<bool>,
+    /// `enable_cpi_update_disk`.
+    pub enable_cpi_update_disk: Option<bool>,
+}
+
+/// `cpi:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpiFile {
+    /// `[program, args...]`, or one program.
+    #[serde(default, deserialize_with = "command_line")]
+    pub command: Option<Vec<String>>,
+    /// Per-call time limit.
+    pub timeout_seconds: Option<u64>,
+    /// CPI context properties.
+    pub properties: Option<Secret<Map<String, Value>>>,
+}
+
+/// `nats:`. Each PEM is given inline or as `<key>_path`, not both.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct NatsFile {
+    /// The server URL (required).
+    pub url: Option<String>,
+    pub ca_certificate: Option<String>,
+    pub ca_certificate_path: Option<String>,
+    pub ca_private_key: Option<Secret<String>>,
+    pub ca_private_key_path: Option<String>,
+    pub director_certificate: Option<String>,
+    pub director_certificate_path: Option<String>,
+    pub director_private_key: Option<Secret<String>>,
+    pub director_private_key_path: Option<String>,
+    pub hm_certificate: Option<String>,
+    pub hm_certificate_path: Option<String>,
+    pub hm_private_key: Option<Secret<String>>,
+    pub hm_private_key_path: Option<String>,
+}
+
+/// `blobstore:`: `{local: {path}}`, the only provider for now.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlobstoreFile {
+    /// `local`.
+    pub local: Option<LocalBlobstoreFile>,
+}
+
+/// `blobstore.local`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalBlobstoreFile {
+    /// The directory (required).
+    pub path: Option<String>,
+}
+
+/// `engine:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineFile {
+    /// The Director's `agent_wait_timeout`.
+    pub agent_wait_timeout_seconds: Option<u64>,
+    /// How long recovery waits for an interrupted VM's agent.
+    pub recovery_wait_seconds: Option<u64>,
+    /// Update all AZs of a group at once.
+    pub parallel_azs: Option<bool>,
+}
+
+/// `health:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthFile {
+    /// Seconds to listen to heartbeats (required).
+    pub listen_for: Option<u64>,
+}
+
+/// `snapshots:` (the Director's spelling).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotsFile {
+    /// Snapshot an instance's disks when an update stops it.
+    pub enabled: Option<bool>,
+}
+
+/// `cpi.command`: a list of strings (numbers taken as their text) or one string.
+fn command_line<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    use serde::de::Error;
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(program)) => Ok(Some(vec![program])),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                Value::Number(n) => Ok(n.to_string()),
+                _ => Err(D::Error::custom("every element must be a string")),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some),
+        Some(_) => Err(D::Error::custom("expected a list: [program, args...]")),
+    }
+}
+
+/// Serde's message for one key, in this file's words and without the value it found.
+fn key_message(serde_message: &str) -> String {
+    if let Some(rest) = serde_message.strip_prefix("unknown field ") {
+        let known = rest
+            .split_once(", expected ")
+            .map(|(_, known)| known.trim_start_matches("one of ").replace('`', ""));
+        return match known {
+            Some(known) => format!("unknown key (known here: {known})"),
+            None => "unknown key".into(),
+        };
+    }
+    let mismatch =
+        serde_message.starts_with("invalid type: ") || serde_message.starts_with("invalid value: ");
+    if let Some((_, expected)) = serde_message.split_once(", expected ").filter(|_| mismatch) {
+        let expected = match expected {
+            "a boolean" => "true or false",
+            "u64" => "a whole number of seconds",
+            e if e.starts_with("struct ") || e == "a map" => "a map",
+            e => e,
+        };
+        return format!("expected {expected}");
+    }
+    serde_message.to_string()
 }
 
 /// How the CPI is run.
@@ -217,34 +372,46 @@ impl DirectorConfig {
         })
     }
 
-    fn from_value(value: &Value, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
-        let top = Section::root(value)?;
-        top.allow(&[
-            "state_dir",
-            "cpi",
-            "nats",
-            "blobstore",
-            "engine",
-            "health",
-            "trusted_certs",
-            "snapshots",
-            "enable_cpi_resize_disk",
-            "enable_cpi_update_disk",
-        ])?;
-        let state_dir = base_dir.join(top.required_string("state_dir")?);
-        let cpi = cpi_settings(&top.section("cpi")?, base_dir)?;
-        let nats = nats_settings(&top.section("nats")?, base_dir)?;
-        let blobstore_dir = blobstore_dir(&top.section("blobstore")?, base_dir)?;
-        let engine = match top.optional_section("engine")? {
-            Some(s) => engine_settings(&s)?,
-            None => engine_settings(&Section::empty("engine"))?,
-        };
-        let health = match top.optional_section("health")? {
-            Some(s) => Some(health_settings(&s)?),
+    /// Reads a parsed file whose relative paths are relative to `base_dir`.
+    pub fn from_value(value: &Value, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
+        if !value.is_object() {
+            return Err(key_error("(top level)", "expected a map"));
+        }
+        let file: DirectorFile = serde_path_to_error::deserialize(value)
+            .map_err(|e| key_error(e.path().to_string(), key_message(&e.inner().to_string())))?;
+        DirectorConfig::resolve(file, base_dir)
+    }
+
+    /// Checks what the types cannot and makes the file's values usable: required keys,
+    /// paths against `base_dir`, PEM read and loaded, the CPI program found.
+    pub fn resolve(file: DirectorFile, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
+        let state_dir = base_dir.join(required_text("state_dir", file.state_dir)?);
+        let cpi = cpi_settings(required("cpi", file.cpi)?, base_dir)?;
+        let nats = nats_settings(required("nats", file.nats)?, base_dir)?;
+        let blobstore = required("blobstore", file.blobstore)?;
+        let local = blobstore.local.ok_or_else(|| {
+            key_error(
+                "blobstore.local",
+                "is required (the only blobstore provider for now)",
+            )
+        })?;
+        let blobstore_dir = base_dir.join(required_text("blobstore.local.path", local.path)?);
+        let engine = engine_settings(file.engine.unwrap_or_default());
+        let health = match file.health {
+            Some(h) => Some(HealthSettings {
+                listen_for: Duration::from_secs(
+                    h.listen_for
+                        .ok_or_else(|| key_error("health.listen_for", "is required (seconds)"))?,
+                ),
+            }),
             None => None,
         };
-        let trusted_certs = top.optional_string("trusted_certs")?.unwrap_or_default();
-        let disks = disk_settings(&top)?;
+        let trusted_certs = optional_text("trusted_certs", file.trusted_certs)?.unwrap_or_default();
+        let disks = DiskSettings {
+            snapshots_enabled: file.snapshots.and_then(|s| s.enabled).unwrap_or(false),
+            enable_cpi_resize_disk: file.enable_cpi_resize_disk.unwrap_or(false),
+            enable_cpi_update_disk: file.enable_cpi_update_disk.unwrap_or(false),
+        };
         Ok(DirectorConfig {
             base_dir: base_dir.to_path_buf(),
             state_dir,
@@ -319,7 +486,7 @@ impl DirectorConfig {
         .map_err(|e| format!("cannot connect to NATS at {}: {e}", self.nats.url))?;
         let blobstore = LocalBlobstore::new(&self.blobstore_dir).map_err(|e| e.to_string())?;
         let renderer = Renderer::new(RendererConfig::default()).map_err(|e| e.to_string())?;
-        let locks: Arc<dyn kubosh_kube::lock::Lock> =
+        let locks: Arc<dyn crate::lock::Lock> =
             Arc::new(FileLocks::new(self.state_dir.join("locks")));
         // Every deployment of this director shares one DNS dataset (§4.10).
         let dns_registry = DirDnsRegistry::new(
@@ -363,7 +530,7 @@ impl DirectorConfig {
 
 /// Each new agent's NATS identity: a client certificate for `<agent_id>.agent.bosh-internal`
 /// signed by the CA, in the VM's env.
-fn agent_env(ca: Arc<Ca>, ca_pem: String) -> kubosh_engine::AgentEnv {
+fn agent_env(ca: Arc<Ca>, ca_pem: String) -> crate::AgentEnv {
     Arc::new(move |agent_id: &str| {
         let common_name = format!("{agent_id}.agent.bosh-internal");
         let leaf = Leaf {
@@ -382,37 +549,33 @@ fn agent_env(ca: Arc<Ca>, ca_pem: String) -> kubosh_engine::AgentEnv {
     })
 }
 
-fn cpi_settings(s: &Section<'_>, base_dir: &Path) -> Result<CpiSettings, KeyError> {
-    s.allow(&["command", "timeout_seconds", "properties"])?;
-    let key = s.key("command");
-    let command: Vec<String> = match s.get("command") {
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| match v {
-                Value::String(s) => Ok(s.clone()),
-                Value::Number(n) => Ok(n.to_string()),
-                _ => Err(key_error(&key, "every element must be a string")),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(Value::String(program)) => vec![program.clone()],
-        Some(_) => return Err(key_error(&key, "expected a list: [program, args...]")),
-        None => return Err(key_error(&key, "is required")),
-    };
+fn required<T>(key: &str, value: Option<T>) -> Result<T, KeyError> {
+    value.ok_or_else(|| key_error(key, "is required"))
+}
+
+/// A string that, when given, is not empty.
+fn optional_text(key: &str, value: Option<String>) -> Result<Option<String>, KeyError> {
+    match value {
+        Some(s) if s.is_empty() => Err(key_error(key, "is empty")),
+        other => Ok(other),
+    }
+}
+
+fn required_text(key: &str, value: Option<String>) -> Result<String, KeyError> {
+    required(key, optional_text(key, value)?)
+}
+
+fn cpi_settings(file: CpiFile, base_dir: &Path) -> Result<CpiSettings, KeyError> {
+    let command = required("cpi.command", file.command)?;
     let Some((program, args)) = command.split_first() else {
-        return Err(key_error(&key, "must name a program"));
+        return Err(key_error("cpi.command", "must name a program"));
     };
-    let program = resolve_program(program, base_dir).map_err(|m| key_error(&key, m))?;
-    let timeout = Duration::from_secs(s.optional_u64("timeout_seconds")?.unwrap_or(600));
-    let properties = match s.get("properties") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => return Err(key_error(s.key("properties"), "expected a map")),
-    };
+    let program = resolve_program(program, base_dir).map_err(|m| key_error("cpi.command", m))?;
     Ok(CpiSettings {
         program,
         args: args.to_vec(),
-        timeout,
-        properties: Secret::new(properties),
+        timeout: Duration::from_secs(file.timeout_seconds.unwrap_or(600)),
+        properties: file.properties.unwrap_or_default(),
     })
 }
 
@@ -433,40 +596,116 @@ fn resolve_program(program: &str, base_dir: &Path) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("'{program}' is not found on PATH"))
 }
 
-fn nats_settings(s: &Section<'_>, base_dir: &Path) -> Result<NatsSettings, KeyError> {
-    let pems = [
-        "ca_certificate",
-        "ca_private_key",
-        "director_certificate",
-        "director_private_key",
-        "hm_certificate",
-        "hm_private_key",
-    ];
-    let mut allowed = vec!["url".to_string()];
-    for k in pems {
-        allowed.push(k.to_string());
-        allowed.push(format!("{k}_path"));
+/// PEM text given inline (`nats.<key>`) or as a file (`nats.<key>_path`), at most one of
+/// them; `None` when neither is given. Errors never quote the text.
+fn optional_pem(
+    key: &str,
+    inline: Option<String>,
+    path: Option<String>,
+    base_dir: &Path,
+) -> Result<Option<String>, KeyError> {
+    let dotted = format!("nats.{key}");
+    let path_key = format!("{key}_path");
+    let text = match (
+        optional_text(&dotted, inline)?,
+        optional_text(&format!("nats.{path_key}"), path)?,
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(key_error(
+                dotted,
+                format!("give either {key} or {path_key}, not both"),
+            ));
+        }
+        (Some(text), None) => text,
+        (None, Some(path)) => {
+            let path = base_dir.join(path);
+            std::fs::read_to_string(&path).map_err(|e| {
+                key_error(
+                    format!("nats.{path_key}"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?
+        }
+        (None, None) => return Ok(None),
+    };
+    if !text.contains("-----BEGIN ") {
+        return Err(key_error(dotted, "expected a PEM block"));
     }
-    s.allow(&allowed.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let url = s.required_string("url")?;
-    let ca_certificate = s.pem("ca_certificate", base_dir)?;
-    let ca_private_key = Secret::new(s.pem("ca_private_key", base_dir)?);
+    Ok(Some(text))
+}
+
+fn pem(
+    key: &str,
+    inline: Option<String>,
+    path: Option<String>,
+    base_dir: &Path,
+) -> Result<String, KeyError> {
+    optional_pem(key, inline, path, base_dir)?.ok_or_else(|| {
+        key_error(
+            format!("nats.{key}"),
+            format!("is required (or {key}_path)"),
+        )
+    })
+}
+
+fn expose(secret: Option<Secret<String>>) -> Option<String> {
+    secret.map(|s| s.expose().clone())
+}
+
+fn nats_settings(file: NatsFile, base_dir: &Path) -> Result<NatsSettings, KeyError> {
+    let url = required_text("nats.url", file.url)?;
+    let ca_certificate = pem(
+        "ca_certificate",
+        file.ca_certificate,
+        file.ca_certificate_path,
+        base_dir,
+    )?;
+    let ca_private_key = Secret::new(pem(
+        "ca_private_key",
+        expose(file.ca_private_key),
+        file.ca_private_key_path,
+        base_dir,
+    )?);
     let ca = Ca::from_pem(&ca_certificate, ca_private_key.expose()).map_err(|e| {
         // Ca::from_pem words certificate problems "CA certificate: ...".
         let key = if e.to_string().starts_with("CA certificate") {
-            "ca_certificate"
+            "nats.ca_certificate"
         } else {
-            "ca_private_key"
+            "nats.ca_private_key"
         };
-        key_error(s.key(key), e.to_string())
+        key_error(key, e.to_string())
     })?;
-    let hm_identity = hm_identity_settings(s, base_dir, &ca_certificate)?;
+    let hm_identity = hm_identity_settings(
+        optional_pem(
+            "hm_certificate",
+            file.hm_certificate,
+            file.hm_certificate_path,
+            base_dir,
+        )?,
+        optional_pem(
+            "hm_private_key",
+            expose(file.hm_private_key),
+            file.hm_private_key_path,
+            base_dir,
+        )?,
+        &ca_certificate,
+    )?;
     let settings = NatsSettings {
         url,
         ca_certificate,
         ca: Arc::new(ca),
-        director_certificate: s.pem("director_certificate", base_dir)?,
-        director_private_key: Secret::new(s.pem("director_private_key", base_dir)?),
+        director_certificate: pem(
+            "director_certificate",
+            file.director_certificate,
+            file.director_certificate_path,
+            base_dir,
+        )?,
+        director_private_key: Secret::new(pem(
+            "director_private_key",
+            expose(file.director_private_key),
+            file.director_private_key_path,
+            base_dir,
+        )?),
         hm_identity,
     };
     MbusTls::new(
@@ -476,37 +715,34 @@ fn nats_settings(s: &Section<'_>, base_dir: &Path) -> Result<NatsSettings, KeyEr
     )
     .client_config()
     .map_err(|e| {
-        use kubosh_transport::agent::tls::TlsError;
         let key = match e {
-            TlsError::NoCa | TlsError::BadCa(_) => "ca_certificate",
-            TlsError::NoCert => "director_certificate",
-            _ => "director_private_key",
+            TlsError::NoCa | TlsError::BadCa(_) => "nats.ca_certificate",
+            TlsError::NoCert => "nats.director_certificate",
+            _ => "nats.director_private_key",
         };
-        key_error(s.key(key), e.to_string())
+        key_error(key, e.to_string())
     })?;
     Ok(settings)
 }
 
 /// `hm_certificate` and `hm_private_key`: both or neither; they must load.
 fn hm_identity_settings(
-    s: &Section<'_>,
-    base_dir: &Path,
+    cert: Option<String>,
+    key: Option<String>,
     ca_certificate: &str,
 ) -> Result<Option<(String, Secret<String>)>, KeyError> {
-    let cert = s.optional_pem("hm_certificate", base_dir)?;
-    let key = s.optional_pem("hm_private_key", base_dir)?;
     let (cert, key) = match (cert, key) {
         (None, None) => return Ok(None),
         (Some(cert), Some(key)) => (cert, key),
         (Some(_), None) => {
             return Err(key_error(
-                s.key("hm_private_key"),
+                "nats.hm_private_key",
                 "is required with hm_certificate",
             ));
         }
         (None, Some(_)) => {
             return Err(key_error(
-                s.key("hm_certificate"),
+                "nats.hm_certificate",
                 "is required with hm_private_key",
             ));
         }
@@ -514,208 +750,27 @@ fn hm_identity_settings(
     MbusTls::new(ca_certificate, cert.clone(), key.clone())
         .client_config()
         .map_err(|e| {
-            use kubosh_transport::agent::tls::TlsError;
             let name = match e {
                 // The CA certificate is ca_certificate's problem, reported the same way.
-                TlsError::NoCa | TlsError::BadCa(_) => "ca_certificate",
-                TlsError::NoCert => "hm_certificate",
-                _ => "hm_private_key",
+                TlsError::NoCa | TlsError::BadCa(_) => "nats.ca_certificate",
+                TlsError::NoCert => "nats.hm_certificate",
+                _ => "nats.hm_private_key",
             };
-            key_error(s.key(name), e.to_string())
+            key_error(name, e.to_string())
         })?;
     Ok(Some((cert, Secret::new(key))))
 }
 
-fn health_settings(s: &Section<'_>) -> Result<HealthSettings, KeyError> {
-    s.allow(&["listen_for"])?;
-    let seconds = s
-        .optional_u64("listen_for")?
-        .ok_or_else(|| key_error(s.key("listen_for"), "is required (seconds)"))?;
-    Ok(HealthSettings {
-        listen_for: Duration::from_secs(seconds),
-    })
-}
-
-fn blobstore_dir(s: &Section<'_>, base_dir: &Path) -> Result<PathBuf, KeyError> {
-    s.allow(&["local"])?;
-    let Some(local) = s.optional_section("local")? else {
-        return Err(key_error(
-            s.key("local"),
-            "is required (the only blobstore provider for now)",
-        ));
-    };
-    local.allow(&["path"])?;
-    Ok(base_dir.join(local.required_string("path")?))
-}
-
-fn engine_settings(s: &Section<'_>) -> Result<EngineSettings, KeyError> {
-    s.allow(&[
-        "agent_wait_timeout_seconds",
-        "recovery_wait_seconds",
-        "parallel_azs",
-    ])?;
+fn engine_settings(file: EngineFile) -> EngineSettings {
     let defaults = EngineConfig::default();
-    let seconds = |key: &str, default: Duration| -> Result<Duration, KeyError> {
-        Ok(s.optional_u64(key)?.map_or(default, Duration::from_secs))
-    };
-    Ok(EngineSettings {
-        agent_wait_timeout: seconds("agent_wait_timeout_seconds", defaults.agent_wait_timeout)?,
-        recovery_wait: seconds("recovery_wait_seconds", defaults.recovery_wait)?,
-        parallel_azs: match s.get("parallel_azs") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(key_error(s.key("parallel_azs"), "expected true or false")),
-        },
-    })
-}
-
-fn disk_settings(top: &Section<'_>) -> Result<DiskSettings, KeyError> {
-    let snapshots_enabled = match top.optional_section("snapshots")? {
-        Some(s) => {
-            s.allow(&["enabled"])?;
-            s.optional_bool("enabled")?
-        }
-        None => false,
-    };
-    Ok(DiskSettings {
-        snapshots_enabled,
-        enable_cpi_resize_disk: top.optional_bool("enable_cpi_resize_disk")?,
-        enable_cpi_update_disk: top.optional_bool("enable_cpi_update_disk")?,
-    })
-}
-
-/// One map of the file and its dotted key prefix.
-struct Section<'a> {
-    prefix: String,
-    map: Option<&'a Map<String, Value>>,
-}
-
-impl<'a> Section<'a> {
-    fn root(value: &'a Value) -> Result<Section<'a>, KeyError> {
-        match value {
-            Value::Object(map) => Ok(Section {
-                prefix: String::new(),
-                map: Some(map),
-            }),
-            _ => Err(key_error("(top level)", "expected a map")),
-        }
-    }
-
-    fn empty(prefix: &str) -> Section<'a> {
-        Section {
-            prefix: prefix.to_string(),
-            map: None,
-        }
-    }
-
-    /// The dotted name of `key` in this section.
-    fn key(&self, key: &str) -> String {
-        if self.prefix.is_empty() {
-            key.to_string()
-        } else {
-            format!("{}.{key}", self.prefix)
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.and_then(|m| m.get(key))
-    }
-
-    /// Fails on the first key not in `allowed`.
-    fn allow(&self, allowed: &[&str]) -> Result<(), KeyError> {
-        for key in self.map.into_iter().flat_map(Map::keys) {
-            if !allowed.contains(&key.as_str()) {
-                return Err(key_error(
-                    self.key(key),
-                    format!("unknown key (known here: {})", allowed.join(", ")),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn optional_section(&self, key: &str) -> Result<Option<Section<'a>>, KeyError> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(map)) => Ok(Some(Section {
-                prefix: self.key(key),
-                map: Some(map),
-            })),
-            Some(_) => Err(key_error(self.key(key), "expected a map")),
-        }
-    }
-
-    fn section(&self, key: &str) -> Result<Section<'a>, KeyError> {
-        self.optional_section(key)?
-            .ok_or_else(|| key_error(self.key(key), "is required"))
-    }
-
-    fn optional_string(&self, key: &str) -> Result<Option<String>, KeyError> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
-            Some(Value::String(_)) => Err(key_error(self.key(key), "is empty")),
-            Some(_) => Err(key_error(self.key(key), "expected a string")),
-        }
-    }
-
-    fn required_string(&self, key: &str) -> Result<String, KeyError> {
-        self.optional_string(key)?
-            .ok_or_else(|| key_error(self.key(key), "is required"))
-    }
-
-    /// A boolean; absent or null is false.
-    fn optional_bool(&self, key: &str) -> Result<bool, KeyError> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(key_error(self.key(key), "expected true or false")),
-        }
-    }
-
-    fn optional_u64(&self, key: &str) -> Result<Option<u64>, KeyError> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| key_error(self.key(key), "expected a whole number of seconds")),
-        }
-    }
-
-    /// PEM text given inline (`key`) or as a file (`key_path`), exactly one of them. Errors
-    /// never quote the text.
-    fn pem(&self, key: &str, base_dir: &Path) -> Result<String, KeyError> {
-        self.optional_pem(key, base_dir)?
-            .ok_or_else(|| key_error(self.key(key), format!("is required (or {key}_path)")))
-    }
-
-    /// [`Section::pem`], or `None` when neither key is given.
-    fn optional_pem(&self, key: &str, base_dir: &Path) -> Result<Option<String>, KeyError> {
-        let path_key = format!("{key}_path");
-        let text = match (self.optional_string(key)?, self.optional_string(&path_key)?) {
-            (Some(_), Some(_)) => {
-                return Err(key_error(
-                    self.key(key),
-                    format!("give either {key} or {path_key}, not both"),
-                ));
-            }
-            (Some(text), None) => text,
-            (None, Some(path)) => {
-                let path = base_dir.join(path);
-                std::fs::read_to_string(&path).map_err(|e| {
-                    key_error(
-                        self.key(&path_key),
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?
-            }
-            (None, None) => return Ok(None),
-        };
-        if !text.contains("-----BEGIN ") {
-            return Err(key_error(self.key(key), "expected a PEM block"));
-        }
-        Ok(Some(text))
+    EngineSettings {
+        agent_wait_timeout: file
+            .agent_wait_timeout_seconds
+            .map_or(defaults.agent_wait_timeout, Duration::from_secs),
+        recovery_wait: file
+            .recovery_wait_seconds
+            .map_or(defaults.recovery_wait, Duration::from_secs),
+        parallel_azs: file.parallel_azs.unwrap_or(false),
     }
 }
 
@@ -876,6 +931,44 @@ mod tests {
             let e = error(&v, dir.path());
             assert!(e.starts_with(expected), "{e}\nexpected: {expected}");
         }
+    }
+
+    #[test]
+    fn serde_errors_keep_the_files_words_and_never_quote_a_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = valid(dir.path());
+        let mut v = base.clone();
+        v["cpi"]["properties"] = json!("hunter22");
+        let e = error(&v, dir.path());
+        assert_eq!(e, "cpi.properties: expected a map");
+        let mut v = base.clone();
+        v["engine"] = json!({"recovery_wait_seconds": -5});
+        let e = error(&v, dir.path());
+        assert_eq!(
+            e,
+            "engine.recovery_wait_seconds: expected a whole number of seconds"
+        );
+        let mut v = base.clone();
+        v["cpi"]["command"] = json!({"program": "x"});
+        assert_eq!(
+            error(&v, dir.path()),
+            "cpi.command: expected a list: [program, args...]"
+        );
+        v["cpi"]["command"] = json!(["x", {"y": 1}]);
+        assert_eq!(
+            error(&v, dir.path()),
+            "cpi.command: every element must be a string"
+        );
+        assert_eq!(
+            error(&json!(["state_dir"]), dir.path()),
+            "(top level): expected a map"
+        );
+        // null is absent: an optional section, or a required one (then named as missing).
+        let mut v = base.clone();
+        v["engine"] = Value::Null;
+        assert!(DirectorConfig::from_value(&v, dir.path()).is_ok());
+        v["cpi"] = Value::Null;
+        assert_eq!(error(&v, dir.path()), "cpi: is required");
     }
 
     #[test]
