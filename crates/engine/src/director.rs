@@ -63,8 +63,8 @@ use kubosh_artifacts::render::{Renderer, RendererConfig};
 use kubosh_cloud::{CpiCommand, ExternalCpi, Secret};
 use kubosh_core::pki::{Ca, Leaf};
 use kubosh_transport::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
-use kubosh_transport::agent::tls::TlsError;
 use kubosh_transport::agent::{MbusTls, NatsOptions, NatsTransport};
+use kubosh_transport::tls::TlsError;
 
 /// The health monitor's connection name on the server.
 const HM_CONNECTION_NAME: &str = "kubosh-health-monitor";

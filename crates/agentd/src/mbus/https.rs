@@ -51,8 +51,8 @@ use tokio_rustls::TlsAcceptor;
 use super::Handler;
 use crate::layout::check_name;
 use kubosh_transport::agent::protocol::Request;
-use kubosh_transport::agent::tls::{self, TlsError};
 use kubosh_transport::https_server::{Body, HttpsServer, empty, file_response, full};
+use kubosh_transport::tls::{self, TlsError};
 
 /// The subdirectory of the blobs directory where uploads are written before they are
 /// renamed into place (bosh-agent's blob manager keeps its temporary files there too).

@@ -115,8 +115,7 @@ impl Agent {
 
     /// A plain HTTPS client trusting the test CA, for raw status checks.
     fn raw(&self) -> reqwest::Client {
-        let config =
-            kubosh_transport::agent::tls::client_config(&self.ca_pem, None, false).unwrap();
+        let config = kubosh_transport::tls::client_config(&self.ca_pem, None, false).unwrap();
         reqwest::Client::builder()
             .tls_backend_preconfigured(config)
             .no_proxy()

@@ -28,8 +28,8 @@ use tokio_rustls::TlsAcceptor;
 
 use super::core::Naming;
 use super::{BlobstoreError, HmacSigner, LocalBlobstore, SignedMethod, check_id};
-use kubosh_transport::agent::tls::{self, TlsError};
 use kubosh_transport::https_server::{self, Body, HttpsServer, empty, file_response, full};
+use kubosh_transport::tls::{self, TlsError};
 
 /// Where the endpoint listens and its TLS identity. `Debug` leaves out the key.
 #[derive(Clone)]

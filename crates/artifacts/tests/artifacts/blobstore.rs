@@ -295,7 +295,7 @@ impl Endpoint {
         let base = format!("https://127.0.0.1:{}", server.local_addr().port());
         let signer = signer.with_base(base.parse().unwrap());
         let store = store.with_signer(signer.clone());
-        let tls = kubosh_transport::agent::tls::client_config(&ca.cert_pem(), None, false).unwrap();
+        let tls = kubosh_transport::tls::client_config(&ca.cert_pem(), None, false).unwrap();
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .no_proxy()

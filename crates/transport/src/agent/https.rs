@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::client::{AgentClient, ClientOptions, Transport, TransportError};
 use super::protocol::{Reply, Request};
-use super::tls::{self, TlsError};
+use crate::tls::{self, TlsError};
 
 /// Why the HTTPS transport could not be built or a blob operation failed. Never contains
 /// the mbus password.

@@ -10,7 +10,6 @@ pub mod client;
 pub mod health;
 pub mod https;
 pub mod nats;
-pub mod tls;
 
 pub use client::{
     AgentClient, AgentError, ClientOptions, Method, Mode, Started, Transport, TransportError,

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use super::client::{AgentClient, Transport, TransportError};
 use super::protocol::{Heartbeat, PROTOCOL_VERSION, Reply, Request};
-use super::tls::{self, TlsError};
+use crate::tls::{self, TlsError};
 
 /// Why a NATS connection or subscription failed. Never contains key material or URL
 /// passwords.
