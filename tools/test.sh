@@ -48,6 +48,6 @@ step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
 step "cargo test"
-cargo test --locked --workspace
+cargo test --locked --workspace --no-fail-fast
 
 step "done in $((SECONDS - started)) s"

@@ -56,6 +56,9 @@ pub struct Settings {
     /// The message bus: `nats://host:port` or `https://user:password@host:port`.
     #[serde(default)]
     pub mbus: String,
+    /// NTP servers, verbatim (kept here so a written file has bosh's key order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntp: Option<Value>,
     /// The blobstore.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blobstore: Option<BlobstoreSettings>,
@@ -68,7 +71,7 @@ pub struct Settings {
     /// `env` of `create_vm`.
     #[serde(default)]
     pub env: EnvSettings,
-    /// Everything else (`ntp`, ...), verbatim.
+    /// Everything else, verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

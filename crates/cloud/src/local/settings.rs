@@ -60,8 +60,6 @@ pub fn agent_settings(
 ) -> Result<Settings, serde_json::Error> {
     let blobstore = serde_json::from_value(config.agent_blobstore())?;
     let env = serde_json::from_value(Value::Object(env))?;
-    let mut extra = Map::new();
-    extra.insert("ntp".into(), json!(config.ntp));
     Ok(Settings {
         agent_id: agent_id.to_string(),
         vm: VmSettings {
@@ -72,6 +70,7 @@ pub fn agent_settings(
             .as_ref()
             .map(|m| m.expose().clone())
             .unwrap_or_default(),
+        ntp: Some(json!(config.ntp)),
         blobstore: Some(blobstore),
         networks,
         disks: DiskSettings {
@@ -83,7 +82,7 @@ pub fn agent_settings(
                 .collect(),
         },
         env,
-        extra,
+        extra: Map::new(),
     })
 }
 
