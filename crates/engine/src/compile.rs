@@ -91,8 +91,6 @@ pub struct CompileInputs<'a> {
     pub groups: &'a [GroupSpec],
     /// Releases by name.
     pub releases: &'a BTreeMap<String, Arc<Release>>,
-    /// Stemcell CIDs by `name/version`.
-    pub stemcell_cids: &'a BTreeMap<String, String>,
     /// Every address instances hold during this deploy (kept, new and about to be
     /// released): compilation workers take none of them.
     pub held: &'a [Reservation],
@@ -102,6 +100,17 @@ pub struct CompileInputs<'a> {
     pub calculated: &'a super::resources::CalculatedProperties,
     /// Plan only: compile nothing, store nothing.
     pub dry_run: bool,
+}
+
+/// What compilation will do, decided before the deploy changes anything
+/// ([`Engine::plan_compile`]).
+pub struct PlannedCompilation {
+    /// Reuses, compile tasks and which package each job gets.
+    plan: CompilePlan,
+    /// The jobs' packages and what is to be compiled, filled in by [`Engine::compile`].
+    packages: Packages,
+    /// Each compilation worker's identity and network settings.
+    workers: Vec<(WorkerIdentity, Value)>,
 }
 
 /// A reusable compilation VM, the stemcell (`name/version`) it runs and its pending
@@ -119,24 +128,24 @@ fn stemcell(info: &StemcellInfo) -> Stemcell {
 }
 
 impl Engine {
-    /// Compiles what the deployment's jobs need and has not been compiled, and returns every
-    /// needed package.
-    pub async fn compile(
+    /// Decides what compilation will do, changing nothing: which packages are reused and
+    /// which compiled (an unusable release fails here, with the Director's error), and the
+    /// address each compilation worker will hold (a network too small for the workers fails
+    /// here too). Runs before the deploy's first change.
+    pub fn plan_compile(
         &self,
-        inputs: CompileInputs<'_>,
-        state: &mut DeploymentState,
-    ) -> Result<Packages, EngineError> {
+        inputs: &CompileInputs<'_>,
+        state: &DeploymentState,
+    ) -> Result<PlannedCompilation, EngineError> {
         let CompileInputs {
             manifest,
             cloud,
             groups,
             releases,
-            stemcell_cids,
             held,
             elsewhere,
-            calculated,
-            dry_run,
-        } = inputs;
+            ..
+        } = *inputs;
         let mut by_stemcell: BTreeMap<String, StemcellJobs> = BTreeMap::new();
         for g in groups.iter().filter(|g| g.instances > 0) {
             let entry = by_stemcell
@@ -175,16 +184,16 @@ impl Engine {
             return Err(EngineError::Plan(lines));
         }
 
-        let mut out = Packages::default();
+        let mut packages = Packages::default();
         for r in releases.values() {
             for j in &r.jobs {
-                out.jobs.insert(
+                packages.jobs.insert(
                     (r.name().to_string(), j.name.clone()),
                     (j.fingerprint.clone(), j.spec.packages.clone()),
                 );
             }
         }
-        out.to_compile = plan
+        packages.to_compile = plan
             .tasks
             .iter()
             .map(|t| {
@@ -196,20 +205,12 @@ impl Engine {
                 )
             })
             .collect();
-        // Packages of compiled releases go into the blobstore under their own id.
-        for reused in plan.reused.iter().filter(|_| !dry_run) {
-            if let ReuseSource::CompiledRelease { release } = &reused.source {
-                self.store_compiled_release_package(releases, release, &reused.record)
-                    .await?;
-            }
-        }
-        let compilation = cloud.compilation.clone();
-        // Every worker's address is reserved before the first VM exists, so a network too
+        // Every worker's address is chosen before the first VM exists, so a network too
         // small for the workers fails here with the Director's error and leaves nothing behind.
         let workers = if plan.tasks.is_empty() {
             Vec::new()
         } else {
-            let compilation = compilation.clone().unwrap_or_default();
+            let compilation = cloud.compilation.clone().unwrap_or_default();
             let count = compilation
                 .workers
                 .unwrap_or(1)
@@ -223,12 +224,54 @@ impl Engine {
             let deployment = manifest.name.clone().unwrap_or_default();
             let taken: Vec<Reservation> = held.iter().chain(elsewhere).cloned().collect();
             let networks = worker_networks(&deployment, cloud, &compilation, &taken, &identities)?;
-            if !dry_run {
-                self.claim_worker_ips(&deployment, held, &identities, &networks)
-                    .await?;
-            }
             identities.into_iter().zip(networks).collect()
         };
+        Ok(PlannedCompilation {
+            plan,
+            packages,
+            workers,
+        })
+    }
+
+    /// Carries out a [`PlannedCompilation`]: stores compiled releases' packages, claims the
+    /// workers' addresses, compiles on compilation VMs, records each compiled package, and
+    /// returns every needed package.
+    pub async fn compile(
+        &self,
+        inputs: CompileInputs<'_>,
+        planned: PlannedCompilation,
+        stemcell_cids: &BTreeMap<String, String>,
+        state: &mut DeploymentState,
+    ) -> Result<Packages, EngineError> {
+        let CompileInputs {
+            manifest,
+            cloud,
+            releases,
+            held,
+            calculated,
+            dry_run,
+            ..
+        } = inputs;
+        let PlannedCompilation {
+            plan,
+            packages: mut out,
+            workers,
+        } = planned;
+        // Packages of compiled releases go into the blobstore under their own id.
+        for reused in plan.reused.iter().filter(|_| !dry_run) {
+            if let ReuseSource::CompiledRelease { release } = &reused.source {
+                self.store_compiled_release_package(releases, release, &reused.record)
+                    .await?;
+            }
+        }
+        let compilation = cloud.compilation.clone();
+        if !dry_run && !workers.is_empty() {
+            let deployment = manifest.name.clone().unwrap_or_default();
+            let (identities, networks): (Vec<WorkerIdentity>, Vec<Value>) =
+                workers.iter().cloned().unzip();
+            self.claim_worker_ips(&deployment, held, &identities, &networks)
+                .await?;
+        }
         let calculated = calculated
             .get(super::resources::compilation_resources(cloud.compilation.as_ref()).as_ref());
         let workers = Workers {

@@ -262,6 +262,19 @@ impl Engine {
                 ),
             )
             .await?;
+        // The last of the planning: what compilation will do (an unusable release fails
+        // here, before any stemcell is uploaded or any record written).
+        let compile_inputs = super::compile::CompileInputs {
+            manifest: &manifest,
+            cloud: &cloud,
+            groups: &groups,
+            releases: &releases,
+            held: &addresses.held,
+            elsewhere: &addresses.elsewhere,
+            calculated: &calculated,
+            dry_run,
+        };
+        let compilation = self.plan_compile(&compile_inputs, &state)?;
         // New link groups keep their ids from now on, whatever happens to this deploy.
         if !dry_run && link_group_ids != state.meta.link_group_ids {
             state.meta.link_group_ids = link_group_ids;
@@ -279,20 +292,7 @@ impl Engine {
                 .await?
         };
         let packages = self
-            .compile(
-                super::compile::CompileInputs {
-                    manifest: &manifest,
-                    cloud: &cloud,
-                    groups: &groups,
-                    releases: &releases,
-                    stemcell_cids: &stemcells,
-                    held: &addresses.held,
-                    elsewhere: &addresses.elsewhere,
-                    calculated: &calculated,
-                    dry_run,
-                },
-                &mut state,
-            )
+            .compile(compile_inputs, compilation, &stemcells, &mut state)
             .await?;
 
         for p in planned.iter_mut() {

@@ -1650,3 +1650,47 @@ async fn with_cpi_update_a_new_disk_type_is_changed_in_place() {
     }
     sim.assert_no_leak();
 }
+
+/// A release that cannot be used on the deployment's stemcell (its packages have no source
+/// and were compiled for another OS) fails the deploy before anything changes: the
+/// Director's "Can't use release" error, no CPI call at all (no stemcell uploaded), no record
+/// written (no link group ids, no intent).
+#[tokio::test(start_paused = true)]
+async fn an_unusable_release_fails_before_anything_changes() {
+    use kubosh_artifacts::release::{PrecompiledPackage, StemcellRef};
+    let mut sim = Sim::new();
+    let mut release = (*shared_release()).clone();
+    release.compiled_packages = release
+        .packages
+        .drain(..)
+        .map(|p| PrecompiledPackage {
+            name: p.name,
+            version: p.version,
+            fingerprint: p.fingerprint,
+            digest: p.digest,
+            stemcell: StemcellRef {
+                os: "windows2019".into(),
+                version: "1".into(),
+            },
+            dependencies: p.dependencies,
+            archive: p.archive,
+        })
+        .collect();
+    sim.release = Arc::new(release);
+    let err = sim
+        .engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .expect_err("the release cannot be used");
+    assert!(
+        err.to_string().contains("Can't use release 'hello/1.0.0'"),
+        "{err}"
+    );
+    assert!(sim.cloud.calls().is_empty(), "{:?}", sim.cloud.counts());
+    assert!(sim.agents.calls().is_empty(), "{:?}", sim.agents.counts());
+    let state = sim.state();
+    assert!(state.meta.link_group_ids.is_empty(), "{:?}", state.meta);
+    assert!(state.stemcells.is_empty() && state.intents.is_empty());
+    assert!(state.instances.is_empty() && state.compiled_packages.is_empty());
+    sim.assert_no_leak();
+}
