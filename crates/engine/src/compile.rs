@@ -326,7 +326,7 @@ impl Engine {
             .blobstore
             .exists(&record.blob_id)
             .await
-            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+            .map_err(EngineError::Blobstore)?;
         if exists {
             return Ok(());
         }
@@ -344,7 +344,7 @@ impl Engine {
         self.blobstore
             .put_bytes(bytes::Bytes::from(archive))
             .await
-            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+            .map_err(EngineError::Blobstore)?;
         Ok(())
     }
 
@@ -389,7 +389,7 @@ impl Engine {
                 .blobstore
                 .put_bytes(bytes::Bytes::from(package.archive.clone()))
                 .await
-                .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+                .map_err(EngineError::Blobstore)?;
             sources.push((stored.id, package.digest.to_string()));
         }
         preparing.end(&task, &Ok::<(), EngineError>(()));
@@ -562,7 +562,7 @@ impl Engine {
                 dependencies,
             })
             .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+            .map_err(EngineError::Agent)?;
         Ok(t.record(&result.result.blobstore_id, &result.result.sha1))
     }
 }

@@ -393,13 +393,17 @@ impl Engine {
                     Err(e) if e.is_timeout() && self.vm_is_gone(&vm.cid).await => {
                         Ok(Observed::NoVm)
                     }
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(e),
                 },
             };
             let vanished = i.vm.is_some() && matches!(observed, Ok(Observed::NoVm));
             (i.uuid.clone(), observed, vanished)
         });
-        let answers: Vec<(String, Result<Observed, String>, bool)> = futures::stream::iter(asks)
+        let answers: Vec<(
+            String,
+            Result<Observed, kubosh_transport::agent::AgentError>,
+            bool,
+        )> = futures::stream::iter(asks)
             .buffer_unordered(self.config.get_state_concurrency.max(1))
             .collect()
             .await;
@@ -421,8 +425,8 @@ impl Engine {
             vanished.sort();
             Ok((out, vanished))
         } else {
-            errors.sort();
-            Err(EngineError::Agent(errors.join("\n")))
+            errors.sort_by_cached_key(ToString::to_string);
+            Err(EngineError::AgentsUnanswered(errors))
         }
     }
 
@@ -634,7 +638,7 @@ impl Engine {
                     cloud_properties: source.cloud_properties.clone(),
                 })
                 .await
-                .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                .map_err(EngineError::from)?;
             let record = StemcellRecord {
                 name: source.info.name.clone(),
                 version: source.info.version.clone(),
@@ -883,7 +887,7 @@ impl Engine {
             .blobstore
             .put_bytes(bytes::Bytes::from(bytes))
             .await
-            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+            .map_err(EngineError::Blobstore)?;
         rendered.archive = Some((stored.id, stored.sha1));
         Ok(())
     }
@@ -973,7 +977,7 @@ impl Engine {
             .blobstore
             .put_bytes(bytes::Bytes::from(blob))
             .await
-            .map_err(|e| EngineError::Blobstore(e.to_string()))?;
+            .map_err(EngineError::Blobstore)?;
         let sha = format!("sha256:{}", stored.sha256);
         // Every agent of every deployment (§4.10), this deployment's new VMs included.
         let syncs = dataset.agent_ids().into_iter().map(|agent_id| {

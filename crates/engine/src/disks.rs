@@ -52,10 +52,7 @@ impl Engine {
         let Some(first) = record.disks.first() else {
             return Ok(());
         };
-        let mounted = agent
-            .list_disk()
-            .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        let mounted = agent.list_disk().await.map_err(EngineError::Agent)?;
         if mounted.is_empty() {
             if !wants_disks {
                 tracing::debug!(instance = %record.display_name(), "disks are already unmounted");
@@ -110,13 +107,13 @@ impl Engine {
         agent
             .unmount_disk(&old.cid)
             .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+            .map_err(EngineError::Agent)?;
         let vm = VmCid(vm_cid.to_string());
         let cid = DiskCid(old.cid.clone());
         match self.cloud.detach_disk(&vm, &cid).await {
             Ok(()) => {}
             Err(e) if e.is(&ErrorKind::DiskNotAttached) => {}
-            Err(e) => return Err(EngineError::Cloud(e.to_string())),
+            Err(e) => return Err(EngineError::from(e)),
         }
         let changed = match how {
             InPlace::Resize => self
@@ -141,7 +138,7 @@ impl Engine {
                 self.attach_and_mount(agent, vm_cid, &old.cid).await?;
                 return Ok(false);
             }
-            Err(e) => return Err(EngineError::Cloud(e.to_string())),
+            Err(e) => return Err(EngineError::from(e)),
         };
         let mut disk = old.clone();
         disk.size_mib = spec.size_mib;

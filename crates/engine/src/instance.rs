@@ -84,7 +84,7 @@ impl Engine {
                 agent
                     .prepare(&target.apply)
                     .await
-                    .map_err(|e| EngineError::Agent(e.to_string()))?;
+                    .map_err(EngineError::Agent)?;
             }
             let shutdown = recreate
                 || target.desired_state != InstanceState::Started
@@ -126,25 +126,25 @@ impl Engine {
         self.converge_disks(record, &target.desired.disks, &name)
             .await?;
 
-        let vm = record.vm.clone().ok_or_else(|| {
-            EngineError::Agent(format!("instance {name} has no VM after its update"))
-        })?;
+        let vm = record
+            .vm
+            .clone()
+            .ok_or_else(|| EngineError::NoVmAfterUpdate {
+                instance: name.clone(),
+            })?;
         let agent = self.agent(&vm.agent_id, &name);
         stage.step(task, UpdateStep::InstallPackages, 40);
         agent
             .apply(&target.apply)
             .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+            .map_err(EngineError::Agent)?;
         stage.step(task, UpdateStep::ConfigureJobs, 50);
         record.state = target.desired_state;
         if target.desired_state == InstanceState::Started {
             stage.step(task, UpdateStep::PreStart, 60);
             run_script(&agent, "pre-start", None).await?;
             stage.step(task, UpdateStep::StartJobs, 70);
-            agent
-                .start()
-                .await
-                .map_err(|e| EngineError::Agent(e.to_string()))?;
+            agent.start().await.map_err(EngineError::Agent)?;
             watch(&agent, &name, target.watch).await?;
             stage.step(task, UpdateStep::PostStart, 90);
             run_script(&agent, "post-start", None).await?;
@@ -184,12 +184,9 @@ impl Engine {
         agent
             .drain(kind, Some(spec))
             .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+            .map_err(EngineError::Agent)?;
         stage.step(task, UpdateStep::StopJobs, 20);
-        agent
-            .stop()
-            .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        agent.stop().await.map_err(EngineError::Agent)?;
         stage.step(task, UpdateStep::PostStop, 30);
         run_script(agent, "post-stop", None).await
     }
@@ -281,19 +278,19 @@ impl Engine {
                 &kubosh_cloud::DiskCid(disk_cid.to_string()),
             )
             .await
-            .map_err(|e| EngineError::Cloud(e.to_string()))?;
+            .map_err(EngineError::from)?;
         if let Some(hint) = hint {
             let hint: AgentDiskHint = serde_json::from_value(hint.0)
                 .unwrap_or_else(|_| AgentDiskHint::Path(String::new()));
             agent
                 .add_persistent_disk(disk_cid, &hint)
                 .await
-                .map_err(|e| EngineError::Agent(e.to_string()))?;
+                .map_err(EngineError::Agent)?;
         }
         agent
             .mount_disk(disk_cid)
             .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+            .map_err(EngineError::Agent)?;
         Ok(())
     }
 
@@ -355,7 +352,7 @@ impl Engine {
                 agent
                     .migrate_disk(&old.cid, &disk.cid)
                     .await
-                    .map_err(|e| EngineError::Agent(e.to_string()))?;
+                    .map_err(EngineError::Agent)?;
             }
             // The new disk is active from here on; the old one is orphaned with its data.
             record.disks.retain(|d| d.name != spec.name);
@@ -426,11 +423,8 @@ impl Engine {
                 agent
                     .drain(DrainType::Shutdown, None)
                     .await
-                    .map_err(|e| EngineError::Agent(e.to_string()))?;
-                agent
-                    .stop()
-                    .await
-                    .map_err(|e| EngineError::Agent(e.to_string()))?;
+                    .map_err(EngineError::Agent)?;
+                agent.stop().await.map_err(EngineError::Agent)?;
                 for disk in &record.disks {
                     let _ = agent.unmount_disk(&disk.cid).await;
                     let _ = agent.remove_persistent_disk(&disk.cid).await;
@@ -454,7 +448,7 @@ pub async fn run_script(
     agent
         .run_script(script, &RunScriptOptions { env })
         .await
-        .map_err(|e| EngineError::Agent(e.to_string()))
+        .map_err(EngineError::Agent)
 }
 
 /// Waits for the instance's jobs to run (§4.7): the first check after `min`, then at least
@@ -464,10 +458,7 @@ async fn watch(agent: &AgentClient, name: &str, watch: WatchTime) -> Result<(), 
     let max = Duration::from_millis(watch.max_ms.max(watch.min_ms));
     sleep(Duration::from_millis(watch.min_ms)).await;
     loop {
-        let state = agent
-            .get_state(false)
-            .await
-            .map_err(|e| EngineError::Agent(e.to_string()))?;
+        let state = agent.get_state(false).await.map_err(EngineError::Agent)?;
         if state.job_state == JobState::Running {
             return Ok(());
         }

@@ -136,7 +136,7 @@ impl Engine {
                 match self.cloud.delete_disk(&DiskCid(cid.clone())).await {
                     Ok(()) => Ok(true),
                     Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::DiskNotFound) => Ok(true),
-                    Err(e) => Err(EngineError::Cloud(e.to_string())),
+                    Err(e) => Err(EngineError::from(e)),
                 }
             }
             IntentKind::SnapshotDisk { disk } => match &intent.cid {
@@ -146,7 +146,7 @@ impl Engine {
                     self.cloud
                         .delete_snapshot(&SnapshotCid(cid.clone()))
                         .await
-                        .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                        .map_err(EngineError::from)?;
                     Ok(true)
                 }
                 // Never answered: the snapshot the call made, if the cloud can tell, goes.
@@ -156,7 +156,7 @@ impl Engine {
                             .cloud
                             .delete_snapshot(&cid)
                             .await
-                            .map_err(|e| EngineError::Cloud(e.to_string()))?,
+                            .map_err(EngineError::from)?,
                         Ok(None) => {}
                         Err(e) if e.is(&kubosh_cloud::ErrorKind::NotImplemented) => {
                             progress::warn(
@@ -166,7 +166,7 @@ impl Engine {
                                 ),
                             );
                         }
-                        Err(e) => return Err(EngineError::Cloud(e.to_string())),
+                        Err(e) => return Err(EngineError::from(e)),
                     }
                     Ok(true)
                 }
@@ -179,7 +179,7 @@ impl Engine {
                     self.cloud
                         .delete_stemcell(&StemcellCid(cid.clone()))
                         .await
-                        .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                        .map_err(EngineError::from)?;
                 }
                 Ok(true)
             }
@@ -210,7 +210,7 @@ impl Engine {
                 );
                 Ok(None)
             }
-            Err(e) => Err(EngineError::Cloud(e.to_string())),
+            Err(e) => Err(EngineError::from(e)),
         }
     }
 

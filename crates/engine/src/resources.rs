@@ -52,7 +52,7 @@ impl Engine {
                 .cloud
                 .calculate_vm_cloud_properties(&resources)
                 .await
-                .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                .map_err(EngineError::from)?;
             out.0.insert(k, properties);
         }
         Ok(out)

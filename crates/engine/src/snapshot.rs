@@ -89,7 +89,7 @@ impl Engine {
                         tracing::info!("CPI does not support disk snapshots; skipping");
                         return Ok(());
                     }
-                    return Err(EngineError::Cloud(e.to_string()));
+                    return Err(EngineError::from(e));
                 }
             };
             self.write(Write::Intent(Intent {
@@ -118,14 +118,14 @@ impl Engine {
             self.cloud
                 .delete_snapshot(&SnapshotCid(snapshot))
                 .await
-                .map_err(|e| EngineError::Cloud(e.to_string()))?;
+                .map_err(EngineError::from)?;
             orphan.disk.snapshots.remove(0);
             self.write(Write::OrphanedDisk(orphan.clone())).await?;
         }
         match self.cloud.delete_disk(&DiskCid(cid.to_string())).await {
             Ok(()) => {}
             Err(e) if e.is(&ErrorKind::DiskNotFound) => {}
-            Err(e) => return Err(EngineError::Cloud(e.to_string())),
+            Err(e) => return Err(EngineError::from(e)),
         }
         self.write(Write::DeleteOrphanedDisk(cid.to_string())).await
     }

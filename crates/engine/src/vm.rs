@@ -116,7 +116,7 @@ impl Engine {
                 env,
             })
             .await
-            .map_err(|e| EngineError::Cloud(e.to_string()))?;
+            .map_err(EngineError::from)?;
         let vm = NewVm {
             cid: created.cid.0.clone(),
             agent_id: agent_id.clone(),
@@ -144,13 +144,13 @@ impl Engine {
                 {
                     // A CPI without VM metadata is no reason to lose the VM.
                     Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => {}
-                    other => other.map_err(|e| EngineError::Cloud(e.to_string()))?,
+                    other => other.map_err(EngineError::from)?,
                 }
             }
             self.agent(&agent_id, &request.display_name)
                 .wait_until_ready(&vm.cid, self.config.agent_wait_timeout)
                 .await
-                .map_err(|e| EngineError::Agent(e.to_string()))
+                .map_err(EngineError::Agent)
         }
         .await;
         match ready {
@@ -170,7 +170,7 @@ impl Engine {
         match self.cloud.delete_vm(&VmCid(cid.to_string())).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::VmNotFound) => Ok(()),
-            Err(e) => Err(EngineError::Cloud(e.to_string())),
+            Err(e) => Err(EngineError::from(e)),
         }
     }
 
@@ -205,7 +205,7 @@ impl Engine {
             .cloud
             .create_disk_with_request_id(&request, &intent.id)
             .await
-            .map_err(|e| EngineError::Cloud(e.to_string()))?;
+            .map_err(EngineError::from)?;
         self.write(Write::Intent(Intent {
             cid: Some(cid.0.clone()),
             ..intent.clone()
@@ -253,7 +253,7 @@ impl Engine {
         self.agent(agent_id, instance)
             .update_settings(&settings)
             .await
-            .map_err(|e| EngineError::Agent(e.to_string()))
+            .map_err(EngineError::Agent)
     }
 
     /// How long to wait for a new VM's agent.

@@ -35,6 +35,19 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// A refusal rather than a fault: the CPI will answer the same request the same way
+    /// (it does not support or implement it, finds the request malformed, or the network it
+    /// names does not exist), so retrying without a change is pointless.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::CpiError
+                | ErrorKind::NotSupported
+                | ErrorKind::NotImplemented
+                | ErrorKind::NetworkNotFound
+        )
+    }
+
     /// Every known kind, for tests and listings.
     pub const KNOWN: [ErrorKind; 10] = [
         ErrorKind::CpiError,
