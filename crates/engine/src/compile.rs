@@ -291,10 +291,9 @@ impl Engine {
                 .await?
         };
         out.compiled = if dry_run { 0 } else { results.len() };
+        // Each was made durable as its task ended (`compile_tasks`).
         for record in results.iter().filter(|_| !dry_run) {
-            let write = Write::CompiledPackage(record.clone());
-            self.write(write.clone()).await?;
-            state.apply(&write);
+            state.apply(&Write::CompiledPackage(record.clone()));
         }
         for (used, provision) in &plan.provisions {
             let record = match provision {
@@ -490,6 +489,9 @@ impl Engine {
                             self.delete_unowned_vm(&vm, intent).await?;
                         }
                         let record = compiled?;
+                        // Recorded at once: a compile that succeeded is kept (its blob
+                        // referenced, reused next time) whatever happens to the others.
+                        self.write(Write::CompiledPackage(record.clone())).await?;
                         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(record);
                         Ok::<(), EngineError>(())
                     })

@@ -63,6 +63,8 @@ pub struct Fault<E> {
     pub times: Option<u32>,
     /// Only calls on this target (a CID for the cloud, an agent id for agents).
     pub target: Option<String>,
+    /// How many matching calls go through untouched before the fault fires.
+    pub after: u32,
 }
 
 /// A fault of a [`super::SimCloud`] method.
@@ -77,12 +79,19 @@ impl<E> Fault<E> {
             effect,
             times: None,
             target: None,
+            after: 0,
         }
     }
 
     /// Limits the fault to the next `n` matching calls.
     pub fn times(mut self, n: u32) -> Fault<E> {
         self.times = Some(n);
+        self
+    }
+
+    /// Lets the next `n` matching calls through before the fault fires.
+    pub fn after(mut self, n: u32) -> Fault<E> {
+        self.after = n;
         self
     }
 
@@ -230,6 +239,10 @@ impl<E: Clone> Instruments<E> {
             .iter()
             .position(|f| f.target.as_deref().is_none_or(|t| t == target))?;
         let fault = &mut armed[index];
+        if fault.after > 0 {
+            fault.after -= 1;
+            return None;
+        }
         let effect = fault.effect.clone();
         if let Some(n) = &mut fault.times {
             *n = n.saturating_sub(1);
@@ -286,6 +299,19 @@ impl<E: Clone> Instruments<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delayed_fault_lets_the_first_calls_through() {
+        let mut i: Instruments<CloudEffect> = Instruments::new(false);
+        i.inject("create_vm", CloudFault::hang().after(2).times(1));
+        assert_eq!(i.enter("create_vm", "a").fault, None);
+        assert_eq!(i.enter("create_vm", "a").fault, None);
+        assert_eq!(
+            i.enter("create_vm", "a").fault,
+            Some(CloudEffect::Hang(None))
+        );
+        assert_eq!(i.enter("create_vm", "a").fault, None);
+    }
 
     #[test]
     fn counted_and_targeted_faults_fire_as_armed() {

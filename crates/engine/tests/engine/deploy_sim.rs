@@ -1694,3 +1694,41 @@ async fn an_unusable_release_fails_before_anything_changes() {
     assert!(state.instances.is_empty() && state.compiled_packages.is_empty());
     sim.assert_no_leak();
 }
+
+/// A compile that succeeded is kept when another compile of the same deploy fails: the
+/// failed deploy records libhello, and the next deploy compiles only hello-server.
+#[tokio::test(start_paused = true)]
+async fn a_compile_that_succeeded_is_kept_when_another_fails() {
+    use kubosh_sim::AgentFault;
+    let sim = Sim::new();
+    // libhello compiles first (hello-server depends on it); the second compile fails.
+    sim.agents.inject(
+        "compile_package",
+        AgentFault::fail("out of disk").after(1).times(1),
+    );
+    let err = sim
+        .engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .expect_err("the second compile fails");
+    assert!(err.to_string().contains("out of disk"), "{err}");
+    let kept: Vec<String> = sim
+        .state()
+        .compiled_packages
+        .values()
+        .map(|p| p.name.clone())
+        .collect();
+    assert_eq!(kept, ["libhello"]);
+    sim.reset_calls();
+    sim.deploy(manifest()).await;
+    assert_eq!(sim.agents.count("compile_package"), 1);
+    let mut names: Vec<String> = sim
+        .state()
+        .compiled_packages
+        .values()
+        .map(|p| p.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["hello-server", "libhello"]);
+    sim.assert_no_leak();
+}
