@@ -158,10 +158,13 @@ impl Agent {
             &layout.settings_file(),
             &serde_json::to_value(&settings).unwrap_or_default(),
         )?;
+        // Held in the shape the agent persists (as `apply` stores it), so `get_state` reads it
+        // as it is.
         let spec = match std::fs::read(layout.spec_file()) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({})),
             Err(_) => json!({}),
         };
+        let spec = Value::Object(apply_spec::persisted(&spec));
         let blobs = Blobstore::new(&layout, settings.local_blobstore_path());
         let http = signed_url_client(&settings)?;
         let (notices, _) = broadcast::channel(16);
@@ -484,7 +487,7 @@ impl Inner {
         let spec = lock(&self.spec).clone();
         let settings = lock(&self.settings).clone();
         let status = self.supervisor.status();
-        let mut out = apply_spec::state_base(&Value::Object(apply_spec::persisted(&spec)), 6);
+        let mut out = apply_spec::state_base(&spec, 6);
         out.insert("agent_id".into(), json!(settings.agent_id));
         out.insert("job_state".into(), json!(status.job_state.as_str()));
         if full {
