@@ -471,7 +471,11 @@ impl ExternalCpi {
                 scrub(text.trim_end(), &secrets)
             );
         };
-        let Exchanged { stdout, status, .. } = exchange
+        let Exchanged {
+            stdout,
+            status,
+            overflowed,
+        } = exchange
             .run(self.command.command(), &body, log_stderr)
             .await
             .map_err(|e| match e {
@@ -500,7 +504,7 @@ impl ExternalCpi {
                 EXCERPT_CHARS,
             ),
         };
-        if stdout.len() as u64 > MAX_STDOUT {
+        if overflowed {
             return Err(invalid(format!("stdout exceeds {MAX_STDOUT} bytes")));
         }
         let response: Value = serde_json::from_slice(&stdout).map_err(|e| {

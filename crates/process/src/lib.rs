@@ -9,6 +9,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
+/// The longest piece of stderr handed over at once.
+const MAX_STDERR_LINE: u64 = 64 * 1024;
+
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExchangeError {
@@ -47,7 +50,8 @@ pub struct Exchange {
 impl Exchange {
     /// Runs `command` (its program, arguments, environment and directory as the caller set
     /// them; stdio, process group and kill-on-drop are set here) with `input` on stdin;
-    /// `on_stderr_line` sees each line of stderr (newline included) as it comes.
+    /// `on_stderr_line` sees each line of stderr (newline included) as it comes, a line
+    /// longer than 64 KiB in pieces of that size.
     pub async fn run(
         self,
         mut command: Command,
@@ -94,7 +98,14 @@ impl Exchange {
                 if let Some(stderr) = stderr {
                     let mut reader = BufReader::new(stderr);
                     let mut line = Vec::new();
-                    while reader.read_until(b'\n', &mut line).await? > 0 {
+                    // A line longer than the bound is handed over in pieces, so a child that
+                    // never prints a newline cannot fill our memory.
+                    while (&mut reader)
+                        .take(MAX_STDERR_LINE)
+                        .read_until(b'\n', &mut line)
+                        .await?
+                        > 0
+                    {
                         on_stderr_line(&line);
                         line.clear();
                     }
@@ -163,6 +174,23 @@ mod tests {
         assert_eq!(out.stdout, b"HELLO");
         assert!(out.status.success() && !out.overflowed);
         assert_eq!(lines, ["one\n", "two\n"]);
+    }
+
+    #[tokio::test]
+    async fn stderr_without_newlines_comes_in_bounded_pieces() {
+        let mut pieces = Vec::new();
+        let out = ROOMY
+            .run(sh("head -c 200000 /dev/zero >&2"), b"", |l| {
+                pieces.push(l.len())
+            })
+            .await
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(pieces.iter().sum::<usize>(), 200_000);
+        assert!(
+            pieces.iter().all(|&n| n as u64 <= MAX_STDERR_LINE),
+            "{pieces:?}"
+        );
     }
 
     #[tokio::test]

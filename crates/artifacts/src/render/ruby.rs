@@ -164,7 +164,11 @@ impl Renderer {
         // Templates may print (to stderr, where the script sends them); what they print
         // may hold property values, so it is counted, never logged.
         let mut stderr_bytes = 0usize;
-        let Exchanged { stdout, status, .. } = exchange
+        let Exchanged {
+            stdout,
+            status,
+            overflowed,
+        } = exchange
             .run(command, &body, |line| stderr_bytes += line.len())
             .await
             .map_err(|e| match e {
@@ -176,7 +180,7 @@ impl Renderer {
         if stderr_bytes > 0 {
             tracing::debug!(stderr_bytes, "renderer wrote to stderr (not logged)");
         }
-        if stdout.len() as u64 > MAX_STDOUT {
+        if overflowed {
             return Err(failed(format!("output exceeds {MAX_STDOUT} bytes")));
         }
         let output: BatchOutput = serde_json::from_slice(&stdout).map_err(|e| {
