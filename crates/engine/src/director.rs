@@ -153,7 +153,6 @@ pub struct CpiFile {
 /// `nats:`. Each PEM is given inline or as `<key>_path`, not both.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct NatsFile {
     /// The server URL (required).
     pub url: Option<String>,
