@@ -4,4 +4,6 @@
 pub mod api;
 pub mod controller;
 pub mod lock;
+pub mod names;
+pub mod state;
 pub mod variables;

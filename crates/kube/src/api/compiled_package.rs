@@ -62,8 +62,16 @@ pub struct CompiledPackageSpec {
     /// The same package compiled against other dependencies is another entry.
     #[serde(default)]
     pub dependency_key: String,
+    /// The build number, per package and stemcell: agents see the version
+    /// `<version>.<build>`.
+    #[serde(default = "first_build")]
+    pub build: i64,
     /// Where the compiled tarball is in the blobstore.
     pub blobstore_id: String,
     /// Digest of the compiled tarball: sha1 hex, or `sha256:<hex>`.
     pub sha1: String,
+}
+
+fn first_build() -> i64 {
+    1
 }

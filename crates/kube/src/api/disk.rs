@@ -87,4 +87,11 @@ pub struct DiskSpec {
     /// When the disk was orphaned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orphaned_at: Option<Time>,
+    /// `group/id` of the instance an orphaned disk came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphaned_from: Option<String>,
+    /// IaaS identifiers of the disk's snapshots, oldest first; deleting the disk deletes
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<String>,
 }

@@ -100,6 +100,13 @@ pub struct InstanceSpec {
     /// IaaS identifiers of its persistent disks (see the `Disk` resources).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disk_cids: Vec<String>,
+    /// kubosh's own record of the instance, the source the fields above are copied from:
+    /// the VM and disks with what they were made with, addresses, whether the last update
+    /// completed, and what it applied (the baseline of change detection, as the Director's
+    /// database keeps it). Written by kubosh; not for editing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::schema::any_value")]
+    pub record: Option<serde_json::Value>,
 }
 
 /// The instance's address on one network.

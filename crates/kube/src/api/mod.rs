@@ -51,7 +51,7 @@ pub use instance::{
     Instance, InstanceNetwork, InstanceSpec, InstanceState, InstanceStatus, Process, ProcessState,
 };
 pub use release::{Release, ReleaseItem, ReleaseSpec, ReleaseStatus, StemcellVersion};
-pub use stemcell::{Stemcell, StemcellSpec, StemcellStatus};
+pub use stemcell::{CID_ANNOTATION, OS_ANNOTATION, Stemcell, StemcellSpec, StemcellStatus};
 
 use schema::{Tweaks, finish};
 

@@ -11,10 +11,12 @@ use kubosh_core::manifest::Version;
 ///
 /// One resource per stemcell version: name them e.g. `ubuntu-jammy-1.83`.
 ///
-/// `cid` is written by kubosh, not by you: it is the IaaS's identifier of the uploaded image
-/// (what the CPI's `create_stemcell` returned). It lives in the spec rather than the status
-/// because nothing can derive it again: a status is not kept by backups or by moving
-/// resources between clusters, and losing the CID would leak the image in the IaaS.
+/// The annotations [`CID_ANNOTATION`] and [`OS_ANNOTATION`] are written by kubosh, not by
+/// you: the IaaS's identifier of the uploaded image (what the CPI's `create_stemcell`
+/// returned) and its OS. They live in metadata rather than the status because nothing can
+/// derive them again (a status is not kept by backups or by moving resources between
+/// clusters, and losing the CID would leak the image in the IaaS), and rather than the spec
+/// so that writing them neither bumps the generation nor fights the spec's owner (GitOps).
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kubosh.io",
@@ -32,7 +34,11 @@ use kubosh_core::manifest::Version;
     printcolumn(name = "Stemcell", type_ = "string", json_path = ".spec.name"),
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "OS", type_ = "string", json_path = ".status.os"),
-    printcolumn(name = "CID", type_ = "string", json_path = ".spec.cid"),
+    printcolumn(
+        name = "CID",
+        type_ = "string",
+        json_path = ".metadata.annotations.kubosh\\.io/cid"
+    ),
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -62,10 +68,13 @@ pub struct StemcellSpec {
     /// (basic auth) or `token` (bearer), and optionally `ca.crt` to trust.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
-    /// Written by kubosh: the IaaS identifier of the uploaded image. Do not set or change it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cid: Option<String>,
 }
+
+/// Annotation with the IaaS identifier of the uploaded stemcell (written by kubosh).
+pub const CID_ANNOTATION: &str = "kubosh.io/cid";
+
+/// Annotation with the stemcell's operating system, next to its CID (written by kubosh).
+pub const OS_ANNOTATION: &str = "kubosh.io/os";
 
 /// The observed state of a `Stemcell`. All of it is read again from the tarball if lost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

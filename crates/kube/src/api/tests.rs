@@ -420,6 +420,7 @@ spec:
   version: 0f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6
   stemcell: {os: ubuntu-jammy, version: "1.83"}
   dependencyKey: ""
+  build: 1
   blobstoreId: 8c5b2a9e-6a0f-4c1e-9b7d-3e2f1a0b9c8d
   sha1: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 "#;

@@ -25,7 +25,7 @@ use super::SecretValue;
 use kubosh_core::variables::{StoreError, StoredVariable, VariableStore};
 
 /// Label naming the deployment a variable Secret belongs to.
-pub const DEPLOYMENT_LABEL: &str = "kubosh.io/deployment";
+pub const DEPLOYMENT_LABEL: &str = crate::api::labels::DEPLOYMENT;
 /// Annotation with the variable's exact name.
 pub const VARIABLE_ANNOTATION: &str = "kubosh.io/variable";
 /// Annotation with the digest of the generation parameters.
@@ -72,49 +72,14 @@ impl SecretStore {
 
     /// The Secret name for `variable` of `deployment` (see the module documentation).
     pub fn secret_name(deployment: &str, variable: &str) -> String {
-        const MAX: usize = 253;
-        let raw = format!("{deployment}-var-{variable}");
-        let mut name = String::with_capacity(raw.len());
-        for c in raw.chars() {
-            let c = c.to_ascii_lowercase();
-            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' {
-                name.push(c);
-            } else {
-                name.push('-');
-            }
-        }
-        let trimmed = name.trim_matches(|c: char| c == '-' || c == '.');
-        if trimmed == raw && raw.len() <= MAX {
-            return raw;
-        }
-        // Not usable as is: keep it readable, make it unique with a hash of the exact names.
-        let hash = kubosh_core::digest::sha256_hex(format!("{deployment}\0{variable}").as_bytes());
-        let suffix = &hash[..10];
-        let room = MAX - suffix.len() - 1;
-        let mut head: String = trimmed.chars().take(room).collect();
-        while head.ends_with(['-', '.']) {
-            head.pop();
-        }
-        if head.is_empty() {
-            format!("var-{suffix}")
-        } else {
-            format!("{head}-{suffix}")
-        }
+        crate::names::object_name(
+            &format!("{deployment}-var-{variable}"),
+            &format!("{deployment}\0{variable}"),
+        )
     }
 
     fn label_value(&self) -> String {
-        let d = &self.deployment;
-        let valid = !d.is_empty()
-            && d.len() <= 63
-            && d.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            && d.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && d.ends_with(|c: char| c.is_ascii_alphanumeric());
-        if valid {
-            d.clone()
-        } else {
-            format!("h-{}", &kubosh_core::digest::sha256_hex(d.as_bytes())[..20])
-        }
+        crate::names::label_value(&self.deployment)
     }
 
     fn secret(&self, name: &str, variable: &StoredVariable) -> Result<Secret, StoreError> {

@@ -276,7 +276,6 @@ async fn a_stemcell_becomes_ready_and_deployments_know_what_they_wait_for() {
                     url: file_url(&tarball),
                     sha1: Some(sha1_hex(&std::fs::read(&tarball).unwrap())),
                     credentials_secret: None,
-                    cid: None,
                 },
             ),
         )

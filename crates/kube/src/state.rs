@@ -1,0 +1,739 @@
+//! The engine's durable state as Kubernetes objects: [`KubeStore`], a
+//! [`StateStore`](kubosh_engine::state::StateStore) for one deployment.
+//!
+//! Where each record lives (never only in a status, which backups and migrations drop):
+//!
+//! | Engine record                | Object                                                   |
+//! |------------------------------|----------------------------------------------------------|
+//! | instance (VM, disks, IPs, applied spec) | its `Instance`: `spec.record`, copied into the readable fields |
+//! | an instance's active disk    | a `Disk` (attached), projected from the instance record  |
+//! | orphaned disk                | a `Disk` with `orphaned: true`                           |
+//! | pending intent               | annotation `intent.kubosh.io/<id>` on the `Deployment`   |
+//! | DNS version, link group ids, deployed inputs | annotation `kubosh.io/state` on the `Deployment` |
+//! | compiled package (namespace-wide) | a `CompiledPackage`                                 |
+//! | stemcell in the cloud (namespace-wide) | annotations `kubosh.io/cid`, `kubosh.io/os` on its `Stemcell` |
+//!
+//! Every write is one server-side apply with field manager `kubosh`; objects kubosh owns
+//! alone (`Instance`) carry the `resourceVersion` last seen, so a write over someone else's
+//! change fails instead of losing it. Each [`Write`] costs one API write, plus one per disk
+//! projection that changed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::api::{
+    CID_ANNOTATION, CompiledPackage as CompiledPackageResource, CompiledPackageSpec, Deployment,
+    Disk, DiskSpec, Instance, InstanceNetwork, InstanceSpec, InstanceState as ApiInstanceState,
+    OS_ANNOTATION, Stemcell, StemcellVersion, labels,
+};
+use crate::names;
+use kubosh_engine::state::{
+    CompiledPackage, DeploymentMeta, DeploymentState, DiskRecord, InstanceRecord, InstanceState,
+    Intent, OrphanedDisk, StateStore, StemcellRecord, StoreError, StoreFuture, Write,
+    compiled_package_key,
+};
+
+/// The field manager of every write kubosh makes.
+pub const FIELD_MANAGER: &str = "kubosh";
+
+/// Annotation of a `Deployment` with the engine's deployment-wide facts (JSON).
+pub const STATE_ANNOTATION: &str = "kubosh.io/state";
+
+/// Prefix of the annotations of a `Deployment` that hold pending intents (JSON each).
+pub const INTENT_PREFIX: &str = "intent.kubosh.io/";
+
+/// The engine state of one deployment, kept in the apiserver.
+pub struct KubeStore {
+    client: kube::Client,
+    namespace: String,
+    deployment: String,
+    owner: Option<OwnerReference>,
+    cache: Mutex<Option<Cache>>,
+    writes: AtomicU64,
+}
+
+impl std::fmt::Debug for KubeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeStore")
+            .field("namespace", &self.namespace)
+            .field("deployment", &self.deployment)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the store knows of the objects it wrote or read last.
+#[derive(Default)]
+struct Cache {
+    /// Instance objects by instance uuid: name and resourceVersion.
+    instances: BTreeMap<String, (String, Option<String>)>,
+    /// Disk objects by CID.
+    disks: BTreeMap<String, DiskSpec>,
+    /// `Stemcell` object names by `name/version`.
+    stemcells: BTreeMap<String, String>,
+    /// The deployment-wide facts and intents as last written.
+    meta: DeploymentMeta,
+    intents: BTreeMap<String, Intent>,
+}
+
+fn io(what: impl std::fmt::Display, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io(format!("{what}: {e}"))
+}
+
+fn corrupt(record: impl Into<String>, reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        record: record.into(),
+        reason: reason.to_string(),
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+impl KubeStore {
+    /// The state of `deployment` (a `Deployment` in `namespace`, which must exist). Objects
+    /// it creates for the deployment are owned by `owner` (the `Deployment`), so deleting
+    /// the resource without its finalizer still cleans them up.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        deployment: &str,
+        owner: Option<OwnerReference>,
+    ) -> KubeStore {
+        KubeStore {
+            client,
+            namespace: namespace.to_string(),
+            deployment: deployment.to_string(),
+            owner,
+            cache: Mutex::new(None),
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    /// API writes made so far (for budgets and benchmarks).
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn selector(&self) -> ListParams {
+        ListParams::default().labels(&format!(
+            "{}={}",
+            labels::DEPLOYMENT,
+            names::label_value(&self.deployment)
+        ))
+    }
+
+    /// The name of the `Instance` of `group`/`index`.
+    pub fn instance_name(deployment: &str, group: &str, index: u64) -> String {
+        names::object_name(
+            &format!("{deployment}-{group}-{index}"),
+            &format!("{deployment}\0{group}\0{index}"),
+        )
+    }
+
+    /// The name of the `Disk` of CID `cid`.
+    pub fn disk_name(deployment: &str, cid: &str) -> String {
+        names::object_name(
+            &format!("{deployment}-{cid}"),
+            &format!("{deployment}\0{cid}"),
+        )
+    }
+
+    /// The name of the `CompiledPackage` of `package`.
+    pub fn compiled_package_name(package: &CompiledPackage) -> String {
+        let key = compiled_package_key(package);
+        let hash = kubosh_core::digest::sha256_hex(key.as_bytes());
+        names::object_name(&format!("{}-{}", package.name, &hash[..12]), &key)
+    }
+
+    async fn load_all(&self) -> Result<(DeploymentState, Cache), StoreError> {
+        let mut state = DeploymentState::default();
+        let mut cache = Cache::default();
+        let deployment = self
+            .api::<Deployment>()
+            .get(&self.deployment)
+            .await
+            .map_err(|e| io(format!("deployment {}", self.deployment), e))?;
+        let annotations = deployment.annotations();
+        if let Some(text) = annotations.get(STATE_ANNOTATION) {
+            state.meta = serde_json::from_str(text).map_err(|e| {
+                corrupt(
+                    format!("annotation {STATE_ANNOTATION} of {}", self.deployment),
+                    e,
+                )
+            })?;
+        }
+        for (key, text) in annotations {
+            if key.starts_with(INTENT_PREFIX) {
+                let intent: Intent = serde_json::from_str(text)
+                    .map_err(|e| corrupt(format!("annotation {key}"), e))?;
+                state.intents.insert(intent.id.clone(), intent);
+            }
+        }
+        cache.meta = state.meta.clone();
+        cache.intents = state.intents.clone();
+
+        let instances = self
+            .api::<Instance>()
+            .list(&self.selector())
+            .await
+            .map_err(|e| io("listing instances", e))?;
+        for object in instances {
+            let name = object.name_any();
+            // Another deployment whose name hashes to the same label value is not ours.
+            if object.spec.deployment != self.deployment {
+                continue;
+            }
+            let record = object
+                .spec
+                .record
+                .clone()
+                .ok_or_else(|| corrupt(format!("instance {name}"), "spec.record is missing"))?;
+            let record: InstanceRecord = serde_json::from_value(record)
+                .map_err(|e| corrupt(format!("instance {name}"), e))?;
+            cache.instances.insert(
+                record.uuid.clone(),
+                (name, object.metadata.resource_version.clone()),
+            );
+            state.instances.insert(record.uuid.clone(), record);
+        }
+
+        let disks = self
+            .api::<Disk>()
+            .list(&self.selector())
+            .await
+            .map_err(|e| io("listing disks", e))?;
+        for object in disks {
+            if object.spec.deployment != self.deployment {
+                continue;
+            }
+            if object.spec.orphaned {
+                let orphan = orphan_of(&object.spec);
+                state.orphaned_disks.insert(orphan.disk.cid.clone(), orphan);
+            }
+            cache.disks.insert(object.spec.cid.clone(), object.spec);
+        }
+
+        let packages = self
+            .api::<CompiledPackageResource>()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| io("listing compiled packages", e))?;
+        for object in packages {
+            let record = compiled_of(&object.spec);
+            state
+                .compiled_packages
+                .insert(compiled_package_key(&record), record);
+        }
+
+        let stemcells = self
+            .api::<Stemcell>()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| io("listing stemcells", e))?;
+        for object in stemcells {
+            let key = format!("{}/{}", object.spec.name, object.spec.version.as_str());
+            let annotations = object.annotations();
+            if let Some(cid) = annotations.get(CID_ANNOTATION) {
+                let os = annotations
+                    .get(OS_ANNOTATION)
+                    .cloned()
+                    .or_else(|| object.status.as_ref().and_then(|s| s.os.clone()))
+                    .unwrap_or_default();
+                state.stemcells.insert(
+                    key.clone(),
+                    StemcellRecord {
+                        name: object.spec.name.clone(),
+                        version: object.spec.version.as_str().to_string(),
+                        os,
+                        cid: cid.clone(),
+                    },
+                );
+            }
+            cache.stemcells.insert(key, object.name_any());
+        }
+        Ok((state, cache))
+    }
+
+    async fn apply<K>(&self, name: &str, object: &Value) -> Result<K, StoreError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as Resource>::DynamicType: Default,
+    {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.api::<K>()
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map_err(|e| {
+                let kind = K::kind(&Default::default()).to_string();
+                match &e {
+                    kube::Error::Api(s) if s.code == 409 => io(
+                        format!("{kind} {name}"),
+                        "changed by someone else since kubosh read it (resourceVersion); \
+                         another controller may be running",
+                    ),
+                    _ => io(format!("writing {kind} {name}"), e),
+                }
+            })
+    }
+
+    async fn delete<K>(&self, name: &str) -> Result<(), StoreError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as Resource>::DynamicType: Default,
+    {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        match self.api::<K>().delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(io(
+                format!("deleting {} {name}", K::kind(&Default::default())),
+                e,
+            )),
+        }
+    }
+
+    fn owner_references(&self) -> Value {
+        match &self.owner {
+            Some(owner) => json!([owner]),
+            None => json!([]),
+        }
+    }
+
+    fn labels(&self, group: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (
+                labels::DEPLOYMENT.to_string(),
+                names::label_value(&self.deployment),
+            ),
+            (
+                labels::INSTANCE_GROUP.to_string(),
+                names::label_value(group),
+            ),
+        ])
+    }
+
+    /// The deployment's annotations as the cache holds them: all of kubosh's, so one apply
+    /// replaces the set (an intent left out is removed).
+    async fn write_deployment_annotations(&self, cache: &Cache) -> Result<(), StoreError> {
+        let mut annotations = serde_json::Map::new();
+        let meta = serde_json::to_string(&cache.meta).map_err(|e| io("state annotation", e))?;
+        annotations.insert(STATE_ANNOTATION.into(), Value::String(meta));
+        for intent in cache.intents.values() {
+            let text = serde_json::to_string(intent).map_err(|e| io("intent annotation", e))?;
+            annotations.insert(
+                format!("{INTENT_PREFIX}{}", names::key_name(&intent.id)),
+                Value::String(text),
+            );
+        }
+        let patch = json!({
+            "apiVersion": Deployment::api_version(&()),
+            "kind": Deployment::kind(&()),
+            "metadata": {"name": self.deployment, "annotations": annotations},
+        });
+        self.apply::<Deployment>(&self.deployment, &patch).await?;
+        Ok(())
+    }
+
+    async fn write_instance(
+        &self,
+        cache: &mut Cache,
+        record: &InstanceRecord,
+    ) -> Result<(), StoreError> {
+        let name = Self::instance_name(&self.deployment, &record.group, record.index);
+        let previous = cache.instances.get(&record.uuid).cloned();
+        let spec = instance_spec(&self.deployment, record)?;
+        let mut labels = self.labels(&record.group);
+        labels.insert(labels::INDEX.to_string(), record.index.to_string());
+        let mut metadata = json!({
+            "name": name,
+            "labels": labels,
+            "ownerReferences": self.owner_references(),
+        });
+        if let Some((old_name, Some(rv))) = &previous
+            && old_name == &name
+        {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        let patch = json!({
+            "apiVersion": Instance::api_version(&()),
+            "kind": Instance::kind(&()),
+            "metadata": metadata,
+            "spec": spec,
+        });
+        let written: Instance = self.apply(&name, &patch).await?;
+        cache.instances.insert(
+            record.uuid.clone(),
+            (name.clone(), written.metadata.resource_version.clone()),
+        );
+        // Renamed (`migrated_from`): the object under the old name goes.
+        if let Some((old_name, _)) = previous
+            && old_name != name
+        {
+            self.delete::<Instance>(&old_name).await?;
+        }
+
+        // The disks it holds, as `Disk` objects.
+        for disk in &record.disks {
+            let projected = DiskSpec {
+                cid: disk.cid.clone(),
+                size: i64::try_from(disk.size_mib).unwrap_or(i64::MAX),
+                deployment: self.deployment.clone(),
+                instance_group: record.group.clone(),
+                name: disk.name.clone(),
+                instance: Some(name.clone()),
+                az: record.az.clone(),
+                disk_type: None,
+                cloud_properties: disk.cloud_properties.as_object().cloned(),
+                orphaned: false,
+                orphaned_at: None,
+                orphaned_from: None,
+                snapshots: disk.snapshots.clone(),
+            };
+            if cache.disks.get(&disk.cid) != Some(&projected) {
+                self.write_disk(cache, projected).await?;
+            }
+        }
+        // Disks it let go of that are not orphaned (deleted, or about to be orphaned).
+        let gone: Vec<String> = cache
+            .disks
+            .values()
+            .filter(|d| {
+                !d.orphaned
+                    && d.instance.as_deref() == Some(name.as_str())
+                    && !record.disks.iter().any(|r| r.cid == d.cid)
+            })
+            .map(|d| d.cid.clone())
+            .collect();
+        for cid in gone {
+            self.delete::<Disk>(&Self::disk_name(&self.deployment, &cid))
+                .await?;
+            cache.disks.remove(&cid);
+        }
+        Ok(())
+    }
+
+    async fn write_disk(&self, cache: &mut Cache, spec: DiskSpec) -> Result<(), StoreError> {
+        let name = Self::disk_name(&self.deployment, &spec.cid);
+        let patch = json!({
+            "apiVersion": Disk::api_version(&()),
+            "kind": Disk::kind(&()),
+            "metadata": {
+                "name": name,
+                "labels": self.labels(&spec.instance_group),
+                "ownerReferences": self.owner_references(),
+            },
+            "spec": spec,
+        });
+        self.apply::<Disk>(&name, &patch).await?;
+        cache.disks.insert(spec.cid.clone(), spec);
+        Ok(())
+    }
+
+    async fn delete_instance(&self, cache: &mut Cache, uuid: &str) -> Result<(), StoreError> {
+        let Some((name, _)) = cache.instances.remove(uuid) else {
+            return Ok(());
+        };
+        self.delete::<Instance>(&name).await?;
+        let attached: Vec<String> = cache
+            .disks
+            .values()
+            .filter(|d| !d.orphaned && d.instance.as_deref() == Some(name.as_str()))
+            .map(|d| d.cid.clone())
+            .collect();
+        for cid in attached {
+            self.delete::<Disk>(&Self::disk_name(&self.deployment, &cid))
+                .await?;
+            cache.disks.remove(&cid);
+        }
+        Ok(())
+    }
+
+    async fn write_orphan(
+        &self,
+        cache: &mut Cache,
+        orphan: &OrphanedDisk,
+    ) -> Result<(), StoreError> {
+        let group = orphan
+            .instance
+            .split_once('/')
+            .map_or(orphan.instance.as_str(), |(g, _)| g)
+            .to_string();
+        let az = cache.disks.get(&orphan.disk.cid).and_then(|d| d.az.clone());
+        let spec = DiskSpec {
+            cid: orphan.disk.cid.clone(),
+            size: i64::try_from(orphan.disk.size_mib).unwrap_or(i64::MAX),
+            deployment: self.deployment.clone(),
+            instance_group: group,
+            name: orphan.disk.name.clone(),
+            instance: None,
+            az,
+            disk_type: None,
+            cloud_properties: orphan.disk.cloud_properties.as_object().cloned(),
+            orphaned: true,
+            orphaned_at: orphan
+                .orphaned_at
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+                .map(Time),
+            orphaned_from: Some(orphan.instance.clone()),
+            snapshots: orphan.disk.snapshots.clone(),
+        };
+        self.write_disk(cache, spec).await
+    }
+
+    async fn write_compiled(&self, package: &CompiledPackage) -> Result<(), StoreError> {
+        let name = Self::compiled_package_name(package);
+        let spec = CompiledPackageSpec {
+            package: package.name.clone(),
+            version: package.version.clone(),
+            fingerprint: Some(package.fingerprint.clone()),
+            stemcell: StemcellVersion {
+                os: package.stemcell_os.clone(),
+                version: package.stemcell_version.clone(),
+            },
+            dependency_key: package.dependency_key.clone(),
+            build: i64::try_from(package.build).unwrap_or(i64::MAX),
+            blobstore_id: package.blob_id.clone(),
+            sha1: package.sha1.clone(),
+        };
+        let patch = json!({
+            "apiVersion": CompiledPackageResource::api_version(&()),
+            "kind": CompiledPackageResource::kind(&()),
+            "metadata": {"name": name},
+            "spec": spec,
+        });
+        self.apply::<CompiledPackageResource>(&name, &patch).await?;
+        Ok(())
+    }
+
+    /// Writes (or, with `None`, removes) the CID annotations of the `Stemcell` resource of
+    /// `key` (`name/version`).
+    async fn write_stemcell(
+        &self,
+        cache: &mut Cache,
+        key: &str,
+        record: Option<&StemcellRecord>,
+    ) -> Result<(), StoreError> {
+        if !cache.stemcells.contains_key(key) {
+            // A Stemcell resource created since the last load.
+            let list = self
+                .api::<Stemcell>()
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| io("listing stemcells", e))?;
+            for object in list {
+                let k = format!("{}/{}", object.spec.name, object.spec.version.as_str());
+                cache.stemcells.insert(k, object.name_any());
+            }
+        }
+        let Some(name) = cache.stemcells.get(key).cloned() else {
+            if record.is_none() {
+                return Ok(());
+            }
+            return Err(io(
+                format!("stemcell {key}"),
+                "no Stemcell resource names it, so its CID has nowhere to go",
+            ));
+        };
+        let annotations = match record {
+            Some(r) => json!({CID_ANNOTATION: r.cid, OS_ANNOTATION: r.os}),
+            None => json!({}),
+        };
+        let patch = json!({
+            "apiVersion": Stemcell::api_version(&()),
+            "kind": Stemcell::kind(&()),
+            "metadata": {"name": name, "annotations": annotations},
+        });
+        self.apply::<Stemcell>(&name, &patch).await?;
+        Ok(())
+    }
+
+    async fn write_one(&self, write: &Write) -> Result<(), StoreError> {
+        let mut guard = self.cache.lock().await;
+        if guard.is_none() {
+            *guard = Some(self.load_all().await?.1);
+        }
+        let Some(cache) = guard.as_mut() else {
+            return Err(io("state store", "not loaded"));
+        };
+        match write {
+            Write::Instance(record) => self.write_instance(cache, record).await,
+            Write::DeleteInstance(uuid) => self.delete_instance(cache, uuid).await,
+            Write::Intent(intent) => {
+                let previous = cache.intents.insert(intent.id.clone(), intent.clone());
+                let result = self.write_deployment_annotations(cache).await;
+                if result.is_err() {
+                    match previous {
+                        Some(p) => cache.intents.insert(p.id.clone(), p),
+                        None => cache.intents.remove(&intent.id),
+                    };
+                }
+                result
+            }
+            Write::DeleteIntent(id) => {
+                let Some(previous) = cache.intents.remove(id) else {
+                    return Ok(());
+                };
+                let result = self.write_deployment_annotations(cache).await;
+                if result.is_err() {
+                    cache.intents.insert(id.clone(), previous);
+                }
+                result
+            }
+            Write::Meta(meta) => {
+                let previous = std::mem::replace(&mut cache.meta, meta.clone());
+                let result = self.write_deployment_annotations(cache).await;
+                if result.is_err() {
+                    cache.meta = previous;
+                }
+                result
+            }
+            Write::OrphanedDisk(orphan) => self.write_orphan(cache, orphan).await,
+            Write::DeleteOrphanedDisk(cid) => {
+                // A disk attached again is not the orphan any more: its object stays.
+                if cache.disks.get(cid).is_some_and(|d| d.orphaned) {
+                    self.delete::<Disk>(&Self::disk_name(&self.deployment, cid))
+                        .await?;
+                    cache.disks.remove(cid);
+                }
+                Ok(())
+            }
+            Write::CompiledPackage(package) => self.write_compiled(package).await,
+            Write::Stemcell(record) => {
+                self.write_stemcell(cache, &record.key(), Some(record))
+                    .await
+            }
+            Write::DeleteStemcell(key) => self.write_stemcell(cache, key, None).await,
+        }
+    }
+}
+
+impl StateStore for KubeStore {
+    fn load(&self) -> StoreFuture<'_, DeploymentState> {
+        Box::pin(async move {
+            let mut guard = self.cache.lock().await;
+            let (state, cache) = self.load_all().await?;
+            *guard = Some(cache);
+            Ok(state)
+        })
+    }
+
+    fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()> {
+        Box::pin(self.write_one(write))
+    }
+}
+
+/// The readable fields of an `Instance` and the record they come from.
+fn instance_spec(deployment: &str, record: &InstanceRecord) -> Result<InstanceSpec, StoreError> {
+    let vm_networks = record.vm.as_ref().map(|vm| &vm.networks);
+    // The network with the default gateway first, as `kubectl get` shows the first one.
+    let is_default = |name: &str| {
+        vm_networks
+            .and_then(|n| n.get(name))
+            .and_then(|n| n.get("default"))
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "gateway"))
+    };
+    let mut networks: Vec<InstanceNetwork> = record
+        .ips
+        .iter()
+        .map(|(name, ip)| InstanceNetwork {
+            name: name.clone(),
+            ip: Some(ip.ip.clone()),
+        })
+        .collect();
+    if let Some(Value::Object(settings)) = vm_networks {
+        for (name, s) in settings {
+            if !networks.iter().any(|n| &n.name == name) {
+                networks.push(InstanceNetwork {
+                    name: name.clone(),
+                    ip: s.get("ip").and_then(Value::as_str).map(String::from),
+                });
+            }
+        }
+    }
+    networks.sort_by_key(|n| !is_default(&n.name));
+    Ok(InstanceSpec {
+        deployment: deployment.to_string(),
+        instance_group: record.group.clone(),
+        index: i32::try_from(record.index).unwrap_or(i32::MAX),
+        id: record.uuid.clone(),
+        az: record.az.clone(),
+        bootstrap: record.bootstrap,
+        state: match record.state {
+            InstanceState::Started => ApiInstanceState::Started,
+            InstanceState::Stopped => ApiInstanceState::Stopped,
+            InstanceState::Detached => ApiInstanceState::Detached,
+        },
+        vm_cid: record.vm.as_ref().map(|vm| vm.cid.clone()),
+        agent_id: record.vm.as_ref().map(|vm| vm.agent_id.clone()),
+        networks,
+        disk_cids: record.disks.iter().map(|d| d.cid.clone()).collect(),
+        record: Some(
+            serde_json::to_value(record)
+                .map_err(|e| io(format!("instance {}", record.name()), e))?,
+        ),
+    })
+}
+
+/// The engine's orphaned-disk record of a `Disk`.
+fn orphan_of(spec: &DiskSpec) -> OrphanedDisk {
+    OrphanedDisk {
+        disk: DiskRecord {
+            cid: spec.cid.clone(),
+            name: spec.name.clone(),
+            size_mib: u64::try_from(spec.size).unwrap_or_default(),
+            cloud_properties: spec
+                .cloud_properties
+                .clone()
+                .map_or(Value::Null, Value::Object),
+            snapshots: spec.snapshots.clone(),
+        },
+        instance: spec.orphaned_from.clone().unwrap_or_default(),
+        orphaned_at: spec
+            .orphaned_at
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// The engine's record of a `CompiledPackage`.
+fn compiled_of(spec: &CompiledPackageSpec) -> CompiledPackage {
+    CompiledPackage {
+        name: spec.package.clone(),
+        version: spec.version.clone(),
+        fingerprint: spec.fingerprint.clone().unwrap_or_default(),
+        stemcell_os: spec.stemcell.os.clone(),
+        stemcell_version: spec.stemcell.version.clone(),
+        dependency_key: spec.dependency_key.clone(),
+        build: u64::try_from(spec.build).unwrap_or(1),
+        blob_id: spec.blobstore_id.clone(),
+        sha1: spec.sha1.clone(),
+    }
+}

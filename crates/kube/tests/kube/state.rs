@@ -1,0 +1,304 @@
+//! The engine's state in the apiserver (`KubeStore`): every write reads back as the memory
+//! store applies it, identifiers sit in specs and annotations (a status wipe or a new
+//! process loses nothing), one API write per record, and a write over someone else's change
+//! fails.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use kubosh_engine::state::{
+    AppliedSpec, CompiledPackage, DeploymentMeta, DiskRecord, InstanceRecord, InstanceState,
+    Intent, IntentKind, IpRecord, MemoryStore, OrphanedDisk, StateStore, StemcellRecord, VmRecord,
+    Write,
+};
+use kubosh_kube::api::{
+    CID_ANNOTATION, CompiledPackage as CompiledPackageResource, Deployment, Disk, Instance,
+    Stemcell,
+};
+use kubosh_kube::state::{INTENT_PREFIX, KubeStore, STATE_ANNOTATION};
+
+fn instance(uuid: &str, group: &str, index: u64) -> InstanceRecord {
+    InstanceRecord {
+        group: group.into(),
+        index,
+        uuid: uuid.into(),
+        az: Some("z1".into()),
+        bootstrap: index == 0,
+        state: InstanceState::Started,
+        update_completed: false,
+        vm: None,
+        disks: vec![],
+        ips: BTreeMap::new(),
+        applied: None,
+    }
+}
+
+async fn deployment(client: &kube::Client, ns: &str, name: &str) -> Deployment {
+    let d: Deployment = serde_json::from_value(json!({
+        "apiVersion": "kubosh.io/v1alpha1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"manifest": {"instance_groups": []}},
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap()
+}
+
+async fn stemcell(client: &kube::Client, ns: &str, object: &str, name: &str, version: &str) {
+    let s: Stemcell = serde_json::from_value(json!({
+        "apiVersion": "kubosh.io/v1alpha1",
+        "kind": "Stemcell",
+        "metadata": {"name": object},
+        "spec": {"name": name, "version": version, "url": "file:///nowhere.tgz"},
+    }))
+    .unwrap();
+    Api::<Stemcell>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annotations() {
+    let cp = support::control_plane().await;
+    let ns = support::namespace("state").await;
+    let client = cp.client().await.unwrap();
+    let owner = deployment(&client, &ns, "zk").await;
+    stemcell(&client, &ns, "jammy-1-0", "bosh-jammy", "1.0").await;
+    let store = KubeStore::new(client.clone(), &ns, "zk", owner.controller_owner_ref(&()));
+    let memory = MemoryStore::new();
+    assert_eq!(store.load().await.unwrap(), memory.snapshot());
+
+    let mut running = instance("u-1", "diego_cell", 0);
+    running.update_completed = true;
+    running.vm = Some(VmRecord {
+        cid: "vm-1".into(),
+        agent_id: "agent-1".into(),
+        stemcell: "bosh-jammy/1.0".into(),
+        cloud_properties: json!({"cpu": 1}),
+        env: json!({}),
+        networks: json!({"private": {"ip": "10.0.0.5", "default": ["dns", "gateway"]},
+                         "dyn": {"ip": "10.1.0.9", "type": "dynamic"}}),
+    });
+    running.ips = BTreeMap::from([(
+        "private".to_string(),
+        IpRecord {
+            ip: "10.0.0.5".into(),
+            is_static: true,
+        },
+    )]);
+    running.disks = vec![DiskRecord {
+        cid: "disk-1".into(),
+        name: String::new(),
+        size_mib: 1024,
+        cloud_properties: json!({"type": "gp3"}),
+        snapshots: vec![],
+    }];
+    running.applied = Some(AppliedSpec {
+        stemcell: "bosh-jammy/1.0".into(),
+        configuration_hash: Some("abc".into()),
+        ..AppliedSpec::default()
+    });
+    let mut renamed = instance("u-2", "old", 1);
+    let writes = vec![
+        Write::Intent(Intent {
+            id: "0b6c5e7e-2a4f-4f57-9d1e-5d2f0c1a2b3c".into(),
+            kind: IntentKind::CreateVm {
+                instance: Some("u-1".into()),
+                agent_id: "agent-1".into(),
+            },
+            cid: None,
+        }),
+        Write::Intent(Intent {
+            id: "an id/that is no key".into(),
+            kind: IntentKind::CreateStemcell {
+                stemcell: "bosh-jammy/1.0".into(),
+            },
+            cid: Some("sc-1".into()),
+        }),
+        Write::Instance(Box::new(running.clone())),
+        Write::DeleteIntent("0b6c5e7e-2a4f-4f57-9d1e-5d2f0c1a2b3c".into()),
+        Write::Instance(Box::new(renamed.clone())),
+        Write::Stemcell(StemcellRecord {
+            name: "bosh-jammy".into(),
+            version: "1.0".into(),
+            os: "ubuntu-jammy".into(),
+            cid: "sc-1".into(),
+        }),
+        Write::CompiledPackage(CompiledPackage {
+            name: "openjdk".into(),
+            version: "v1".into(),
+            fingerprint: "f1".into(),
+            stemcell_os: "ubuntu-jammy".into(),
+            stemcell_version: "1.0".into(),
+            dependency_key: String::new(),
+            build: 2,
+            blob_id: "blob-1".into(),
+            sha1: "sha256:00".into(),
+        }),
+        Write::Meta(DeploymentMeta {
+            dns_version: 7,
+            deployed_inputs: Some("d1".into()),
+            link_group_ids: BTreeMap::from([("db-conn".to_string(), 1)]),
+            ..DeploymentMeta::default()
+        }),
+    ];
+    for w in &writes {
+        store.write(w).await.unwrap();
+        memory.write(w).await.unwrap();
+    }
+    assert_eq!(store.load().await.unwrap(), memory.snapshot());
+
+    // The disk leaves the instance and becomes an orphan; the renamed instance moves.
+    let orphan = OrphanedDisk {
+        disk: running.disks[0].clone(),
+        instance: "diego_cell/u-1".into(),
+        orphaned_at: "2026-11-25T01:02:03Z".into(),
+    };
+    running.disks.clear();
+    renamed.group = "new".into();
+    let more = vec![
+        Write::OrphanedDisk(orphan),
+        Write::Instance(Box::new(running.clone())),
+        Write::Instance(Box::new(renamed)),
+        Write::DeleteIntent("an id/that is no key".into()),
+    ];
+    for w in &more {
+        store.write(w).await.unwrap();
+        memory.write(w).await.unwrap();
+    }
+    let before = store.writes();
+    assert_eq!(store.load().await.unwrap(), memory.snapshot());
+    assert_eq!(store.writes(), before, "a load writes nothing");
+
+    // What a user sees: the readable fields, the labels, the owner.
+    let instances: Api<Instance> = Api::namespaced(client.clone(), &ns);
+    let names: Vec<String> = instances
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.name_any())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"zk-new-1".to_string()), "{names:?}");
+    let cell_name = names
+        .iter()
+        .find(|n| n.starts_with("zk-diego-cell-0-"))
+        .unwrap();
+    let cell = instances.get(cell_name).await.unwrap();
+    assert_eq!(cell.spec.vm_cid.as_deref(), Some("vm-1"));
+    assert_eq!(cell.spec.agent_id.as_deref(), Some("agent-1"));
+    assert_eq!(cell.spec.id, "u-1");
+    assert_eq!(cell.spec.networks[0].name, "private");
+    assert_eq!(cell.spec.networks[0].ip.as_deref(), Some("10.0.0.5"));
+    assert_eq!(cell.spec.networks[1].ip.as_deref(), Some("10.1.0.9"));
+    assert_eq!(cell.labels()["kubosh.io/deployment"], "zk");
+    assert_eq!(cell.labels()["kubosh.io/index"], "0");
+    assert_eq!(cell.owner_references()[0].name, "zk");
+    let disks: Vec<Disk> = Api::<Disk>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(disks.len(), 1);
+    assert!(disks[0].spec.orphaned);
+    assert_eq!(
+        disks[0].spec.orphaned_from.as_deref(),
+        Some("diego_cell/u-1")
+    );
+    assert_eq!(
+        disks[0].spec.az.as_deref(),
+        Some("z1"),
+        "kept from when it was attached"
+    );
+    let sc: Stemcell = Api::namespaced(client.clone(), &ns)
+        .get("jammy-1-0")
+        .await
+        .unwrap();
+    assert_eq!(sc.annotations()[CID_ANNOTATION], "sc-1");
+    assert_eq!(
+        sc.metadata.generation,
+        Some(1),
+        "the user's spec is not touched"
+    );
+    let d: Deployment = Api::namespaced(client.clone(), &ns)
+        .get("zk")
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.generation, Some(1));
+    assert!(d.annotations().contains_key(STATE_ANNOTATION));
+    assert!(!d.annotations().keys().any(|k| k.starts_with(INTENT_PREFIX)));
+    let packages = Api::<CompiledPackageResource>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(packages.items.len(), 1);
+
+    // A wiped status and a new process (a restarted controller) lose nothing.
+    instances
+        .patch_status(
+            cell_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": null})),
+        )
+        .await
+        .unwrap();
+    let fresh = KubeStore::new(client.clone(), &ns, "zk", None);
+    assert_eq!(fresh.load().await.unwrap(), memory.snapshot());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_write_per_record_and_a_write_over_another_change_fails() {
+    let cp = support::control_plane().await;
+    let ns = support::namespace("state-cas").await;
+    let client = cp.client().await.unwrap();
+    deployment(&client, &ns, "web").await;
+    let store = KubeStore::new(client.clone(), &ns, "web", None);
+    store.load().await.unwrap();
+    let mut record = instance("u-1", "web", 0);
+    for completed in [false, true, false, true] {
+        record.update_completed = completed;
+        store
+            .write(&Write::Instance(Box::new(record.clone())))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.writes(), 4, "one API write per instance write");
+
+    // Someone else changes the instance: kubosh's next write refuses to overwrite it.
+    let instances: Api<Instance> = Api::namespaced(client.clone(), &ns);
+    instances
+        .patch(
+            "web-web-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"az": "z9"}})),
+        )
+        .await
+        .unwrap();
+    let err = store
+        .write(&Write::Instance(Box::new(record.clone())))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("changed by someone else"), "{err}");
+    // Read again, the write goes through.
+    store.load().await.unwrap();
+    store
+        .write(&Write::Instance(Box::new(record)))
+        .await
+        .unwrap();
+
+    // No Deployment: the store says so.
+    let orphan = KubeStore::new(client, &ns, "missing", None);
+    let err = orphan.load().await.unwrap_err().to_string();
+    assert!(err.contains("deployment missing"), "{err}");
+}
