@@ -81,8 +81,8 @@ mod tests {
     #[test]
     fn valid_names_stay_and_others_get_a_hash() {
         assert_eq!(object_name("zk-web-0", "x"), "zk-web-0");
-        let a = object_name("zk-diego_cell-0", "zk\0diego_cell\00");
-        let b = object_name("zk-diego-cell-0", "zk\0diego-cell\00");
+        let a = object_name("zk-diego_cell-0", "zk\0diego_cell\u{0}0");
+        let b = object_name("zk-diego-cell-0", "zk\0diego-cell\u{0}0");
         assert!(a.starts_with("zk-diego-cell-0-"), "{a}");
         assert_ne!(a, b);
         let long = object_name(&"a".repeat(300), "long");
