@@ -20,7 +20,7 @@
 
 use kubosh_artifacts::release::ReleaseFile as _;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -29,10 +29,8 @@ use serde_json::Value;
 
 use super::input::{DocumentArgs, read_yaml};
 use kubosh_artifacts::release::Release;
-use kubosh_artifacts::stemcell::Stemcell;
 use kubosh_bosh::events::{CliRenderer, EventLine};
 use kubosh_core::plan::changes::Requests;
-use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_engine::deploy::DeployReport;
 use kubosh_engine::director::DirectorConfig;
 use kubosh_engine::{DeployRequest, EventSink, StemcellSource};
@@ -136,7 +134,7 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         .stemcells
         .iter()
         .map(|path| {
-            stemcell_source(&config.stemcells_dir(), path, mode == Mode::Deploy)
+            StemcellSource::prepare(&config.stemcells_dir(), path, mode == Mode::Deploy)
                 .map_err(|e| format!("stemcell {}: {e}", path.display()))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -205,7 +203,7 @@ fn read_manifest(args: &DeployArgs, mode: Mode) -> Result<Value, String> {
 /// name gets every validation problem reported, as the engine would.
 fn deployment_name(manifest: &Value, cloud_config: &Value) -> Result<String, String> {
     match manifest.get("name").and_then(Value::as_str) {
-        Some(name) if is_path_component(name) => Ok(name.to_string()),
+        Some(name) if kubosh_engine::source::is_path_component(name) => Ok(name.to_string()),
         Some(name) => Err(format!(
             "the deployment name '{name}' cannot name a directory"
         )),
@@ -216,54 +214,6 @@ fn deployment_name(manifest: &Value, cloud_config: &Value) -> Result<String, Str
             },
         ),
     }
-}
-
-/// True if `s` is one plain path component (no separators, not `.` or `..`).
-fn is_path_component(s: &str) -> bool {
-    !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0'])
-}
-
-/// A stemcell tarball as the engine takes it. With `extract`, its image is extracted to
-/// `<stemcells_dir>/<name>-<version>/image` unless a previous run extracted the same image
-/// (same digest); without, the tarball is only read and verified, and the image path is
-/// where it would be.
-fn stemcell_source(
-    stemcells_dir: &Path,
-    tarball: &Path,
-    extract: bool,
-) -> Result<StemcellSource, String> {
-    let stemcell = Stemcell::read(tarball).map_err(|e| e.to_string())?;
-    let m = &stemcell.manifest;
-    let dir_name = format!("{}-{}", m.name, m.version);
-    if !is_path_component(&dir_name) {
-        return Err(format!("'{dir_name}' cannot name a directory"));
-    }
-    let dir = stemcells_dir.join(dir_name);
-    let image_path = dir.join("image");
-    // Written after a complete extraction: an interrupted one is redone.
-    let marker = dir.join("digest");
-    let extracted = std::fs::read_to_string(&marker).is_ok_and(|d| d == m.sha1);
-    if extract && !(extracted && image_path.is_file()) {
-        let _ = std::fs::remove_file(&marker);
-        Stemcell::extract(tarball, &dir).map_err(|e| e.to_string())?;
-        write_atomically(&marker, m.sha1.as_bytes())?;
-    }
-    Ok(StemcellSource {
-        info: StemcellInfo {
-            name: m.name.clone(),
-            version: m.version.clone(),
-            os: m.operating_system.clone(),
-        },
-        image_path,
-        cloud_properties: m.cloud_properties.clone(),
-    })
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// One line on what a deploy did.
@@ -334,7 +284,7 @@ mod tests {
         assert!(e.contains("cloud-config: compilation"), "{e}");
     }
 
-    fn args(dir: &Path, vars_store: Option<PathBuf>) -> DeployArgs {
+    fn args(dir: &std::path::Path, vars_store: Option<PathBuf>) -> DeployArgs {
         DeployArgs {
             director: dir.join("director.yml"),
             manifest: dir.join("manifest.yml"),
@@ -370,59 +320,5 @@ mod tests {
         let again = read_manifest(&a, Mode::Plan).unwrap();
         assert_eq!(again["properties"]["a"], deployed["properties"]["a"]);
         assert_eq!(deployed["properties"]["b"], 1);
-    }
-
-    fn tarball(dir: &Path, version: &str, image: &[u8]) -> PathBuf {
-        let image_path = dir.join(format!("image-{version}"));
-        std::fs::write(&image_path, image).unwrap();
-        let tarball = dir.join(format!("stemcell-{version}.tgz"));
-        kubosh_artifacts::stemcell::create(
-            &kubosh_artifacts::stemcell::CreateStemcellOptions {
-                name: "bosh-kubosh-local".into(),
-                version: version.into(),
-                operating_system: "ubuntu-jammy".into(),
-                image: Some(image_path),
-                stemcell_formats: vec!["warden-tar".into()],
-                api_version: 3,
-                cloud_properties: serde_json::Map::from_iter([("a".to_string(), json!(1))]),
-            },
-            &tarball,
-        )
-        .unwrap();
-        tarball
-    }
-
-    #[test]
-    fn a_stemcell_is_extracted_once_and_again_when_its_image_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let stemcells = dir.path().join("stemcells");
-        let first = tarball(dir.path(), "1.0", b"one");
-
-        // Without extraction nothing is written.
-        let s = stemcell_source(&stemcells, &first, false).unwrap();
-        assert!(!stemcells.exists());
-        assert_eq!(s.image_path, stemcells.join("bosh-kubosh-local-1.0/image"));
-        assert_eq!(s.info.key(), "bosh-kubosh-local/1.0");
-        assert_eq!(s.cloud_properties["a"], 1);
-
-        let s = stemcell_source(&stemcells, &first, true).unwrap();
-        assert_eq!(std::fs::read(&s.image_path).unwrap(), b"one");
-        // Extracted already: the image is not written again.
-        std::fs::write(&s.image_path, b"touched").unwrap();
-        stemcell_source(&stemcells, &first, true).unwrap();
-        assert_eq!(std::fs::read(&s.image_path).unwrap(), b"touched");
-
-        // Same name and version, another image: extracted again.
-        let rebuilt = tarball(dir.path(), "1.0", b"two");
-        let s = stemcell_source(&stemcells, &rebuilt, true).unwrap();
-        assert_eq!(std::fs::read(&s.image_path).unwrap(), b"two");
-    }
-
-    #[test]
-    fn a_bad_stemcell_tarball_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bad.tgz");
-        std::fs::write(&path, b"not a tarball").unwrap();
-        assert!(stemcell_source(&dir.path().join("s"), &path, true).is_err());
     }
 }

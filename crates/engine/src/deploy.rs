@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use indexmap::IndexMap;
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use serde_json::Value;
 
 use super::instance::InstanceTarget;
 use super::progress::{self, StageRun};
@@ -187,7 +186,7 @@ impl Engine {
             self.recover(&mut state, self.config.recovery_wait).await?;
         }
 
-        let inputs = inputs_digest(req);
+        let inputs = req.inputs_digest();
         let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
             && req.requests == changes::Requests::default()
             && req.action.is_none()
@@ -1280,18 +1279,6 @@ fn apply_spec(deployment: &str, group: &GroupSpec, p: &Planned, root: &str) -> A
 
 /// A digest of everything a deploy reads: equal digests, healthy agents and no pending work
 /// make a deploy a no-op.
-fn inputs_digest(req: &DeployRequest) -> String {
-    let mut h = Sha256::new();
-    let doc = json!({
-        "manifest": req.manifest,
-        "cloud_config": req.cloud_config,
-        "releases": req.releases.iter().map(|r| format!("{}/{}", r.name(), r.version())).collect::<Vec<_>>(),
-        "stemcells": req.stemcells.iter().map(|s| s.info.key()).collect::<Vec<_>>(),
-    });
-    h.update(doc.to_string().as_bytes());
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Job specs of the deploy's releases, for link resolution.
 struct LinkSpecs<'a>(&'a BTreeMap<String, Arc<kubosh_artifacts::release::Release>>);
 

@@ -18,6 +18,7 @@ pub mod progress;
 pub mod recover;
 pub mod resources;
 pub mod snapshot;
+pub mod source;
 pub mod state;
 pub mod templates;
 pub mod variables;
@@ -172,6 +173,25 @@ pub struct DeployRequest {
     /// `bosh start|stop|restart|recreate`: what to do to the instances in `scope` (all when
     /// `None`); instances outside it are left as they are.
     pub action: Option<(InstanceAction, Option<Scope>)>,
+}
+
+impl DeployRequest {
+    /// A digest of everything deployed (manifest, cloud config, release and stemcell
+    /// versions): a deploy whose digest equals the last successful one's, with every agent
+    /// running, changes nothing.
+    pub fn inputs_digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let doc = serde_json::json!({
+            "manifest": self.manifest,
+            "cloud_config": self.cloud_config,
+            "releases": self.releases.iter().map(|r| format!("{}/{}", r.name(), r.version())).collect::<Vec<_>>(),
+            "stemcells": self.stemcells.iter().map(|s| s.info.key()).collect::<Vec<_>>(),
+        });
+        Sha256::digest(doc.to_string().as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
 }
 
 /// The instance commands (`bosh start`, `stop`, `stop --hard`, `restart`, `recreate`).
