@@ -1,6 +1,7 @@
 //! The `kubosh` command line: thin wrappers that read files, call the library and print.
 
 mod agent;
+mod controller;
 mod cpi;
 mod deploy;
 mod dev;
@@ -33,6 +34,9 @@ enum Command {
     /// Deploy a manifest with the deploy engine, no cluster (`-d` director config); prints
     /// the task as the BOSH CLI does.
     Deploy(deploy::DeployArgs),
+    /// Reconcile Deployment, Release and Stemcell resources of the cluster (`KUBECONFIG`)
+    /// with the CPI, NATS and blobstore of a director configuration (`-d`).
+    Controller(controller::ControllerArgs),
     /// What `kubosh deploy` would do, per instance and why; changes nothing.
     Plan(deploy::DeployArgs),
     /// The local cloud as a CPI executable: a JSON request on stdin, a JSON response on stdout.
@@ -69,6 +73,7 @@ pub fn main() -> ExitCode {
         Command::Cpi(args) => cpi::run(&args),
         Command::Deploy(args) => deploy::run_deploy(&args),
         Command::Plan(args) => deploy::run_plan(&args),
+        Command::Controller(args) => controller::run_controller(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Interpolate(args) => interpolate::run(&args),
         Command::Release(command) => release::run(&command),

@@ -9,6 +9,7 @@ mod agentd_common;
 mod cli;
 mod cli_deploy;
 mod cli_deploy_health;
+mod controller;
 mod cpi_client;
 mod cpi_local;
 mod crash_safety;

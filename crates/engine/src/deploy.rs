@@ -382,7 +382,8 @@ impl Engine {
         &self,
         state: &DeploymentState,
     ) -> Result<(BTreeMap<String, Observed>, Vec<String>), EngineError> {
-        let asks = state.instances.values().map(|i| async move {
+        let records: Vec<InstanceRecord> = state.instances.values().cloned().collect();
+        let asks = records.into_iter().map(|i| async move {
             let observed = match &i.vm {
                 None => Ok(Observed::NoVm),
                 Some(vm) => match self.agent(&vm.agent_id, &i.name()).get_state(false).await {
@@ -574,19 +575,22 @@ impl Engine {
             vec![],
             obsolete.len(),
         );
-        let work = obsolete
+        // Collected first: a lazy iterator with a borrowing closure would make the deploy
+        // future not `Send` (rust-lang/rust#102211), and the controller spawns it.
+        let records: Vec<InstanceRecord> = obsolete
             .iter()
-            .filter_map(|uuid| state.instances.get(uuid))
-            .map(|r| {
-                let stage = stage.clone();
-                async move {
-                    let name = r.display_name();
-                    stage
-                        .task(name.clone(), self.delete_instance(r.clone()))
-                        .await
-                        .map(|()| name)
-                }
-            });
+            .filter_map(|uuid| state.instances.get(uuid).cloned())
+            .collect();
+        let work = records.into_iter().map(|r| {
+            let stage = stage.clone();
+            async move {
+                let name = r.display_name();
+                stage
+                    .task(name.clone(), self.delete_instance(r))
+                    .await
+                    .map(|()| name)
+            }
+        });
         let results: Vec<Result<String, EngineError>> = futures::stream::iter(work)
             .buffer_unordered(self.config.create_vm_concurrency.max(1))
             .collect()
@@ -676,7 +680,7 @@ impl Engine {
             missing.len(),
         );
         let deployment = manifest.name.clone().unwrap_or_default();
-        let work = missing.iter().map(|&i| {
+        let work = missing.clone().into_iter().map(|i| {
             let p = &planned[i];
             let tags = manifest.tags.clone().unwrap_or_default();
             let request = vm_request(&deployment, &tags, &groups[p.group], p, stemcells);
@@ -926,14 +930,14 @@ impl Engine {
 
     /// §4.1 step 6: `post-deploy` on every running instance, once anything changed.
     async fn run_post_deploy(&self, planned: &[Planned]) -> Result<(), EngineError> {
-        let runs = planned
+        let vms: Vec<_> = planned
             .iter()
             .filter(|p| p.record.state == InstanceState::Started)
             .filter_map(|p| Some((p.record.vm.clone()?, p.record.display_name())))
-            .map(|(vm, name)| async move {
-                super::instance::run_script(&self.agent(&vm.agent_id, &name), "post-deploy", None)
-                    .await
-            });
+            .collect();
+        let runs = vms.into_iter().map(|(vm, name)| async move {
+            super::instance::run_script(&self.agent(&vm.agent_id, &name), "post-deploy", None).await
+        });
         let results: Vec<Result<(), EngineError>> = futures::stream::iter(runs)
             .buffer_unordered(self.config.get_state_concurrency.max(1))
             .collect()

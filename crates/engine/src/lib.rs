@@ -437,3 +437,15 @@ mod tests {
         assert_eq!(cpi(ErrorKind::CloudError).code(), 100);
     }
 }
+
+/// The controller spawns deploys: their future must stay `Send` (a borrowing closure in a
+/// stream held across an await breaks it, rust-lang/rust#102211). Checked at compile time.
+#[cfg(test)]
+mod send_check {
+    fn is_send<T: Send>(_: &T) {}
+    #[allow(dead_code)]
+    fn deploy_is_send(engine: &super::Engine, request: &super::DeployRequest) {
+        let f = engine.deploy(request);
+        is_send(&f);
+    }
+}

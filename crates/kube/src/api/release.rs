@@ -95,6 +95,11 @@ pub struct ReleaseStatus {
     /// For a compiled release: the stemcell its packages were compiled for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compiled_for: Option<StemcellVersion>,
+
+    /// Where the release tarball is in kubosh's blobstore (content-addressed: the same
+    /// bytes, the same id). Read again from the URL if lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob_id: Option<String>,
 }
 
 /// A job or package of a release.

@@ -24,7 +24,6 @@ use crate::api::{
 };
 use kubosh_artifacts::blobstore::Blobstore;
 use kubosh_core::digest::MultiDigest;
-use kubosh_core::manifest::DeploymentManifest;
 
 /// The field manager of kubosh's status writes.
 pub const FIELD_MANAGER: &str = "kubosh";
@@ -218,6 +217,12 @@ pub async fn reconcile_release(
             next.jobs = jobs;
             next.packages = packages;
             next.compiled_for = compiled_for;
+            let blob = ctx
+                .blobstore
+                .put_file(&fetched.path)
+                .await
+                .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
+            next.blob_id = Some(blob.id);
             status::outcome(&mut next.conditions, Ok(&message), generation);
         }
         Err((reason, message)) => {
@@ -300,8 +305,14 @@ async fn read_release(
 }
 
 async fn blobs_present(ctx: &ArtifactContext, status: &ReleaseStatus) -> bool {
-    for item in status.jobs.iter().chain(&status.packages) {
-        let Some(id) = &item.blob_id else {
+    let ids = status
+        .jobs
+        .iter()
+        .chain(&status.packages)
+        .map(|item| &item.blob_id)
+        .chain([&status.blob_id]);
+    for id in ids {
+        let Some(id) = id else {
             return false;
         };
         if !ctx.blobstore.exists(id).await.unwrap_or(false) {
@@ -378,49 +389,4 @@ pub async fn reconcile_stemcell(
     }
     write_status(&ctx.client, resource, json!(next)).await?;
     Ok(next)
-}
-
-/// What a deployment still waits for: one line per release or stemcell of the manifest that
-/// has no Ready resource in the namespace. Empty when everything is there.
-pub fn waiting_for(
-    manifest: &DeploymentManifest,
-    releases: &[ReleaseResource],
-    stemcells: &[StemcellResource],
-) -> Vec<String> {
-    let ready = |conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-                 generation| { status::is_ready(conds, generation) };
-    let mut waiting = Vec::new();
-    for r in &manifest.releases {
-        let version = r.version.as_ref().map(|v| v.as_str()).unwrap_or("latest");
-        let found = releases.iter().any(|res| {
-            res.spec.name == r.name
-                && (version == "latest" || res.spec.version.as_str() == version)
-                && res
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| ready(&s.conditions, res.metadata.generation))
-        });
-        if !found {
-            waiting.push(format!("release {}/{version}", r.name));
-        }
-    }
-    for s in &manifest.stemcells {
-        let version = s.version.as_ref().map(|v| v.as_str()).unwrap_or("latest");
-        let found = stemcells.iter().any(|res| {
-            let st = res.status.as_ref();
-            let name_ok = match (&s.name, &s.os) {
-                (Some(name), _) => &res.spec.name == name,
-                (None, Some(os)) => st.and_then(|x| x.os.as_ref()) == Some(os),
-                (None, None) => false,
-            };
-            name_ok
-                && (version == "latest" || res.spec.version.as_str() == version)
-                && st.is_some_and(|x| ready(&x.conditions, res.metadata.generation))
-        });
-        if !found {
-            let what = s.name.as_deref().or(s.os.as_deref()).unwrap_or(&s.alias);
-            waiting.push(format!("stemcell {what}/{version}"));
-        }
-    }
-    waiting
 }

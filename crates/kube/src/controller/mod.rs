@@ -8,5 +8,10 @@
 //! - [`status`] writes `Ready`/`Reconciling`/`Stalled` conditions.
 
 pub mod artifacts;
+pub mod backoff;
+pub mod deployment;
 pub mod fetch;
+pub mod inputs;
+pub mod progress;
+pub mod run;
 pub mod status;

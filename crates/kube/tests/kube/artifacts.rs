@@ -17,8 +17,9 @@ use kubosh_artifacts::blobstore::{Blobstore, LocalBlobstore};
 use kubosh_core::digest::sha1_hex;
 use kubosh_kube::api::{Release, ReleaseSpec, Stemcell, StemcellSpec};
 use kubosh_kube::controller::artifacts::{
-    ArtifactContext, ReconcileError, reconcile_release, reconcile_stemcell, waiting_for,
+    ArtifactContext, ReconcileError, reconcile_release, reconcile_stemcell,
 };
+use kubosh_kube::controller::inputs::waiting_for;
 
 fn example_release_tarball(dir: &Path) -> PathBuf {
     let release = kubosh_devenv::build_example_release().unwrap();

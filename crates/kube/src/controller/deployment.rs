@@ -1,0 +1,865 @@
+//! The `Deployment` reconciler: `kubectl apply` a BOSH deployment, and the engine deploys it.
+//!
+//! A reconcile is short: it reads the inputs ([`inputs::gather`]), writes what stops them
+//! (waiting for a release, an invalid manifest: zero cloud calls), and otherwise starts a
+//! deploy task unless the same generation and inputs were already deployed. The task runs
+//! the engine with a [`KubeStore`], Lease locks and a [`DeployProgress`] sink, writes
+//! `Reconciling` with the stage while it runs and `Ready` or `Stalled` (or a retry with
+//! backoff) at the end, and publishes the milestones as Events. A long deploy of one
+//! deployment never holds a reconcile slot of another.
+//!
+//! Status is kstatus-correct: `observedGeneration` on the status and on every condition, in
+//! one server-side apply with field manager `kubosh`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::backoff::Backoffs;
+use super::inputs::{self, Inputs, Unready};
+use super::progress::{DeployProgress, Milestone};
+use super::status;
+use crate::api::condition::{READY, RECONCILING, STALLED};
+use crate::api::{
+    Deployment, DeploymentStatus, Instance, InstanceGroupStatus, InstanceStatus, ProcessState,
+    Release as ReleaseResource, Stemcell as StemcellResource, TaskState, TaskSummary,
+};
+use crate::lock::LeaseLocks;
+use crate::state::{FIELD_MANAGER, KubeStore};
+use kubosh_artifacts::release::{Release, ReleaseFile as _};
+use kubosh_core::digest::MultiDigest;
+use kubosh_engine::state::{InstanceState, StateStore};
+use kubosh_engine::{DeployRequest, Disposition, Engine, StemcellSource};
+
+/// How often a settled deployment's inputs are read again (Secrets and ConfigMaps in
+/// `varsFrom` are not watched).
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// How often a running deploy's stage is written to the status, at most.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// What the reconciler needs.
+#[derive(Clone)]
+pub struct DeploymentContext {
+    /// The Kubernetes client.
+    pub client: kube::Client,
+    /// The engine's edges and settings; each deploy gets its own state store, locks and
+    /// event sink.
+    pub engine: Engine,
+    /// Scratch space: release tarballs and extracted stemcell images.
+    pub work_dir: PathBuf,
+    /// Who publishes Events.
+    pub reporter: Reporter,
+    /// Deploys running at once, at most.
+    pub deploys: Arc<Semaphore>,
+    /// What this process knows of each deployment (by uid).
+    pub ledger: Arc<Ledger>,
+}
+
+impl DeploymentContext {
+    /// A context with at most `max_deploys` deploys at once.
+    pub fn new(
+        client: kube::Client,
+        engine: Engine,
+        work_dir: PathBuf,
+        reporter: Reporter,
+        max_deploys: usize,
+    ) -> DeploymentContext {
+        DeploymentContext {
+            client,
+            engine,
+            work_dir,
+            reporter,
+            deploys: Arc::new(Semaphore::new(max_deploys.max(1))),
+            ledger: Arc::new(Ledger::default()),
+        }
+    }
+}
+
+/// The last outcome of a deployment's deploy, as this process saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// Deployed: `generation` with inputs `digest`.
+    Succeeded { generation: i64, digest: String },
+    /// Failed for good until the spec or inputs change.
+    Stalled { generation: i64, digest: String },
+    /// Failed; retried not before `at`.
+    Retry {
+        generation: i64,
+        digest: String,
+        at: Instant,
+    },
+    /// Invalid or waiting inputs were reported for this generation.
+    Reported { generation: i64, message: String },
+}
+
+/// Running deploys and last outcomes, by deployment uid.
+#[derive(Default)]
+pub struct Ledger {
+    running: Mutex<HashMap<String, i64>>,
+    outcomes: Mutex<HashMap<String, Outcome>>,
+    backoff: Backoffs,
+    releases: Mutex<HashMap<String, Arc<Release>>>,
+}
+
+impl Ledger {
+    fn outcome(&self, uid: &str) -> Option<Outcome> {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+            .cloned()
+    }
+
+    fn set_outcome(&self, uid: &str, outcome: Outcome) {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_string(), outcome);
+    }
+
+    fn next_delay(&self, uid: &str) -> Duration {
+        self.backoff.next(uid)
+    }
+
+    fn reset_backoff(&self, uid: &str) {
+        self.backoff.reset(uid);
+    }
+
+    /// Marks a deploy of `uid` running; false if one already is.
+    fn start(&self, uid: &str, generation: i64) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if running.contains_key(uid) {
+            return false;
+        }
+        running.insert(uid.to_string(), generation);
+        true
+    }
+
+    fn finish(&self, uid: &str) {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+    }
+
+    fn is_running(&self, uid: &str) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(uid)
+    }
+}
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum DeploymentError {
+    /// Reading the inputs failed.
+    #[error(transparent)]
+    Inputs(#[from] inputs::InputError),
+    /// The Kubernetes API failed.
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Condition reasons of a `Deployment`.
+mod reasons {
+    pub const DEPLOYING: &str = "Deploying";
+    pub const DEPLOYED: &str = "Deployed";
+    pub const WAITING: &str = "Waiting";
+    pub const DEPLOY_FAILED: &str = "DeployFailed";
+    pub const RETRYING: &str = "RetryingAfterError";
+    pub const PAUSED: &str = "Paused";
+    pub const INPUTS_UNAVAILABLE: &str = "InputsUnavailable";
+}
+
+/// Longest condition message kubosh writes (the apiserver allows 32 KiB).
+const MAX_MESSAGE: usize = 4096;
+
+fn clip(message: &str) -> String {
+    kubosh_core::secret::excerpt(message, MAX_MESSAGE)
+}
+
+/// Sets the kstatus trio in one go.
+fn set_trio(
+    status: &mut DeploymentStatus,
+    generation: Option<i64>,
+    ready: (bool, &str, &str),
+    reconciling: (bool, &str, &str),
+    stalled: (bool, &str, &str),
+) {
+    status.observed_generation = generation;
+    for (kind, (value, reason, message)) in [
+        (READY, ready),
+        (RECONCILING, reconciling),
+        (STALLED, stalled),
+    ] {
+        status::set_condition(
+            &mut status.conditions,
+            status::condition(kind, value, reason, &clip(message), generation),
+        );
+    }
+}
+
+async fn write_status(
+    client: &kube::Client,
+    deployment: &Deployment,
+    status: &DeploymentStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<Deployment> =
+        Api::namespaced(client.clone(), &deployment.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": Deployment::api_version(&()),
+        "kind": Deployment::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &deployment.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn publish(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    kind: EventType,
+    reason: &str,
+    note: String,
+) {
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let event = KubeEvent {
+        type_: kind,
+        reason: reason.into(),
+        note: Some(kubosh_core::secret::excerpt(&note, 1000)),
+        action: "Deploy".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &deployment.object_ref(&())).await {
+        tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot publish an event");
+    }
+}
+
+/// Reconciles one `Deployment`.
+pub async fn reconcile(
+    deployment: Arc<Deployment>,
+    ctx: Arc<DeploymentContext>,
+) -> Result<Action, DeploymentError> {
+    let uid = deployment.uid().unwrap_or_default();
+    let generation = deployment.metadata.generation.unwrap_or_default();
+    if deployment.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    if ctx.ledger.is_running(&uid) {
+        // The task triggers the next reconcile with its status write.
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let mut status = deployment.status.clone().unwrap_or_default();
+    let gathered = match inputs::gather(&ctx.client, &deployment).await {
+        Ok(g) => g,
+        Err(e) => {
+            let message = format!("cannot read the deployment's inputs: {e}");
+            set_trio(
+                &mut status,
+                Some(generation),
+                (false, reasons::INPUTS_UNAVAILABLE, &message),
+                (true, reasons::INPUTS_UNAVAILABLE, &message),
+                (false, reasons::INPUTS_UNAVAILABLE, ""),
+            );
+            write_status(&ctx.client, &deployment, &status).await?;
+            return Err(e.into());
+        }
+    };
+    let inputs = match gathered {
+        Ok(inputs) => inputs,
+        Err(unready) => return report_unready(&ctx, &deployment, status, unready).await,
+    };
+    if deployment.spec.paused {
+        let message = "spec.paused is set: nothing is created, updated or deleted";
+        let ready = status::is_ready(&status.conditions, status.observed_generation);
+        set_trio(
+            &mut status,
+            Some(generation),
+            (ready, reasons::PAUSED, message),
+            (false, reasons::PAUSED, message),
+            (false, reasons::PAUSED, ""),
+        );
+        write_status(&ctx.client, &deployment, &status).await?;
+        return Ok(Action::await_change());
+    }
+    let digest = inputs_digest(&inputs);
+    match ctx.ledger.outcome(&uid) {
+        Some(Outcome::Succeeded {
+            generation: g,
+            digest: d,
+        }) if g == generation && d == digest => {
+            return Ok(Action::requeue(RESYNC));
+        }
+        Some(Outcome::Stalled {
+            generation: g,
+            digest: d,
+        }) if g == generation && d == digest => {
+            return Ok(Action::await_change());
+        }
+        Some(Outcome::Retry {
+            generation: g,
+            digest: d,
+            at,
+        }) if g == generation && d == digest && at > Instant::now() => {
+            return Ok(Action::requeue(at - Instant::now()));
+        }
+        _ => {}
+    }
+    if !ctx.ledger.start(&uid, generation) {
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let task_ctx = ctx.clone();
+    let task_deployment = deployment.clone();
+    tokio::spawn(async move {
+        let uid = task_deployment.uid().unwrap_or_default();
+        run_deploy(&task_ctx, &task_deployment, inputs, digest).await;
+        task_ctx.ledger.finish(&uid);
+    });
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Writes why the deployment cannot deploy, once per generation and message.
+async fn report_unready(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    mut status: DeploymentStatus,
+    unready: Unready,
+) -> Result<Action, DeploymentError> {
+    let uid = deployment.uid().unwrap_or_default();
+    let generation = deployment.metadata.generation.unwrap_or_default();
+    let (message, action) = match &unready {
+        Unready::Waiting(lines) => {
+            let message = format!("waiting for: {}", lines.join("; "));
+            set_trio(
+                &mut status,
+                Some(generation),
+                (false, reasons::WAITING, &message),
+                (true, reasons::WAITING, &message),
+                (false, reasons::WAITING, ""),
+            );
+            // Releases, stemcells and cloud configs are watched; Secrets are not.
+            (message, Action::requeue(ctx.ledger.next_delay(&uid)))
+        }
+        Unready::Invalid { reason, problems } => {
+            let message = problems.join("\n");
+            set_trio(
+                &mut status,
+                Some(generation),
+                (false, reason, &message),
+                (false, reason, ""),
+                (true, reason, &message),
+            );
+            (message, Action::await_change())
+        }
+    };
+    status.progress = None;
+    let reported = Outcome::Reported {
+        generation,
+        message: message.clone(),
+    };
+    if ctx.ledger.outcome(&uid) != Some(reported.clone()) {
+        write_status(&ctx.client, deployment, &status).await?;
+        if let Unready::Invalid { reason, .. } = &unready {
+            publish(ctx, deployment, EventType::Warning, reason, message).await;
+        }
+        ctx.ledger.set_outcome(&uid, reported);
+    }
+    Ok(action)
+}
+
+/// What was deployed: the manifest, cloud config and the resources' versions and blobs.
+fn inputs_digest(inputs: &Inputs) -> String {
+    let doc = json!({
+        "manifest": inputs.manifest,
+        "cloud_config": inputs.cloud_config,
+        "releases": inputs.releases.iter().map(|r| (r.name_any(), r.status.as_ref().and_then(|s| s.blob_id.clone()))).collect::<Vec<_>>(),
+        "stemcells": inputs.stemcells.iter().map(|s| (s.name_any(), s.status.as_ref().and_then(|x| x.blob_id.clone()))).collect::<Vec<_>>(),
+    });
+    kubosh_core::digest::sha256_hex(doc.to_string().as_bytes())
+}
+
+/// A task id unique within the deployment.
+fn task_id() -> String {
+    kubosh_core::ids::uuid_v4()[..8].to_string()
+}
+
+fn now() -> Time {
+    let ts = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
+}
+
+/// Runs one deploy to its end and writes its outcome.
+async fn run_deploy(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    inputs: Inputs,
+    digest: String,
+) {
+    let uid = deployment.uid().unwrap_or_default();
+    let generation = deployment.metadata.generation.unwrap_or_default();
+    let name = deployment.name_any();
+    let namespace = deployment.namespace().unwrap_or_default();
+    let _permit = ctx.deploys.acquire().await;
+    let started = Instant::now();
+    let first = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.last_task.as_ref())
+        .is_none();
+    let mut status = deployment.status.clone().unwrap_or_default();
+    let message = format!("Deploying generation {generation}");
+    set_trio(
+        &mut status,
+        Some(generation),
+        (false, reasons::DEPLOYING, &message),
+        (true, reasons::DEPLOYING, &message),
+        (false, reasons::DEPLOYING, ""),
+    );
+    status.progress = None;
+    status.last_task = Some(TaskSummary {
+        id: task_id(),
+        state: TaskState::Processing,
+        description: if first {
+            "create deployment"
+        } else {
+            "update deployment"
+        }
+        .into(),
+        started: Some(now()),
+        finished: None,
+        error: None,
+    });
+    if let Err(e) = write_status(&ctx.client, deployment, &status).await {
+        tracing::warn!(deployment = %name, error = %e, "cannot write the status");
+    }
+    publish(ctx, deployment, EventType::Normal, "DeployStarted", message).await;
+
+    let progress = Arc::new(DeployProgress::new());
+    let store = Arc::new(KubeStore::new(
+        ctx.client.clone(),
+        &namespace,
+        &name,
+        deployment.controller_owner_ref(&()),
+    ));
+    let engine = Engine {
+        store: store.clone(),
+        locks: Arc::new(LeaseLocks::new(ctx.client.clone(), &namespace)),
+        events: progress.clone(),
+        ..ctx.engine.clone()
+    };
+    let shared_status = Arc::new(tokio::sync::Mutex::new(status));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let inputs = Arc::new(inputs);
+    let reporter = tokio::spawn(report_progress(
+        ctx.clone(),
+        deployment.clone(),
+        inputs.clone(),
+        progress.clone(),
+        shared_status.clone(),
+        stop_rx,
+    ));
+    let result = match request_of(ctx, &inputs).await {
+        Ok(request) => engine.deploy(&request).await.map_err(|e| {
+            let retry = e.disposition() == Disposition::Retry;
+            (inputs.scrub(&e.to_string()), retry)
+        }),
+        Err(message) => Err((inputs.scrub(&message), true)),
+    };
+    let _ = stop_tx.send(true);
+    let _ = reporter.await;
+    for m in progress.drain() {
+        publish_milestone(ctx, deployment, &inputs, m).await;
+    }
+    let mut status = shared_status.lock().await.clone();
+    status.progress = None;
+    let elapsed = started.elapsed();
+    let state = store.load().await.ok();
+    if let Some(state) = &state {
+        count_instances(&mut status, &inputs, state);
+        write_instance_statuses(ctx, &namespace, &name, state).await;
+    }
+    let task = status.last_task.get_or_insert_with(TaskSummary::default);
+    task.finished = Some(now());
+    match result {
+        Ok(report) => {
+            task.state = TaskState::Succeeded;
+            let summary = if report.noop {
+                "No changes: the deployment is up to date".to_string()
+            } else {
+                format!(
+                    "Updated {} instance(s), deleted {}, compiled {} package(s) in {}s",
+                    report.updated.len(),
+                    report.deleted.len(),
+                    report.compiled,
+                    elapsed.as_secs()
+                )
+            };
+            set_trio(
+                &mut status,
+                Some(generation),
+                (true, reasons::DEPLOYED, &summary),
+                (false, reasons::DEPLOYED, ""),
+                (false, reasons::DEPLOYED, ""),
+            );
+            if report.compiled > 0 {
+                let note = format!("Compiled {} package(s)", report.compiled);
+                publish(ctx, deployment, EventType::Normal, "PackagesCompiled", note).await;
+            }
+            publish(
+                ctx,
+                deployment,
+                EventType::Normal,
+                "DeploySucceeded",
+                summary,
+            )
+            .await;
+            ctx.ledger.reset_backoff(&uid);
+            ctx.ledger
+                .set_outcome(&uid, Outcome::Succeeded { generation, digest });
+        }
+        Err((message, retry)) => {
+            task.state = TaskState::Failed;
+            task.error = Some(clip(&message));
+            if retry {
+                let delay = ctx.ledger.next_delay(&uid);
+                let text = format!("{message} (retrying in {}s)", delay.as_secs());
+                set_trio(
+                    &mut status,
+                    Some(generation),
+                    (false, reasons::DEPLOY_FAILED, &text),
+                    (true, reasons::RETRYING, &text),
+                    (false, reasons::RETRYING, ""),
+                );
+                ctx.ledger.set_outcome(
+                    &uid,
+                    Outcome::Retry {
+                        generation,
+                        digest,
+                        at: Instant::now() + delay,
+                    },
+                );
+            } else {
+                set_trio(
+                    &mut status,
+                    Some(generation),
+                    (false, reasons::DEPLOY_FAILED, &message),
+                    (false, reasons::DEPLOY_FAILED, ""),
+                    (true, reasons::DEPLOY_FAILED, &message),
+                );
+                ctx.ledger
+                    .set_outcome(&uid, Outcome::Stalled { generation, digest });
+            }
+            publish(ctx, deployment, EventType::Warning, "DeployFailed", message).await;
+        }
+    }
+    if let Err(e) = write_status(&ctx.client, deployment, &status).await {
+        tracing::warn!(deployment = %name, error = %e, "cannot write the status");
+    }
+}
+
+/// Writes the running stage to the status at most every [`PROGRESS_EVERY`] and publishes
+/// milestones as they come, until `stop`.
+async fn report_progress(
+    ctx: DeploymentContext,
+    deployment: Deployment,
+    inputs: Arc<Inputs>,
+    progress: Arc<DeployProgress>,
+    status: Arc<tokio::sync::Mutex<DeploymentStatus>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        for m in progress.drain() {
+            publish_milestone(&ctx, &deployment, &inputs, m).await;
+        }
+        if let Some(p) = progress.take_progress() {
+            let mut s = status.lock().await;
+            let message = format!(
+                "Deploying generation {}: {} {}/{}",
+                s.observed_generation.unwrap_or_default(),
+                p.stage,
+                p.done,
+                p.total
+            );
+            let generation = s.observed_generation;
+            status::set_condition(
+                &mut s.conditions,
+                status::condition(RECONCILING, true, reasons::DEPLOYING, &message, generation),
+            );
+            s.progress = Some(p);
+            if let Err(e) = write_status(&ctx.client, &deployment, &s).await {
+                tracing::debug!(error = %e, "cannot write progress");
+            }
+        }
+    }
+}
+
+/// Publishes a milestone regarding its `Instance` (related to the deployment), or the
+/// deployment itself, with the deployment's secrets scrubbed.
+async fn publish_milestone(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    inputs: &Inputs,
+    mut m: Milestone,
+) {
+    m.note = inputs.scrub(&m.note);
+    let Some((group, index)) = &m.instance else {
+        publish(ctx, deployment, m.kind, m.reason, m.note).await;
+        return;
+    };
+    let namespace = deployment.namespace().unwrap_or_default();
+    let name = KubeStore::instance_name(&deployment.name_any(), group, *index);
+    let instance = Api::<Instance>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&name)
+        .await;
+    let regarding = match instance {
+        Ok(Some(i)) => i.object_ref(&()),
+        _ => deployment.object_ref(&()),
+    };
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let event = KubeEvent {
+        type_: m.kind,
+        reason: m.reason.into(),
+        note: Some(kubosh_core::secret::excerpt(&m.note, 1000)),
+        action: "Deploy".into(),
+        secondary: Some(deployment.object_ref(&())),
+    };
+    if let Err(e) = recorder.publish(&event, &regarding).await {
+        tracing::warn!(error = %e, "cannot publish an event");
+    }
+}
+
+/// The engine's request: each release read from its tarball in the blobstore (cached by
+/// blob id), each stemcell's image extracted once.
+async fn request_of(ctx: &DeploymentContext, inputs: &Inputs) -> Result<DeployRequest, String> {
+    let mut releases = Vec::new();
+    for r in &inputs.releases {
+        releases.push(release_of(ctx, r).await?);
+    }
+    let mut stemcells = Vec::new();
+    for s in &inputs.stemcells {
+        stemcells.push(stemcell_of(ctx, s).await?);
+    }
+    Ok(DeployRequest {
+        manifest: inputs.manifest.clone(),
+        cloud_config: inputs.cloud_config.clone(),
+        releases,
+        stemcells,
+        ..DeployRequest::default()
+    })
+}
+
+/// Fetches blob `id` into `dir/<id>` unless it is there already.
+async fn fetch_blob(ctx: &DeploymentContext, id: &str, dir: &str) -> Result<PathBuf, String> {
+    let dir = ctx.work_dir.join(dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(id);
+    if !path.is_file() {
+        let digest: MultiDigest = format!("sha256:{id}")
+            .parse()
+            .map_err(|e| format!("blob {id}: {e}"))?;
+        ctx.engine
+            .blobstore
+            .get(id, &digest, &path)
+            .await
+            .map_err(|e| format!("blob {id}: {e}"))?;
+    }
+    Ok(path)
+}
+
+async fn release_of(
+    ctx: &DeploymentContext,
+    resource: &ReleaseResource,
+) -> Result<Arc<Release>, String> {
+    let id = resource
+        .status
+        .as_ref()
+        .and_then(|s| s.blob_id.clone())
+        .ok_or_else(|| {
+            format!(
+                "release {} has no tarball in the blobstore yet",
+                resource.name_any()
+            )
+        })?;
+    if let Some(r) = ctx
+        .ledger
+        .releases
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&id)
+    {
+        return Ok(r.clone());
+    }
+    let path = fetch_blob(ctx, &id, "releases").await?;
+    let release = tokio::task::spawn_blocking(move || Release::read(&path))
+        .await
+        .map_err(|e| e.to_string())?
+        .map(Arc::new)
+        .map_err(|e| format!("release {}: {e}", resource.name_any()))?;
+    ctx.ledger
+        .releases
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(id, release.clone());
+    Ok(release)
+}
+
+async fn stemcell_of(
+    ctx: &DeploymentContext,
+    resource: &StemcellResource,
+) -> Result<StemcellSource, String> {
+    let id = resource
+        .status
+        .as_ref()
+        .and_then(|s| s.blob_id.clone())
+        .ok_or_else(|| {
+            format!(
+                "stemcell {} has no tarball in the blobstore yet",
+                resource.name_any()
+            )
+        })?;
+    let tarball = fetch_blob(ctx, &id, "stemcell-tarballs").await?;
+    let dir = ctx.work_dir.join("stemcells");
+    tokio::task::spawn_blocking(move || StemcellSource::prepare(&dir, &tarball, true))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("stemcell {}: {e}", resource.name_any()))
+}
+
+/// Instance counters from the engine's records: desired from the manifest, up to date when
+/// the last update completed, ready when up to date and started.
+fn count_instances(
+    status: &mut DeploymentStatus,
+    inputs: &Inputs,
+    state: &kubosh_engine::state::DeploymentState,
+) {
+    let mut groups: BTreeMap<String, InstanceGroupStatus> = BTreeMap::new();
+    if let Some(list) = inputs
+        .manifest
+        .get("instance_groups")
+        .and_then(|v| v.as_array())
+    {
+        for g in list {
+            let errand = g.get("lifecycle").and_then(|l| l.as_str()) == Some("errand");
+            let Some(name) = g.get("name").and_then(|n| n.as_str()) else {
+                continue;
+            };
+            if errand {
+                continue;
+            }
+            let desired = g.get("instances").and_then(|n| n.as_i64()).unwrap_or(0);
+            groups.insert(
+                name.to_string(),
+                InstanceGroupStatus {
+                    name: name.to_string(),
+                    desired: i32::try_from(desired).unwrap_or(i32::MAX),
+                    ..InstanceGroupStatus::default()
+                },
+            );
+        }
+    }
+    for record in state.instances.values() {
+        let Some(g) = groups.get_mut(&record.group) else {
+            continue;
+        };
+        if record.update_completed {
+            g.up_to_date += 1;
+            if record.state == InstanceState::Started && record.vm.is_some() {
+                g.ready += 1;
+            }
+        }
+    }
+    let sum = |f: fn(&InstanceGroupStatus) -> i32| groups.values().map(f).sum::<i32>();
+    let (desired, ready, up_to_date) =
+        (sum(|g| g.desired), sum(|g| g.ready), sum(|g| g.up_to_date));
+    status.desired_instances = Some(desired);
+    status.ready_instances = Some(ready);
+    status.up_to_date_instances = Some(up_to_date);
+    status.instances = Some(format!("{ready}/{desired}"));
+    status.instance_groups = groups.into_values().collect();
+}
+
+/// Each `Instance`'s status from its record after a deploy: `Running` when its update
+/// completed and it is started, `Stopped` when stopped or detached. Written only where it
+/// changed.
+async fn write_instance_statuses(
+    ctx: &DeploymentContext,
+    namespace: &str,
+    deployment: &str,
+    state: &kubosh_engine::state::DeploymentState,
+) {
+    let api: Api<Instance> = Api::namespaced(ctx.client.clone(), namespace);
+    for record in state.instances.values() {
+        let name = KubeStore::instance_name(deployment, &record.group, record.index);
+        let Ok(Some(object)) = api.get_opt(&name).await else {
+            continue;
+        };
+        let generation = object.metadata.generation;
+        let (process, ready, reason) = match (record.state, record.update_completed) {
+            (InstanceState::Started, true) => (ProcessState::Running, true, "Running"),
+            (InstanceState::Started, false) => (ProcessState::Unknown, false, "UpdateIncomplete"),
+            _ => (ProcessState::Stopped, true, "Stopped"),
+        };
+        let current = object.status.clone().unwrap_or_default();
+        if current.observed_generation == generation && current.process_state == Some(process) {
+            continue;
+        }
+        let mut next = InstanceStatus {
+            observed_generation: generation,
+            conditions: current.conditions.clone(),
+            process_state: Some(process),
+            ..current
+        };
+        status::set_condition(
+            &mut next.conditions,
+            status::condition(READY, ready, reason, "", generation),
+        );
+        let patch = json!({
+            "apiVersion": Instance::api_version(&()),
+            "kind": Instance::kind(&()),
+            "status": next,
+        });
+        if let Err(e) = api
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            tracing::warn!(instance = %name, error = %e, "cannot write the instance status");
+        }
+    }
+}
+
+/// What to do after a failed reconcile: retry with this deployment's backoff.
+pub fn error_policy(
+    deployment: Arc<Deployment>,
+    error: &DeploymentError,
+    ctx: Arc<DeploymentContext>,
+) -> Action {
+    let uid = deployment.uid().unwrap_or_default();
+    let delay = ctx.ledger.next_delay(&uid);
+    tracing::warn!(deployment = %deployment.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

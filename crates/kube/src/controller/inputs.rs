@@ -1,0 +1,365 @@
+//! What a `Deployment` deploys, read from the apiserver as `bosh deploy` reads its files: the
+//! cloud config it names, the manifest with `spec.ops` applied and `((variables))` filled in
+//! from `varsFrom`, `vars` and the generated variables (Secrets), checked by the validator,
+//! and the Ready `Release` and `Stemcell` resources the manifest names.
+//!
+//! What is missing (a cloud config, a release, a Secret) makes the deployment wait; what is
+//! wrong (an ops file that does not apply, a variable without a value, an invalid manifest)
+//! stalls it until the spec changes. Neither makes any call to the cloud.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use super::status;
+use crate::api::{
+    CloudConfig, Deployment, Release as ReleaseResource, Stemcell as StemcellResource, VarsSource,
+};
+use crate::variables::{SecretStore, VariableError};
+use kubosh_core::manifest::{DeploymentManifest, StemcellRef};
+use kubosh_core::ops::{InterpolateOptions, MissingVars, OpsFile, Vars};
+use kubosh_core::plan::desired::compare_versions;
+
+/// A deployment's inputs, ready to deploy.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The manifest, ops applied and variables filled in.
+    pub manifest: Value,
+    /// The cloud config.
+    pub cloud_config: Value,
+    /// The `Release` resource of each release the manifest names.
+    pub releases: Vec<ReleaseResource>,
+    /// The `Stemcell` resource of each stemcell alias.
+    pub stemcells: Vec<StemcellResource>,
+    /// Every secret string in the manifest (values from Secrets, generated variables), to
+    /// scrub from messages before they reach a status or an Event.
+    pub secrets: Vec<String>,
+}
+
+impl Inputs {
+    /// `text` with every secret of these inputs replaced by `<redacted>`.
+    pub fn scrub(&self, text: &str) -> String {
+        kubosh_core::secret::scrub(text, &self.secrets)
+    }
+}
+
+/// Why a deployment cannot be deployed yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unready {
+    /// Something it names does not exist or is not Ready yet: one line each.
+    Waiting(Vec<String>),
+    /// Its input is wrong and stays wrong until a spec changes: a PascalCase reason and one
+    /// line per problem.
+    Invalid {
+        /// e.g. `InvalidManifest`.
+        reason: &'static str,
+        /// Every problem.
+        problems: Vec<String>,
+    },
+}
+
+/// Reading the inputs failed for a reason that may pass (the apiserver, a Secret store).
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// The Kubernetes API failed.
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    /// Reading or writing generated variables failed.
+    #[error("variables: {0}")]
+    Variables(String),
+}
+
+/// Reads everything `deployment` needs. The inner error is a deployment that must wait or is
+/// invalid.
+pub async fn gather(
+    client: &kube::Client,
+    deployment: &Deployment,
+) -> Result<Result<Inputs, Unready>, InputError> {
+    let namespace = deployment.namespace().unwrap_or_default();
+    let name = deployment.name_any();
+    let spec = &deployment.spec;
+
+    let cloud_configs: Api<CloudConfig> = Api::namespaced(client.clone(), &namespace);
+    let cloud_config_name = spec.cloud_config_name();
+    let Some(cloud_config) = cloud_configs.get_opt(cloud_config_name).await? else {
+        return Ok(Err(Unready::Waiting(vec![format!(
+            "cloud config {cloud_config_name} (CloudConfig {namespace}/{cloud_config_name} does not exist)"
+        )])));
+    };
+    let cloud_config = serde_json::to_value(&cloud_config.spec.config)
+        .map_err(|e| InputError::Variables(format!("cloud config: {e}")))?;
+
+    let mut manifest = serde_json::to_value(&spec.manifest)
+        .map_err(|e| InputError::Variables(format!("manifest: {e}")))?;
+    if let Value::Object(m) = &mut manifest {
+        m.entry("name")
+            .or_insert_with(|| Value::String(name.clone()));
+    }
+    if !spec.ops.is_empty() {
+        let applied = serde_json::to_value(&spec.ops)
+            .map_err(|e| e.to_string())
+            .and_then(|v| OpsFile::from_value(v, "spec.ops").map_err(|e| e.to_string()))
+            .and_then(|ops| ops.apply(&mut manifest).map_err(|e| e.to_string()));
+        if let Err(problem) = applied {
+            return Ok(Err(Unready::Invalid {
+                reason: "InvalidOps",
+                problems: vec![problem],
+            }));
+        }
+    }
+
+    let mut vars = Vars::new();
+    let mut missing = Vec::new();
+    let mut secrets = Vec::new();
+    for (i, source) in spec.vars_from.iter().enumerate() {
+        let before = vars.resolved();
+        if let Some(line) = add_source(client, &namespace, i, source, &mut vars).await? {
+            missing.push(line);
+        }
+        if source.secret_ref.is_some() {
+            for (k, v) in vars.resolved() {
+                if before.get(&k) != Some(&v) {
+                    kubosh_core::secret::collect_strings(&v, &mut secrets);
+                }
+            }
+        }
+    }
+    if !missing.is_empty() {
+        return Ok(Err(Unready::Waiting(missing)));
+    }
+    if let Some(given) = &spec.vars {
+        for (k, v) in given {
+            vars.add_var(k, v.clone());
+        }
+    }
+
+    let invalid = |reason, problem: String| {
+        Ok(Err(Unready::Invalid {
+            reason,
+            problems: vec![problem],
+        }))
+    };
+    let definitions = match crate::variables::definitions(&manifest) {
+        Ok(d) => d,
+        Err(e) => return invalid("InvalidVariables", e.to_string()),
+    };
+    let mut store = SecretStore::new(client.clone(), &namespace, &name);
+    if let Some(owner) = deployment.controller_owner_ref(&()) {
+        store = store.with_owner(owner);
+    }
+    let resolved = match crate::variables::resolve(&definitions, &vars, &store).await {
+        Ok(r) => r,
+        Err(VariableError::Store(e)) => return Err(InputError::Variables(e.to_string())),
+        Err(e) => return invalid("InvalidVariables", e.to_string()),
+    };
+    for (name, source) in &resolved.sources {
+        if *source != crate::variables::Source::Provided
+            && let Some(value) = resolved.vars.get(name)
+        {
+            kubosh_core::secret::collect_strings(&value, &mut secrets);
+        }
+    }
+    let options = InterpolateOptions {
+        missing: MissingVars::Error,
+        error_on_unused: false,
+    };
+    let manifest = match crate::variables::interpolate(&manifest, &resolved.vars, &options) {
+        Ok(out) => out.value,
+        Err(e) => return invalid("MissingVariables", e.to_string()),
+    };
+
+    if let Err(problems) = kubosh_core::validate::deployment(&manifest, &cloud_config) {
+        return Ok(Err(Unready::Invalid {
+            reason: "InvalidManifest",
+            problems: problems.to_string().lines().map(String::from).collect(),
+        }));
+    }
+    // The typed manifest names the releases and stemcells; it parses, the validator said so.
+    let typed: DeploymentManifest = match serde_json::from_value(manifest.clone()) {
+        Ok(t) => t,
+        Err(e) => return invalid("InvalidManifest", e.to_string()),
+    };
+
+    let releases = Api::<ReleaseResource>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let stemcells = Api::<StemcellResource>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let (releases, stemcells) = match choose(&typed, &releases, &stemcells) {
+        Ok(chosen) => chosen,
+        Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
+    };
+    Ok(Ok(Inputs {
+        manifest,
+        cloud_config,
+        releases,
+        stemcells,
+        secrets,
+    }))
+}
+
+/// Adds the variables of `varsFrom[index]`; a line naming what is missing when the Secret,
+/// ConfigMap or key is not there (and the source is not optional).
+async fn add_source(
+    client: &kube::Client,
+    namespace: &str,
+    index: usize,
+    source: &VarsSource,
+    vars: &mut Vars,
+) -> Result<Option<String>, InputError> {
+    let (kind, reference, data) = if let Some(r) = &source.secret_ref {
+        let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+            .get_opt(&r.name)
+            .await?;
+        let data = secret.map(|s| {
+            s.data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .collect::<Vec<_>>()
+        });
+        ("Secret", r, data)
+    } else if let Some(r) = &source.config_map_ref {
+        let map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .get_opt(&r.name)
+            .await?;
+        let data = map.map(|m| m.data.unwrap_or_default().into_iter().collect::<Vec<_>>());
+        ("ConfigMap", r, data)
+    } else {
+        return Ok(None);
+    };
+    let at = format!("spec.varsFrom[{index}]");
+    let Some(data) = data else {
+        return Ok((!source.optional).then(|| {
+            format!(
+                "{kind} {namespace}/{} ({at}) does not exist",
+                reference.name
+            )
+        }));
+    };
+    match &reference.key {
+        Some(key) => match data.iter().find(|(k, _)| k == key) {
+            Some((_, text)) => {
+                let origin = format!("{kind} {}, key {key}", reference.name);
+                if let Err(e) = vars.add_vars_file(text, &origin) {
+                    // A vars file that does not parse: named, never quoted.
+                    return Ok(Some(format!("{at}: {e}")));
+                }
+            }
+            None if source.optional => {}
+            None => {
+                return Ok(Some(format!(
+                    "{kind} {namespace}/{} ({at}) has no key {key}",
+                    reference.name
+                )));
+            }
+        },
+        None => {
+            for (k, text) in data {
+                vars.add_var_file(&k, &text);
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn is_ready_now(conditions: Option<&[Condition]>, generation: Option<i64>) -> bool {
+    conditions.is_some_and(|c| status::is_ready(c, generation))
+}
+
+/// The Ready `Release` of `name` at `version` (`latest`: the highest Ready version).
+pub fn pick_release<'a>(
+    releases: &'a [ReleaseResource],
+    name: &str,
+    version: &str,
+) -> Option<&'a ReleaseResource> {
+    releases
+        .iter()
+        .filter(|r| r.spec.name == name)
+        .filter(|r| version == "latest" || r.spec.version.as_str() == version)
+        .filter(|r| {
+            is_ready_now(
+                r.status.as_ref().map(|s| s.conditions.as_slice()),
+                r.metadata.generation,
+            )
+        })
+        .max_by(|a, b| compare_versions(a.spec.version.as_str(), b.spec.version.as_str()))
+}
+
+/// The Ready `Stemcell` a manifest's stemcell entry names (by `name`, or by `os` once the
+/// tarball was read), at its version (`latest`: the highest Ready one).
+pub fn pick_stemcell<'a>(
+    stemcells: &'a [StemcellResource],
+    wanted: &StemcellRef,
+) -> Option<&'a StemcellResource> {
+    let version = wanted.version.as_ref().map_or("latest", |v| v.as_str());
+    stemcells
+        .iter()
+        .filter(|s| {
+            let status = s.status.as_ref();
+            match (&wanted.name, &wanted.os) {
+                (Some(name), _) => &s.spec.name == name,
+                (None, Some(os)) => status.and_then(|x| x.os.as_ref()) == Some(os),
+                (None, None) => false,
+            }
+        })
+        .filter(|s| version == "latest" || s.spec.version.as_str() == version)
+        .filter(|s| {
+            is_ready_now(
+                s.status.as_ref().map(|x| x.conditions.as_slice()),
+                s.metadata.generation,
+            )
+        })
+        .max_by(|a, b| compare_versions(a.spec.version.as_str(), b.spec.version.as_str()))
+}
+
+/// The resources of the manifest's releases and stemcells, or one line per release or
+/// stemcell that has no Ready resource in the namespace.
+fn choose(
+    manifest: &DeploymentManifest,
+    releases: &[ReleaseResource],
+    stemcells: &[StemcellResource],
+) -> Result<(Vec<ReleaseResource>, Vec<StemcellResource>), Vec<String>> {
+    let mut waiting = Vec::new();
+    let mut chosen_releases = Vec::new();
+    for r in &manifest.releases {
+        let version = r.version.as_ref().map_or("latest", |v| v.as_str());
+        match pick_release(releases, &r.name, version) {
+            Some(found) => chosen_releases.push(found.clone()),
+            None => waiting.push(format!("release {}/{version}", r.name)),
+        }
+    }
+    let mut chosen_stemcells = Vec::new();
+    for s in &manifest.stemcells {
+        match pick_stemcell(stemcells, s) {
+            Some(found) => chosen_stemcells.push(found.clone()),
+            None => {
+                let version = s.version.as_ref().map_or("latest", |v| v.as_str());
+                let what = s.name.as_deref().or(s.os.as_deref()).unwrap_or(&s.alias);
+                waiting.push(format!("stemcell {what}/{version}"));
+            }
+        }
+    }
+    if waiting.is_empty() {
+        Ok((chosen_releases, chosen_stemcells))
+    } else {
+        Err(waiting)
+    }
+}
+
+/// What a deployment still waits for: one line per release or stemcell of the manifest that
+/// has no Ready resource in the namespace. Empty when everything is there.
+pub fn waiting_for(
+    manifest: &DeploymentManifest,
+    releases: &[ReleaseResource],
+    stemcells: &[StemcellResource],
+) -> Vec<String> {
+    choose(manifest, releases, stemcells)
+        .err()
+        .unwrap_or_default()
+}

@@ -1,0 +1,157 @@
+//! The controllers of `kubosh controller`, run together in one process: `Deployment` (also
+//! woken by its `CloudConfig`, the `Release`s and `Stemcell`s of its namespace and its own
+//! `Instance`s), `Release` and `Stemcell`. Reconciles run with bounded concurrency; the
+//! deploys they start run beside them (see [`super::deployment`]).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use super::artifacts::{ArtifactContext, ReconcileError, reconcile_release, reconcile_stemcell};
+use super::backoff::Backoffs;
+use super::deployment::{self, DeploymentContext};
+use crate::api::{CloudConfig, Deployment, Instance, Release, Stemcell};
+
+/// How many reconciles of one kind run at once.
+pub const CONCURRENCY: u16 = 16;
+
+/// Where the controllers look.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// One namespace, or all of them.
+    pub namespace: Option<String>,
+}
+
+impl Scope {
+    fn api<K>(&self, client: &kube::Client) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+}
+
+struct Artifacts {
+    ctx: ArtifactContext,
+    backoffs: Backoffs,
+}
+
+async fn release(r: Arc<Release>, a: Arc<Artifacts>) -> Result<Action, ReconcileError> {
+    reconcile_release(&r, &a.ctx).await?;
+    a.backoffs.reset(&r.uid().unwrap_or_default());
+    Ok(Action::await_change())
+}
+
+async fn stemcell(s: Arc<Stemcell>, a: Arc<Artifacts>) -> Result<Action, ReconcileError> {
+    reconcile_stemcell(&s, &a.ctx).await?;
+    a.backoffs.reset(&s.uid().unwrap_or_default());
+    Ok(Action::await_change())
+}
+
+fn artifact_error<K: Resource + ResourceExt>(
+    object: Arc<K>,
+    error: &ReconcileError,
+    a: Arc<Artifacts>,
+) -> Action {
+    let delay = a.backoffs.next(&object.uid().unwrap_or_default());
+    tracing::warn!(object = %object.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs the three controllers until `shutdown` completes (then in-flight reconciles finish).
+pub async fn run(
+    deployments: DeploymentContext,
+    artifacts: ArtifactContext,
+    scope: Scope,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    let client = deployments.client.clone();
+    let config = Config::default().concurrency(CONCURRENCY);
+    let watch = watcher::Config::default().any_semantic();
+
+    let controller = Controller::new(scope.api::<Deployment>(&client), watch.clone());
+    let store = controller.store();
+    let by_cloud_config = store.clone();
+    let by_release = store.clone();
+    let by_stemcell = store;
+    let in_namespace = |store: &kube::runtime::reflector::Store<Deployment>, ns: Option<String>| {
+        store
+            .state()
+            .into_iter()
+            .filter(|d| d.namespace() == ns)
+            .map(|d| ObjectRef::from_obj(&*d))
+            .collect::<Vec<_>>()
+    };
+    let deployment_loop = controller
+        .owns(scope.api::<Instance>(&client), watch.clone())
+        .watches(
+            scope.api::<CloudConfig>(&client),
+            watch.clone(),
+            move |cc: CloudConfig| {
+                let name = cc.name_any();
+                by_cloud_config
+                    .state()
+                    .into_iter()
+                    .filter(|d| d.namespace() == cc.namespace())
+                    .filter(|d| d.spec.cloud_config_name() == name)
+                    .map(|d| ObjectRef::from_obj(&*d))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            scope.api::<Release>(&client),
+            watch.clone(),
+            move |r: Release| in_namespace(&by_release, r.namespace()),
+        )
+        .watches(
+            scope.api::<Stemcell>(&client),
+            watch.clone(),
+            move |s: Stemcell| in_namespace(&by_stemcell, s.namespace()),
+        )
+        .with_config(config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            deployment::reconcile,
+            deployment::error_policy,
+            Arc::new(deployments),
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "deployment reconcile");
+            }
+        });
+
+    let artifacts = Arc::new(Artifacts {
+        ctx: artifacts,
+        backoffs: Backoffs::default(),
+    });
+    let release_loop = Controller::new(scope.api::<Release>(&client), watch.clone())
+        .with_config(config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(release, artifact_error, artifacts.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "release reconcile");
+            }
+        });
+    let stemcell_loop = Controller::new(scope.api::<Stemcell>(&client), watch)
+        .with_config(config)
+        .graceful_shutdown_on(shutdown)
+        .run(stemcell, artifact_error, artifacts)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "stemcell reconcile");
+            }
+        });
+    futures::join!(deployment_loop, release_loop, stemcell_loop);
+}

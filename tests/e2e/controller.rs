@@ -1,0 +1,365 @@
+//! `kubosh controller` end to end: a real etcd + kube-apiserver, a real nats-server, the
+//! local cloud (`kubosh cpi`) with `kubosh agent` VMs, and the controller as its own process.
+//! Resources go in with the API as `kubectl apply` sends them; what comes out is read back
+//! as `kubectl get`/`describe` shows it.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::director_world::{KUBOSH, World, cloud_config, hello_deployment, http_get};
+use kubosh_devenv::ControlPlane;
+use kubosh_kube::api::{Deployment, Instance};
+
+static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
+
+async fn control_plane() -> &'static ControlPlane {
+    CONTROL_PLANE
+        .get_or_init(|| async {
+            let cp = ControlPlane::start()
+                .await
+                .expect("start etcd + kube-apiserver");
+            cp.install_crds(&kubosh_kube::api::crds())
+                .await
+                .expect("install CRDs");
+            cp
+        })
+        .await
+}
+
+/// The controller process; killed when dropped.
+struct ControllerProcess(Child);
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_controller(w: &World, cp: &ControlPlane, namespace: &str) -> ControllerProcess {
+    let log = std::fs::File::create(w.dir.path().join("controller.log")).unwrap();
+    let child = Command::new(KUBOSH)
+        .args(["controller", "-d", &w.path("director.yml"), "-n", namespace])
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .env(
+            "KUBOSH_LOG",
+            "kubosh=info,kubosh_kube=info,kubosh_engine=info",
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("kubosh controller starts");
+    ControllerProcess(child)
+}
+
+/// Applies `object` (server-side, as `kubectl apply --server-side`).
+async fn apply(client: &kube::Client, namespace: &str, object: Value) {
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let plural = match kind.as_str() {
+        "Deployment" => "boshdeployments",
+        "CloudConfig" => "cloudconfigs",
+        "Release" => "releases",
+        "Stemcell" => "stemcells",
+        other => panic!("no plural for {other}"),
+    };
+    let resource = kube::api::ApiResource {
+        group: "kubosh.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "kubosh.io/v1alpha1".into(),
+        kind: kind.clone(),
+        plural: plural.into(),
+    };
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &resource);
+    api.patch(
+        &name,
+        &PatchParams::apply("e2e-user"),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+fn deployment_object(name: &str, manifest: Value) -> Value {
+    let mut manifest = manifest;
+    manifest.as_object_mut().unwrap().remove("name");
+    json!({
+        "apiVersion": "kubosh.io/v1alpha1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"manifest": manifest},
+    })
+}
+
+/// The condition `kind` of a deployment, if set for its current generation.
+fn condition<'a>(
+    d: &'a Deployment,
+    kind: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let status = d.status.as_ref()?;
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind && c.observed_generation == d.metadata.generation)
+}
+
+/// Polls the deployment until `done` says so, for at most `limit`; the last state seen.
+async fn wait_for(
+    api: &Api<Deployment>,
+    name: &str,
+    limit: Duration,
+    w: &World,
+    done: impl Fn(&Deployment) -> bool,
+) -> Deployment {
+    let start = Instant::now();
+    loop {
+        let d = api.get(name).await.unwrap();
+        if done(&d) {
+            return d;
+        }
+        if start.elapsed() > limit {
+            let log =
+                std::fs::read_to_string(w.dir.path().join("controller.log")).unwrap_or_default();
+            let tail: String = log
+                .lines()
+                .rev()
+                .take(60)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            panic!(
+                "deployment {name} not there after {limit:?}: {}\ncontroller log:\n{tail}",
+                serde_json::to_string_pretty(&d.status).unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn is_ready(d: &Deployment) -> bool {
+    condition(d, "Ready").is_some_and(|c| c.status == "True")
+}
+
+async fn events_of(client: &kube::Client, namespace: &str) -> Vec<Event> {
+    let mut events = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    events
+}
+
+fn reasons_about(events: &[Event], kind: &str, name: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| {
+            e.regarding
+                .as_ref()
+                .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+        })
+        .filter_map(|e| e.reason.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stalls_with_no_cloud_call()
+ {
+    let cp = control_plane().await;
+    let w = World::new(21);
+    let ns = "ctrl-e2e";
+    cp.create_namespace(ns).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let _controller = start_controller(&w, cp, ns);
+
+    apply(
+        &client,
+        ns,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+               "metadata": {"name": "default"}, "spec": cloud_config(w.net)}),
+    )
+    .await;
+    apply(
+        &client,
+        ns,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Release",
+               "metadata": {"name": "hello-1.0.0"},
+               "spec": {"name": "hello", "version": "1.0.0",
+                        "url": format!("file://{}", w.path("hello.tgz"))}}),
+    )
+    .await;
+    apply(
+        &client,
+        ns,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Stemcell",
+               "metadata": {"name": "jammy-1.0"},
+               "spec": {"name": "bosh-kubosh-local-ubuntu-jammy", "version": "1.0",
+                        "url": format!("file://{}", w.path("stemcell.tgz"))}}),
+    )
+    .await;
+    apply(
+        &client,
+        ns,
+        deployment_object("hello", hello_deployment(w.port, "hi")),
+    )
+    .await;
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = wait_for(
+        &deployments,
+        "hello",
+        Duration::from_secs(300),
+        &w,
+        is_ready,
+    )
+    .await;
+    let status = d.status.clone().unwrap();
+    assert_eq!(status.observed_generation, Some(1));
+    assert_eq!(status.instances.as_deref(), Some("2/2"));
+    assert_eq!(status.up_to_date_instances, Some(2));
+    assert_eq!(status.instance_groups[0].name, "web");
+    assert_eq!(
+        (
+            status.instance_groups[0].desired,
+            status.instance_groups[0].ready
+        ),
+        (2, 2)
+    );
+    assert!(condition(&d, "Stalled").is_some_and(|c| c.status == "False"));
+    assert!(condition(&d, "Reconciling").is_some_and(|c| c.status == "False"));
+    assert_eq!(
+        status.last_task.as_ref().map(|t| t.state),
+        Some(kubosh_kube::api::TaskState::Succeeded)
+    );
+
+    // `kubectl get instances`: every instance with its IP, VM and process state; the job
+    // answers on its port.
+    let instances = Api::<Instance>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(instances.len(), 2);
+    for i in &instances {
+        assert_eq!(i.spec.deployment, "hello");
+        assert!(i.spec.vm_cid.is_some(), "{:?}", i.spec);
+        let ip = i.spec.networks[0].ip.clone().expect("an IP");
+        assert!(ip.starts_with("127.0.21."), "{ip}");
+        let body = http_get(&ip, w.port).unwrap_or_default();
+        assert!(body.contains("hi"), "{ip}: {body}");
+        let st = i.status.clone().unwrap_or_default();
+        assert_eq!(
+            st.process_state,
+            Some(kubosh_kube::api::ProcessState::Running)
+        );
+    }
+    let out = cp
+        .kubectl()
+        .unwrap()
+        .args(["get", "instances", "-n", ns])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("127.0.21.") && table.contains("Running"),
+        "{table}"
+    );
+
+    // `kubectl describe boshdeployment hello` lists the milestones.
+    let events = events_of(&client, ns).await;
+    let about = reasons_about(&events, "Deployment", "hello");
+    for reason in [
+        "DeployStarted",
+        "PackagesCompiled",
+        "CanaryUpdated",
+        "DeploySucceeded",
+    ] {
+        assert!(about.contains(&reason.to_string()), "{reason} in {about:?}");
+    }
+
+    // A property changes: Reconciling at generation 2, the canary first, then Ready.
+    let mut manifest = hello_deployment(w.port, "hello again");
+    manifest.as_object_mut().unwrap().remove("name");
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::apply("e2e-user"),
+            &Patch::Apply(&deployment_object("hello", manifest)),
+        )
+        .await
+        .unwrap();
+    let reconciling = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Reconciling").is_some_and(|c| c.status == "True") || is_ready(d)
+    })
+    .await;
+    assert_eq!(reconciling.metadata.generation, Some(2));
+    let d = wait_for(
+        &deployments,
+        "hello",
+        Duration::from_secs(300),
+        &w,
+        is_ready,
+    )
+    .await;
+    assert_eq!(d.status.as_ref().unwrap().observed_generation, Some(2));
+    let ip = instances[0].spec.networks[0].ip.clone().unwrap();
+    assert!(
+        http_get(&ip, w.port)
+            .unwrap_or_default()
+            .contains("hello again")
+    );
+    let events = events_of(&client, ns).await;
+    let at = |e: &Event| e.event_time.as_ref().map(|t| t.0).unwrap();
+    let second = events
+        .iter()
+        .find(|e| {
+            e.reason.as_deref() == Some("DeployStarted")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("generation 2"))
+        })
+        .map(at)
+        .expect("the second deploy started");
+    let since = |reason: &str| -> Vec<_> {
+        events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(at)
+            .filter(|t| *t >= second)
+            .collect()
+    };
+    let (canaries, updated) = (since("CanaryUpdated"), since("InstanceUpdated"));
+    assert_eq!((canaries.len(), updated.len()), (1, 1), "{events:?}");
+    assert!(canaries[0] <= updated[0], "the canary first");
+
+    // An invalid manifest: Stalled with the validator's words, and no call to the cloud.
+    let calls = w.calls();
+    let mut bad = hello_deployment(w.port, "x");
+    bad["instance_groups"][0]["vm_type"] = json!("huge");
+    bad["instance_groups"][0]["networks"] = json!([{"name": "nope"}]);
+    apply(&client, ns, deployment_object("broken", bad)).await;
+    let d = wait_for(&deployments, "broken", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let message = condition(&d, "Stalled").unwrap().message.clone();
+    assert!(
+        message.contains("huge") && message.contains("nope"),
+        "{message}"
+    );
+    assert_eq!(condition(&d, "Stalled").unwrap().reason, "InvalidManifest");
+    assert!(condition(&d, "Ready").is_some_and(|c| c.status == "False"));
+    assert_eq!(w.calls(), calls, "an invalid manifest calls no CPI method");
+    let events = events_of(&client, ns).await;
+    assert!(
+        reasons_about(&events, "Deployment", "broken").contains(&"InvalidManifest".to_string())
+    );
+}
