@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -95,6 +96,12 @@ fn deployment_object(name: &str, manifest: Value) -> Value {
         "metadata": {"name": name},
         "spec": {"manifest": manifest},
     })
+}
+
+/// `manifest` with a 64 MiB persistent disk on every instance.
+fn with_disk(mut manifest: Value) -> Value {
+    manifest["instance_groups"][0]["persistent_disk"] = json!(64);
+    manifest
 }
 
 /// The condition `kind` of a deployment, if set for its current generation.
@@ -208,7 +215,7 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     apply(
         &client,
         ns,
-        deployment_object("hello", hello_deployment(w.port, "hi")),
+        deployment_object("hello", with_disk(hello_deployment(w.port, "hi"))),
     )
     .await;
 
@@ -286,7 +293,7 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     }
 
     // A property changes: Reconciling at generation 2, the canary first, then Ready.
-    let mut manifest = hello_deployment(w.port, "hello again");
+    let mut manifest = with_disk(hello_deployment(w.port, "hello again"));
     manifest.as_object_mut().unwrap().remove("name");
     deployments
         .patch(
@@ -362,4 +369,49 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     assert!(
         reasons_about(&events, "Deployment", "broken").contains(&"InvalidManifest".to_string())
     );
+
+    // Deleting with `deletionPolicy: Orphan`: the VMs go, the disks stay as orphans (their
+    // Disk resources outlive the deployment), the finalizer lets the resource go.
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deletionPolicy": "Orphan"}})),
+        )
+        .await
+        .unwrap();
+    let d = deployments.get("hello").await.unwrap();
+    assert!(d.finalizers().contains(&"kubosh.io/deployment".to_string()));
+    deployments
+        .delete("hello", &Default::default())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while deployments.get_opt("hello").await.unwrap().is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "hello is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let inventory = kubosh_cloud::local::inventory(&w.cloud()).unwrap();
+    assert!(inventory.vms.is_empty(), "{inventory:?}");
+    assert_eq!(inventory.disks.len(), 2);
+    let disks = Api::<kubosh_kube::api::Disk>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(disks.len(), 2);
+    assert!(
+        disks
+            .iter()
+            .all(|d| d.spec.orphaned && d.owner_references().is_empty())
+    );
+    let left = Api::<Instance>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(left.is_empty(), "{left:?}");
 }

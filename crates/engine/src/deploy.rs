@@ -961,15 +961,30 @@ impl Engine {
         if state.meta.dns_records.as_deref() == Some(digest.as_str()) {
             return Ok(());
         }
+        let (version, blob) = self
+            .publish_dns_entries(&deployment, Some(instances), state.meta.dns_version)
+            .await?;
+        state.meta.dns_version = version;
+        state.meta.dns_blob = Some(blob);
+        state.meta.dns_records = Some(digest);
+        self.write(Write::Meta(state.meta.clone())).await
+    }
+
+    /// Replaces `deployment`'s DNS entries in the dataset of all deployments (`None`: it is
+    /// gone), stores the records blob of the new version and sends it to every agent of
+    /// every deployment (§4.10); agents that do not acknowledge are a warning. The version
+    /// and the blob id.
+    pub(crate) async fn publish_dns_entries(
+        &self,
+        deployment: &str,
+        instances: Option<Vec<DnsInstance>>,
+        at_least: u64,
+    ) -> Result<(u64, String), EngineError> {
         let dataset = match &self.config.dns_registry {
-            Some(registry) => {
-                registry
-                    .publish(&deployment, Some(instances), state.meta.dns_version)
-                    .await?
-            }
+            Some(registry) => registry.publish(deployment, instances, at_least).await?,
             None => {
                 let mut alone = crate::state::DnsDataset::default();
-                alone.publish(&deployment, Some(instances), state.meta.dns_version);
+                alone.publish(deployment, instances, at_least);
                 alone
             }
         };
@@ -982,7 +997,6 @@ impl Engine {
             .await
             .map_err(EngineError::Blobstore)?;
         let sha = format!("sha256:{}", stored.sha256);
-        // Every agent of every deployment (§4.10), this deployment's new VMs included.
         let syncs = dataset.agent_ids().into_iter().map(|agent_id| {
             let agent = self.agent(&agent_id, "dns");
             let (id, sha) = (stored.id.clone(), sha.clone());
@@ -1006,10 +1020,7 @@ impl Engine {
                 ),
             );
         }
-        state.meta.dns_version = version;
-        state.meta.dns_blob = Some(stored.id);
-        state.meta.dns_records = Some(digest);
-        self.write(Write::Meta(state.meta.clone())).await
+        Ok((version, stored.id))
     }
 }
 

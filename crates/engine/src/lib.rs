@@ -7,6 +7,7 @@
 //! already-read documents, asks [`kubosh_core::plan`] what to do, and does it.
 
 pub mod compile;
+pub mod delete;
 pub mod deploy;
 pub mod director;
 pub mod disks;

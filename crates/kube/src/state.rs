@@ -72,8 +72,12 @@ impl std::fmt::Debug for KubeStore {
 struct Cache {
     /// Instance objects by instance uuid: name and resourceVersion.
     instances: BTreeMap<String, (String, Option<String>)>,
-    /// Disk objects by CID.
+    /// Disk objects by CID, as written.
     disks: BTreeMap<String, DiskSpec>,
+    /// The attached projection of every disk an instance record lists, by CID. A disk the
+    /// engine orphaned stays orphaned while a record still lists it (the record goes next);
+    /// an orphan attached again gets this projection back when its orphan record goes.
+    attached: BTreeMap<String, DiskSpec>,
     /// `Stemcell` object names by `name/version`.
     stemcells: BTreeMap<String, String>,
     /// The deployment-wide facts and intents as last written.
@@ -205,6 +209,12 @@ impl KubeStore {
                 .ok_or_else(|| corrupt(format!("instance {name}"), "spec.record is missing"))?;
             let record: InstanceRecord = serde_json::from_value(record)
                 .map_err(|e| corrupt(format!("instance {name}"), e))?;
+            for disk in &record.disks {
+                cache.attached.insert(
+                    disk.cid.clone(),
+                    self.attached_projection(&name, &record, disk),
+                );
+            }
             cache.instances.insert(
                 record.uuid.clone(),
                 (name, object.metadata.resource_version.clone()),
@@ -397,26 +407,18 @@ impl KubeStore {
             self.delete::<Instance>(&old_name).await?;
         }
 
-        // The disks it holds, as `Disk` objects.
+        // The disks it holds, as `Disk` objects; an orphan keeps its object as it is.
+        cache
+            .attached
+            .retain(|_, d| d.instance.as_deref() != Some(name.as_str()));
         for disk in &record.disks {
-            let projected = DiskSpec {
-                cid: disk.cid.clone(),
-                size: i64::try_from(disk.size_mib).unwrap_or(i64::MAX),
-                deployment: self.deployment.clone(),
-                instance_group: record.group.clone(),
-                name: disk.name.clone(),
-                instance: Some(name.clone()),
-                az: record.az.clone(),
-                disk_type: None,
-                cloud_properties: disk.cloud_properties.as_object().cloned(),
-                orphaned: false,
-                orphaned_at: None,
-                orphaned_from: None,
-                snapshots: disk.snapshots.clone(),
-            };
-            if cache.disks.get(&disk.cid) != Some(&projected) {
-                self.write_disk(cache, projected).await?;
+            let projected = self.attached_projection(&name, record, disk);
+            cache.attached.insert(disk.cid.clone(), projected.clone());
+            let current = cache.disks.get(&disk.cid);
+            if current.is_some_and(|d| d.orphaned) || current == Some(&projected) {
+                continue;
             }
+            self.write_disk(cache, projected).await?;
         }
         // Disks it let go of that are not orphaned (deleted, or about to be orphaned).
         let gone: Vec<String> = cache
@@ -435,6 +437,30 @@ impl KubeStore {
             cache.disks.remove(&cid);
         }
         Ok(())
+    }
+
+    /// The `Disk` of `disk` while instance object `name` (of `record`) holds it.
+    fn attached_projection(
+        &self,
+        name: &str,
+        record: &InstanceRecord,
+        disk: &DiskRecord,
+    ) -> DiskSpec {
+        DiskSpec {
+            cid: disk.cid.clone(),
+            size: i64::try_from(disk.size_mib).unwrap_or(i64::MAX),
+            deployment: self.deployment.clone(),
+            instance_group: record.group.clone(),
+            name: disk.name.clone(),
+            instance: Some(name.to_string()),
+            az: record.az.clone(),
+            disk_type: None,
+            cloud_properties: disk.cloud_properties.as_object().cloned(),
+            orphaned: false,
+            orphaned_at: None,
+            orphaned_from: None,
+            snapshots: disk.snapshots.clone(),
+        }
     }
 
     async fn write_disk(&self, cache: &mut Cache, spec: DiskSpec) -> Result<(), StoreError> {
@@ -459,6 +485,9 @@ impl KubeStore {
             return Ok(());
         };
         self.delete::<Instance>(&name).await?;
+        cache
+            .attached
+            .retain(|_, d| d.instance.as_deref() != Some(name.as_str()));
         let attached: Vec<String> = cache
             .disks
             .values()
@@ -615,12 +644,16 @@ impl KubeStore {
             }
             Write::OrphanedDisk(orphan) => self.write_orphan(cache, orphan).await,
             Write::DeleteOrphanedDisk(cid) => {
-                // A disk attached again is not the orphan any more: its object stays.
-                if cache.disks.get(cid).is_some_and(|d| d.orphaned) {
-                    self.delete::<Disk>(&Self::disk_name(&self.deployment, cid))
-                        .await?;
-                    cache.disks.remove(cid);
+                if !cache.disks.get(cid).is_some_and(|d| d.orphaned) {
+                    return Ok(());
                 }
+                // Attached again: the object shows the instance that holds it now.
+                if let Some(attached) = cache.attached.get(cid).cloned() {
+                    return self.write_disk(cache, attached).await;
+                }
+                self.delete::<Disk>(&Self::disk_name(&self.deployment, cid))
+                    .await?;
+                cache.disks.remove(cid);
                 Ok(())
             }
             Write::CompiledPackage(package) => self.write_compiled(package).await,

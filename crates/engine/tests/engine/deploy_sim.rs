@@ -1732,3 +1732,47 @@ async fn a_compile_that_succeeded_is_kept_when_another_fails() {
     assert_eq!(names, ["hello-server", "libhello"]);
     sim.assert_no_leak();
 }
+
+#[tokio::test(start_paused = true)]
+async fn deleting_a_deployment_deletes_its_vms_and_deletes_or_orphans_its_disks() {
+    use kubosh_engine::delete::DiskDisposal;
+    for disposal in [DiskDisposal::Delete, DiskDisposal::Orphan] {
+        let sim = Sim::new();
+        sim.deploy(manifest()).await;
+        let disks: BTreeSet<String> = sim
+            .state()
+            .instances
+            .values()
+            .flat_map(|i| i.disks.iter().map(|d| d.cid.clone()))
+            .collect();
+        assert_eq!(disks.len(), 5);
+        let name = manifest()["name"].as_str().unwrap().to_string();
+        let report = sim.engine.delete_deployment(&name, disposal).await.unwrap();
+        assert_eq!(report.instances.len(), 7);
+        let state = sim.state();
+        assert!(state.instances.is_empty());
+        assert!(state.intents.is_empty());
+        let inventory = sim.cloud.inventory();
+        assert!(inventory.vms.is_empty(), "{disposal:?}: every VM is gone");
+        let in_cloud: BTreeSet<String> = inventory.disks.iter().map(|d| d.cid.clone()).collect();
+        match disposal {
+            DiskDisposal::Delete => {
+                assert!(in_cloud.is_empty(), "{in_cloud:?}");
+                assert!(state.orphaned_disks.is_empty());
+                assert_eq!(report.disks_deleted.len(), 5);
+            }
+            DiskDisposal::Orphan => {
+                assert_eq!(in_cloud, disks);
+                let orphaned: BTreeSet<String> = state.orphaned_disks.keys().cloned().collect();
+                assert_eq!(orphaned, disks);
+            }
+        }
+        assert!(
+            sim.cloud.count("delete_vm") >= 7,
+            "VMs are deleted, not left running"
+        );
+        // A second delete finds nothing to do.
+        let again = sim.engine.delete_deployment(&name, disposal).await.unwrap();
+        assert!(again.instances.is_empty());
+    }
+}

@@ -171,6 +171,10 @@ pub enum DeploymentError {
     Kube(#[from] kube::Error),
 }
 
+/// The finalizer that makes deleting a `Deployment` delete its VMs (and its disks, per
+/// `spec.deletionPolicy`) first.
+pub const FINALIZER: &str = "kubosh.io/deployment";
+
 /// Condition reasons of a `Deployment`.
 mod reasons {
     pub const DEPLOYING: &str = "Deploying";
@@ -180,6 +184,7 @@ mod reasons {
     pub const RETRYING: &str = "RetryingAfterError";
     pub const PAUSED: &str = "Paused";
     pub const INPUTS_UNAVAILABLE: &str = "InputsUnavailable";
+    pub const DELETING: &str = "Deleting";
 }
 
 /// Longest condition message kubosh writes (the apiserver allows 32 KiB).
@@ -259,6 +264,11 @@ pub async fn reconcile(
     let uid = deployment.uid().unwrap_or_default();
     let generation = deployment.metadata.generation.unwrap_or_default();
     if deployment.metadata.deletion_timestamp.is_some() {
+        return delete(&ctx, &deployment).await;
+    }
+    if !deployment.finalizers().iter().any(|f| f == FINALIZER) {
+        set_finalizers(&ctx.client, &deployment, |f| f.push(FINALIZER.to_string())).await?;
+        // The write wakes the next reconcile.
         return Ok(Action::await_change());
     }
     if ctx.ledger.is_running(&uid) {
@@ -332,6 +342,113 @@ pub async fn reconcile(
         task_ctx.ledger.finish(&uid);
     });
     Ok(Action::requeue(RESYNC))
+}
+
+/// Rewrites the finalizers with `change`, guarded by the resourceVersion read.
+async fn set_finalizers(
+    client: &kube::Client,
+    deployment: &Deployment,
+    change: impl FnOnce(&mut Vec<String>),
+) -> Result<(), kube::Error> {
+    let mut finalizers = deployment.finalizers().to_vec();
+    change(&mut finalizers);
+    let api: Api<Deployment> =
+        Api::namespaced(client.clone(), &deployment.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": deployment.resource_version(),
+    }});
+    api.patch(
+        &deployment.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes the deployment's VMs, and its disks or not per `spec.deletionPolicy`, releases
+/// its addresses and DNS entries, then lets the resource go. A running deploy finishes
+/// first.
+async fn delete(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+) -> Result<Action, DeploymentError> {
+    if !deployment.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let uid = deployment.uid().unwrap_or_default();
+    if ctx.ledger.is_running(&uid) {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let name = deployment.name_any();
+    let namespace = deployment.namespace().unwrap_or_default();
+    let generation = deployment.metadata.generation;
+    let policy = deployment.spec.deletion_policy;
+    let disposal = match policy {
+        crate::api::DeletionPolicy::Delete => kubosh_engine::delete::DiskDisposal::Delete,
+        crate::api::DeletionPolicy::Orphan => kubosh_engine::delete::DiskDisposal::Orphan,
+    };
+    let mut status = deployment.status.clone().unwrap_or_default();
+    let message = format!(
+        "Deleting: VMs deleted, disks {}",
+        match disposal {
+            kubosh_engine::delete::DiskDisposal::Delete => "deleted",
+            kubosh_engine::delete::DiskDisposal::Orphan => "orphaned",
+        }
+    );
+    set_trio(
+        &mut status,
+        generation,
+        (false, reasons::DELETING, &message),
+        (true, reasons::DELETING, &message),
+        (false, reasons::DELETING, ""),
+    );
+    status.progress = None;
+    write_status(&ctx.client, deployment, &status).await?;
+    // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
+    // garbage collector drop their records and leak them in the cloud).
+    let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
+    let engine = Engine {
+        store,
+        locks: Arc::new(LeaseLocks::new(ctx.client.clone(), &namespace)),
+        events: Arc::new(DeployProgress::new()),
+        ..ctx.engine.clone()
+    };
+    match engine.delete_deployment(&name, disposal).await {
+        Ok(report) => {
+            let note = format!(
+                "Deleted {} instance(s); {} disk(s) deleted, {} orphaned",
+                report.instances.len(),
+                report.disks_deleted.len(),
+                report.disks_orphaned.len()
+            );
+            publish(ctx, deployment, EventType::Normal, "Deleted", note).await;
+            set_finalizers(&ctx.client, deployment, |f| f.retain(|x| x != FINALIZER)).await?;
+            Ok(Action::await_change())
+        }
+        Err(e) => {
+            let message = format!("deleting failed: {e}");
+            publish(
+                ctx,
+                deployment,
+                EventType::Warning,
+                "DeleteFailed",
+                message.clone(),
+            )
+            .await;
+            let delay = ctx.ledger.next_delay(&uid);
+            set_trio(
+                &mut status,
+                generation,
+                (false, reasons::DELETING, &message),
+                (true, reasons::DELETING, &message),
+                (false, reasons::DELETING, ""),
+            );
+            write_status(&ctx.client, deployment, &status).await?;
+            Ok(Action::requeue(delay))
+        }
+    }
 }
 
 /// Writes why the deployment cannot deploy, once per generation and message.

@@ -1,0 +1,124 @@
+//! `bosh delete-deployment`: every instance stopped (pre-stop, drain, stop) and its VM
+//! deleted, its disks orphaned and then deleted or kept, its addresses released and its DNS
+//! entries withdrawn from every other deployment's agents. Resumable: a run killed half way
+//! leaves recorded intents and records the next run settles.
+
+use futures::StreamExt;
+
+use super::progress::{self, StageRun};
+use super::{Engine, EngineError};
+use crate::lock::{Holder, deployment_lock};
+use crate::state::{InstanceRecord, Write};
+
+/// What happens to persistent disks when their deployment is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskDisposal {
+    /// Deleted in the cloud (with their snapshots).
+    Delete,
+    /// Kept as orphaned disks, to expire or be attached again.
+    Orphan,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteReport {
+    /// Instances deleted (`group/uuid (index)`).
+    pub instances: Vec<String>,
+    /// CIDs of the disks deleted.
+    pub disks_deleted: Vec<String>,
+    /// CIDs of the disks kept as orphans.
+    pub disks_orphaned: Vec<String>,
+}
+
+impl Engine {
+    /// Deletes deployment `name` (under its deployment lock).
+    pub async fn delete_deployment(
+        &self,
+        name: &str,
+        disks: DiskDisposal,
+    ) -> Result<DeleteReport, EngineError> {
+        let holder = Holder::new(kubosh_core::ids::uuid_v4(), "delete deployment");
+        let guard = self
+            .locks
+            .acquire(&deployment_lock(name), &holder, self.config.lock_wait)
+            .await?;
+        let result = self.delete_locked(name, disks).await;
+        if let Err(e) = &result {
+            progress::error(self.events.as_ref(), e.code(), e.to_string());
+        }
+        drop(guard);
+        result
+    }
+
+    async fn delete_locked(
+        &self,
+        name: &str,
+        disks: DiskDisposal,
+    ) -> Result<DeleteReport, EngineError> {
+        let mut state = self.store.load().await?;
+        self.recover(&mut state, self.config.recovery_wait).await?;
+        let mut report = DeleteReport::default();
+
+        let records: Vec<InstanceRecord> = state.instances.values().cloned().collect();
+        let stage = StageRun::new(
+            self.events.clone(),
+            "Deleting instances",
+            vec![],
+            records.len(),
+        );
+        let work = records.into_iter().map(|r| {
+            let stage = stage.clone();
+            async move {
+                let task = r.display_name();
+                stage
+                    .task(task.clone(), self.delete_instance(r))
+                    .await
+                    .map(|()| task)
+            }
+        });
+        let deleted: Vec<Result<String, EngineError>> = futures::stream::iter(work)
+            .buffer_unordered(self.config.create_vm_concurrency.max(1))
+            .collect()
+            .await;
+        for d in deleted {
+            report.instances.push(d?);
+        }
+        report.instances.sort();
+
+        let orphans: Vec<String> = self
+            .store
+            .load()
+            .await?
+            .orphaned_disks
+            .into_keys()
+            .collect();
+        match disks {
+            DiskDisposal::Delete => {
+                let stage =
+                    StageRun::new(self.events.clone(), "Deleting disks", vec![], orphans.len());
+                for cid in orphans {
+                    stage
+                        .task(cid.clone(), self.delete_orphaned_disk(&cid))
+                        .await?;
+                    report.disks_deleted.push(cid);
+                }
+            }
+            DiskDisposal::Orphan => report.disks_orphaned = orphans,
+        }
+
+        self.release_unused_ips(name, Vec::new()).await?;
+        let meta = self.store.load().await?.meta;
+        if meta.dns_records.is_some() {
+            let (version, _) = self
+                .publish_dns_entries(name, None, meta.dns_version)
+                .await?;
+            let mut meta = meta;
+            meta.dns_version = version;
+            meta.dns_blob = None;
+            meta.dns_records = None;
+            meta.deployed_inputs = None;
+            self.write(Write::Meta(meta)).await?;
+        }
+        Ok(report)
+    }
+}
