@@ -298,6 +298,7 @@ impl World {
             store: Arc::new(store.clone()),
             locks: Arc::new(kubosh_kube::lock::FileLocks::new(dir.path().join("locks"))),
             events: Arc::new(NoEvents),
+            cancel: Default::default(),
             config: EngineConfig {
                 agent_options: ClientOptions {
                     poll_interval: Duration::from_millis(timing.poll_ms),

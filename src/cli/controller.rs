@@ -2,7 +2,12 @@
 //! the cloud and the message bus of a director configuration file (`-d`, the same file
 //! `kubosh deploy` reads: CPI, NATS, blobstore, engine settings; its `state_dir` holds the
 //! controller's scratch space). The cluster is the one of `KUBECONFIG` (or in-cluster).
-//! Stops on SIGINT/SIGTERM after the reconciles in flight.
+//!
+//! Replicas elect a leader with a Lease (`kube-lease-manager`); only the leader reconciles.
+//! On SIGINT/SIGTERM, or when leadership is lost, running deploys start no new step, the
+//! steps in flight finish, and the process exits (a lost leadership with a failure, for its
+//! supervisor to restart it as a standby). A standby takes over within the Lease duration
+//! of the leader's death and resumes its deploys once their locks expire.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,11 +17,13 @@ use clap::Args;
 use futures::FutureExt;
 use kube::runtime::events::Reporter;
 
+use kube_lease_manager::LeaseManagerBuilder;
 use kubosh_engine::NoEvents;
 use kubosh_engine::director::DirectorConfig;
 use kubosh_kube::controller::artifacts::ArtifactContext;
 use kubosh_kube::controller::deployment::DeploymentContext;
 use kubosh_kube::controller::run::{Scope, run};
+use kubosh_kube::lock::Process;
 
 /// Arguments of `kubosh controller`.
 #[derive(Debug, Args)]
@@ -30,7 +37,26 @@ pub struct ControllerArgs {
     /// Deploys running at once, at most.
     #[arg(long = "max-deploys", default_value_t = 32)]
     pub max_deploys: usize,
+    /// This replica's name, unique among the live ones (default: `$CONTROLLER_POD_NAME`,
+    /// `$HOSTNAME`, or the host name). A restarted process with the same name takes over its
+    /// predecessor's leadership and locks at once.
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// Run without leader election (one replica only).
+    #[arg(long = "no-leader-election")]
+    pub no_leader_election: bool,
+    /// The namespace of the leader election Lease (default: `$POD_NAMESPACE`, the watched
+    /// namespace, or `default`).
+    #[arg(long = "leader-election-namespace")]
+    pub leader_election_namespace: Option<String>,
 }
+
+/// The leader election Lease.
+const LEADER_LEASE: &str = "kubosh-controller";
+/// How long leadership outlives the leader's last renewal (seconds).
+const LEADER_LEASE_SECONDS: u64 = 10;
+/// How long before expiry the leader renews (seconds).
+const LEADER_RENEW_BEFORE_SECONDS: u64 = 4;
 
 /// Runs `kubosh controller`.
 pub fn run_controller(args: &ControllerArgs) -> ExitCode {
@@ -55,6 +81,81 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("CONTROLLER_POD_NAME").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_else(|| "kubosh-controller".into());
+    let shutdown = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => futures::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminated => {}
+        }
+    }
+    .boxed()
+    .shared();
+
+    // Leadership first: a standby does nothing else.
+    let mut leadership = None;
+    if !args.no_leader_election {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| args.namespace.clone())
+            .unwrap_or_else(|| "default".into());
+        let manager = LeaseManagerBuilder::new(client.clone(), LEADER_LEASE)
+            .with_namespace(namespace.clone())
+            .with_identity(identity.clone())
+            .with_field_manager(format!("kubosh-leader-{identity}"))
+            .with_duration(LEADER_LEASE_SECONDS)
+            .with_grace(LEADER_RENEW_BEFORE_SECONDS)
+            .build()
+            .await
+            .map_err(|e| format!("leader election Lease {namespace}/{LEADER_LEASE}: {e}"))?;
+        let (mut leader, task) = manager.watch().await;
+        tracing::info!(%identity, lease = %format!("{namespace}/{LEADER_LEASE}"), "waiting to lead");
+        tokio::select! {
+            result = leader.wait_for(|l| *l) => {
+                if result.is_err() {
+                    return Err("leader election stopped".into());
+                }
+            }
+            () = shutdown.clone() => return Ok(()),
+        }
+        tracing::info!(%identity, "leading");
+        leadership = Some((leader, task));
+    }
+    let lost = {
+        let leader = leadership.as_ref().map(|(l, _)| l.clone());
+        async move {
+            match leader {
+                Some(mut l) => {
+                    let _ = l.wait_for(|l| !*l).await;
+                }
+                None => futures::future::pending::<()>().await,
+            }
+        }
+        .boxed()
+        .shared()
+    };
+
     let mut engine = config
         .engine("controller", Arc::new(NoEvents), false)
         .await?;
@@ -66,36 +167,58 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
     let work_dir = config.state_dir.join("controller");
     let reporter = Reporter {
         controller: "kubosh".into(),
-        instance: std::env::var("CONTROLLER_POD_NAME")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok()),
+        instance: Some(identity.clone()),
     };
-    let deployments = DeploymentContext::new(
+    let mut deployments = DeploymentContext::new(
         client.clone(),
         engine.clone(),
         work_dir.clone(),
         reporter,
         args.max_deploys,
     );
+    deployments.process = Some(Process::new(identity));
+    let cancel = deployments.cancel.clone();
+    let tasks = deployments.tasks.clone();
     let artifacts = ArtifactContext {
         client,
         blobstore: engine.blobstore.clone(),
         work_dir: work_dir.join("downloads"),
     };
-    let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => futures::future::pending::<()>().await } } => {}
+    let stop = {
+        let (shutdown, lost) = (shutdown.clone(), lost.clone());
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = lost => {}
+            }
         }
-    }
-    .boxed()
-    .shared();
+        .boxed()
+        .shared()
+    };
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            stop.await;
+            tracing::info!("stopping: running deploys finish their steps in flight");
+            cancel.cancel();
+        }
+    });
     let scope = Scope {
         namespace: args.namespace.clone(),
     };
     tracing::info!(namespace = ?scope.namespace, "kubosh controller started");
-    run(deployments, artifacts, scope, shutdown).await;
+    run(deployments, artifacts, scope, stop).await;
+    tasks.close();
+    tasks.wait().await;
+    let lost_leadership = lost.peek().is_some();
+    // Dropping the receiver makes the election task release the Lease: a standby takes
+    // over at once.
+    if let Some((leader, task)) = leadership {
+        drop(leader);
+        let _ = task.await;
+    }
+    if lost_leadership {
+        return Err("lost the leadership: stopped".into());
+    }
     Ok(())
 }

@@ -111,6 +111,7 @@ impl World {
             store: Arc::new(store.clone()),
             locks: Arc::new(FileLocks::new(dir.path().join("locks"))),
             events: Arc::new(events.clone()),
+            cancel: Default::default(),
             config: EngineConfig {
                 agent_options: ClientOptions {
                     timeout: agent_timeout,

@@ -430,6 +430,7 @@ impl Engine {
                 let name = format!("{}/{}", t.package.name, t.package.version);
                 stage
                     .task(name, async {
+                        self.checkpoint()?;
                         let key = format!("{}/{}", t.stemcell.name, t.stemcell.version);
                         let kept = if reuse {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot].take()

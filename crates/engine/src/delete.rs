@@ -7,7 +7,6 @@ use futures::StreamExt;
 
 use super::progress::{self, StageRun};
 use super::{Engine, EngineError};
-use crate::lock::{Holder, deployment_lock};
 use crate::state::{InstanceRecord, Write};
 
 /// What happens to persistent disks when their deployment is deleted.
@@ -37,16 +36,14 @@ impl Engine {
         name: &str,
         disks: DiskDisposal,
     ) -> Result<DeleteReport, EngineError> {
-        let holder = Holder::new(kubosh_core::ids::uuid_v4(), "delete deployment");
-        let guard = self
-            .locks
-            .acquire(&deployment_lock(name), &holder, self.config.lock_wait)
-            .await?;
-        let result = self.delete_locked(name, disks).await;
+        let result = self
+            .under_deployment_lock(name, "delete deployment", |engine| async move {
+                engine.delete_locked(name, disks).await
+            })
+            .await;
         if let Err(e) = &result {
             progress::error(self.events.as_ref(), e.code(), e.to_string());
         }
-        drop(guard);
         result
     }
 
@@ -69,6 +66,7 @@ impl Engine {
         let work = records.into_iter().map(|r| {
             let stage = stage.clone();
             async move {
+                self.checkpoint()?;
                 let task = r.display_name();
                 stage
                     .task(task.clone(), self.delete_instance(r))

@@ -13,7 +13,6 @@ use super::progress::{self, StageRun};
 use super::templates::{InstanceView, RenderedInstance, TemplateContext};
 use super::vm::VmRequest;
 use super::{DeployRequest, Engine, EngineError, InstanceAction, releases_by_name};
-use crate::lock::{Holder, deployment_lock};
 use crate::state::{
     AppliedSpec, DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind,
     JobVersion, StemcellRecord, Write,
@@ -136,30 +135,26 @@ impl Engine {
             .manifest
             .get("name")
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let holder = Holder::new(kubosh_core::ids::uuid_v4(), "create deployment");
-        let guard = self
-            .locks
-            .acquire(&deployment_lock(&name), &holder, self.config.lock_wait)
-            .await?;
-        let result = self.deploy_validated(request, false).await;
-        if result.is_err() {
-            // Addresses claimed for instances this deploy did not get to record go back.
-            match self.store.load().await {
-                Ok(state) => {
-                    let held: Vec<&InstanceRecord> = state.instances.values().collect();
-                    if let Err(e) = self.release_unused_ips(&name, held).await {
-                        tracing::warn!(deployment = %name, error = %e, "cannot release addresses");
+            .unwrap_or_default();
+        self.under_deployment_lock(name, "create deployment", |engine| async move {
+            let result = engine.deploy_validated(request, false).await;
+            if result.is_err() {
+                // Addresses claimed for instances this deploy did not get to record go back.
+                match engine.store.load().await {
+                    Ok(state) => {
+                        let held: Vec<&InstanceRecord> = state.instances.values().collect();
+                        if let Err(e) = engine.release_unused_ips(name, held).await {
+                            tracing::warn!(deployment = %name, error = %e, "cannot release addresses");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(deployment = %name, error = %e, "cannot release addresses")
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(deployment = %name, error = %e, "cannot release addresses")
-                }
             }
-        }
-        drop(guard);
-        result
+            result
+        })
+        .await
     }
 
     /// What a deploy would do, without changing anything: validation, the agents' state,
@@ -274,6 +269,9 @@ impl Engine {
             dry_run,
         };
         let compilation = self.plan_compile(&compile_inputs, &state)?;
+        if !dry_run {
+            self.checkpoint()?;
+        }
         // New link groups keep their ids from now on, whatever happens to this deploy.
         if !dry_run && link_group_ids != state.meta.link_group_ids {
             state.meta.link_group_ids = link_group_ids;
@@ -584,6 +582,7 @@ impl Engine {
         let work = records.into_iter().map(|r| {
             let stage = stage.clone();
             async move {
+                self.checkpoint()?;
                 let name = r.display_name();
                 stage
                     .task(name.clone(), self.delete_instance(r))
@@ -690,6 +689,7 @@ impl Engine {
                 let task = instance_task(&record.group, &record.uuid, record.index, false);
                 let created = stage
                     .task(task, async {
+                        self.checkpoint()?;
                         self.persist(&record).await?;
                         let vm = self.create_instance_vm(&mut record, &request).await?;
                         // A detached instance coming back keeps its disks.
@@ -840,6 +840,7 @@ impl Engine {
                             step.key
                         )]));
                     };
+                    self.checkpoint()?;
                     target.canary = step.canary;
                     if let Some(watch) = step.watch_time {
                         target.watch = watch;

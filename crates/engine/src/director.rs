@@ -507,6 +507,7 @@ impl DirectorConfig {
             store: Arc::new(DirStore::new(self.deployment_dir(name))),
             locks: locks.clone(),
             events,
+            cancel: Default::default(),
             config: EngineConfig {
                 agent_wait_timeout: self.engine.agent_wait_timeout,
                 recovery_wait: self.engine.recovery_wait,

@@ -6,6 +6,7 @@
 //! The executor never parses YAML and the planner never calls the cloud: a deploy takes
 //! already-read documents, asks [`kubosh_core::plan`] what to do, and does it.
 
+pub mod cancel;
 pub mod compile;
 pub mod delete;
 pub mod deploy;
@@ -54,6 +55,8 @@ pub type AgentEnv = Arc<dyn Fn(&str) -> JsonMap<String, Value> + Send + Sync>;
 /// heartbeat. With it, a deploy whose inputs did not change and whose agents all reported
 /// `running` recently makes no call at all.
 pub use kubosh_bosh::agent::AgentHealth;
+/// The token that stops a task between steps ([`Engine::cancel`]).
+pub use tokio_util::sync::CancellationToken;
 
 /// How the engine behaves.
 #[derive(Clone)]
@@ -145,6 +148,8 @@ pub struct Engine {
     pub events: Arc<dyn EventSink>,
     /// Settings.
     pub config: EngineConfig,
+    /// Cancelled when the task must start no new step ([`cancel`]).
+    pub cancel: CancellationToken,
 }
 
 /// A stemcell the deployment may use, with its image for `create_stemcell`.
@@ -277,6 +282,13 @@ pub enum EngineError {
         /// The disk the record shows.
         recorded: String,
     },
+    /// The task was cancelled, or lost its deployment lock, and stopped between steps (the
+    /// Director's "Task cancelled").
+    #[error("Task cancelled{}", if *.lock_lost { ": the deployment lock was lost (its renewal failed)" } else { "" })]
+    Cancelled {
+        /// The lock was lost (rather than the token cancelled).
+        lock_lost: bool,
+    },
     /// An instance did not reach running in its watch time (BOSH error 400007).
     #[error("'{instance}' is not running after update. Review logs for failed jobs: {}", .failing.join(", "))]
     NotRunning {
@@ -326,7 +338,8 @@ impl EngineError {
             | EngineError::Agent(_)
             | EngineError::AgentsUnanswered(_)
             | EngineError::Blobstore(_)
-            | EngineError::NoVmAfterUpdate { .. } => Disposition::Retry,
+            | EngineError::NoVmAfterUpdate { .. }
+            | EngineError::Cancelled { .. } => Disposition::Retry,
         }
     }
 }

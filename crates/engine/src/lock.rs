@@ -91,7 +91,8 @@ impl LockError {
 /// was taken away (renewal failed).
 pub struct Guard {
     lost: watch::Receiver<bool>,
-    release: Option<Box<dyn FnOnce() + Send>>,
+    /// In a mutex so a guard can be shared while a task watches it for loss.
+    release: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Guard {
@@ -100,7 +101,7 @@ impl Guard {
     pub fn new(lost: watch::Receiver<bool>, release: Box<dyn FnOnce() + Send>) -> Guard {
         Guard {
             lost,
-            release: Some(release),
+            release: std::sync::Mutex::new(Some(release)),
         }
     }
 
@@ -120,7 +121,12 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
+        let release = self
+            .release
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(release) = release {
             release();
         }
     }
@@ -219,15 +225,15 @@ impl Lock for FileLocks {
             let _ = f.seek(std::io::SeekFrom::Start(0));
             let _ = f.write_all(&text);
             let (_tx, lost) = watch::channel(false);
-            Ok(Guard {
+            // Closing the file releases the flock.
+            Ok(Guard::new(
                 lost,
-                // Closing the file releases the flock.
-                release: Some(Box::new(move || {
+                Box::new(move || {
                     let _ = file.set_len(0);
                     drop(file);
                     drop(_tx);
-                })),
-            })
+                }),
+            ))
         })
     }
 }

@@ -287,6 +287,7 @@ mod tests {
             store: Arc::new(MemoryStore::new()),
             locks: Arc::new(crate::lock::FileLocks::new(dir.join("locks"))),
             events: Arc::new(events.clone()),
+            cancel: Default::default(),
             config: EngineConfig::default(),
         };
         let mut state = DeploymentState::default();

@@ -1,6 +1,10 @@
 //! Named locks for the controller: everything of `kubosh_engine::lock` (re-exported) and
 //! [`LeaseLocks`], a `coordination.k8s.io/v1` Lease per name: held while renewed, taken over
 //! once expired, every write guarded by `resourceVersion`.
+//!
+//! A Lease also names the [`Process`] holding it. A process that restarts with the same
+//! identity (a controller container restarted in its pod: pod names are unique among live
+//! pods) takes its dead predecessor's locks at once instead of waiting for them to expire.
 
 use futures::future::BoxFuture;
 use std::time::Duration;
@@ -18,6 +22,31 @@ pub struct LeaseLocks {
     api: Api<Lease>,
     expiry: Duration,
     renew: Duration,
+    process: Option<Process>,
+}
+
+/// Which process holds a lock.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Process {
+    /// Unique among the live processes (a pod name).
+    pub identity: String,
+    /// Unique per start of the process.
+    pub incarnation: String,
+}
+
+impl Process {
+    /// This start of the process named `identity`.
+    pub fn new(identity: impl Into<String>) -> Process {
+        Process {
+            identity: identity.into(),
+            incarnation: kubosh_core::ids::uuid_v4(),
+        }
+    }
+
+    /// `other` is an earlier start of this process, so it is dead.
+    fn succeeds(&self, other: &Process) -> bool {
+        self.identity == other.identity && self.incarnation != other.incarnation
+    }
 }
 
 impl LeaseLocks {
@@ -27,7 +56,14 @@ impl LeaseLocks {
             api: Api::namespaced(client, namespace),
             expiry: EXPIRY,
             renew: RENEW,
+            process: None,
         }
+    }
+
+    /// Locks held by `process`, which takes over those of its earlier starts.
+    pub fn held_by(mut self, process: Process) -> LeaseLocks {
+        self.process = Some(process);
+        self
     }
 
     /// Other periods (tests shrink them).
@@ -68,6 +104,17 @@ fn holder_of(lease: &Lease) -> Option<Holder> {
 
 /// Where a Lease records the holder's task and description.
 const HOLDER_ANNOTATION: &str = "kubosh.io/lock-holder";
+/// Where a Lease records the holder's [`Process`].
+const PROCESS_ANNOTATION: &str = "kubosh.io/lock-process";
+
+fn process_of(lease: &Lease) -> Option<Process> {
+    let text = lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(PROCESS_ANNOTATION)?;
+    serde_json::from_str(text).ok()
+}
 
 fn expired(lease: &Lease, expiry: Duration) -> bool {
     let Some(spec) = &lease.spec else { return true };
@@ -97,12 +144,18 @@ impl LeaseLocks {
                 name: Some(lease_name.to_string()),
                 ..ObjectMeta::default()
             });
-        meta.annotations
-            .get_or_insert_with(Default::default)
-            .insert(
-                HOLDER_ANNOTATION.to_string(),
-                serde_json::to_string(holder).unwrap_or_default(),
-            );
+        let annotations = meta.annotations.get_or_insert_with(Default::default);
+        annotations.insert(
+            HOLDER_ANNOTATION.to_string(),
+            serde_json::to_string(holder).unwrap_or_default(),
+        );
+        match &self.process {
+            Some(p) => annotations.insert(
+                PROCESS_ANNOTATION.to_string(),
+                serde_json::to_string(p).unwrap_or_default(),
+            ),
+            None => annotations.remove(PROCESS_ANNOTATION),
+        };
         let transitions = base
             .and_then(|b| b.spec.as_ref())
             .and_then(|s| s.lease_transitions)
@@ -142,7 +195,14 @@ impl LeaseLocks {
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(Err(None)),
                 Err(e) => Err(e),
             },
-            Some(existing) if expired(&existing, self.expiry) => {
+            Some(existing)
+                if expired(&existing, self.expiry)
+                    || self
+                        .process
+                        .as_ref()
+                        .zip(process_of(&existing))
+                        .is_some_and(|(ours, theirs)| ours.succeeds(&theirs)) =>
+            {
                 let next = self.lease(lease_name, holder, Some(&existing));
                 match self
                     .api

@@ -20,12 +20,13 @@ use kubosh_cloud::VmCid;
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_engine::deploy::DeployReport;
-use kubosh_engine::lock::FileLocks;
+use kubosh_engine::lock::{FileLocks, Guard, Holder, Lock, LockError};
 use kubosh_engine::state::{
     DeploymentState, InstanceRecord, IpRegistry, MemoryDnsRegistry, MemoryIpRegistry, MemoryStore,
 };
 use kubosh_engine::{
-    DeployRequest, Engine, EngineConfig, EventLog, LiteralRenderer, StemcellSource,
+    DeployRequest, Disposition, Engine, EngineConfig, EngineError, EventLog, LiteralRenderer,
+    StemcellSource,
 };
 use kubosh_sim::{SimAgents, SimCloud, SimConfig};
 use kubosh_transport::agent::ClientOptions;
@@ -181,6 +182,7 @@ impl Sim {
             store: Arc::new(store.clone()),
             locks: Arc::new(FileLocks::new(dir.path().join("locks"))),
             events: Arc::new(events.clone()),
+            cancel: Default::default(),
             config: EngineConfig {
                 agent_options: ClientOptions::default(),
                 ..EngineConfig::default()
@@ -1775,4 +1777,115 @@ async fn deleting_a_deployment_deletes_its_vms_and_deletes_or_orphans_its_disks(
         let again = sim.engine.delete_deployment(&name, disposal).await.unwrap();
         assert!(again.instances.is_empty());
     }
+}
+
+/// Slow enough that a deploy spends seconds in every stage.
+fn slow(sim: &Sim) {
+    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
+    sim.cloud.set_latency("create_disk", Duration::from_secs(3));
+    sim.agents.set_latency("apply", Duration::from_secs(3));
+    sim.agents
+        .set_latency("compile_package", Duration::from_secs(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_deploy_starts_nothing_new_leaves_nothing_pending_and_the_next_one_finishes() {
+    let mut cancelled_at = Vec::new();
+    let mut after = Duration::from_secs(1);
+    loop {
+        let sim = Sim::new();
+        slow(&sim);
+        let engine = Engine {
+            cancel: kubosh_engine::CancellationToken::new(),
+            ..sim.engine.clone()
+        };
+        let cancel = engine.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            cancel.cancel();
+        });
+        let request = sim.request(manifest());
+        let result = engine.deploy(&request).await;
+        let Err(e) = result else {
+            break;
+        };
+        assert!(
+            matches!(e, EngineError::Cancelled { lock_lost: false }),
+            "{e}"
+        );
+        assert_eq!(e.to_string(), "Task cancelled");
+        assert_eq!(e.disposition(), Disposition::Retry);
+        // The steps in flight finished: every creation is recorded, nothing pending.
+        sim.assert_no_leak();
+        let report = sim.deploy(manifest()).await;
+        assert!(!report.noop);
+        sim.assert_no_leak();
+        assert_eq!(sim.state().instances.len(), 7);
+        assert!(sim.state().instances.values().all(|i| i.update_completed));
+        cancelled_at.push(after);
+        after += Duration::from_secs(6);
+    }
+    assert!(
+        cancelled_at.len() >= 8,
+        "cancelled only at {cancelled_at:?}"
+    );
+}
+
+/// Locks whose every guard is lost `after` its acquisition (its renewal failed).
+struct LostLocks {
+    after: Duration,
+}
+
+impl Lock for LostLocks {
+    fn acquire<'a>(
+        &'a self,
+        _name: &'a str,
+        _holder: &'a Holder,
+        _wait: Duration,
+    ) -> futures::future::BoxFuture<'a, Result<Guard, LockError>> {
+        let after = self.after;
+        Box::pin(async move {
+            let (lost_tx, lost) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let _ = lost_tx.send(true);
+                // Keep the sender: a closed channel is not a loss.
+                std::future::pending::<()>().await;
+            });
+            Ok(Guard::new(lost, Box::new(|| {})))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deploy_that_loses_its_lock_stops_between_steps_without_leaks() {
+    let sim = Sim::new();
+    slow(&sim);
+    let engine = Engine {
+        locks: Arc::new(LostLocks {
+            after: Duration::from_secs(30),
+        }),
+        ..sim.engine.clone()
+    };
+    let e = engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .expect_err("the deploy stops");
+    assert!(
+        matches!(e, EngineError::Cancelled { lock_lost: true }),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "Task cancelled: the deployment lock was lost (its renewal failed)"
+    );
+    sim.assert_no_leak();
+    assert!(
+        sim.state().instances.values().any(|i| !i.update_completed)
+            || sim.state().instances.len() < 7,
+        "the deploy stopped before the end"
+    );
+    sim.deploy(manifest()).await;
+    sim.assert_no_leak();
+    assert!(sim.state().instances.values().all(|i| i.update_completed));
 }

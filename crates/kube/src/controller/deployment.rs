@@ -33,12 +33,15 @@ use crate::api::{
     Deployment, DeploymentStatus, Instance, InstanceGroupStatus, InstanceStatus, ProcessState,
     Release as ReleaseResource, Stemcell as StemcellResource, TaskState, TaskSummary,
 };
-use crate::lock::LeaseLocks;
+use crate::lock::{LeaseLocks, Process};
 use crate::state::{FIELD_MANAGER, KubeStore};
 use kubosh_artifacts::release::{Release, ReleaseFile as _};
 use kubosh_core::digest::MultiDigest;
 use kubosh_engine::state::{InstanceState, StateStore};
-use kubosh_engine::{DeployRequest, Disposition, Engine, StemcellSource};
+use kubosh_engine::{
+    CancellationToken, DeployRequest, Disposition, Engine, EngineError, StemcellSource,
+};
+use tokio_util::task::TaskTracker;
 
 /// How often a settled deployment's inputs are read again (Secrets and ConfigMaps in
 /// `varsFrom` are not watched).
@@ -63,6 +66,13 @@ pub struct DeploymentContext {
     pub deploys: Arc<Semaphore>,
     /// What this process knows of each deployment (by uid).
     pub ledger: Arc<Ledger>,
+    /// Cancelled when the controller stops (shutdown, lost leadership): running deploys
+    /// start no new step and end.
+    pub cancel: CancellationToken,
+    /// The deploy and delete tasks, to wait for when the controller stops.
+    pub tasks: TaskTracker,
+    /// This process, named in the deployment locks it holds.
+    pub process: Option<Process>,
 }
 
 impl DeploymentContext {
@@ -81,9 +91,47 @@ impl DeploymentContext {
             reporter,
             deploys: Arc::new(Semaphore::new(max_deploys.max(1))),
             ledger: Arc::new(Ledger::default()),
+            cancel: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            process: None,
+        }
+    }
+
+    /// Deployment locks as Leases in `namespace`, held by this process. They expire
+    /// [`LOCK_EXPIRY`] after their last renewal: that long after a controller dies, another
+    /// replica may resume its deploys.
+    fn locks(&self, namespace: &str) -> Arc<LeaseLocks> {
+        let locks =
+            LeaseLocks::new(self.client.clone(), namespace).with_periods(LOCK_EXPIRY, LOCK_RENEW);
+        Arc::new(match &self.process {
+            Some(p) => locks.held_by(p.clone()),
+            None => locks,
+        })
+    }
+
+    /// The engine of one task on deployment `name`: its own store, locks, progress and
+    /// cancellation.
+    fn engine(
+        &self,
+        store: Arc<KubeStore>,
+        namespace: &str,
+        events: Arc<DeployProgress>,
+        cancel: CancellationToken,
+    ) -> Engine {
+        Engine {
+            store,
+            locks: self.locks(namespace),
+            events,
+            cancel,
+            ..self.engine.clone()
         }
     }
 }
+
+/// How long a deployment lock outlives its holder's last renewal.
+pub const LOCK_EXPIRY: Duration = Duration::from_secs(15);
+/// How often a held deployment lock is renewed.
+const LOCK_RENEW: Duration = Duration::from_secs(5);
 
 /// The last outcome of a deployment's deploy, as this process saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +153,7 @@ enum Outcome {
 /// Running deploys and last outcomes, by deployment uid.
 #[derive(Default)]
 pub struct Ledger {
-    running: Mutex<HashMap<String, i64>>,
+    running: Mutex<HashMap<String, CancellationToken>>,
     outcomes: Mutex<HashMap<String, Outcome>>,
     backoff: Backoffs,
     releases: Mutex<HashMap<String, Arc<Release>>>,
@@ -127,6 +175,13 @@ impl Ledger {
             .insert(uid.to_string(), outcome);
     }
 
+    fn clear_outcome(&self, uid: &str) {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+    }
+
     fn next_delay(&self, uid: &str) -> Duration {
         self.backoff.next(uid)
     }
@@ -135,14 +190,28 @@ impl Ledger {
         self.backoff.reset(uid);
     }
 
-    /// Marks a deploy of `uid` running; false if one already is.
-    fn start(&self, uid: &str, generation: i64) -> bool {
+    /// Marks a task on `uid` running, with a token cancelled with `parent` or by
+    /// [`Ledger::cancel`]; `None` if one already runs.
+    fn start(&self, uid: &str, parent: &CancellationToken) -> Option<CancellationToken> {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         if running.contains_key(uid) {
-            return false;
+            return None;
         }
-        running.insert(uid.to_string(), generation);
-        true
+        let token = parent.child_token();
+        running.insert(uid.to_string(), token.clone());
+        Some(token)
+    }
+
+    /// Asks the task running on `uid` to start no new step.
+    fn cancel(&self, uid: &str) {
+        if let Some(token) = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+        {
+            token.cancel();
+        }
     }
 
     fn finish(&self, uid: &str) {
@@ -185,6 +254,7 @@ mod reasons {
     pub const PAUSED: &str = "Paused";
     pub const INPUTS_UNAVAILABLE: &str = "InputsUnavailable";
     pub const DELETING: &str = "Deleting";
+    pub const INTERRUPTED: &str = "Interrupted";
 }
 
 /// Longest condition message kubosh writes (the apiserver allows 32 KiB).
@@ -272,6 +342,10 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     if ctx.ledger.is_running(&uid) {
+        if deployment.spec.paused {
+            // The deploy finishes the instances in flight, then stops.
+            ctx.ledger.cancel(&uid);
+        }
         // The task triggers the next reconcile with its status write.
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
@@ -331,14 +405,14 @@ pub async fn reconcile(
         }
         _ => {}
     }
-    if !ctx.ledger.start(&uid, generation) {
+    let Some(cancel) = ctx.ledger.start(&uid, &ctx.cancel) else {
         return Ok(Action::requeue(Duration::from_secs(30)));
-    }
+    };
     let task_ctx = ctx.clone();
     let task_deployment = deployment.clone();
-    tokio::spawn(async move {
+    ctx.tasks.spawn(async move {
         let uid = task_deployment.uid().unwrap_or_default();
-        run_deploy(&task_ctx, &task_deployment, inputs, digest).await;
+        run_deploy(&task_ctx, &task_deployment, inputs, digest, cancel).await;
         task_ctx.ledger.finish(&uid);
     });
     Ok(Action::requeue(RESYNC))
@@ -409,13 +483,13 @@ async fn delete(
     // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
     // garbage collector drop their records and leak them in the cloud).
     let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
-    let engine = Engine {
-        store,
-        locks: Arc::new(LeaseLocks::new(ctx.client.clone(), &namespace)),
-        events: Arc::new(DeployProgress::new()),
-        ..ctx.engine.clone()
+    let Some(cancel) = ctx.ledger.start(&uid, &ctx.cancel) else {
+        return Ok(Action::requeue(Duration::from_secs(5)));
     };
-    match engine.delete_deployment(&name, disposal).await {
+    let engine = ctx.engine(store, &namespace, Arc::new(DeployProgress::new()), cancel);
+    let result = engine.delete_deployment(&name, disposal).await;
+    ctx.ledger.finish(&uid);
+    match result {
         Ok(report) => {
             let note = format!(
                 "Deleted {} instance(s); {} disk(s) deleted, {} orphaned",
@@ -521,12 +595,21 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
 }
 
+/// How a deploy ended without success.
+enum Failure {
+    /// It was cancelled (shutdown, pause) and stopped between steps.
+    Cancelled,
+    /// It failed; `retry` if trying the same again later may help.
+    Failed { message: String, retry: bool },
+}
+
 /// Runs one deploy to its end and writes its outcome.
 async fn run_deploy(
     ctx: &DeploymentContext,
     deployment: &Deployment,
     inputs: Inputs,
     digest: String,
+    cancel: CancellationToken,
 ) {
     let uid = deployment.uid().unwrap_or_default();
     let generation = deployment.metadata.generation.unwrap_or_default();
@@ -574,12 +657,7 @@ async fn run_deploy(
         &name,
         deployment.controller_owner_ref(&()),
     ));
-    let engine = Engine {
-        store: store.clone(),
-        locks: Arc::new(LeaseLocks::new(ctx.client.clone(), &namespace)),
-        events: progress.clone(),
-        ..ctx.engine.clone()
-    };
+    let engine = ctx.engine(store.clone(), &namespace, progress.clone(), cancel);
     let shared_status = Arc::new(tokio::sync::Mutex::new(status));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let inputs = Arc::new(inputs);
@@ -592,11 +670,17 @@ async fn run_deploy(
         stop_rx,
     ));
     let result = match request_of(ctx, &inputs).await {
-        Ok(request) => engine.deploy(&request).await.map_err(|e| {
-            let retry = e.disposition() == Disposition::Retry;
-            (inputs.scrub(&e.to_string()), retry)
+        Ok(request) => engine.deploy(&request).await.map_err(|e| match e {
+            EngineError::Cancelled { lock_lost: false } => Failure::Cancelled,
+            e => Failure::Failed {
+                message: inputs.scrub(&e.to_string()),
+                retry: e.disposition() == Disposition::Retry,
+            },
         }),
-        Err(message) => Err((inputs.scrub(&message), true)),
+        Err(message) => Err(Failure::Failed {
+            message: inputs.scrub(&message),
+            retry: true,
+        }),
     };
     let _ = stop_tx.send(true);
     let _ = reporter.await;
@@ -650,7 +734,32 @@ async fn run_deploy(
             ctx.ledger
                 .set_outcome(&uid, Outcome::Succeeded { generation, digest });
         }
-        Err((message, retry)) => {
+        Err(Failure::Cancelled) => {
+            task.state = TaskState::Cancelled;
+            // Nothing is decided: the next reconcile (or the next leader) looks again.
+            let message = if ctx.cancel.is_cancelled() {
+                "The controller stopped during the deploy, after the steps in flight; it resumes when a controller runs again"
+            } else {
+                "spec.paused was set: the deploy stopped after the steps in flight"
+            };
+            set_trio(
+                &mut status,
+                Some(generation),
+                (false, reasons::INTERRUPTED, message),
+                (true, reasons::INTERRUPTED, message),
+                (false, reasons::INTERRUPTED, ""),
+            );
+            ctx.ledger.clear_outcome(&uid);
+            publish(
+                ctx,
+                deployment,
+                EventType::Normal,
+                "DeployCancelled",
+                message.into(),
+            )
+            .await;
+        }
+        Err(Failure::Failed { message, retry }) => {
             task.state = TaskState::Failed;
             task.error = Some(clip(&message));
             if retry {
