@@ -18,7 +18,7 @@ use kubosh_kube::api::{Deployment, Instance};
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
 
-async fn control_plane() -> &'static ControlPlane {
+pub(crate) async fn control_plane() -> &'static ControlPlane {
     CONTROL_PLANE
         .get_or_init(|| async {
             let cp = ControlPlane::start()
@@ -33,7 +33,7 @@ async fn control_plane() -> &'static ControlPlane {
 }
 
 /// The controller process; killed when dropped.
-struct ControllerProcess(Child);
+pub(crate) struct ControllerProcess(pub(crate) Child);
 
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
@@ -43,9 +43,24 @@ impl Drop for ControllerProcess {
 }
 
 fn start_controller(w: &World, cp: &ControlPlane, namespace: &str) -> ControllerProcess {
-    let log = std::fs::File::create(w.dir.path().join("controller.log")).unwrap();
+    start_replica(w, cp, namespace, "kubosh-e2e")
+}
+
+/// A controller process named `identity` (its log appended to `controller.log`).
+pub(crate) fn start_replica(
+    w: &World,
+    cp: &ControlPlane,
+    namespace: &str,
+    identity: &str,
+) -> ControllerProcess {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(w.dir.path().join("controller.log"))
+        .unwrap();
     let child = Command::new(KUBOSH)
         .args(["controller", "-d", &w.path("director.yml"), "-n", namespace])
+        .args(["--identity", identity])
         .env("KUBECONFIG", cp.kubeconfig_path())
         .env(
             "KUBOSH_LOG",
@@ -59,7 +74,7 @@ fn start_controller(w: &World, cp: &ControlPlane, namespace: &str) -> Controller
 }
 
 /// Applies `object` (server-side, as `kubectl apply --server-side`).
-async fn apply(client: &kube::Client, namespace: &str, object: Value) {
+pub(crate) async fn apply(client: &kube::Client, namespace: &str, object: Value) {
     let kind = object["kind"].as_str().unwrap().to_string();
     let name = object["metadata"]["name"].as_str().unwrap().to_string();
     let plural = match kind.as_str() {
@@ -87,7 +102,36 @@ async fn apply(client: &kube::Client, namespace: &str, object: Value) {
     .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
 }
 
-fn deployment_object(name: &str, manifest: Value) -> Value {
+/// The world's cloud config, the hello release and the local stemcell, applied.
+pub(crate) async fn apply_inputs(client: &kube::Client, namespace: &str, w: &World) {
+    apply(
+        client,
+        namespace,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+               "metadata": {"name": "default"}, "spec": cloud_config(w.net)}),
+    )
+    .await;
+    apply(
+        client,
+        namespace,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Release",
+               "metadata": {"name": "hello-1.0.0"},
+               "spec": {"name": "hello", "version": "1.0.0",
+                        "url": format!("file://{}", w.path("hello.tgz"))}}),
+    )
+    .await;
+    apply(
+        client,
+        namespace,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Stemcell",
+               "metadata": {"name": "jammy-1.0"},
+               "spec": {"name": "bosh-kubosh-local-ubuntu-jammy", "version": "1.0",
+                        "url": format!("file://{}", w.path("stemcell.tgz"))}}),
+    )
+    .await;
+}
+
+pub(crate) fn deployment_object(name: &str, manifest: Value) -> Value {
     let mut manifest = manifest;
     manifest.as_object_mut().unwrap().remove("name");
     json!({
@@ -105,7 +149,7 @@ fn with_disk(mut manifest: Value) -> Value {
 }
 
 /// The condition `kind` of a deployment, if set for its current generation.
-fn condition<'a>(
+pub(crate) fn condition<'a>(
     d: &'a Deployment,
     kind: &str,
 ) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
@@ -117,7 +161,7 @@ fn condition<'a>(
 }
 
 /// Polls the deployment until `done` says so, for at most `limit`; the last state seen.
-async fn wait_for(
+pub(crate) async fn wait_for(
     api: &Api<Deployment>,
     name: &str,
     limit: Duration,
@@ -151,7 +195,7 @@ async fn wait_for(
     }
 }
 
-fn is_ready(d: &Deployment) -> bool {
+pub(crate) fn is_ready(d: &Deployment) -> bool {
     condition(d, "Ready").is_some_and(|c| c.status == "True")
 }
 
@@ -187,31 +231,7 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     let client = cp.client().await.unwrap();
     let _controller = start_controller(&w, cp, ns);
 
-    apply(
-        &client,
-        ns,
-        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
-               "metadata": {"name": "default"}, "spec": cloud_config(w.net)}),
-    )
-    .await;
-    apply(
-        &client,
-        ns,
-        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Release",
-               "metadata": {"name": "hello-1.0.0"},
-               "spec": {"name": "hello", "version": "1.0.0",
-                        "url": format!("file://{}", w.path("hello.tgz"))}}),
-    )
-    .await;
-    apply(
-        &client,
-        ns,
-        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Stemcell",
-               "metadata": {"name": "jammy-1.0"},
-               "spec": {"name": "bosh-kubosh-local-ubuntu-jammy", "version": "1.0",
-                        "url": format!("file://{}", w.path("stemcell.tgz"))}}),
-    )
-    .await;
+    apply_inputs(&client, ns, &w).await;
     apply(
         &client,
         ns,

@@ -19,7 +19,7 @@ use kubosh_engine::state::DeploymentState;
 use serde_json::{Value, json};
 
 /// One variant of the deployment: greeting, disk size and number of web instances.
-fn manifest(net: u8, port: u16, greeting: &str, disk: u64, instances: u64) -> Value {
+pub(crate) fn manifest(net: u8, port: u16, greeting: &str, disk: u64, instances: u64) -> Value {
     json!({
         "name": "hello",
         "releases": [{"name": "hello", "version": "1.0.0"}],
@@ -55,7 +55,7 @@ fn manifest(net: u8, port: u16, greeting: &str, disk: u64, instances: u64) -> Va
 }
 
 /// A small deterministic generator (xorshift64*), so a failing run can be replayed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -65,13 +65,13 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
 
 /// The variant of run `n`.
-fn variant(n: u64) -> (&'static str, u64, u64) {
+pub(crate) fn variant(n: u64) -> (&'static str, u64, u64) {
     let greeting = if n.is_multiple_of(2) {
         "Hello"
     } else {
@@ -105,7 +105,18 @@ fn converge(w: &World) {
 /// The cloud holds exactly what the state records; the marker is on web/0's disk; every
 /// instance serves the expected greeting.
 async fn check(w: &World, web0: &str, greeting: &str, instances: u64, context: &str) {
-    let state: DeploymentState = w.state().await;
+    check_state(w, &w.state().await, web0, greeting, instances, context);
+}
+
+/// [`check`] of `state`, wherever it is kept.
+pub(crate) fn check_state(
+    w: &World,
+    state: &DeploymentState,
+    web0: &str,
+    greeting: &str,
+    instances: u64,
+    context: &str,
+) {
     assert!(
         state.intents.is_empty(),
         "{context}: pending intents {:?}",

@@ -10,6 +10,7 @@ mod cli;
 mod cli_deploy;
 mod cli_deploy_health;
 mod controller;
+mod controller_crash;
 mod cpi_client;
 mod cpi_local;
 mod crash_safety;

@@ -1,0 +1,219 @@
+//! `kubosh controller` killed (SIGKILL: no signal handler, no cleanup) at random instants of
+//! deploys that create, scale, update and resize disks; a new process with the same identity
+//! (a container restarted in its pod) resumes at once. Every few kills one runs until the
+//! deployment is Ready; then the local cloud holds exactly the VMs and disks the state in
+//! the apiserver records, and a marker written on a persistent disk at the start is there.
+//! Then two replicas: the leader is killed mid-deploy and the standby finishes the deploy.
+//!
+//! `KUBOSH_CTRL_CRASH_RUNS` sets the number of kills (default 12); `KUBOSH_CRASH_SEED`
+//! replays a run (the seed is printed).
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::controller::{
+    ControllerProcess, apply_inputs, condition, control_plane, deployment_object, is_ready,
+    start_replica, wait_for,
+};
+use crate::crash_safety::{Rng, check_state, manifest, variant};
+use crate::director_world::World;
+use kubosh_engine::state::{DeploymentState, StateStore};
+use kubosh_kube::api::Deployment;
+use kubosh_kube::state::KubeStore;
+
+const NS: &str = "ctrl-crash";
+
+/// The deployment's state as the apiserver holds it.
+async fn state(client: &kube::Client) -> DeploymentState {
+    KubeStore::new(client.clone(), NS, "hello", None)
+        .load()
+        .await
+        .expect("the state loads from the apiserver")
+}
+
+/// Applies variant `n` of the deployment; its generation.
+async fn apply_variant(client: &kube::Client, w: &World, n: u64) -> i64 {
+    let (greeting, disk, instances) = variant(n);
+    let object = deployment_object("hello", manifest(w.net, w.port, greeting, disk, instances));
+    let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    api.patch(
+        "hello",
+        &PatchParams::apply("e2e-user").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap()
+    .metadata
+    .generation
+    .unwrap()
+}
+
+/// Ready at `generation`.
+async fn converged(api: &Api<Deployment>, w: &World, generation: i64) -> Deployment {
+    wait_for(api, "hello", Duration::from_secs(300), w, |d| {
+        d.metadata.generation == Some(generation)
+            && d.status
+                .as_ref()
+                .is_some_and(|s| s.observed_generation == Some(generation))
+            && is_ready(d)
+    })
+    .await
+}
+
+fn kill(mut c: ControllerProcess) {
+    // SIGKILL.
+    let _ = c.0.kill();
+    let _ = c.0.wait();
+}
+
+/// Who holds the leader election Lease.
+async fn leader(client: &kube::Client) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), NS)
+        .get_opt("kubosh-controller")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_over() {
+    let runs: u64 = std::env::var("KUBOSH_CTRL_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let seed: u64 = std::env::var("KUBOSH_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    println!("KUBOSH_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let cp = control_plane().await;
+    let w = World::new(22);
+    cp.create_namespace(NS).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    apply_inputs(&client, NS, &w).await;
+
+    let generation = apply_variant(&client, &w, 0).await;
+    let controller = start_replica(&w, cp, NS, "restarting");
+    converged(&api, &w, generation).await;
+    let first = state(&client).await;
+    let web0 = first
+        .instances
+        .values()
+        .find(|i| i.group == "web" && i.index == 0)
+        .unwrap();
+    let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
+    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
+    let web0 = web0.uuid.clone();
+    let (greeting, _, instances) = variant(0);
+    check_state(
+        &w,
+        &first,
+        &web0,
+        greeting,
+        instances,
+        "after the first deploy",
+    );
+    kill(controller);
+
+    let mut mid_deploy = Vec::new();
+    for n in 1..=runs {
+        let generation = apply_variant(&client, &w, n).await;
+        let task_of = |d: &Deployment| {
+            d.status
+                .as_ref()
+                .and_then(|s| s.last_task.as_ref())
+                .map(|t| t.id.clone())
+        };
+        let before = task_of(&api.get("hello").await.unwrap());
+        let controller = start_replica(&w, cp, NS, "restarting");
+        tokio::time::sleep(Duration::from_millis(500 + rng.below(5000))).await;
+        let d = api.get("hello").await.unwrap();
+        let stage = d.status.as_ref().and_then(|s| s.progress.clone());
+        // A deploy this process started (a killed one leaves `Reconciling` behind).
+        let deploying = condition(&d, "Reconciling").is_some_and(|c| c.status == "True")
+            && task_of(&d) != before;
+        kill(controller);
+        if deploying {
+            mid_deploy.push(format!(
+                "{n}: {}",
+                stage.map_or("starting".into(), |p| format!(
+                    "{} {}/{}",
+                    p.stage, p.done, p.total
+                ))
+            ));
+        }
+        if n.is_multiple_of(4) || n == runs {
+            let controller = start_replica(&w, cp, NS, "restarting");
+            converged(&api, &w, generation).await;
+            let (greeting, _, instances) = variant(n);
+            let context = format!("after kill {n} (seed {seed})");
+            check_state(
+                &w,
+                &state(&client).await,
+                &web0,
+                greeting,
+                instances,
+                &context,
+            );
+            kill(controller);
+        }
+    }
+
+    println!("killed mid-deploy: {mid_deploy:#?}");
+    assert!(
+        mid_deploy.len() * 3 >= runs as usize * 2,
+        "only {} of {runs} kills hit a running deploy: {mid_deploy:?}",
+        mid_deploy.len()
+    );
+
+    // Two replicas: the leader dies mid-deploy, the standby takes over and finishes.
+    let a = start_replica(&w, cp, NS, "replica-a");
+    let start = Instant::now();
+    while leader(&client).await.as_deref() != Some("replica-a") {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "replica-a never leads"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _b = start_replica(&w, cp, NS, "replica-b");
+    let n = runs + 1;
+    let generation = apply_variant(&client, &w, n).await;
+    wait_for(&api, "hello", Duration::from_secs(60), &w, |d| {
+        d.metadata.generation == Some(generation)
+            && condition(d, "Reconciling").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(rng.below(2000))).await;
+    kill(a);
+    let died = Instant::now();
+    while leader(&client).await.as_deref() != Some("replica-b") {
+        assert!(
+            died.elapsed() < Duration::from_secs(15),
+            "the standby did not take over within 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    converged(&api, &w, generation).await;
+    let (greeting, _, instances) = variant(n);
+    let context = format!("after the leader died (seed {seed})");
+    check_state(
+        &w,
+        &state(&client).await,
+        &web0,
+        greeting,
+        instances,
+        &context,
+    );
+}
