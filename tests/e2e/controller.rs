@@ -367,6 +367,76 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     assert_eq!((canaries.len(), updated.len()), (1, 1), "{events:?}");
     assert!(canaries[0] <= updated[0], "the canary first");
 
+    // Instance actions and a reconcile request, as annotations: each acknowledged in the
+    // status once handled.
+    let ask = |key: &'static str, value: &'static str| {
+        let deployments = deployments.clone();
+        let w = &w;
+        async move {
+            deployments
+                .patch(
+                    "hello",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+                )
+                .await
+                .unwrap();
+            let field = if key == "kubosh.io/action" {
+                "lastHandledAction"
+            } else {
+                "lastHandledReconcileRequest"
+            };
+            wait_for(&deployments, "hello", Duration::from_secs(120), w, |d| {
+                serde_json::to_value(&d.status).unwrap()[field] == json!(value)
+            })
+            .await
+        }
+    };
+    let instance = |index: i32| {
+        let client = client.clone();
+        async move {
+            Api::<Instance>::namespaced(client, ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|i| i.spec.index == index)
+                .unwrap()
+        }
+    };
+    let web0 = instance(0).await;
+    let ip0 = web0.spec.networks[0].ip.clone().unwrap();
+    let d = ask("kubosh.io/action", "stop web/0").await;
+    assert_eq!(
+        d.status
+            .as_ref()
+            .unwrap()
+            .last_task
+            .as_ref()
+            .unwrap()
+            .description,
+        "stop web/0"
+    );
+    assert_eq!(http_get(&ip0, w.port), None, "web/0 is stopped");
+    assert_eq!(
+        instance(0).await.spec.state,
+        kubosh_kube::api::InstanceState::Stopped
+    );
+    let ip1 = instance(1).await.spec.networks[0].ip.clone().unwrap();
+    assert!(http_get(&ip1, w.port).is_some(), "web/1 still runs");
+    ask("kubosh.io/action", "start web/0").await;
+    assert!(http_get(&ip0, w.port).is_some(), "web/0 runs again");
+    let vm1 = instance(1).await.spec.vm_cid;
+    ask("kubosh.io/action", "recreate web/1").await;
+    let web1 = instance(1).await;
+    assert_ne!(web1.spec.vm_cid, vm1, "web/1 has a new VM");
+    assert_eq!(instance(0).await.spec.vm_cid, web0.spec.vm_cid);
+    ask("kubosh.io/action", "reboot web/1").await;
+    let events = events_of(&client, ns).await;
+    assert!(reasons_about(&events, "Deployment", "hello").contains(&"InvalidAction".to_string()));
+    ask("kubosh.io/reconcile-request", "2026-11-25T10:00:00Z").await;
+
     // An invalid manifest: Stalled with the validator's words, and no call to the cloud.
     let calls = w.calls();
     let mut bad = hello_deployment(w.port, "x");

@@ -255,6 +255,15 @@ pub struct DeploymentStatus {
     /// The most recent deploy task, running or finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_task: Option<TaskSummary>,
+
+    /// The last `kubosh.io/action` annotation value handled (done, failed for good, or
+    /// unreadable: see the events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_action: Option<String>,
+
+    /// The last `kubosh.io/reconcile-request` annotation value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_request: Option<String>,
 }
 
 /// Instance counters of one instance group.

@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 use super::backoff::Backoffs;
 use super::inputs::{self, Inputs, Unready};
 use super::progress::{DeployProgress, Milestone};
+use super::requests::{self, ActionRequest, Pending};
 use super::status;
 use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{
@@ -382,18 +383,37 @@ pub async fn reconcile(
         write_status(&ctx.client, &deployment, &status).await?;
         return Ok(Action::await_change());
     }
+    let pending = Pending::of(&deployment);
+    if let Some(ActionRequest {
+        value,
+        parsed: Err(message),
+    }) = &pending.action
+    {
+        // Said once (an event) and acknowledged: nothing to retry.
+        publish(
+            &ctx,
+            &deployment,
+            EventType::Warning,
+            "InvalidAction",
+            message.clone(),
+        )
+        .await;
+        status.last_handled_action = Some(value.clone());
+        write_status(&ctx.client, &deployment, &status).await?;
+        return Ok(Action::await_change());
+    }
     let digest = inputs_digest(&inputs);
     match ctx.ledger.outcome(&uid) {
         Some(Outcome::Succeeded {
             generation: g,
             digest: d,
-        }) if g == generation && d == digest => {
+        }) if g == generation && d == digest && pending.is_empty() => {
             return Ok(Action::requeue(RESYNC));
         }
         Some(Outcome::Stalled {
             generation: g,
             digest: d,
-        }) if g == generation && d == digest => {
+        }) if g == generation && d == digest && pending.is_empty() => {
             return Ok(Action::await_change());
         }
         Some(Outcome::Retry {
@@ -412,7 +432,7 @@ pub async fn reconcile(
     let task_deployment = deployment.clone();
     ctx.tasks.spawn(async move {
         let uid = task_deployment.uid().unwrap_or_default();
-        run_deploy(&task_ctx, &task_deployment, inputs, digest, cancel).await;
+        run_deploy(&task_ctx, &task_deployment, inputs, digest, pending, cancel).await;
         task_ctx.ledger.finish(&uid);
     });
     Ok(Action::requeue(RESYNC))
@@ -609,6 +629,7 @@ async fn run_deploy(
     deployment: &Deployment,
     inputs: Inputs,
     digest: String,
+    pending: Pending,
     cancel: CancellationToken,
 ) {
     let uid = deployment.uid().unwrap_or_default();
@@ -632,15 +653,20 @@ async fn run_deploy(
         (false, reasons::DEPLOYING, ""),
     );
     status.progress = None;
+    let action = pending.action.as_ref().and_then(|a| a.parsed.clone().ok());
+    let description = match &action {
+        Some((verb, scope)) => requests::describe(*verb, scope.as_ref()),
+        None if first => "create deployment".into(),
+        None => "update deployment".into(),
+    };
+    let message = match &action {
+        Some(_) => format!("{message}: {description}"),
+        None => message,
+    };
     status.last_task = Some(TaskSummary {
         id: task_id(),
         state: TaskState::Processing,
-        description: if first {
-            "create deployment"
-        } else {
-            "update deployment"
-        }
-        .into(),
+        description,
         started: Some(now()),
         finished: None,
         error: None,
@@ -670,18 +696,23 @@ async fn run_deploy(
         stop_rx,
     ));
     let result = match request_of(ctx, &inputs).await {
-        Ok(request) => engine.deploy(&request).await.map_err(|e| match e {
-            EngineError::Cancelled { lock_lost: false } => Failure::Cancelled,
-            e => Failure::Failed {
-                message: inputs.scrub(&e.to_string()),
-                retry: e.disposition() == Disposition::Retry,
-            },
-        }),
+        Ok(request) => engine
+            .deploy(&DeployRequest { action, ..request })
+            .await
+            .map_err(|e| match e {
+                EngineError::Cancelled { lock_lost: false } => Failure::Cancelled,
+                e => Failure::Failed {
+                    message: inputs.scrub(&e.to_string()),
+                    retry: e.disposition() == Disposition::Retry,
+                },
+            }),
         Err(message) => Err(Failure::Failed {
             message: inputs.scrub(&message),
             retry: true,
         }),
     };
+    let ran_to_an_end = !matches!(result, Err(Failure::Cancelled));
+    let retrying = matches!(result, Err(Failure::Failed { retry: true, .. }));
     let _ = stop_tx.send(true);
     let _ = reporter.await;
     for m in progress.drain() {
@@ -792,6 +823,18 @@ async fn run_deploy(
                     .set_outcome(&uid, Outcome::Stalled { generation, digest });
             }
             publish(ctx, deployment, EventType::Warning, "DeployFailed", message).await;
+        }
+    }
+    // A request is handled once a deploy ran for it; an action that may succeed on a
+    // retry stays pending.
+    if ran_to_an_end {
+        if let Some(value) = pending.reconcile {
+            status.last_handled_reconcile_request = Some(value);
+        }
+        if let Some(action) = pending.action
+            && !retrying
+        {
+            status.last_handled_action = Some(action.value);
         }
     }
     if let Err(e) = write_status(&ctx.client, deployment, &status).await {

@@ -5,6 +5,7 @@
 //! - [`artifacts`] reconciles `Release` and `Stemcell` resources (download, verify, store in
 //!   the blobstore) and tells a deployment what it still waits for.
 //! - [`fetch`] downloads `http(s)://` and `file://` URLs with optional Secret credentials.
+//! - [`requests`] reads the action and reconcile-request annotations.
 //! - [`status`] writes `Ready`/`Reconciling`/`Stalled` conditions.
 
 pub mod artifacts;
@@ -13,5 +14,6 @@ pub mod deployment;
 pub mod fetch;
 pub mod inputs;
 pub mod progress;
+pub mod requests;
 pub mod run;
 pub mod status;
