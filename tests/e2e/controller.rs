@@ -12,9 +12,14 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-use crate::director_world::{KUBOSH, World, cloud_config, hello_deployment, http_get};
+use crate::director_world::{KUBOSH, World, cloud_config, hello_deployment, http_get, write_json};
+use k8s_openapi::api::core::v1::Secret;
 use kubosh_devenv::ControlPlane;
 use kubosh_kube::api::{Deployment, Instance};
+
+/// Secrets planted in the main scenario.
+const PLANTED_VAR: &str = "planted-var-7f3a9c";
+const PLANTED_CPI: &str = "planted-cpi-4b81d2";
 
 static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
 
@@ -64,7 +69,7 @@ pub(crate) fn start_replica(
         .env("KUBECONFIG", cp.kubeconfig_path())
         .env(
             "KUBOSH_LOG",
-            "kubosh=info,kubosh_kube=info,kubosh_engine=info",
+            "kubosh=debug,kubosh_kube=debug,kubosh_engine=debug,kubosh_cloud=debug,kubosh_transport=debug",
         )
         .stdout(Stdio::null())
         .stderr(log)
@@ -229,15 +234,29 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     let ns = "ctrl-e2e";
     cp.create_namespace(ns).await.unwrap();
     let client = cp.client().await.unwrap();
+    // Planted secrets: CPI credentials in the director configuration and a variable from a
+    // Secret; neither may show in a log line, an Event or a status.
+    let mut director: Value =
+        serde_json::from_str(&std::fs::read_to_string(w.path("director.yml")).unwrap()).unwrap();
+    director["cpi"]["properties"] = json!({"api_key": PLANTED_CPI});
+    write_json(&w.dir.path().join("director.yml"), &director);
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "hello-vars"},
+                "stringData": {"greeting": format!("hi {PLANTED_VAR}")},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
     let _controller = start_controller(&w, cp, ns);
 
     apply_inputs(&client, ns, &w).await;
-    apply(
-        &client,
-        ns,
-        deployment_object("hello", with_disk(hello_deployment(w.port, "hi"))),
-    )
-    .await;
+    let mut hello = deployment_object("hello", with_disk(hello_deployment(w.port, "((greeting))")));
+    hello["spec"]["varsFrom"] = json!([{"secretRef": {"name": "hello-vars"}}]);
+    apply(&client, ns, hello).await;
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let d = wait_for(
@@ -281,7 +300,8 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         let ip = i.spec.networks[0].ip.clone().expect("an IP");
         assert!(ip.starts_with("127.0.21."), "{ip}");
         let body = http_get(&ip, w.port).unwrap_or_default();
-        assert!(body.contains("hi"), "{ip}: {body}");
+        // The variable from the Secret reached the job.
+        assert!(body.contains(&format!("hi {PLANTED_VAR}")), "{ip}: {body}");
         let st = i.status.clone().unwrap_or_default();
         assert_eq!(
             st.process_state,
@@ -460,6 +480,28 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         reasons_about(&events, "Deployment", "broken").contains(&"InvalidManifest".to_string())
     );
 
+    // Every status, while everything exists (checked for planted secrets at the end).
+    let statuses = serde_json::to_string(&(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|d| d.status)
+            .collect::<Vec<_>>(),
+        Api::<Instance>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|i| i.status)
+            .collect::<Vec<_>>(),
+    ))
+    .unwrap();
+    assert!(statuses.contains("observedGeneration"), "{statuses}");
+
     // Deleting with `deletionPolicy: Orphan`: the VMs go, the disks stay as orphans (their
     // Disk resources outlive the deployment), the finalizer lets the resource go.
     deployments
@@ -504,4 +546,15 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         .unwrap()
         .items;
     assert!(left.is_empty(), "{left:?}");
+
+    // Nothing planted leaked: not in the controller's log (debug level), an Event, or the
+    // status of any resource.
+    let log = std::fs::read_to_string(w.dir.path().join("controller.log")).unwrap();
+    assert!(log.lines().count() > 50, "the controller logged");
+    let events = serde_json::to_string(&events_of(&client, ns).await).unwrap();
+    for planted in [PLANTED_VAR, PLANTED_CPI] {
+        assert!(!log.contains(planted), "{planted} in the controller log");
+        assert!(!events.contains(planted), "{planted} in an Event");
+        assert!(!statuses.contains(planted), "{planted} in a status");
+    }
 }

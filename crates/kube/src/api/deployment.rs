@@ -100,8 +100,8 @@ pub struct DeploymentSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vars_from: Vec<VarsSource>,
 
-    /// Stop rolling out changes. A task that is running finishes its current instance group
-    /// and then waits; nothing else is created, updated or deleted until unpaused.
+    /// Stop rolling out changes. A task that is running finishes the instances in flight and
+    /// then stops; nothing else is created, updated or deleted until unpaused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 
