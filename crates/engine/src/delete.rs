@@ -3,8 +3,6 @@
 //! entries withdrawn from every other deployment's agents. Resumable: a run killed half way
 //! leaves recorded intents and records the next run settles.
 
-use futures::StreamExt;
-
 use super::progress::{self, StageRun};
 use super::{Engine, EngineError};
 use crate::state::{InstanceRecord, Write};
@@ -57,31 +55,7 @@ impl Engine {
         let mut report = DeleteReport::default();
 
         let records: Vec<InstanceRecord> = state.instances.values().cloned().collect();
-        let stage = StageRun::new(
-            self.events.clone(),
-            "Deleting instances",
-            vec![],
-            records.len(),
-        );
-        let work = records.into_iter().map(|r| {
-            let stage = stage.clone();
-            async move {
-                self.checkpoint()?;
-                let task = r.display_name();
-                stage
-                    .task(task.clone(), self.delete_instance(r))
-                    .await
-                    .map(|()| task)
-            }
-        });
-        let deleted: Vec<Result<String, EngineError>> = futures::stream::iter(work)
-            .buffer_unordered(self.config.create_vm_concurrency.max(1))
-            .collect()
-            .await;
-        for d in deleted {
-            report.instances.push(d?);
-        }
-        report.instances.sort();
+        report.instances = self.delete_instances("Deleting instances", records).await?;
 
         let orphans: Vec<String> = self
             .store

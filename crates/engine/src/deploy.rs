@@ -567,18 +567,26 @@ impl Engine {
         if obsolete.is_empty() {
             return Ok(());
         }
-        let stage = StageRun::new(
-            self.events.clone(),
-            "Deleting unneeded instances",
-            vec![],
-            obsolete.len(),
-        );
         // Collected first: a lazy iterator with a borrowing closure would make the deploy
         // future not `Send` (rust-lang/rust#102211), and the controller spawns it.
         let records: Vec<InstanceRecord> = obsolete
             .iter()
             .filter_map(|uuid| state.instances.get(uuid).cloned())
             .collect();
+        report.deleted = self
+            .delete_instances("Deleting unneeded instances", records)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes `records` as the tasks of stage `stage`, `create_vm_concurrency` at a time,
+    /// none started once the task is cancelled; their names, sorted.
+    pub(crate) async fn delete_instances(
+        &self,
+        stage: &str,
+        records: Vec<InstanceRecord>,
+    ) -> Result<Vec<String>, EngineError> {
+        let stage = StageRun::new(self.events.clone(), stage, vec![], records.len());
         let work = records.into_iter().map(|r| {
             let stage = stage.clone();
             async move {
@@ -594,11 +602,9 @@ impl Engine {
             .buffer_unordered(self.config.create_vm_concurrency.max(1))
             .collect()
             .await;
-        for r in results {
-            report.deleted.push(r?);
-        }
-        report.deleted.sort();
-        Ok(())
+        let mut deleted = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        deleted.sort();
+        Ok(deleted)
     }
 
     /// Uploads the stemcells in use that the cloud does not have yet; their CIDs by
