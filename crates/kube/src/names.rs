@@ -41,16 +41,21 @@ pub fn object_name(readable: &str, exact: &str) -> String {
     }
 }
 
-/// `value` as a label value: itself when valid, otherwise `h-` and a hash of it.
-pub fn label_value(value: &str) -> String {
-    let valid = !value.is_empty()
-        && value.len() <= MAX_LABEL
-        && value
+/// Not empty, at most 63 characters of `[A-Za-z0-9_.-]`, alphanumeric at both ends: the
+/// syntax of a label value and of a key's name part.
+fn is_label_syntax(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= MAX_LABEL
+        && text
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid {
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// `value` as a label value: itself when valid, otherwise `h-` and a hash of it.
+pub fn label_value(value: &str) -> String {
+    if is_label_syntax(value) {
         value.to_string()
     } else {
         format!("h-{}", &sha256_hex(value.as_bytes())[..20])
@@ -60,14 +65,7 @@ pub fn label_value(value: &str) -> String {
 /// The name part of an annotation or label key (after the `prefix/`): `name` when valid,
 /// otherwise a hash of it.
 pub fn key_name(name: &str) -> String {
-    let valid = !name.is_empty()
-        && name.len() <= MAX_LABEL
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid {
+    if is_label_syntax(name) {
         name.to_string()
     } else {
         sha256_hex(name.as_bytes())[..32].to_string()

@@ -156,6 +156,16 @@ where
 
 /// Downloads `url` (with the resource's credentials Secret) into fresh scratch space, which
 /// lives as long as the returned directory. The inner error is a failed download.
+/// Stores the fetched tarball in the blobstore; its blob id.
+async fn store_tarball(ctx: &ArtifactContext, fetched: &Fetched) -> Result<String, ReconcileError> {
+    let blob = ctx
+        .blobstore
+        .put_file(&fetched.path)
+        .await
+        .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
+    Ok(blob.id)
+}
+
 async fn download<K: ResourceExt>(
     ctx: &ArtifactContext,
     resource: &K,
@@ -217,12 +227,7 @@ pub async fn reconcile_release(
             next.jobs = jobs;
             next.packages = packages;
             next.compiled_for = compiled_for;
-            let blob = ctx
-                .blobstore
-                .put_file(&fetched.path)
-                .await
-                .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
-            next.blob_id = Some(blob.id);
+            next.blob_id = Some(store_tarball(ctx, &fetched).await?);
             status::outcome(&mut next.conditions, Ok(&message), generation);
         }
         Err((reason, message)) => {
@@ -374,12 +379,7 @@ pub async fn reconcile_stemcell(
     .await;
     match outcome {
         Ok(()) => {
-            let blob = ctx
-                .blobstore
-                .put_file(&fetched.path)
-                .await
-                .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
-            next.blob_id = Some(blob.id);
+            next.blob_id = Some(store_tarball(ctx, &fetched).await?);
             let message = format!("{} stemcell", next.os.as_deref().unwrap_or_default());
             status::outcome(&mut next.conditions, Ok(&message), generation);
         }

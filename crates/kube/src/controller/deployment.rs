@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -307,6 +308,7 @@ async fn write_status(
     Ok(())
 }
 
+/// Publishes an Event regarding the deployment.
 async fn publish(
     ctx: &DeploymentContext,
     deployment: &Deployment,
@@ -314,16 +316,28 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
+    publish_regarding(ctx, &deployment.object_ref(&()), None, kind, reason, &note).await;
+}
+
+/// Publishes an Event regarding `regarding` (and `secondary`), its note clipped.
+async fn publish_regarding(
+    ctx: &DeploymentContext,
+    regarding: &ObjectReference,
+    secondary: Option<ObjectReference>,
+    kind: EventType,
+    reason: &str,
+    note: &str,
+) {
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let event = KubeEvent {
         type_: kind,
         reason: reason.into(),
-        note: Some(kubosh_core::secret::excerpt(&note, 1000)),
+        note: Some(kubosh_core::secret::excerpt(note, 1000)),
         action: "Deploy".into(),
-        secondary: None,
+        secondary,
     };
-    if let Err(e) = recorder.publish(&event, &deployment.object_ref(&())).await {
-        tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot publish an event");
+    if let Err(e) = recorder.publish(&event, regarding).await {
+        tracing::warn!(regarding = ?regarding.name, error = %e, "cannot publish an event");
     }
 }
 
@@ -905,17 +919,8 @@ async fn publish_milestone(
         Ok(Some(i)) => i.object_ref(&()),
         _ => deployment.object_ref(&()),
     };
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    let event = KubeEvent {
-        type_: m.kind,
-        reason: m.reason.into(),
-        note: Some(kubosh_core::secret::excerpt(&m.note, 1000)),
-        action: "Deploy".into(),
-        secondary: Some(deployment.object_ref(&())),
-    };
-    if let Err(e) = recorder.publish(&event, &regarding).await {
-        tracing::warn!(error = %e, "cannot publish an event");
-    }
+    let secondary = Some(deployment.object_ref(&()));
+    publish_regarding(ctx, &regarding, secondary, m.kind, m.reason, &m.note).await;
 }
 
 /// The engine's request: each release read from its tarball in the blobstore (cached by
