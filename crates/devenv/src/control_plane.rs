@@ -62,6 +62,21 @@ pub struct ControlPlane {
 const READY_WITHIN: Duration = Duration::from_secs(90);
 
 impl ControlPlane {
+    /// The control plane of this process (one per test binary), started on first use with
+    /// `crds` installed; later calls share it (their `crds` are not installed again).
+    pub async fn shared(
+        crds: impl FnOnce() -> Vec<CustomResourceDefinition>,
+    ) -> Result<&'static ControlPlane, ControlPlaneError> {
+        static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+        SHARED
+            .get_or_try_init(|| async {
+                let cp = ControlPlane::start().await?;
+                cp.install_crds(&crds()).await?;
+                Ok(cp)
+            })
+            .await
+    }
+
     /// Starts etcd and kube-apiserver on free loopback ports and waits until `/readyz` is ok.
     pub async fn start() -> Result<ControlPlane, ControlPlaneError> {
         let etcd_bin = binary("etcd")?;

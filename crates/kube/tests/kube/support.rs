@@ -6,24 +6,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kubosh_devenv::ControlPlane;
-use tokio::sync::OnceCell;
-
-static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
 
 /// The control plane shared by the tests of this binary, started on first use with the
 /// generated CRDs installed.
 pub async fn control_plane() -> &'static ControlPlane {
-    CONTROL_PLANE
-        .get_or_init(|| async {
-            let cp = ControlPlane::start()
-                .await
-                .expect("start etcd + kube-apiserver");
-            cp.install_crds(&kubosh_kube::api::crds())
-                .await
-                .expect("install CRDs");
-            cp
-        })
+    ControlPlane::shared(kubosh_kube::api::crds)
         .await
+        .expect("start etcd + kube-apiserver with the CRDs")
 }
 
 /// A fresh namespace for one test.
