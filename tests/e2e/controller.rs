@@ -10,7 +10,6 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 use crate::director_world::{KUBOSH, World, cloud_config, hello_deployment, http_get, write_json};
 use k8s_openapi::api::core::v1::Secret;
@@ -21,20 +20,11 @@ use kubosh_kube::api::{Deployment, Instance};
 const PLANTED_VAR: &str = "planted-var-7f3a9c";
 const PLANTED_CPI: &str = "planted-cpi-4b81d2";
 
-static CONTROL_PLANE: OnceCell<ControlPlane> = OnceCell::const_new();
-
+/// The control plane of this test binary, with the CRDs installed.
 pub(crate) async fn control_plane() -> &'static ControlPlane {
-    CONTROL_PLANE
-        .get_or_init(|| async {
-            let cp = ControlPlane::start()
-                .await
-                .expect("start etcd + kube-apiserver");
-            cp.install_crds(&kubosh_kube::api::crds())
-                .await
-                .expect("install CRDs");
-            cp
-        })
+    ControlPlane::shared(kubosh_kube::api::crds)
         .await
+        .expect("start etcd + kube-apiserver with the CRDs")
 }
 
 /// The controller process; killed when dropped.
@@ -109,31 +99,20 @@ pub(crate) async fn apply(client: &kube::Client, namespace: &str, object: Value)
 
 /// The world's cloud config, the hello release and the local stemcell, applied.
 pub(crate) async fn apply_inputs(client: &kube::Client, namespace: &str, w: &World) {
-    apply(
-        client,
-        namespace,
+    for object in [
         json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
                "metadata": {"name": "default"}, "spec": cloud_config(w.net)}),
-    )
-    .await;
-    apply(
-        client,
-        namespace,
         json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Release",
                "metadata": {"name": "hello-1.0.0"},
                "spec": {"name": "hello", "version": "1.0.0",
                         "url": format!("file://{}", w.path("hello.tgz"))}}),
-    )
-    .await;
-    apply(
-        client,
-        namespace,
         json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Stemcell",
                "metadata": {"name": "jammy-1.0"},
                "spec": {"name": "bosh-kubosh-local-ubuntu-jammy", "version": "1.0",
                         "url": format!("file://{}", w.path("stemcell.tgz"))}}),
-    )
-    .await;
+    ] {
+        apply(client, namespace, object).await;
+    }
 }
 
 pub(crate) fn deployment_object(name: &str, manifest: Value) -> Value {

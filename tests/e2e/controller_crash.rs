@@ -17,7 +17,9 @@ use crate::controller::{
     ControllerProcess, apply_inputs, condition, control_plane, deployment_object, is_ready,
     start_replica, wait_for,
 };
-use crate::crash_safety::{Rng, check_state, manifest, variant};
+use crate::crash_safety::{
+    check_variant, manifest, plant_marker, runs_from_env, seeded_rng, variant,
+};
 use crate::director_world::World;
 use kubosh_engine::state::{DeploymentState, StateStore};
 use kubosh_kube::api::Deployment;
@@ -79,23 +81,22 @@ async fn leader(client: &kube::Client) -> Option<String> {
         .and_then(|s| s.holder_identity)
 }
 
+/// Waits until `identity` holds the leader election Lease, for at most `limit`.
+async fn leads(client: &kube::Client, identity: &str, limit: Duration) {
+    let start = Instant::now();
+    while leader(client).await.as_deref() != Some(identity) {
+        assert!(
+            start.elapsed() < limit,
+            "{identity} does not lead after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_over() {
-    let runs: u64 = std::env::var("KUBOSH_CTRL_CRASH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
-    let seed: u64 = std::env::var("KUBOSH_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-                | 1
-        });
-    println!("KUBOSH_CRASH_SEED={seed}");
-    let mut rng = Rng(seed);
+    let runs = runs_from_env("KUBOSH_CTRL_CRASH_RUNS", 12);
+    let (seed, mut rng) = seeded_rng();
     let cp = control_plane().await;
     let w = World::new(22);
     cp.create_namespace(NS).await.unwrap();
@@ -107,23 +108,8 @@ async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_
     let controller = start_replica(&w, cp, NS, "restarting");
     converged(&api, &w, generation).await;
     let first = state(&client).await;
-    let web0 = first
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap();
-    let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
-    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
-    let web0 = web0.uuid.clone();
-    let (greeting, _, instances) = variant(0);
-    check_state(
-        &w,
-        &first,
-        &web0,
-        greeting,
-        instances,
-        "after the first deploy",
-    );
+    let web0 = plant_marker(&w, &first);
+    check_variant(&w, &first, &web0, 0, "after the first deploy");
     kill(controller);
 
     let mut mid_deploy = Vec::new();
@@ -156,16 +142,8 @@ async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_
         if n.is_multiple_of(4) || n == runs {
             let controller = start_replica(&w, cp, NS, "restarting");
             converged(&api, &w, generation).await;
-            let (greeting, _, instances) = variant(n);
             let context = format!("after kill {n} (seed {seed})");
-            check_state(
-                &w,
-                &state(&client).await,
-                &web0,
-                greeting,
-                instances,
-                &context,
-            );
+            check_variant(&w, &state(&client).await, &web0, n, &context);
             kill(controller);
         }
     }
@@ -179,14 +157,7 @@ async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_
 
     // Two replicas: the leader dies mid-deploy, the standby takes over and finishes.
     let a = start_replica(&w, cp, NS, "replica-a");
-    let start = Instant::now();
-    while leader(&client).await.as_deref() != Some("replica-a") {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "replica-a never leads"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    leads(&client, "replica-a", Duration::from_secs(30)).await;
     let _b = start_replica(&w, cp, NS, "replica-b");
     let n = runs + 1;
     let generation = apply_variant(&client, &w, n).await;
@@ -197,23 +168,9 @@ async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_
     .await;
     tokio::time::sleep(Duration::from_millis(rng.below(2000))).await;
     kill(a);
-    let died = Instant::now();
-    while leader(&client).await.as_deref() != Some("replica-b") {
-        assert!(
-            died.elapsed() < Duration::from_secs(15),
-            "the standby did not take over within 15 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // The standby takes over within 15 s of the leader's death.
+    leads(&client, "replica-b", Duration::from_secs(15)).await;
     converged(&api, &w, generation).await;
-    let (greeting, _, instances) = variant(n);
     let context = format!("after the leader died (seed {seed})");
-    check_state(
-        &w,
-        &state(&client).await,
-        &web0,
-        greeting,
-        instances,
-        &context,
-    );
+    check_variant(&w, &state(&client).await, &web0, n, &context);
 }

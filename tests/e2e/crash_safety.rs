@@ -70,6 +70,48 @@ impl Rng {
     }
 }
 
+/// How many kills: `$var`, else `default`.
+pub(crate) fn runs_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The generator of this run, seeded by `KUBOSH_CRASH_SEED` or the clock; the seed is
+/// printed so a failing run can be replayed.
+pub(crate) fn seeded_rng() -> (u64, Rng) {
+    let seed: u64 = std::env::var("KUBOSH_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    println!("KUBOSH_CRASH_SEED={seed}");
+    (seed, Rng(seed))
+}
+
+/// Writes the marker [`check_state`] looks for on web/0's persistent disk; web/0's uuid.
+pub(crate) fn plant_marker(w: &World, state: &DeploymentState) -> String {
+    let web0 = state
+        .instances
+        .values()
+        .find(|i| i.group == "web" && i.index == 0)
+        .expect("web/0 exists");
+    let root = w.vm_root(&web0.vm.as_ref().expect("web/0 has a VM").cid);
+    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
+    web0.uuid.clone()
+}
+
+/// [`check_state`] for variant `n` of the deployment.
+pub(crate) fn check_variant(w: &World, state: &DeploymentState, web0: &str, n: u64, context: &str) {
+    let (greeting, _, instances) = variant(n);
+    check_state(w, state, web0, greeting, instances, context);
+}
+
 /// The variant of run `n`.
 pub(crate) fn variant(n: u64) -> (&'static str, u64, u64) {
     let greeting = if n.is_multiple_of(2) {
@@ -167,35 +209,14 @@ pub(crate) fn check_state(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deploy_killed_anywhere_converges_without_leaks_or_data_loss() {
-    let runs: u64 = std::env::var("KUBOSH_CRASH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
-    let seed: u64 = std::env::var("KUBOSH_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-                | 1
-        });
-    println!("KUBOSH_CRASH_SEED={seed}");
-    let mut rng = Rng(seed);
+    let runs = runs_from_env("KUBOSH_CRASH_RUNS", 50);
+    let (seed, mut rng) = seeded_rng();
     let w = World::new(4);
 
     let (greeting, disk, instances) = variant(0);
     w.write_manifest(&manifest(w.net, w.port, greeting, disk, instances));
     converge(&w);
-    let state = w.state().await;
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap();
-    let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
-    std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
-    let web0 = web0.uuid.clone();
+    let web0 = plant_marker(&w, &w.state().await);
     check(&w, &web0, greeting, instances, "after the first deploy").await;
 
     let log = w.dir.path().join("killed-deploys.log");
