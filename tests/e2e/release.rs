@@ -7,7 +7,7 @@ use kubosh_artifacts::release::ReleaseFile as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kubosh_artifacts::release::{CreateOptions, Release, create::create};
+use kubosh_artifacts::release::{CreateOptions, PackageArchive, Release, create::create};
 use kubosh_devenv::binary;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -198,6 +198,56 @@ fn name_and_version_can_be_overridden() {
     assert_eq!((back.name(), back.version()), ("greeter", "7"));
 }
 
+#[test]
+fn a_release_by_reference_has_its_jobs_and_only_the_ids_of_its_packages() {
+    let r = create(&example(), &CreateOptions::default()).unwrap();
+    let release_mf = r.manifest_yaml().unwrap();
+    let jobs = || {
+        r.jobs
+            .iter()
+            .map(|j| (j.name.clone(), j.archive.clone()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let ids: std::collections::BTreeMap<String, String> = r
+        .packages
+        .iter()
+        .map(|p| (p.name.clone(), p.archive.blob_id()))
+        .collect();
+    let by_ref = Release::by_reference(release_mf.as_bytes(), jobs(), &ids).unwrap();
+
+    assert_eq!(identities(&by_ref), identities(&r));
+    for (x, y) in by_ref.jobs.iter().zip(&r.jobs) {
+        assert_eq!(
+            (&x.spec, &x.templates, &x.monit),
+            (&y.spec, &y.templates, &y.monit)
+        );
+    }
+    for (x, y) in by_ref.packages.iter().zip(&r.packages) {
+        assert_eq!(x.digest, y.digest);
+        let sha256 = kubosh_core::digest::sha256_hex(y.archive.bytes().unwrap());
+        assert_eq!(x.archive, PackageArchive::Stored(sha256.clone()));
+        assert_eq!(x.archive.blob_id(), sha256);
+    }
+    let err = by_ref.to_tarball().unwrap_err().to_string();
+    assert!(err.contains("no package bytes"), "{err}");
+
+    // A package without an id, a tampered job archive: refused, naming it.
+    let mut missing = ids.clone();
+    missing.remove("hello-server");
+    let err = Release::by_reference(release_mf.as_bytes(), jobs(), &missing)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("package 'hello-server'"), "{err}");
+    let mut tampered = jobs();
+    let job = tampered.values_mut().next().unwrap();
+    let last = job.len() - 1;
+    job[last] ^= 1;
+    let err = Release::by_reference(release_mf.as_bytes(), tampered, &ids)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("job '"), "{err}");
+}
+
 /// Rewrites one line of release.MF inside a built release and returns the new tarball.
 fn with_manifest(
     r: &Release,
@@ -248,8 +298,11 @@ fn corrupt_digests_are_rejected_naming_the_archive() {
 
     // Tampered archive bytes: the digest no longer matches.
     let mut tampered = r.clone();
-    let last = tampered.packages[0].archive.len() - 1;
-    tampered.packages[0].archive[last] ^= 1;
+    let PackageArchive::Bytes(bytes) = &mut tampered.packages[0].archive else {
+        panic!("a release read from a tarball holds its packages' bytes");
+    };
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
     let err = Release::from_bytes(&tampered.to_tarball().unwrap())
         .unwrap_err()
         .to_string();

@@ -12,7 +12,8 @@ use super::progress::StageRun;
 use super::vm::{NewVm, VmRequest};
 use super::{Engine, EngineError};
 use crate::state::{DeploymentState, PackageVersion, Write};
-use kubosh_artifacts::release::Release;
+use kubosh_artifacts::blobstore::BlobstoreError;
+use kubosh_artifacts::release::{PackageArchive, Release};
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest, JobRef};
 use kubosh_core::plan::compile::{
     self, CompileInput, CompilePlan, CompiledPackage, JobUse, Provision, ReuseSource, Stemcell,
@@ -329,22 +330,75 @@ impl Engine {
         if exists {
             return Ok(());
         }
-        let archive = releases
-            .get(release)
-            .and_then(|r| {
-                r.compiled_packages.iter().find(|cp| {
-                    cp.name == record.name
-                        && cp.version == record.version
-                        && cp.stemcell.os == record.stemcell_os
-                })
+        let compiled = releases.get(release).and_then(|r| {
+            r.compiled_packages.iter().find(|cp| {
+                cp.name == record.name
+                    && cp.version == record.version
+                    && cp.stemcell.os == record.stemcell_os
             })
-            .map(|cp| cp.archive.clone())
-            .unwrap_or_default();
-        self.blobstore
-            .put_bytes(bytes::Bytes::from(archive))
-            .await
-            .map_err(EngineError::Blobstore)?;
+        });
+        let Some(compiled) = compiled else {
+            return Err(BlobstoreError::NotFound(record.blob_id.clone()).into());
+        };
+        self.stored_archive(&compiled.archive).await?;
         Ok(())
+    }
+
+    /// Checks, before the deploy changes anything, that every package archive the planned
+    /// compilation takes from the blobstore by id (a release by reference) is there: one
+    /// line per missing archive.
+    pub async fn check_stored_archives(
+        &self,
+        planned: &PlannedCompilation,
+        releases: &BTreeMap<String, Arc<Release>>,
+    ) -> Result<(), EngineError> {
+        let mut needed: Vec<(&str, &str, &str)> = Vec::new();
+        for t in &planned.plan.tasks {
+            let package = releases
+                .get(&t.release)
+                .and_then(|r| r.package(&t.package.name));
+            if let Some(PackageArchive::Stored(id)) = package.map(|p| &p.archive) {
+                needed.push((&t.release, &t.package.name, id));
+            }
+        }
+        for reused in &planned.plan.reused {
+            if let ReuseSource::CompiledRelease { release } = &reused.source {
+                let compiled = releases.get(release).and_then(|r| {
+                    (r.compiled_packages.iter()).find(|cp| cp.name == reused.record.name)
+                });
+                if let Some(PackageArchive::Stored(id)) = compiled.map(|cp| &cp.archive) {
+                    needed.push((release, &reused.record.name, id));
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        for (release, package, id) in needed {
+            if !self.blobstore.exists(id).await? {
+                missing.push(format!(
+                    "Package '{package}' of release '{release}' is missing from the blobstore (blob {id})"
+                ));
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(EngineError::MissingArchives(missing))
+        }
+    }
+
+    /// The blobstore id of a package archive: stored now when its bytes are here, checked
+    /// when only its id is (a release by reference).
+    async fn stored_archive(&self, archive: &PackageArchive) -> Result<String, EngineError> {
+        match archive {
+            PackageArchive::Bytes(bytes) => {
+                let stored = (self.blobstore)
+                    .put_bytes(bytes::Bytes::from(bytes.clone()))
+                    .await?;
+                Ok(stored.id)
+            }
+            PackageArchive::Stored(id) if self.blobstore.exists(id).await? => Ok(id.clone()),
+            PackageArchive::Stored(id) => Err(BlobstoreError::NotFound(id.clone()).into()),
+        }
     }
 
     /// Runs the compile tasks on compilation VMs; the records in task order.
@@ -384,12 +438,8 @@ impl Engine {
                 preparing.end(&task, &Err::<(), _>(&e));
                 return Err(e);
             };
-            let stored = self
-                .blobstore
-                .put_bytes(bytes::Bytes::from(package.archive.clone()))
-                .await
-                .map_err(EngineError::Blobstore)?;
-            sources.push((stored.id, package.digest.to_string()));
+            let id = self.stored_archive(&package.archive).await?;
+            sources.push((id, package.digest.to_string()));
         }
         preparing.end(&task, &Ok::<(), EngineError>(()));
 

@@ -269,6 +269,7 @@ impl Engine {
             dry_run,
         };
         let compilation = self.plan_compile(&compile_inputs, &state)?;
+        self.check_stored_archives(&compilation, &releases).await?;
         if !dry_run {
             self.checkpoint()?;
         }

@@ -260,6 +260,10 @@ pub enum EngineError {
     /// The blobstore failed.
     #[error("{0}")]
     Blobstore(#[from] BlobstoreError),
+    /// Package archives a release references are not in the blobstore (one line each);
+    /// whatever uploaded the release stores them again.
+    #[error("{}", .0.join("\n"))]
+    MissingArchives(Vec<String>),
     /// An instance's update ended without a VM record (a bug or a concurrent writer).
     #[error("instance {instance} has no VM after its update")]
     NoVmAfterUpdate {
@@ -338,6 +342,7 @@ impl EngineError {
             | EngineError::Agent(_)
             | EngineError::AgentsUnanswered(_)
             | EngineError::Blobstore(_)
+            | EngineError::MissingArchives(_)
             | EngineError::NoVmAfterUpdate { .. }
             | EngineError::Cancelled { .. } => Disposition::Retry,
         }

@@ -38,7 +38,7 @@ use super::manifest::{
     JobRef, JobSpec, LicenseRef, PackageRef, PackageSpec, ReleaseManifest, parse_yaml,
 };
 use super::tarball::TarWriter;
-use super::{GraphError, Job, License, Package, Release, graph};
+use super::{GraphError, Job, License, Package, PackageArchive, Release, graph};
 use kubosh_core::digest::MultiDigest;
 
 /// A release directory that cannot be built.
@@ -685,7 +685,7 @@ fn build_package(
         fingerprint: fp,
         digest: digest_of(&archive),
         dependencies: spec.dependencies.clone(),
-        archive,
+        archive: PackageArchive::Bytes(archive),
     };
     Ok((spec, package))
 }

@@ -24,7 +24,7 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use crate::digest::{Algorithm, sha1_hex, sha256_hex};
+use crate::digest::{Algorithm, sha1_hex};
 use crate::plan::bound::remaining_chains;
 use crate::release::{GraphError, Release, graph};
 
@@ -560,7 +560,7 @@ fn compiled_release_records(release: &Release) -> Vec<Candidate> {
                 .iter()
                 .find(|d| d.algorithm == Algorithm::Sha256)
                 .map(|d| d.hex.to_ascii_lowercase())
-                .unwrap_or_else(|| sha256_hex(&cp.archive));
+                .unwrap_or_else(|| cp.archive.blob_id());
             Candidate {
                 record: CompiledPackage {
                     name: cp.name.clone(),
@@ -901,6 +901,7 @@ impl<'a> Planner<'a> {
 mod tests {
     use super::*;
     use crate::digest::MultiDigest;
+    use crate::digest::sha256_hex;
     use crate::release::{self, Job, Package, ReleaseManifest, StemcellRef};
 
     fn digest(text: &str) -> MultiDigest {
@@ -943,7 +944,7 @@ mod tests {
             fingerprint: format!("{name}-fp"),
             digest: digest(name),
             dependencies: deps.iter().map(|d| d.to_string()).collect(),
-            archive: vec![],
+            archive: release::PackageArchive::Bytes(vec![]),
         }
     }
 
@@ -964,7 +965,7 @@ mod tests {
                 version: version.into(),
             },
             dependencies: deps.iter().map(|d| d.to_string()).collect(),
-            archive: name.as_bytes().to_vec(),
+            archive: release::PackageArchive::Bytes(name.as_bytes().to_vec()),
         }
     }
 

@@ -10,7 +10,10 @@
 //!   releases from release directories (`bosh create-release`) are in `kubosh-artifacts`.
 //!
 //! Each job and package keeps its archive bytes ([`Job::archive`], [`Package::archive`]), so
-//! later stages can store them content-addressed by their digest.
+//! later stages can store them content-addressed by their digest. A release *by reference*
+//! ([`Release::by_reference`]) holds `release.MF` and its jobs (specs and templates, small)
+//! but only the blobstore ids of its packages: what a deploy needs, without the packages'
+//! bytes in memory.
 //!
 //! Pure: tarballs are read and written in memory; no file, no Kubernetes, no agent.
 
@@ -183,8 +186,39 @@ pub struct Package {
     pub digest: MultiDigest,
     /// Compile-time dependencies.
     pub dependencies: Vec<String>,
-    /// The package archive (`packages/<name>.tgz`).
-    pub archive: Vec<u8>,
+    /// The package archive (`packages/<name>.tgz`), or where it is stored.
+    pub archive: PackageArchive,
+}
+
+/// A package archive: its bytes, or only where kubosh's blobstore keeps them (a release by
+/// reference, [`Release::by_reference`]: packages can be large, and a deploy needs only
+/// their ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PackageArchive {
+    /// The bytes, read from a tarball or built from a directory.
+    Bytes(Vec<u8>),
+    /// Stored content-addressed: the blob id, which is the sha256 of the bytes (lowercase
+    /// hex).
+    Stored(String),
+}
+
+impl PackageArchive {
+    /// The bytes, when held.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            PackageArchive::Bytes(b) => Some(b),
+            PackageArchive::Stored(_) => None,
+        }
+    }
+
+    /// The id of the archive in a content-addressed blobstore: the stored id, or the sha256
+    /// of the bytes.
+    pub fn blob_id(&self) -> String {
+        match self {
+            PackageArchive::Bytes(b) => crate::digest::sha256_hex(b),
+            PackageArchive::Stored(id) => id.clone(),
+        }
+    }
 }
 
 /// The stemcell a compiled package was built on.
@@ -217,8 +251,8 @@ pub struct PrecompiledPackage {
     pub stemcell: StemcellRef,
     /// Dependencies (other compiled packages).
     pub dependencies: Vec<String>,
-    /// The archive (`compiled_packages/<name>.tgz`).
-    pub archive: Vec<u8>,
+    /// The archive (`compiled_packages/<name>.tgz`), or where it is stored.
+    pub archive: PackageArchive,
 }
 
 /// A release's license archive.

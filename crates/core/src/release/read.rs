@@ -1,11 +1,14 @@
 //! Reading a release tarball into a [`Release`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 use super::manifest::{ReleaseManifest, parse_yaml};
 use super::tarball::{self, TarFiles};
-use super::{License, Package, PrecompiledPackage, Release, ReleaseError, StemcellRef, graph, job};
+use super::{
+    License, Package, PackageArchive, PrecompiledPackage, Release, ReleaseError, StemcellRef,
+    graph, job,
+};
 use crate::digest::MultiDigest;
 
 /// Names and versions the Director accepts (`Models::VALID_ID`).
@@ -41,37 +44,62 @@ impl Release {
                 what: "release.MF".into(),
                 container: "release tarball".into(),
             })?;
-        let text = String::from_utf8_lossy(text).into_owned();
-        // The Ruby CLI wrote invalid `!binary` tags; bosh-cli rewrites them the same way.
-        let text = text
-            .replace("sha1: !binary |-", "sha1: !!binary |-")
-            .replace("version: !binary |-", "version: !!binary |-")
-            .replace("fingerprint: !binary |-", "fingerprint: !!binary |-");
-        let manifest: ReleaseManifest =
-            parse_yaml(&text, "release.MF").map_err(|message| ReleaseError::Manifest {
-                file: "release.MF".into(),
-                message,
-            })?;
-        check_identifiers(&manifest)?;
-
-        let mut take = |dir: &str, name: &str, what: &str| -> Result<Vec<u8>, ReleaseError> {
-            let path = format!("{dir}/{name}.tgz");
+        let manifest = parse_release_manifest(text)?;
+        let license = files.files.remove("license.tgz").map(|f| f.data);
+        let take = |path: &str| {
             files
                 .files
-                .remove(&path)
+                .remove(path)
                 .filter(|f| f.link_target.is_none())
-                .map(|f| f.data)
-                .ok_or_else(|| ReleaseError::Missing {
-                    what: format!("{what} '{name}' ({path})"),
-                    container: "release tarball".into(),
-                })
+                .map(|f| PackageArchive::Bytes(f.data))
         };
+        Self::assemble(manifest, take, license, "release tarball")
+    }
+
+    /// A release by reference: `release.MF`, the job archives by job name (each verified
+    /// against its digest and parsed) and, by package name, the blobstore id of each package
+    /// and compiled package archive, stored when the release was uploaded (trusted: the id is
+    /// the content's sha256). Checked as a tarball is, except the packages' bytes.
+    pub fn by_reference(
+        release_mf: &[u8],
+        mut jobs: BTreeMap<String, Vec<u8>>,
+        packages: &BTreeMap<String, String>,
+    ) -> Result<Self, ReleaseError> {
+        let manifest = parse_release_manifest(release_mf)?;
+        let take = |path: &str| {
+            let (dir, file) = path.split_once('/')?;
+            let name = file.strip_suffix(".tgz")?;
+            match dir {
+                "jobs" => jobs.remove(name).map(PackageArchive::Bytes),
+                _ => packages.get(name).cloned().map(PackageArchive::Stored),
+            }
+        };
+        Self::assemble(manifest, take, None, "release catalog")
+    }
+
+    /// A release from its manifest and its archives: `take` gives the archive at a tarball
+    /// path (`jobs/<name>.tgz`, `packages/<name>.tgz`, `compiled_packages/<name>.tgz`).
+    fn assemble(
+        manifest: ReleaseManifest,
+        mut take_archive: impl FnMut(&str) -> Option<PackageArchive>,
+        license: Option<Vec<u8>>,
+        container: &str,
+    ) -> Result<Self, ReleaseError> {
+        check_identifiers(&manifest)?;
+        let mut take =
+            |dir: &str, name: &str, what: &str| -> Result<PackageArchive, ReleaseError> {
+                let path = format!("{dir}/{name}.tgz");
+                take_archive(&path).ok_or_else(|| ReleaseError::Missing {
+                    what: format!("{what} '{name}' ({path})"),
+                    container: container.into(),
+                })
+            };
 
         let mut packages = Vec::new();
         for p in &manifest.packages {
             let what = format!("package '{}' (packages/{}.tgz)", p.name, p.name);
             let archive = take("packages", &p.name, "package")?;
-            let digest = verify(&what, &p.sha1, &archive)?;
+            let digest = verify_archive(&what, &p.sha1, &archive)?;
             packages.push(Package {
                 name: p.name.clone(),
                 version: p.version.clone(),
@@ -100,7 +128,7 @@ impl Release {
                 }
             };
             let archive = take("compiled_packages", &p.name, "compiled package")?;
-            let digest = verify(&what, &p.sha1, &archive)?;
+            let digest = verify_archive(&what, &p.sha1, &archive)?;
             compiled_packages.push(PrecompiledPackage {
                 name: p.name.clone(),
                 version: p.version.clone(),
@@ -130,7 +158,12 @@ impl Release {
         let mut jobs = Vec::new();
         for j in &manifest.jobs {
             let what = format!("job '{}' (jobs/{}.tgz)", j.name, j.name);
-            let archive = take("jobs", &j.name, "job")?;
+            let PackageArchive::Bytes(archive) = take("jobs", &j.name, "job")? else {
+                return Err(ReleaseError::Missing {
+                    what: format!("the bytes of {what}"),
+                    container: container.into(),
+                });
+            };
             let digest = verify(&what, &j.sha1, &archive)?;
             let job = job::parse(j, digest, archive)?;
             for p in job.spec.packages.iter().chain(&j.packages) {
@@ -146,16 +179,16 @@ impl Release {
 
         let license = match &manifest.license {
             None => None,
-            Some(l) => match files.files.remove("license.tgz") {
+            Some(l) => match license {
                 // bosh-cli and the Director ignore a license entry without the archive.
                 None => None,
-                Some(f) => {
-                    let digest = verify("license (license.tgz)", &l.sha1, &f.data)?;
+                Some(data) => {
+                    let digest = verify("license (license.tgz)", &l.sha1, &data)?;
                     Some(License {
                         version: l.version.clone(),
                         fingerprint: l.fingerprint.clone().unwrap_or_else(|| l.version.clone()),
                         digest,
-                        archive: f.data,
+                        archive: data,
                     })
                 }
             },
@@ -168,6 +201,36 @@ impl Release {
             compiled_packages,
             license,
         })
+    }
+}
+
+/// `release.MF`, parsed.
+fn parse_release_manifest(data: &[u8]) -> Result<ReleaseManifest, ReleaseError> {
+    let text = String::from_utf8_lossy(data);
+    // The Ruby CLI wrote invalid `!binary` tags; bosh-cli rewrites them the same way.
+    let text = text
+        .replace("sha1: !binary |-", "sha1: !!binary |-")
+        .replace("version: !binary |-", "version: !!binary |-")
+        .replace("fingerprint: !binary |-", "fingerprint: !!binary |-");
+    parse_yaml(&text, "release.MF").map_err(|message| ReleaseError::Manifest {
+        file: "release.MF".into(),
+        message,
+    })
+}
+
+/// Parses `digest` and checks the archive against it when its bytes are here (a stored
+/// archive's id is its content's sha256, checked when it was stored).
+fn verify_archive(
+    what: &str,
+    digest: &str,
+    archive: &PackageArchive,
+) -> Result<MultiDigest, ReleaseError> {
+    match archive {
+        PackageArchive::Bytes(data) => verify(what, digest, data),
+        PackageArchive::Stored(_) => digest.parse().map_err(|source| ReleaseError::Digest {
+            what: what.to_string(),
+            source,
+        }),
     }
 }
 

@@ -6,16 +6,21 @@ use super::tarball::{self, TarWriter};
 use super::{Release, ReleaseError};
 
 impl Release {
+    /// `release.MF` as written in a tarball.
+    pub fn manifest_yaml(&self) -> Result<String, ReleaseError> {
+        crate::yaml::to_string(&self.manifest).map_err(|e| ReleaseError::Write {
+            path: "release.MF".into(),
+            message: e.to_string(),
+        })
+    }
+
     /// The release as tarball bytes.
     pub fn to_tarball(&self) -> Result<Vec<u8>, ReleaseError> {
         let write_err = |e: std::io::Error| ReleaseError::Write {
             path: "(memory)".into(),
             message: e.to_string(),
         };
-        let manifest = crate::yaml::to_string(&self.manifest).map_err(|e| ReleaseError::Write {
-            path: "release.MF".into(),
-            message: e.to_string(),
-        })?;
+        let manifest = self.manifest_yaml()?;
         let mut w = TarWriter::new();
         w.file("release.MF", manifest.as_bytes(), false)
             .map_err(write_err)?;
@@ -23,17 +28,19 @@ impl Release {
             w.file(&format!("jobs/{}.tgz", j.name), &j.archive, false)
                 .map_err(write_err)?;
         }
-        for p in &self.packages {
-            w.file(&format!("packages/{}.tgz", p.name), &p.archive, false)
-                .map_err(write_err)?;
-        }
-        for p in &self.compiled_packages {
-            w.file(
-                &format!("compiled_packages/{}.tgz", p.name),
-                &p.archive,
-                false,
-            )
-            .map_err(write_err)?;
+        let packages = self
+            .packages
+            .iter()
+            .map(|p| ("packages", &p.name, &p.archive));
+        let compiled =
+            (self.compiled_packages.iter()).map(|p| ("compiled_packages", &p.name, &p.archive));
+        for (dir, name, archive) in packages.chain(compiled) {
+            let path = format!("{dir}/{name}.tgz");
+            let bytes = archive.bytes().ok_or_else(|| ReleaseError::Write {
+                path: path.clone(),
+                message: "a release by reference has no package bytes to write".into(),
+            })?;
+            w.file(&path, bytes, false).map_err(write_err)?;
         }
         if let Some(l) = &self.license {
             w.file("license.tgz", &l.archive, false)

@@ -1697,6 +1697,60 @@ async fn an_unusable_release_fails_before_anything_changes() {
     sim.assert_no_leak();
 }
 
+/// A release by reference (`release.MF`, jobs, and only the blob ids of its packages)
+/// deploys like the release it was made from, compiling from the stored archives; a package
+/// archive missing from the blobstore fails the deploy before anything changes, naming it.
+#[tokio::test(start_paused = true)]
+async fn a_release_by_reference_deploys_from_the_blobstore() {
+    use kubosh_artifacts::release::PackageArchive;
+    let full = shared_release();
+    let by_reference = || {
+        let jobs: BTreeMap<String, Vec<u8>> = (full.jobs.iter())
+            .map(|j| (j.name.clone(), j.archive.clone()))
+            .collect();
+        let ids: BTreeMap<String, String> = (full.packages.iter())
+            .map(|p| (p.name.clone(), p.archive.blob_id()))
+            .collect();
+        let release_mf = full.manifest_yaml().unwrap();
+        Arc::new(Release::by_reference(release_mf.as_bytes(), jobs, &ids).unwrap())
+    };
+
+    // Nothing stored yet: refused before any call, every missing archive named.
+    let mut sim = Sim::new();
+    sim.release = by_reference();
+    let err = sim
+        .engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .expect_err("the packages are not in the blobstore");
+    assert!(
+        matches!(err, EngineError::MissingArchives(ref m) if m.len() == 2),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("Package 'libhello' of release 'hello' is missing from the blobstore"),
+        "{err}"
+    );
+    assert_eq!(err.disposition(), Disposition::Retry);
+    assert!(sim.cloud.calls().is_empty(), "{:?}", sim.cloud.counts());
+    assert!(sim.state().intents.is_empty() && sim.state().stemcells.is_empty());
+
+    // Stored (as the Release reconciler stores them): the deploy compiles from them.
+    for p in &full.packages {
+        let bytes = p.archive.bytes().unwrap().to_vec();
+        let stored = sim.engine.blobstore.put_bytes(bytes.into()).await.unwrap();
+        assert_eq!(
+            PackageArchive::Stored(stored.id),
+            sim.release.package(&p.name).unwrap().archive
+        );
+    }
+    sim.engine.deploy(&sim.request(manifest())).await.unwrap();
+    assert_eq!(sim.agents.counts().get("compile_package"), Some(&2));
+    assert_eq!(sim.state().compiled_packages.len(), 2);
+    sim.assert_no_leak();
+}
+
 /// A compile that succeeded is kept when another compile of the same deploy fails: the
 /// failed deploy records libhello, and the next deploy compiles only hello-server.
 #[tokio::test(start_paused = true)]

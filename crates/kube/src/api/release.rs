@@ -96,10 +96,11 @@ pub struct ReleaseStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compiled_for: Option<StemcellVersion>,
 
-    /// Where the release tarball is in kubosh's blobstore (content-addressed: the same
-    /// bytes, the same id). Read again from the URL if lost.
+    /// Where `release.MF` is in kubosh's blobstore: with the job and package ids above, the
+    /// release as deploys use it (by reference: packages stay in the blobstore). Read again
+    /// from the URL if lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blob_id: Option<String>,
+    pub manifest_blob_id: Option<String>,
 }
 
 /// A job or package of a release.

@@ -23,6 +23,7 @@ use crate::api::{
     StemcellStatus, StemcellVersion,
 };
 use kubosh_artifacts::blobstore::Blobstore;
+use kubosh_artifacts::release::PackageArchive;
 use kubosh_core::digest::MultiDigest;
 
 /// The field manager of kubosh's status writes.
@@ -154,8 +155,6 @@ where
     Ok(())
 }
 
-/// Downloads `url` (with the resource's credentials Secret) into fresh scratch space, which
-/// lives as long as the returned directory. The inner error is a failed download.
 /// Stores the fetched tarball in the blobstore; its blob id.
 async fn store_tarball(ctx: &ArtifactContext, fetched: &Fetched) -> Result<String, ReconcileError> {
     let blob = ctx
@@ -166,6 +165,8 @@ async fn store_tarball(ctx: &ArtifactContext, fetched: &Fetched) -> Result<Strin
     Ok(blob.id)
 }
 
+/// Downloads `url` (with the resource's credentials Secret) into fresh scratch space, which
+/// lives as long as the returned directory. The inner error is a failed download.
 async fn download<K: ResourceExt>(
     ctx: &ArtifactContext,
     resource: &K,
@@ -222,12 +223,12 @@ pub async fn reconcile_release(
         }
     };
     match read_release(&fetched, resource, ctx).await? {
-        Ok((jobs, packages, compiled_for)) => {
+        Ok((release_mf, jobs, packages, compiled_for)) => {
             let message = format!("{} jobs, {} packages", jobs.len(), packages.len());
             next.jobs = jobs;
             next.packages = packages;
             next.compiled_for = compiled_for;
-            next.blob_id = Some(store_tarball(ctx, &fetched).await?);
+            next.manifest_blob_id = Some(release_mf);
             status::outcome(&mut next.conditions, Ok(&message), generation);
         }
         Err((reason, message)) => {
@@ -238,7 +239,13 @@ pub async fn reconcile_release(
     Ok(next)
 }
 
-type ReadRelease = (Vec<ReleaseItem>, Vec<ReleaseItem>, Option<StemcellVersion>);
+/// What a release tarball holds, stored: the blob ids of `release.MF`, jobs and packages.
+type ReadRelease = (
+    String,
+    Vec<ReleaseItem>,
+    Vec<ReleaseItem>,
+    Option<StemcellVersion>,
+);
 
 async fn read_release(
     fetched: &Fetched,
@@ -262,6 +269,10 @@ async fn read_release(
             ),
         )));
     }
+    let release_mf = match release.manifest_yaml() {
+        Ok(text) => text.into_bytes(),
+        Err(e) => return Ok(Err(("InvalidTarball", e.to_string()))),
+    };
     let store = |archive: Vec<u8>| {
         let blobstore = ctx.blobstore.clone();
         async move {
@@ -270,6 +281,16 @@ async fn read_release(
                 .await
                 .map(|b| b.id)
                 .map_err(|e| ReconcileError::Blobstore(e.to_string()))
+        }
+    };
+    let store_archive = |archive: &PackageArchive| {
+        let bytes = archive.bytes().map(<[u8]>::to_vec);
+        let id = archive.blob_id();
+        async move {
+            match bytes {
+                Some(bytes) => store(bytes).await,
+                None => Ok(id),
+            }
         }
     };
     let mut jobs = Vec::new();
@@ -289,7 +310,7 @@ async fn read_release(
             version: pkg.version.clone(),
             fingerprint: pkg.fingerprint.clone(),
             dependencies: pkg.dependencies.clone(),
-            blob_id: Some(store(pkg.archive.clone()).await?),
+            blob_id: Some(store_archive(&pkg.archive).await?),
         });
     }
     let mut compiled_for = None;
@@ -303,10 +324,11 @@ async fn read_release(
             version: pkg.version.clone(),
             fingerprint: pkg.fingerprint.clone(),
             dependencies: pkg.dependencies.clone(),
-            blob_id: Some(store(pkg.archive.clone()).await?),
+            blob_id: Some(store_archive(&pkg.archive).await?),
         });
     }
-    Ok(Ok((jobs, packages, compiled_for)))
+    let release_mf = store(release_mf).await?;
+    Ok(Ok((release_mf, jobs, packages, compiled_for)))
 }
 
 async fn blobs_present(ctx: &ArtifactContext, status: &ReleaseStatus) -> bool {
@@ -315,7 +337,7 @@ async fn blobs_present(ctx: &ArtifactContext, status: &ReleaseStatus) -> bool {
         .iter()
         .chain(&status.packages)
         .map(|item| &item.blob_id)
-        .chain([&status.blob_id]);
+        .chain([&status.manifest_blob_id]);
     for id in ids {
         let Some(id) = id else {
             return false;

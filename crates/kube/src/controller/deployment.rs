@@ -37,7 +37,7 @@ use crate::api::{
 };
 use crate::lock::{LeaseLocks, Process};
 use crate::state::{FIELD_MANAGER, KubeStore};
-use kubosh_artifacts::release::{Release, ReleaseFile as _};
+use kubosh_artifacts::release::Release;
 use kubosh_core::digest::MultiDigest;
 use kubosh_engine::state::{InstanceState, StateStore};
 use kubosh_engine::{
@@ -613,7 +613,7 @@ fn inputs_digest(inputs: &Inputs) -> String {
     let doc = json!({
         "manifest": inputs.manifest,
         "cloud_config": inputs.cloud_config,
-        "releases": inputs.releases.iter().map(|r| (r.name_any(), r.status.as_ref().and_then(|s| s.blob_id.clone()))).collect::<Vec<_>>(),
+        "releases": inputs.releases.iter().map(|r| (r.name_any(), r.status.as_ref().and_then(|s| s.manifest_blob_id.clone()))).collect::<Vec<_>>(),
         "stemcells": inputs.stemcells.iter().map(|s| (s.name_any(), s.status.as_ref().and_then(|x| x.blob_id.clone()))).collect::<Vec<_>>(),
     });
     kubosh_core::digest::sha256_hex(doc.to_string().as_bytes())
@@ -923,8 +923,8 @@ async fn publish_milestone(
     publish_regarding(ctx, &regarding, secondary, m.kind, m.reason, &m.note).await;
 }
 
-/// The engine's request: each release read from its tarball in the blobstore (cached by
-/// blob id), each stemcell's image extracted once.
+/// The engine's request: each release by reference (its packages stay in the blobstore),
+/// each stemcell's image extracted once.
 async fn request_of(ctx: &DeploymentContext, inputs: &Inputs) -> Result<DeployRequest, String> {
     let mut releases = Vec::new();
     for r in &inputs.releases {
@@ -961,40 +961,49 @@ async fn fetch_blob(ctx: &DeploymentContext, id: &str, dir: &str) -> Result<Path
     Ok(path)
 }
 
+/// The release of `resource` by reference: `release.MF` and the job archives fetched from
+/// the blobstore (small), the packages only by id (cached by `release.MF` blob id).
 async fn release_of(
     ctx: &DeploymentContext,
     resource: &ReleaseResource,
 ) -> Result<Arc<Release>, String> {
-    let id = resource
-        .status
-        .as_ref()
-        .and_then(|s| s.blob_id.clone())
-        .ok_or_else(|| {
-            format!(
-                "release {} has no tarball in the blobstore yet",
-                resource.name_any()
-            )
-        })?;
-    if let Some(r) = ctx
-        .ledger
-        .releases
-        .lock()
+    let name = resource.name_any();
+    let status = resource.status.clone().unwrap_or_default();
+    let Some(manifest_id) = status.manifest_blob_id.clone() else {
+        return Err(format!("release {name} is not in the blobstore yet"));
+    };
+    let cached = (ctx.ledger.releases.lock())
         .unwrap_or_else(PoisonError::into_inner)
-        .get(&id)
-    {
-        return Ok(r.clone());
+        .get(&manifest_id)
+        .cloned();
+    if let Some(r) = cached {
+        return Ok(r);
     }
-    let path = fetch_blob(ctx, &id, "releases").await?;
-    let release = tokio::task::spawn_blocking(move || Release::read(&path))
-        .await
-        .map_err(|e| e.to_string())?
+    let name = name.as_str();
+    let blob = |id: Option<String>, what: String| async move {
+        let id = id.ok_or_else(|| format!("release {name}: {what} is not in the blobstore yet"))?;
+        let digest: MultiDigest = format!("sha256:{id}")
+            .parse()
+            .map_err(|e| format!("blob {id}: {e}"))?;
+        (ctx.engine.blobstore.get_bytes(&id, &digest).await)
+            .map(|b| b.to_vec())
+            .map_err(|e| format!("release {name}: {what}: {e}"))
+    };
+    let release_mf = blob(Some(manifest_id.clone()), "release.MF".into()).await?;
+    let mut jobs = BTreeMap::new();
+    for job in &status.jobs {
+        let archive = blob(job.blob_id.clone(), format!("job {}", job.name)).await?;
+        jobs.insert(job.name.clone(), archive);
+    }
+    let packages: BTreeMap<String, String> = (status.packages.iter())
+        .filter_map(|p| Some((p.name.clone(), p.blob_id.clone()?)))
+        .collect();
+    let release = Release::by_reference(&release_mf, jobs, &packages)
         .map(Arc::new)
-        .map_err(|e| format!("release {}: {e}", resource.name_any()))?;
-    ctx.ledger
-        .releases
-        .lock()
+        .map_err(|e| format!("release {name}: {e}"))?;
+    (ctx.ledger.releases.lock())
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(id, release.clone());
+        .insert(manifest_id, release.clone());
     Ok(release)
 }
 

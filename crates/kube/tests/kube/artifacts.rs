@@ -94,6 +94,15 @@ async fn a_release_from_a_file_url_becomes_ready_and_stays_without_refetching() 
     for item in status.jobs.iter().chain(&status.packages) {
         assert!(store.exists(item.blob_id.as_ref().unwrap()).await.unwrap());
     }
+    // release.MF is stored, the tarball is not: deploys take the release by reference.
+    let release_mf = status.manifest_blob_id.as_ref().unwrap();
+    let text = store
+        .get_bytes(release_mf, &format!("sha256:{release_mf}").parse().unwrap())
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text).contains("name: hello"));
+    let tarball_id = kubosh_core::digest::sha256_hex(&std::fs::read(&tarball).unwrap());
+    assert!(!store.exists(&tarball_id).await.unwrap());
 
     // The status is on the API object, for kubectl and GitOps tools.
     let stored = api.get("hello-1.0.0").await.unwrap();
