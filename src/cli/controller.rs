@@ -182,6 +182,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
     let artifacts = ArtifactContext {
         client,
         blobstore: engine.blobstore.clone(),
+        cloud: Some(engine.cloud.clone()),
         work_dir: work_dir.join("downloads"),
     };
     let stop = {

@@ -183,7 +183,7 @@ pub(crate) fn is_ready(d: &Deployment) -> bool {
     condition(d, "Ready").is_some_and(|c| c.status == "True")
 }
 
-async fn events_of(client: &kube::Client, namespace: &str) -> Vec<Event> {
+pub(crate) async fn events_of(client: &kube::Client, namespace: &str) -> Vec<Event> {
     let mut events = Api::<Event>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await

@@ -11,6 +11,7 @@ mod cli_deploy;
 mod cli_deploy_health;
 mod controller;
 mod controller_crash;
+mod controller_lifecycle;
 mod cpi_client;
 mod cpi_local;
 mod crash_safety;

@@ -24,10 +24,14 @@ use crate::api::{
 };
 use kubosh_artifacts::blobstore::Blobstore;
 use kubosh_artifacts::release::PackageArchive;
+use kubosh_cloud::{Cloud, CpiError, StemcellCid};
 use kubosh_core::digest::MultiDigest;
 
 /// The field manager of kubosh's status writes.
 pub const FIELD_MANAGER: &str = "kubosh";
+
+/// The finalizer of `Stemcell` resources: the cloud's copy goes with the resource.
+pub const STEMCELL_FINALIZER: &str = "kubosh.io/stemcell";
 
 /// What the artifact reconcilers need.
 #[derive(Clone)]
@@ -36,6 +40,10 @@ pub struct ArtifactContext {
     pub client: kube::Client,
     /// Where jobs, packages and stemcells go.
     pub blobstore: Arc<dyn Blobstore>,
+    /// The cloud stemcells are uploaded to: with one, a deleted `Stemcell` is deleted there
+    /// too (its finalizer); without, stemcells in the cloud are not this process's to
+    /// delete.
+    pub cloud: Option<Arc<dyn Cloud>>,
     /// Scratch space for downloads (removed after each reconcile).
     pub work_dir: PathBuf,
 }
@@ -63,6 +71,17 @@ pub enum ReconcileError {
     /// Local scratch space failed.
     #[error("{0}")]
     Io(String),
+    /// A deleted stemcell is still in use: deleted once nothing uses it.
+    #[error("{0}")]
+    InUse(String),
+    /// The cloud refused or failed to delete a stemcell.
+    #[error("deleting stemcell {stemcell} from the cloud: {source}")]
+    Cloud {
+        /// `name/version`.
+        stemcell: String,
+        /// The CPI's error.
+        source: Box<CpiError>,
+    },
 }
 
 /// A problem with the tarball itself: `(reason, message)` for a Stalled condition.
@@ -411,4 +430,110 @@ pub async fn reconcile_stemcell(
     }
     write_status(&ctx.client, resource, json!(next)).await?;
     Ok(next)
+}
+
+/// `bosh delete-stemcell` for a deleted `Stemcell`: waits while an instance runs on it or a
+/// deploy in the namespace is running (it may be creating VMs from it), then deletes the
+/// cloud's copy (the CID its annotation records) and the packages compiled for it (unless
+/// another `Stemcell` has the same OS and version). Until this succeeds the finalizer keeps
+/// the resource, so its CID is never lost.
+pub async fn delete_stemcell(
+    resource: &StemcellResource,
+    ctx: &ArtifactContext,
+    cloud: &dyn Cloud,
+) -> Result<(), ReconcileError> {
+    let namespace = resource.namespace().unwrap_or_default();
+    let key = format!("{}/{}", resource.spec.name, resource.spec.version.as_str());
+    let annotations = resource.annotations();
+    let Some(cid) = annotations.get(crate::api::CID_ANNOTATION) else {
+        return Ok(());
+    };
+    let mut users = Vec::new();
+    let instances = Api::<crate::api::Instance>::namespaced(ctx.client.clone(), &namespace)
+        .list(&Default::default())
+        .await?;
+    for i in &instances {
+        let made_from = (i.spec.record.as_ref())
+            .and_then(|r| r.pointer("/vm/stemcell"))
+            .and_then(|s| s.as_str());
+        if made_from == Some(key.as_str()) {
+            users.push(format!("instance {}", i.name_any()));
+        }
+    }
+    let deployments = Api::<crate::api::Deployment>::namespaced(ctx.client.clone(), &namespace)
+        .list(&Default::default())
+        .await?;
+    for d in &deployments {
+        let task = d.status.as_ref().and_then(|s| s.last_task.as_ref());
+        if task.is_some_and(|t| t.state == crate::api::TaskState::Processing) {
+            users.push(format!("deployment {} (deploying)", d.name_any()));
+        }
+    }
+    if !users.is_empty() {
+        let message = format!("Stemcell '{key}' is still in use by: {}", users.join(", "));
+        // Said where `kubectl describe` shows it: deletion waits, it did not fail. The
+        // deletion bumped the generation; the stemcell is as usable as before (deploys
+        // still pick it), so its conditions describe this generation too.
+        let mut status = resource.status.clone().unwrap_or_default();
+        let generation = resource.metadata.generation;
+        if status::is_ready(&status.conditions, status.observed_generation) {
+            status.observed_generation = generation;
+            for c in &mut status.conditions {
+                c.observed_generation = generation;
+            }
+        }
+        status::set_condition(
+            &mut status.conditions,
+            status::condition(
+                crate::api::condition::RECONCILING,
+                true,
+                "InUse",
+                &message,
+                resource.metadata.generation,
+            ),
+        );
+        write_status(&ctx.client, resource, json!(status)).await?;
+        return Err(ReconcileError::InUse(message));
+    }
+    cloud
+        .delete_stemcell(&StemcellCid::from(cid.as_str()))
+        .await
+        .map_err(|e| ReconcileError::Cloud {
+            stemcell: key.clone(),
+            source: Box::new(e),
+        })?;
+    let os = annotations.get(crate::api::OS_ANNOTATION).cloned();
+    let version = resource.spec.version.as_str().to_string();
+    let twins = Api::<StemcellResource>::namespaced(ctx.client.clone(), &namespace)
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.uid() != resource.uid())
+        .any(|s| {
+            s.annotations().get(crate::api::OS_ANNOTATION) == os.as_ref()
+                && s.spec.version.as_str() == version
+        });
+    if twins {
+        return Ok(());
+    }
+    let compiled: Api<crate::api::CompiledPackage> =
+        Api::namespaced(ctx.client.clone(), &namespace);
+    for p in compiled.list(&Default::default()).await? {
+        let spec = &p.spec;
+        if Some(&spec.stemcell.os) == os.as_ref() && spec.stemcell.version == version {
+            // The record first: a crash in between leaves an unreferenced blob, never a
+            // record of a missing one.
+            match compiled.delete(&p.name_any(), &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            ctx.blobstore
+                .delete(&spec.blobstore_id)
+                .await
+                .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
+        }
+    }
+    Ok(())
 }

@@ -39,6 +39,7 @@ use crate::lock::{LeaseLocks, Process};
 use crate::state::{FIELD_MANAGER, KubeStore};
 use kubosh_artifacts::release::Release;
 use kubosh_core::digest::MultiDigest;
+use kubosh_engine::delete::DiskDisposal;
 use kubosh_engine::state::{InstanceState, StateStore};
 use kubosh_engine::{
     CancellationToken, DeployRequest, Disposition, Engine, EngineError, StemcellSource,
@@ -152,10 +153,26 @@ enum Outcome {
     Reported { generation: i64, message: String },
 }
 
-/// Running deploys and last outcomes, by deployment uid.
+/// What a deployment's running task does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    /// A deploy or an instance action.
+    Deploy,
+    /// Deleting the deployment (its finalizer).
+    Delete,
+}
+
+/// A running task: what it does, its token, and why it was cancelled (when it was).
+struct Running {
+    task: Task,
+    token: CancellationToken,
+    cancelled_because: Option<&'static str>,
+}
+
+/// Running tasks and last outcomes, by deployment uid.
 #[derive(Default)]
 pub struct Ledger {
-    running: Mutex<HashMap<String, CancellationToken>>,
+    running: Mutex<HashMap<String, Running>>,
     outcomes: Mutex<HashMap<String, Outcome>>,
     backoff: Backoffs,
     releases: Mutex<HashMap<String, Arc<Release>>>,
@@ -192,28 +209,42 @@ impl Ledger {
         self.backoff.reset(uid);
     }
 
-    /// Marks a task on `uid` running, with a token cancelled with `parent` or by
-    /// [`Ledger::cancel`]; `None` if one already runs.
-    fn start(&self, uid: &str, parent: &CancellationToken) -> Option<CancellationToken> {
+    /// Marks a `task` on `uid` running, with a token cancelled with `parent` or by
+    /// [`Ledger::cancel_deploy`]; `None` if one already runs.
+    fn start(
+        &self,
+        uid: &str,
+        task: Task,
+        parent: &CancellationToken,
+    ) -> Option<CancellationToken> {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         if running.contains_key(uid) {
             return None;
         }
         let token = parent.child_token();
-        running.insert(uid.to_string(), token.clone());
+        let entry = Running {
+            task,
+            token: token.clone(),
+            cancelled_because: None,
+        };
+        running.insert(uid.to_string(), entry);
         Some(token)
     }
 
-    /// Asks the task running on `uid` to start no new step.
-    fn cancel(&self, uid: &str) {
-        if let Some(token) = self
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(uid)
-        {
-            token.cancel();
+    /// Asks the deploy running on `uid`, if any, to start no new step, `because` (said in
+    /// its status); a deletion always runs to its end.
+    fn cancel_deploy(&self, uid: &str, because: &'static str) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(r) = running.get_mut(uid).filter(|r| r.task == Task::Deploy) {
+            r.cancelled_because.get_or_insert(because);
+            r.token.cancel();
         }
+    }
+
+    /// Why the task running on `uid` was cancelled, if it was by [`Ledger::cancel_deploy`].
+    fn cancelled_because(&self, uid: &str) -> Option<&'static str> {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.get(uid).and_then(|r| r.cancelled_because)
     }
 
     fn finish(&self, uid: &str) {
@@ -359,7 +390,10 @@ pub async fn reconcile(
     if ctx.ledger.is_running(&uid) {
         if deployment.spec.paused {
             // The deploy finishes the instances in flight, then stops.
-            ctx.ledger.cancel(&uid);
+            ctx.ledger.cancel_deploy(
+                &uid,
+                "spec.paused was set: the deploy stopped after the steps in flight",
+            );
         }
         // The task triggers the next reconcile with its status write.
         return Ok(Action::requeue(Duration::from_secs(30)));
@@ -439,7 +473,7 @@ pub async fn reconcile(
         }
         _ => {}
     }
-    let Some(cancel) = ctx.ledger.start(&uid, &ctx.cancel) else {
+    let Some(cancel) = ctx.ledger.start(&uid, Task::Deploy, &ctx.cancel) else {
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
     let task_ctx = ctx.clone();
@@ -476,54 +510,87 @@ async fn set_finalizers(
 }
 
 /// Deletes the deployment's VMs, and its disks or not per `spec.deletionPolicy`, releases
-/// its addresses and DNS entries, then lets the resource go. A running deploy finishes
-/// first.
+/// its addresses and DNS entries, then lets the resource go. A running deploy is cancelled
+/// first (it stops after the steps in flight); the deletion itself runs as a tracked task,
+/// retried with backoff when it fails.
 async fn delete(
-    ctx: &DeploymentContext,
-    deployment: &Deployment,
+    ctx: &Arc<DeploymentContext>,
+    deployment: &Arc<Deployment>,
 ) -> Result<Action, DeploymentError> {
     if !deployment.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
     let uid = deployment.uid().unwrap_or_default();
     if ctx.ledger.is_running(&uid) {
+        // The task's last status write wakes the next reconcile.
+        ctx.ledger.cancel_deploy(
+            &uid,
+            "The deployment is being deleted: the deploy stopped after the steps in flight",
+        );
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let name = deployment.name_any();
-    let namespace = deployment.namespace().unwrap_or_default();
-    let generation = deployment.metadata.generation;
-    let policy = deployment.spec.deletion_policy;
-    let disposal = match policy {
-        crate::api::DeletionPolicy::Delete => kubosh_engine::delete::DiskDisposal::Delete,
-        crate::api::DeletionPolicy::Orphan => kubosh_engine::delete::DiskDisposal::Orphan,
+    if let Some(Outcome::Retry { digest, at, .. }) = ctx.ledger.outcome(&uid)
+        && digest == DELETION
+        && at > Instant::now()
+    {
+        return Ok(Action::requeue(at - Instant::now()));
+    }
+    let disposal = match deployment.spec.deletion_policy {
+        crate::api::DeletionPolicy::Delete => DiskDisposal::Delete,
+        crate::api::DeletionPolicy::Orphan => DiskDisposal::Orphan,
     };
     let mut status = deployment.status.clone().unwrap_or_default();
     let message = format!(
         "Deleting: VMs deleted, disks {}",
         match disposal {
-            kubosh_engine::delete::DiskDisposal::Delete => "deleted",
-            kubosh_engine::delete::DiskDisposal::Orphan => "orphaned",
+            DiskDisposal::Delete => "deleted",
+            DiskDisposal::Orphan => "orphaned",
         }
     );
     set_trio(
         &mut status,
-        generation,
+        deployment.metadata.generation,
         (false, reasons::DELETING, &message),
         (true, reasons::DELETING, &message),
         (false, reasons::DELETING, ""),
     );
     status.progress = None;
     write_status(&ctx.client, deployment, &status).await?;
+    let Some(cancel) = ctx.ledger.start(&uid, Task::Delete, &ctx.cancel) else {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    let task_ctx = ctx.clone();
+    let task_deployment = deployment.clone();
+    ctx.tasks.spawn(async move {
+        let outcome = run_delete(&task_ctx, &task_deployment, disposal, status, cancel).await;
+        if let Err(e) = outcome {
+            tracing::warn!(deployment = %task_deployment.name_any(), error = %e, "deleting");
+        }
+        task_ctx.ledger.finish(&uid);
+    });
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
+/// The outcome digest of a failed deletion (retried with backoff).
+const DELETION: &str = "deletion";
+
+/// Runs `Engine::delete_deployment`; on success removes the finalizer, on failure says why
+/// and schedules a retry.
+async fn run_delete(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    disposal: DiskDisposal,
+    mut status: DeploymentStatus,
+    cancel: CancellationToken,
+) -> Result<(), DeploymentError> {
+    let uid = deployment.uid().unwrap_or_default();
+    let name = deployment.name_any();
+    let namespace = deployment.namespace().unwrap_or_default();
     // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
     // garbage collector drop their records and leak them in the cloud).
     let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
-    let Some(cancel) = ctx.ledger.start(&uid, &ctx.cancel) else {
-        return Ok(Action::requeue(Duration::from_secs(5)));
-    };
     let engine = ctx.engine(store, &namespace, Arc::new(DeployProgress::new()), cancel);
-    let result = engine.delete_deployment(&name, disposal).await;
-    ctx.ledger.finish(&uid);
-    match result {
+    match engine.delete_deployment(&name, disposal).await {
         Ok(report) => {
             let note = format!(
                 "Deleted {} instance(s); {} disk(s) deleted, {} orphaned",
@@ -532,8 +599,9 @@ async fn delete(
                 report.disks_orphaned.len()
             );
             publish(ctx, deployment, EventType::Normal, "Deleted", note).await;
+            ctx.ledger.clear_outcome(&uid);
+            ctx.ledger.reset_backoff(&uid);
             set_finalizers(&ctx.client, deployment, |f| f.retain(|x| x != FINALIZER)).await?;
-            Ok(Action::await_change())
         }
         Err(e) => {
             let message = format!("deleting failed: {e}");
@@ -545,18 +613,26 @@ async fn delete(
                 message.clone(),
             )
             .await;
-            let delay = ctx.ledger.next_delay(&uid);
+            let at = Instant::now() + ctx.ledger.next_delay(&uid);
+            ctx.ledger.set_outcome(
+                &uid,
+                Outcome::Retry {
+                    generation: deployment.metadata.generation.unwrap_or_default(),
+                    digest: DELETION.into(),
+                    at,
+                },
+            );
             set_trio(
                 &mut status,
-                generation,
+                deployment.metadata.generation,
                 (false, reasons::DELETING, &message),
                 (true, reasons::DELETING, &message),
                 (false, reasons::DELETING, ""),
             );
             write_status(&ctx.client, deployment, &status).await?;
-            Ok(Action::requeue(delay))
         }
     }
+    Ok(())
 }
 
 /// Writes why the deployment cannot deploy, once per generation and message.
@@ -782,10 +858,11 @@ async fn run_deploy(
         Err(Failure::Cancelled) => {
             task.state = TaskState::Cancelled;
             // Nothing is decided: the next reconcile (or the next leader) looks again.
-            let message = if ctx.cancel.is_cancelled() {
-                "The controller stopped during the deploy, after the steps in flight; it resumes when a controller runs again"
-            } else {
-                "spec.paused was set: the deploy stopped after the steps in flight"
+            let message = match ctx.ledger.cancelled_because(&uid) {
+                Some(because) if !ctx.cancel.is_cancelled() => because,
+                _ => {
+                    "The controller stopped during the deploy, after the steps in flight; it resumes when a controller runs again"
+                }
             };
             set_trio(
                 &mut status,

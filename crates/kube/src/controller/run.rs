@@ -9,17 +9,24 @@ use std::sync::Arc;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::finalizer::{self, Error as FinalizerError, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use super::artifacts::{ArtifactContext, ReconcileError, reconcile_release, reconcile_stemcell};
+use super::artifacts::{
+    ArtifactContext, ReconcileError, STEMCELL_FINALIZER, delete_stemcell, reconcile_release,
+    reconcile_stemcell,
+};
 use super::backoff::Backoffs;
 use super::deployment::{self, DeploymentContext};
 use crate::api::{CloudConfig, Deployment, Instance, Release, Stemcell};
 
 /// How many reconciles of one kind run at once.
 pub const CONCURRENCY: u16 = 16;
+
+/// How often a deleted stemcell still in use is looked at again.
+const IN_USE_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where the controllers look.
 #[derive(Debug, Clone, Default)]
@@ -52,15 +59,44 @@ async fn release(r: Arc<Release>, a: Arc<Artifacts>) -> Result<Action, Reconcile
     Ok(Action::await_change())
 }
 
-async fn stemcell(s: Arc<Stemcell>, a: Arc<Artifacts>) -> Result<Action, ReconcileError> {
-    reconcile_stemcell(&s, &a.ctx).await?;
-    a.backoffs.reset(&s.uid().unwrap_or_default());
-    Ok(Action::await_change())
+/// Reconciles a `Stemcell`; with a cloud, under the finalizer that deletes the cloud's
+/// copy with the resource.
+async fn stemcell(
+    s: Arc<Stemcell>,
+    a: Arc<Artifacts>,
+) -> Result<Action, FinalizerError<ReconcileError>> {
+    let uid = s.uid().unwrap_or_default();
+    let Some(cloud) = a.ctx.cloud.clone() else {
+        reconcile_stemcell(&s, &a.ctx)
+            .await
+            .map_err(FinalizerError::ApplyFailed)?;
+        a.backoffs.reset(&uid);
+        return Ok(Action::await_change());
+    };
+    let api: Api<Stemcell> =
+        Api::namespaced(a.ctx.client.clone(), &s.namespace().unwrap_or_default());
+    let outcome = finalizer(&api, STEMCELL_FINALIZER, s, |event| async {
+        match event {
+            finalizer::Event::Apply(s) => reconcile_stemcell(&s, &a.ctx).await.map(|_| ()),
+            finalizer::Event::Cleanup(s) => delete_stemcell(&s, &a.ctx, cloud.as_ref()).await,
+        }
+        .map(|()| Action::await_change())
+    })
+    .await;
+    let action = match outcome {
+        // Not a failure: looked at again soon, without growing the backoff.
+        Err(FinalizerError::CleanupFailed(ReconcileError::InUse(_))) => {
+            Action::requeue(IN_USE_POLL)
+        }
+        other => other?,
+    };
+    a.backoffs.reset(&uid);
+    Ok(action)
 }
 
-fn artifact_error<K: Resource + ResourceExt>(
+fn artifact_error<K: Resource + ResourceExt, E: std::fmt::Display>(
     object: Arc<K>,
-    error: &ReconcileError,
+    error: &E,
     a: Arc<Artifacts>,
 ) -> Action {
     let delay = a.backoffs.next(&object.uid().unwrap_or_default());

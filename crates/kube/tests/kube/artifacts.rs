@@ -59,6 +59,7 @@ async fn context(dir: &Path) -> (ArtifactContext, Arc<LocalBlobstore>) {
     let ctx = ArtifactContext {
         client: cp.client().await.unwrap(),
         blobstore: store.clone(),
+        cloud: None,
         work_dir: dir.join("work"),
     };
     (ctx, store)
