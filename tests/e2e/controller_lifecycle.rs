@@ -18,9 +18,11 @@ use crate::controller::{
 };
 use crate::crash_safety::plant_marker;
 use crate::director_world::{World, http_get, run, text};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kubosh_cloud::local;
 use kubosh_engine::state::{DeploymentState, StateStore};
 use kubosh_kube::api::{CompiledPackage, Deployment, Disk, Instance, Stemcell};
+use kubosh_kube::registry::REGISTRY_LABEL;
 use kubosh_kube::state::KubeStore;
 
 const NS: &str = "ctrl-life";
@@ -354,6 +356,14 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     assert!(inventory.disks.is_empty(), "{inventory:?}");
     assert!(list::<Disk>(&client).await.is_empty());
     assert!(list::<Instance>(&client).await.is_empty());
+    // Its addresses and DNS records left the namespace's registries.
+    let shares: Vec<String> = list::<ConfigMap>(&client)
+        .await
+        .iter()
+        .filter(|m| m.labels().contains_key(REGISTRY_LABEL))
+        .map(|m| m.name_any())
+        .collect();
+    assert!(shares.is_empty(), "{shares:?}");
 
     // Nothing uses stemcell 1.1 any more: it goes from the cloud and the namespace.
     gone::<Stemcell>(&client, "jammy-1.1", Duration::from_secs(60)).await;

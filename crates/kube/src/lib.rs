@@ -1,9 +1,11 @@
 //! The Kubernetes layer: the API types and CRDs ([`api`]), the reconcilers
-//! ([`controller`]), Lease locks ([`lock`]) and Secret-backed variables ([`variables`]).
+//! ([`controller`]), Lease locks ([`lock`]), the engine's state in the apiserver ([`state`],
+//! [`registry`]) and Secret-backed variables ([`variables`]).
 
 pub mod api;
 pub mod controller;
 pub mod lock;
 pub mod names;
+pub mod registry;
 pub mod state;
 pub mod variables;

@@ -36,6 +36,7 @@ use crate::api::{
     Release as ReleaseResource, Stemcell as StemcellResource, TaskState, TaskSummary,
 };
 use crate::lock::{LeaseLocks, Process};
+use crate::registry::KubeRegistries;
 use crate::state::{FIELD_MANAGER, KubeStore};
 use kubosh_artifacts::release::Release;
 use kubosh_core::digest::MultiDigest;
@@ -121,15 +122,26 @@ impl DeploymentContext {
         events: Arc<DeployProgress>,
         cancel: CancellationToken,
     ) -> Engine {
+        let locks = self.locks(namespace);
+        let registries =
+            KubeRegistries::new(self.client.clone(), namespace, locks.clone(), REGISTRY_WAIT);
+        let mut config = self.engine.config.clone();
+        config.ip_registry = Some(registries.ip_registry());
+        config.dns_registry = Some(registries.dns_registry());
         Engine {
             store,
-            locks: self.locks(namespace),
+            locks,
             events,
             cancel,
+            config,
             ..self.engine.clone()
         }
     }
 }
+
+/// How long a claim of addresses or a DNS publish waits for the namespace's registry lock
+/// (each holds it for a few API calls; many deploys may finish at once).
+const REGISTRY_WAIT: Duration = Duration::from_secs(120);
 
 /// How long a deployment lock outlives its holder's last renewal.
 pub const LOCK_EXPIRY: Duration = Duration::from_secs(15);

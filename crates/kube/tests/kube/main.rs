@@ -7,6 +7,7 @@ mod control_plane;
 mod crd_apiserver;
 mod crds;
 mod lock;
+mod registry;
 mod state;
 mod support;
 mod teardown;

@@ -1,0 +1,273 @@
+//! The IP and DNS registries the deployments of one namespace share ([`IpRegistry`],
+//! [`DnsRegistry`]), kept in the apiserver so every replica, on any node, sees the same
+//! reservations and records. A namespace is one director: its deployments share a cloud
+//! config, stemcells, compiled packages, addresses and one DNS dataset.
+//!
+//! Each deployment's share is one `ConfigMap` in the namespace (labelled
+//! `kubosh.io/registry: ips` or `dns`, named after the deployment), so a registry grows by
+//! deployment rather than hitting one object's size limit. Every claim and publish holds a
+//! Lease lock (`lock:ips`, `lock:dns`) while it reads the other shares and writes its own,
+//! so two deploys never both take one address. DNS versions increase across all the
+//! namespace's deployments: the newest is kept in the `kubosh-dns-version` ConfigMap.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::lock::{Holder, Lock};
+use crate::state::FIELD_MANAGER;
+use kubosh_core::plan::ip::Reservation;
+use kubosh_engine::state::{
+    DnsDataset, DnsInstance, DnsRegistry, IpRegistry, IpTable, StoreError, StoreFuture,
+};
+
+/// The label naming which registry a ConfigMap belongs to.
+pub const REGISTRY_LABEL: &str = "kubosh.io/registry";
+/// The key of a share's JSON document.
+const DATA_KEY: &str = "share.json";
+/// The ConfigMap holding the newest DNS version.
+const DNS_VERSION: &str = "kubosh-dns-version";
+
+/// The registries of one namespace.
+#[derive(Clone)]
+pub struct KubeRegistries {
+    client: kube::Client,
+    namespace: String,
+    locks: Arc<dyn Lock>,
+    wait: Duration,
+}
+
+impl KubeRegistries {
+    /// The registries of `namespace`, serialized by `locks` (Leases there), each update
+    /// waiting at most `wait` for its lock.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        locks: Arc<dyn Lock>,
+        wait: Duration,
+    ) -> KubeRegistries {
+        KubeRegistries {
+            client,
+            namespace: namespace.to_string(),
+            locks,
+            wait,
+        }
+    }
+
+    fn shares(&self, registry: &'static str) -> Shares {
+        Shares {
+            api: Api::namespaced(self.client.clone(), &self.namespace),
+            registry,
+            locks: self.locks.clone(),
+            wait: self.wait,
+        }
+    }
+
+    /// The namespace's IP registry.
+    pub fn ip_registry(&self) -> Arc<dyn IpRegistry> {
+        Arc::new(KubeIpRegistry(self.shares("ips")))
+    }
+
+    /// The namespace's DNS registry.
+    pub fn dns_registry(&self) -> Arc<dyn DnsRegistry> {
+        Arc::new(KubeDnsRegistry(self.shares("dns")))
+    }
+}
+
+/// One registry's shares.
+struct Shares {
+    api: Api<ConfigMap>,
+    registry: &'static str,
+    locks: Arc<dyn Lock>,
+    wait: Duration,
+}
+
+fn io(what: impl std::fmt::Display, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io(format!("{what}: {e}"))
+}
+
+impl Shares {
+    fn object_name(&self, deployment: &str) -> String {
+        let readable = format!("kubosh-{}-{deployment}", self.registry);
+        crate::names::object_name(&readable, &format!("{}\0{deployment}", self.registry))
+    }
+
+    /// Every share by deployment, as last written.
+    async fn read_all<T: DeserializeOwned>(&self) -> Result<BTreeMap<String, T>, StoreError> {
+        let selector = format!("{REGISTRY_LABEL}={}", self.registry);
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| io(format!("listing the {} registry", self.registry), e))?;
+        let mut out = BTreeMap::new();
+        for map in list {
+            let Some(key) = map.annotations().get(REGISTRY_LABEL).cloned() else {
+                continue;
+            };
+            let text = map
+                .data
+                .as_ref()
+                .and_then(|d| d.get(DATA_KEY))
+                .cloned()
+                .unwrap_or_default();
+            let share = serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                record: format!("ConfigMap {}", map.name_any()),
+                reason: e.to_string(),
+            })?;
+            out.insert(key, share);
+        }
+        Ok(out)
+    }
+
+    /// Writes the share of `deployment`, or removes it (`None`).
+    async fn write<T: Serialize>(
+        &self,
+        deployment: &str,
+        share: Option<&T>,
+    ) -> Result<(), StoreError> {
+        let name = self.object_name(deployment);
+        let what = format!("ConfigMap {name}");
+        let Some(share) = share else {
+            return match self.api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Err(e) => Err(io(what, e)),
+            };
+        };
+        let text = serde_json::to_string(share).map_err(|e| io(&what, e))?;
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "labels": {REGISTRY_LABEL: self.registry},
+                "annotations": {REGISTRY_LABEL: deployment},
+            },
+            "data": {DATA_KEY: text},
+        });
+        self.api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .map_err(|e| io(what, e))?;
+        Ok(())
+    }
+
+    /// Runs `update` holding this registry's lock.
+    async fn locked<R>(
+        &self,
+        what: String,
+        update: impl AsyncFnOnce(&Shares) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let name = format!("lock:{}", self.registry);
+        let holder = Holder::new(&name, what);
+        let _guard = self
+            .locks
+            .acquire(&name, &holder, self.wait)
+            .await
+            .map_err(|e| StoreError::Io(e.to_string()))?;
+        update(self).await
+    }
+}
+
+/// [`IpRegistry`] in ConfigMaps (see the module documentation).
+struct KubeIpRegistry(Shares);
+
+impl KubeIpRegistry {
+    /// The table of every deployment's reservations.
+    async fn table(&self) -> Result<IpTable, StoreError> {
+        Ok(IpTable {
+            deployments: self.0.read_all().await?,
+        })
+    }
+}
+
+impl IpRegistry for KubeIpRegistry {
+    fn held_elsewhere<'a>(&'a self, deployment: &'a str) -> StoreFuture<'a, Vec<Reservation>> {
+        Box::pin(async move {
+            let table = self.table().await?;
+            Ok(table.elsewhere(deployment))
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        deployment: &'a str,
+        held: Vec<Reservation>,
+    ) -> StoreFuture<'a, Vec<Reservation>> {
+        Box::pin(async move {
+            let what = format!("reserve IPs of {deployment}");
+            self.0
+                .locked(what, async |shares| {
+                    let mut table = self.table().await?;
+                    let before = table.deployments.get(deployment).cloned();
+                    let conflicts = table.claim(deployment, held);
+                    let after = table.deployments.get(deployment);
+                    if conflicts.is_empty() && after != before.as_ref() {
+                        shares.write(deployment, after).await?;
+                    }
+                    Ok(conflicts)
+                })
+                .await
+        })
+    }
+}
+
+/// [`DnsRegistry`] in ConfigMaps (see the module documentation).
+struct KubeDnsRegistry(Shares);
+
+impl DnsRegistry for KubeDnsRegistry {
+    fn publish<'a>(
+        &'a self,
+        deployment: &'a str,
+        instances: Option<Vec<DnsInstance>>,
+        at_least: u64,
+    ) -> StoreFuture<'a, DnsDataset> {
+        Box::pin(async move {
+            let what = format!("publish DNS records of {deployment}");
+            self.0
+                .locked(what, async |shares| {
+                    let version = match shares.api.get_opt(DNS_VERSION).await {
+                        Ok(map) => map
+                            .and_then(|m| m.data?.get("version")?.parse::<u64>().ok())
+                            .unwrap_or(0),
+                        Err(e) => return Err(io(format!("ConfigMap {DNS_VERSION}"), e)),
+                    };
+                    let mut dataset = DnsDataset {
+                        version,
+                        deployments: shares.read_all().await?,
+                    };
+                    dataset.publish(deployment, instances, at_least);
+                    (shares.write(deployment, dataset.deployments.get(deployment))).await?;
+                    let object = json!({
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": DNS_VERSION},
+                        "data": {"version": dataset.version.to_string()},
+                    });
+                    shares
+                        .api
+                        .patch(
+                            DNS_VERSION,
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&object),
+                        )
+                        .await
+                        .map_err(|e| io(format!("ConfigMap {DNS_VERSION}"), e))?;
+                    Ok(dataset)
+                })
+                .await
+        })
+    }
+}
