@@ -49,6 +49,11 @@ pub struct ControllerArgs {
     /// namespace, or `default`).
     #[arg(long = "leader-election-namespace")]
     pub leader_election_namespace: Option<String>,
+    /// How long orphaned disks are kept (so a returning instance group gets them back)
+    /// before they are deleted from the cloud: `5d`, `12h`, `30m` (the Director's
+    /// `max_orphaned_age_in_days`: 5 days).
+    #[arg(long = "orphaned-disk-max-age", default_value = "5d", value_parser = humantime::parse_duration)]
+    pub orphaned_disk_max_age: std::time::Duration,
 }
 
 /// The leader election Lease.
@@ -177,6 +182,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
         args.max_deploys,
     );
     deployments.process = Some(Process::new(identity));
+    deployments.orphaned_disk_max_age = args.orphaned_disk_max_age;
     let cancel = deployments.cancel.clone();
     let tasks = deployments.tasks.clone();
     let artifacts = ArtifactContext {

@@ -48,6 +48,17 @@ pub(crate) fn start_replica(
     namespace: &str,
     identity: &str,
 ) -> ControllerProcess {
+    start_replica_with(w, cp, namespace, identity, &[])
+}
+
+/// [`start_replica`] with more arguments.
+pub(crate) fn start_replica_with(
+    w: &World,
+    cp: &ControlPlane,
+    namespace: &str,
+    identity: &str,
+    more: &[&str],
+) -> ControllerProcess {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -56,6 +67,7 @@ pub(crate) fn start_replica(
     let child = Command::new(KUBOSH)
         .args(["controller", "-d", &w.path("director.yml"), "-n", namespace])
         .args(["--identity", identity])
+        .args(more)
         .env("KUBECONFIG", cp.kubeconfig_path())
         .env(
             "KUBOSH_LOG",

@@ -2,8 +2,10 @@
 //! static IP moved to another instance (the Director's error, nothing changed), a stemcell
 //! bump (every VM recreated, the data on the disks kept), an old stemcell deleted (gone from
 //! the cloud) and a stemcell in use deleted (kept until nothing uses it), an instance group
-//! removed (its disk orphaned), and the deployment deleted with `deletionPolicy: Delete`
-//! while a deploy runs (the deploy stops, everything goes, orphans included).
+//! removed (its disk orphaned) and back (its disk attached again, data kept), an orphan
+//! deleted with kubectl and one expired (both gone from the cloud), and the deployment
+//! deleted with `deletionPolicy: Delete` while a deploy runs (the deploy stops, everything
+//! goes, orphans included).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::controller::{
     apply, apply_inputs, condition, control_plane, deployment_object, events_of, is_ready,
-    start_replica, wait_for,
+    start_replica_with, wait_for,
 };
 use crate::crash_safety::plant_marker;
 use crate::director_world::{World, http_get, run, text};
@@ -23,7 +25,7 @@ use kubosh_cloud::local;
 use kubosh_engine::state::{DeploymentState, StateStore};
 use kubosh_kube::api::{CompiledPackage, Deployment, Disk, Instance, Stemcell};
 use kubosh_kube::registry::REGISTRY_LABEL;
-use kubosh_kube::state::KubeStore;
+use kubosh_kube::state::{DISK_FINALIZER, KubeStore};
 
 const NS: &str = "ctrl-life";
 
@@ -167,7 +169,8 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     let client = cp.client().await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let stemcells: Api<Stemcell> = Api::namespaced(client.clone(), NS);
-    let _controller = start_replica(&w, cp, NS, "lifecycle");
+    let _controller =
+        start_replica_with(&w, cp, NS, "lifecycle", &["--orphaned-disk-max-age", "30s"]);
     apply_inputs(&client, NS, &w).await;
     let newer = w.dir.path().join("stemcell-1.1.tgz");
     let out = run(&[
@@ -289,8 +292,17 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     }
     assert!(cloud_stemcells(&w).contains(&new_cid));
 
-    // db removed: its VM deleted, its disk orphaned (a Disk with `orphaned`).
+    // db removed: its VM deleted, its disk orphaned (a Disk with `orphaned`, no owner, and
+    // a finalizer: the object is the disk's only record).
     let db_disk = after.iter().find(|(n, ..)| n == "db/0").unwrap().2[0].clone();
+    let db_vm = after
+        .iter()
+        .find(|(n, ..)| n == "db/0")
+        .unwrap()
+        .1
+        .clone()
+        .unwrap();
+    std::fs::write(w.vm_root(&db_vm).join("store/marker"), "db data").unwrap();
     let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], None, "one")).await;
     ready_at(&deployments, &w, generation).await;
     let instances: Vec<Instance> = list(&client).await;
@@ -300,10 +312,79 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     let orphans: Vec<&Disk> = disks.iter().filter(|d| d.spec.orphaned).collect();
     assert_eq!(orphans.len(), 1, "{disks:?}");
     assert_eq!(orphans[0].spec.cid, db_disk);
+    assert!(orphans[0].owner_references().is_empty());
+    assert_eq!(orphans[0].finalizers(), [DISK_FINALIZER]);
     let inventory = local::inventory(&w.cloud()).unwrap();
     assert_eq!(inventory.vms.len(), 2);
     assert_eq!(inventory.disks.len(), 3);
     assert_eq!(http_get(&format!("127.0.{}.52", w.net), w.port), None);
+
+    // db back (before its orphan expires): db/0 gets its disk, and the data on it, again.
+    let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], Some(52), "one")).await;
+    ready_at(&deployments, &w, generation).await;
+    let back = state(&client).await;
+    let db0 = back.instances.values().find(|i| i.group == "db").unwrap();
+    assert_eq!(db0.disks[0].cid, db_disk, "db/0 has its old disk");
+    let db_root = w.vm_root(&db0.vm.as_ref().unwrap().cid);
+    assert_eq!(
+        std::fs::read_to_string(db_root.join("store/marker")).unwrap(),
+        "db data"
+    );
+    assert!(back.orphaned_disks.is_empty());
+    let disks: Vec<Disk> = list(&client).await;
+    assert!(
+        disks
+            .iter()
+            .all(|d| !d.spec.orphaned && d.finalizers().is_empty()),
+        "{disks:?}"
+    );
+
+    // db removed again; `kubectl delete bdisk` of its orphan deletes the disk in the cloud.
+    let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], None, "one")).await;
+    ready_at(&deployments, &w, generation).await;
+    let disk_object = KubeStore::disk_name("life", &db_disk);
+    Api::<Disk>::namespaced(client.clone(), NS)
+        .delete(&disk_object, &DeleteParams::default())
+        .await
+        .unwrap();
+    gone::<Disk>(&client, &disk_object, Duration::from_secs(60)).await;
+    let inventory = local::inventory(&w.cloud()).unwrap();
+    assert!(
+        inventory.disks.iter().all(|d| d.cid != db_disk),
+        "{inventory:?}"
+    );
+    assert_eq!(inventory.disks.len(), 2);
+
+    // web scaled down: web/1's disk is orphaned, then deleted once it expires (30 s here).
+    let mut smaller = manifest(&w, "1.1", [50, 51], None, "one");
+    smaller["instance_groups"][0]["instances"] = json!(1);
+    smaller["instance_groups"][0]["networks"][0]["static_ips"] =
+        json!([format!("127.0.{}.50", w.net)]);
+    let generation = apply_manifest(&client, smaller).await;
+    ready_at(&deployments, &w, generation).await;
+    let web1_disk = after.iter().find(|(n, ..)| n == "web/1").unwrap().2[0].clone();
+    let web1_object = KubeStore::disk_name("life", &web1_disk);
+    let orphan = Api::<Disk>::namespaced(client.clone(), NS)
+        .get(&web1_object)
+        .await
+        .unwrap();
+    assert!(orphan.spec.orphaned);
+    gone::<Disk>(&client, &web1_object, Duration::from_secs(120)).await;
+    let inventory = local::inventory(&w.cloud()).unwrap();
+    assert!(
+        inventory.disks.iter().all(|d| d.cid != web1_disk),
+        "{inventory:?}"
+    );
+    let events = events_of(&client, NS).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("DiskDeleted")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains(&web1_disk) && n.contains("expired"))),
+        "an Event says the orphan expired"
+    );
 
     // Deleted with `deletionPolicy: Delete` while a deploy runs: the deploy stops after its
     // steps in flight, then every VM and disk goes (the orphan too), and the finalizer.

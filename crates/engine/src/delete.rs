@@ -28,6 +28,23 @@ pub struct DeleteReport {
 }
 
 impl Engine {
+    /// Deletes orphaned disks `cids` of deployment `name` (`bosh delete-disk`, under the
+    /// deployment's lock, so no deploy attaches one meanwhile).
+    pub async fn delete_orphaned_disks(
+        &self,
+        name: &str,
+        cids: &[String],
+    ) -> Result<(), EngineError> {
+        self.under_deployment_lock(name, "delete orphaned disks", |engine| async move {
+            for cid in cids {
+                engine.checkpoint()?;
+                engine.delete_orphaned_disk(cid).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Deletes deployment `name` (under its deployment lock).
     pub async fn delete_deployment(
         &self,

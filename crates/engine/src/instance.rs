@@ -338,6 +338,28 @@ impl Engine {
             {
                 continue;
             }
+            if current.is_none()
+                && let Some(orphan) = self.orphan_for(record, spec).await?
+            {
+                // The instance's disk from before its group was removed: recorded as the
+                // instance's first (the orphan record goes next, and an orphan an instance
+                // lists is never deleted), then attached and mounted with its data.
+                record.disks.push(orphan.disk.clone());
+                self.persist(record).await?;
+                (self.write(Write::DeleteOrphanedDisk(orphan.disk.cid.clone()))).await?;
+                self.attach_and_mount(&agent, &vm.cid, &orphan.disk.cid)
+                    .await?;
+                super::progress::warn(
+                    self.events.as_ref(),
+                    format!(
+                        "Attached orphaned disk '{}' of '{}' to '{}'",
+                        orphan.disk.cid,
+                        orphan.instance,
+                        record.display_name()
+                    ),
+                );
+                continue;
+            }
             let (disk, intent) = self
                 .create_disk(
                     &record.uuid,
@@ -358,7 +380,7 @@ impl Engine {
             record.disks.retain(|d| d.name != spec.name);
             record.disks.push(disk.clone());
             if let Some(old) = current {
-                self.orphan_disk(&old, &record.name()).await?;
+                self.orphan_disk(&old, record).await?;
                 self.persist(record).await?;
                 self.settle(intent).await?;
                 self.release_disk(&agent, &vm.cid, &old).await;
@@ -374,7 +396,7 @@ impl Engine {
             .cloned()
             .collect();
         for old in unwanted {
-            self.orphan_disk(&old, &record.name()).await?;
+            self.orphan_disk(&old, record).await?;
             record.disks.retain(|d| d.cid != old.cid);
             self.persist(record).await?;
             self.release_disk(&agent, &vm.cid, &old).await;
@@ -382,11 +404,35 @@ impl Engine {
         Ok(())
     }
 
-    /// Records a disk as orphaned.
-    pub async fn orphan_disk(&self, disk: &DiskRecord, instance: &str) -> Result<(), EngineError> {
+    /// The orphaned disk `record` gets back instead of a new one: orphaned from the same
+    /// group and index, in its AZ, with the name, size and cloud properties `spec` asks for.
+    async fn orphan_for(
+        &self,
+        record: &InstanceRecord,
+        spec: &DiskSpec,
+    ) -> Result<Option<OrphanedDisk>, EngineError> {
+        let state = self.store.load().await?;
+        let group = format!("{}/", record.group);
+        Ok(state
+            .orphaned_disks
+            .into_values()
+            .filter(|o| o.instance.starts_with(&group) && o.index == Some(record.index))
+            .filter(|o| o.az == record.az)
+            .filter(|o| o.disk.name == spec.name && o.disk.size_mib == spec.size_mib)
+            .find(|o| o.disk.cloud_properties == spec.cloud_properties))
+    }
+
+    /// Records a disk of `instance` as orphaned.
+    pub async fn orphan_disk(
+        &self,
+        disk: &DiskRecord,
+        instance: &InstanceRecord,
+    ) -> Result<(), EngineError> {
         self.write(Write::OrphanedDisk(OrphanedDisk {
             disk: disk.clone(),
-            instance: instance.to_string(),
+            instance: instance.name(),
+            index: Some(instance.index),
+            az: instance.az.clone(),
             orphaned_at: now_rfc3339(),
         }))
         .await
@@ -432,7 +478,7 @@ impl Engine {
             }
         }
         for disk in record.disks.clone() {
-            self.orphan_disk(&disk, &record.name()).await?;
+            self.orphan_disk(&disk, &record).await?;
         }
         self.delete_vm_of(&mut record).await?;
         self.write(Write::DeleteInstance(record.uuid.clone())).await

@@ -114,6 +114,11 @@ impl Engine {
             tracing::info!(disk = cid, "orphaned disk not found; nothing to delete");
             return Ok(());
         };
+        // Attached again (a reattach recorded the instance's record first): never deleted,
+        // only its orphan record goes.
+        if (state.instances.values()).any(|i| i.disks.iter().any(|d| d.cid == cid)) {
+            return self.write(Write::DeleteOrphanedDisk(cid.to_string())).await;
+        }
         while let Some(snapshot) = orphan.disk.snapshots.first().cloned() {
             self.cloud
                 .delete_snapshot(&SnapshotCid(snapshot))
@@ -192,6 +197,8 @@ mod tests {
             OrphanedDisk {
                 disk: disk("d-2", &["s-2"]),
                 instance: "db/u-0".into(),
+                index: None,
+                az: None,
                 orphaned_at: String::new(),
             },
         );

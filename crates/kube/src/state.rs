@@ -7,7 +7,7 @@
 //! |------------------------------|----------------------------------------------------------|
 //! | instance (VM, disks, IPs, applied spec) | its `Instance`: `spec.record`, copied into the readable fields |
 //! | an instance's active disk    | a `Disk` (attached), projected from the instance record  |
-//! | orphaned disk                | a `Disk` with `orphaned: true`                           |
+//! | orphaned disk                | a `Disk` with `orphaned: true`, no owner, finalizer `kubosh.io/disk` |
 //! | pending intent               | annotation `intent.kubosh.io/<id>` on the `Deployment`   |
 //! | DNS version, link group ids, deployed inputs | annotation `kubosh.io/state` on the `Deployment` |
 //! | compiled package (namespace-wide) | a `CompiledPackage`                                 |
@@ -44,6 +44,9 @@ pub const FIELD_MANAGER: &str = "kubosh";
 
 /// Annotation of a `Deployment` with the engine's deployment-wide facts (JSON).
 pub const STATE_ANNOTATION: &str = "kubosh.io/state";
+
+/// The finalizer of orphaned `Disk`s: the disk in the cloud is deleted before the object.
+pub const DISK_FINALIZER: &str = "kubosh.io/disk";
 
 /// Prefix of the annotations of a `Deployment` that hold pending intents (JSON each).
 pub const INTENT_PREFIX: &str = "intent.kubosh.io/";
@@ -459,24 +462,42 @@ impl KubeStore {
             orphaned: false,
             orphaned_at: None,
             orphaned_from: None,
+            orphaned_from_index: None,
             snapshots: disk.snapshots.clone(),
         }
     }
 
+    /// Writes a `Disk`. An orphan has no owner (it outlives its deployment) and carries
+    /// [`DISK_FINALIZER`] (it is the only record of a disk in the cloud: deleting the object
+    /// deletes the disk first); an attached disk's object is a projection of its instance's
+    /// record and has neither.
     async fn write_disk(&self, cache: &mut Cache, spec: DiskSpec) -> Result<(), StoreError> {
+        let keep = spec.orphaned;
+        self.apply_disk(&spec, keep).await?;
+        cache.disks.insert(spec.cid.clone(), spec);
+        Ok(())
+    }
+
+    async fn apply_disk(&self, spec: &DiskSpec, finalizer: bool) -> Result<(), StoreError> {
         let name = Self::disk_name(&self.deployment, &spec.cid);
+        let mut metadata = json!({
+            "name": name,
+            "labels": self.labels(&spec.instance_group),
+        });
+        if spec.orphaned {
+            if finalizer {
+                metadata["finalizers"] = json!([DISK_FINALIZER]);
+            }
+        } else {
+            metadata["ownerReferences"] = self.owner_references();
+        }
         let patch = json!({
             "apiVersion": Disk::api_version(&()),
             "kind": Disk::kind(&()),
-            "metadata": {
-                "name": name,
-                "labels": self.labels(&spec.instance_group),
-                "ownerReferences": self.owner_references(),
-            },
+            "metadata": metadata,
             "spec": spec,
         });
         self.apply::<Disk>(&name, &patch).await?;
-        cache.disks.insert(spec.cid.clone(), spec);
         Ok(())
     }
 
@@ -512,7 +533,8 @@ impl KubeStore {
             .split_once('/')
             .map_or(orphan.instance.as_str(), |(g, _)| g)
             .to_string();
-        let az = cache.disks.get(&orphan.disk.cid).and_then(|d| d.az.clone());
+        let az = (orphan.az.clone())
+            .or_else(|| cache.disks.get(&orphan.disk.cid).and_then(|d| d.az.clone()));
         let spec = DiskSpec {
             cid: orphan.disk.cid.clone(),
             size: i64::try_from(orphan.disk.size_mib).unwrap_or(i64::MAX),
@@ -530,6 +552,7 @@ impl KubeStore {
                 .ok()
                 .map(Time),
             orphaned_from: Some(orphan.instance.clone()),
+            orphaned_from_index: orphan.index.and_then(|i| i64::try_from(i).ok()),
             snapshots: orphan.disk.snapshots.clone(),
         };
         self.write_disk(cache, spec).await
@@ -651,6 +674,11 @@ impl KubeStore {
                 if let Some(attached) = cache.attached.get(cid).cloned() {
                     return self.write_disk(cache, attached).await;
                 }
+                // Its finalizer first, or the object would wait for the disk's deletion,
+                // which is what this write records.
+                if let Some(spec) = cache.disks.get(cid).cloned() {
+                    self.apply_disk(&spec, false).await?;
+                }
                 self.delete::<Disk>(&Self::disk_name(&self.deployment, cid))
                     .await?;
                 cache.disks.remove(cid);
@@ -748,6 +776,8 @@ fn orphan_of(spec: &DiskSpec) -> OrphanedDisk {
             snapshots: spec.snapshots.clone(),
         },
         instance: spec.orphaned_from.clone().unwrap_or_default(),
+        index: spec.orphaned_from_index.and_then(|i| u64::try_from(i).ok()),
+        az: spec.az.clone(),
         orphaned_at: spec
             .orphaned_at
             .as_ref()

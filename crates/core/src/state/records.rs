@@ -330,6 +330,13 @@ pub struct OrphanedDisk {
     pub disk: DiskRecord,
     /// `group/uuid` of the instance that had it.
     pub instance: String,
+    /// That instance's index: an instance at the same index of the same group gets the
+    /// disk back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// The disk's availability zone (that of the instance that had it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub az: Option<String>,
     /// When it was orphaned (RFC 3339).
     pub orphaned_at: String,
 }

@@ -259,6 +259,8 @@ mod tests {
                     snapshots: vec!["snap/1".into()],
                 },
                 instance: "web/a".into(),
+                index: Some(0),
+                az: Some("z1".into()),
                 orphaned_at: "2026-11-22T00:00:00Z".into(),
             }),
             Write::DeleteInstance("b".into()),

@@ -772,6 +772,91 @@ async fn a_bigger_disk_carries_the_data_over_and_orphans_the_old_disk() {
     sim.assert_no_leak();
 }
 
+/// A removed group that comes back gets its disks back: each instance the orphan of the
+/// same index (same AZ, name, size, cloud properties), with its data, and no new disk; a
+/// disk with another size stays orphaned. Deleting orphaned disks by CID deletes them.
+#[tokio::test(start_paused = true)]
+async fn a_group_that_comes_back_gets_its_orphaned_disks_again() {
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let api = sim.group("api");
+    for i in &api {
+        let cid = kubosh_cloud::DiskCid(i.disks[0].cid.clone());
+        sim.cloud
+            .write_disk_file(&cid, "data/marker", &format!("from {}", i.index))
+            .unwrap();
+    }
+    let mut without = manifest();
+    without["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["name"] != "api");
+    sim.deploy(without).await;
+    assert_eq!(sim.state().orphaned_disks.len(), 2);
+
+    sim.cloud.reset_calls();
+    sim.deploy(manifest()).await;
+    let back = sim.group("api");
+    assert_eq!(sim.cloud.counts().get("create_disk"), None, "no new disk");
+    for (old, new) in api.iter().zip(&back) {
+        assert_eq!(new.index, old.index);
+        assert_ne!(new.uuid, old.uuid, "a new instance");
+        assert_eq!(new.disks[0].cid, old.disks[0].cid, "its old disk");
+        let cid = kubosh_cloud::DiskCid(new.disks[0].cid.clone());
+        assert_eq!(
+            sim.cloud.disk_files(&cid).unwrap()["data/marker"],
+            format!("from {}", old.index)
+        );
+    }
+    assert!(sim.state().orphaned_disks.is_empty());
+    assert!(
+        sim.events
+            .lines()
+            .iter()
+            .any(|l| l.to_json().contains("Attached orphaned disk"))
+    );
+    sim.assert_no_leak();
+
+    // Orphaned again; back with a bigger disk: new disks, the old ones stay orphaned, and
+    // deleting them by CID deletes them (an attached one is never deleted).
+    let mut without = manifest();
+    without["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["name"] != "api");
+    sim.deploy(without).await;
+    let mut bigger = manifest();
+    group_mut(&mut bigger, "api")["persistent_disk_type"] = json!(null);
+    group_mut(&mut bigger, "api")["persistent_disk"] = json!(8192);
+    sim.deploy(bigger).await;
+    let state = sim.state();
+    let orphans: Vec<String> = state.orphaned_disks.keys().cloned().collect();
+    assert_eq!(orphans.len(), 2);
+    let attached = sim.group("api")[0].disks[0].cid.clone();
+    assert!(!orphans.contains(&attached));
+    let mut cids = orphans.clone();
+    cids.push(attached.clone());
+    // An attached CID passed by mistake is not an orphan: nothing to do.
+    sim.engine
+        .delete_orphaned_disks("sim", &cids)
+        .await
+        .unwrap();
+    assert!(sim.state().orphaned_disks.is_empty());
+    for cid in &orphans {
+        assert!(
+            sim.cloud
+                .disk_files(&kubosh_cloud::DiskCid(cid.clone()))
+                .is_none()
+        );
+    }
+    assert!(
+        sim.cloud
+            .disk_files(&kubosh_cloud::DiskCid(attached))
+            .is_some()
+    );
+    sim.assert_no_leak();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_removed_group_loses_its_vms_and_its_disks_are_orphaned() {
     let sim = Sim::new();

@@ -90,6 +90,10 @@ pub struct DiskSpec {
     /// `group/id` of the instance an orphaned disk came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orphaned_from: Option<String>,
+    /// The index of that instance: when its instance group comes back, the instance at
+    /// this index gets the disk back (same name, size, cloud properties and AZ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphaned_from_index: Option<i64>,
     /// IaaS identifiers of the disk's snapshots, oldest first; deleting the disk deletes
     /// them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

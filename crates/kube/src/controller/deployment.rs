@@ -77,7 +77,12 @@ pub struct DeploymentContext {
     pub tasks: TaskTracker,
     /// This process, named in the deployment locks it holds.
     pub process: Option<Process>,
+    /// How long an orphaned disk is kept before it is deleted from the cloud.
+    pub orphaned_disk_max_age: Duration,
 }
+
+/// How long orphaned disks are kept by default (the Director's `max_orphaned_age_in_days`).
+pub const ORPHANED_DISK_MAX_AGE: Duration = Duration::from_secs(5 * 24 * 3600);
 
 impl DeploymentContext {
     /// A context with at most `max_deploys` deploys at once.
@@ -98,6 +103,7 @@ impl DeploymentContext {
             cancel: CancellationToken::new(),
             tasks: TaskTracker::new(),
             process: None,
+            orphaned_disk_max_age: ORPHANED_DISK_MAX_AGE,
         }
     }
 
@@ -113,9 +119,17 @@ impl DeploymentContext {
         })
     }
 
+    /// Publishes `event` regarding `regarding`; a failure is only logged.
+    pub(crate) async fn publish(&self, event: &KubeEvent, regarding: &ObjectReference) {
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(event, regarding).await {
+            tracing::warn!(regarding = ?regarding.name, error = %e, "cannot publish an event");
+        }
+    }
+
     /// The engine of one task on deployment `name`: its own store, locks, progress and
     /// cancellation.
-    fn engine(
+    pub(crate) fn engine(
         &self,
         store: Arc<KubeStore>,
         namespace: &str,
@@ -371,7 +385,6 @@ async fn publish_regarding(
     reason: &str,
     note: &str,
 ) {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let event = KubeEvent {
         type_: kind,
         reason: reason.into(),
@@ -379,9 +392,7 @@ async fn publish_regarding(
         action: "Deploy".into(),
         secondary,
     };
-    if let Err(e) = recorder.publish(&event, regarding).await {
-        tracing::warn!(regarding = ?regarding.name, error = %e, "cannot publish an event");
-    }
+    ctx.publish(&event, regarding).await;
 }
 
 /// Reconciles one `Deployment`.

@@ -5,12 +5,15 @@
 //! - [`artifacts`] reconciles `Release` and `Stemcell` resources (download, verify, store in
 //!   the blobstore) and tells a deployment what it still waits for.
 //! - [`fetch`] downloads `http(s)://` and `file://` URLs with optional Secret credentials.
+//! - [`deployment`] reconciles `Deployment`s: deploys, actions, deletion.
+//! - [`disk`] deletes orphaned `Disk`s once expired or when their resource is deleted.
 //! - [`requests`] reads the action and reconcile-request annotations.
 //! - [`status`] writes `Ready`/`Reconciling`/`Stalled` conditions.
 
 pub mod artifacts;
 pub mod backoff;
 pub mod deployment;
+pub mod disk;
 pub mod fetch;
 pub mod inputs;
 pub mod progress;

@@ -1,6 +1,6 @@
 //! The controllers of `kubosh controller`, run together in one process: `Deployment` (also
 //! woken by its `CloudConfig`, the `Release`s and `Stemcell`s of its namespace and its own
-//! `Instance`s), `Release` and `Stemcell`. Reconciles run with bounded concurrency; the
+//! `Instance`s), `Release`, `Stemcell` and (orphaned) `Disk`. Reconciles run with bounded concurrency; the
 //! deploys they start run beside them (see [`super::deployment`]).
 
 use std::future::Future;
@@ -20,7 +20,8 @@ use super::artifacts::{
 };
 use super::backoff::Backoffs;
 use super::deployment::{self, DeploymentContext};
-use crate::api::{CloudConfig, Deployment, Instance, Release, Stemcell};
+use super::disk;
+use crate::api::{CloudConfig, Deployment, Disk, Instance, Release, Stemcell};
 
 /// How many reconciles of one kind run at once.
 pub const CONCURRENCY: u16 = 16;
@@ -112,6 +113,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = deployments.client.clone();
+    let deployments = Arc::new(deployments);
     let config = Config::default().concurrency(CONCURRENCY);
     let watch = watcher::Config::default().any_semantic();
 
@@ -159,7 +161,7 @@ pub async fn run(
         .run(
             deployment::reconcile,
             deployment::error_policy,
-            Arc::new(deployments),
+            deployments.clone(),
         )
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -180,14 +182,23 @@ pub async fn run(
                 tracing::debug!(error = %e, "release reconcile");
             }
         });
-    let stemcell_loop = Controller::new(scope.api::<Stemcell>(&client), watch)
-        .with_config(config)
-        .graceful_shutdown_on(shutdown)
+    let stemcell_loop = Controller::new(scope.api::<Stemcell>(&client), watch.clone())
+        .with_config(config.clone())
+        .graceful_shutdown_on(shutdown.clone())
         .run(stemcell, artifact_error, artifacts)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "stemcell reconcile");
             }
         });
-    futures::join!(deployment_loop, release_loop, stemcell_loop);
+    let disk_loop = Controller::new(scope.api::<Disk>(&client), watch)
+        .with_config(config)
+        .graceful_shutdown_on(shutdown)
+        .run(disk::reconcile, disk::error_policy, deployments)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "disk reconcile");
+            }
+        });
+    futures::join!(deployment_loop, release_loop, stemcell_loop, disk_loop);
 }

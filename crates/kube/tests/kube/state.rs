@@ -161,6 +161,8 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
     let orphan = OrphanedDisk {
         disk: running.disks[0].clone(),
         instance: "diego_cell/u-1".into(),
+        index: Some(running.index),
+        az: running.az.clone(),
         orphaned_at: "2026-11-25T01:02:03Z".into(),
     };
     running.disks.clear();
