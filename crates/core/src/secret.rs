@@ -126,3 +126,92 @@ mod tests {
         assert_eq!(excerpt("héllo", 2), "hé... (6 bytes in all)");
     }
 }
+
+/// The key of a sealed value ([`seal`]).
+const SEALED: &str = "kubosh.io/sealed-sha256";
+
+/// A value standing for `value` by its digest, for records kept where others can read them
+/// (a VM's `env` holds the agent's password hash, mbus credentials, interpolated variables):
+/// `{"kubosh.io/sealed-sha256": "<hex>"}`, the sha256 of its JSON with keys sorted. Sealing a
+/// sealed value changes nothing, nor does sealing `null` or `{}` (nothing to hide); compare
+/// with [`same_value`].
+pub fn seal(value: &Value) -> Value {
+    let empty = value.is_null() || value.as_object().is_some_and(|m| m.is_empty());
+    if empty || sealed_digest(value).is_some() {
+        return value.clone();
+    }
+    let mut text = String::new();
+    canonical_json(value, &mut text);
+    serde_json::json!({ SEALED: crate::digest::sha256_hex(text.as_bytes()) })
+}
+
+/// Whether `a` and `b` are the same value, either possibly [`seal`]ed.
+pub fn same_value(a: &Value, b: &Value) -> bool {
+    match (sealed_digest(a), sealed_digest(b)) {
+        (None, None) => a == b,
+        _ => seal(a) == seal(b),
+    }
+}
+
+fn sealed_digest(value: &Value) -> Option<&str> {
+    let map = value.as_object().filter(|m| m.len() == 1)?;
+    map.get(SEALED)?.as_str()
+}
+
+/// JSON with object keys sorted at every level, so equal values (maps compare without
+/// order) have one text.
+fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod sealing {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_sealed_value_hides_it_and_compares_equal_to_it_in_any_key_order() {
+        let env = json!({"bosh": {"password": "s3cret", "mbus": {"cert": "pem"}}, "a": [1, 2]});
+        let reordered =
+            json!({"a": [1, 2], "bosh": {"mbus": {"cert": "pem"}, "password": "s3cret"}});
+        let sealed = seal(&env);
+        assert!(!sealed.to_string().contains("s3cret"));
+        assert_eq!(seal(&sealed), sealed);
+        assert_eq!(seal(&reordered), sealed);
+        assert!(same_value(&sealed, &env) && same_value(&env, &sealed));
+        assert!(same_value(&env, &reordered));
+        assert!(!same_value(
+            &sealed,
+            &json!({"bosh": {"password": "other"}})
+        ));
+        assert!(!same_value(&json!({}), &sealed));
+        assert_eq!(seal(&json!({})), json!({}));
+        assert_eq!(seal(&Value::Null), Value::Null);
+    }
+}

@@ -756,10 +756,23 @@ fn instance_spec(deployment: &str, record: &InstanceRecord) -> Result<InstanceSp
         networks,
         disk_cids: record.disks.iter().map(|d| d.cid.clone()).collect(),
         record: Some(
-            serde_json::to_value(record)
+            serde_json::to_value(sealed(record))
                 .map_err(|e| io(format!("instance {}", record.name()), e))?,
         ),
     })
+}
+
+/// `record` as others may read it: the VM's `env` (agent password hash, mbus credentials,
+/// interpolated variables) sealed, which change detection compares as well as the value.
+fn sealed(record: &InstanceRecord) -> InstanceRecord {
+    let mut record = record.clone();
+    if let Some(vm) = &mut record.vm {
+        vm.env = kubosh_core::secret::seal(&vm.env);
+    }
+    if let Some(applied) = &mut record.applied {
+        applied.env = kubosh_core::secret::seal(&applied.env);
+    }
+    record
 }
 
 /// The engine's orphaned-disk record of a `Disk`.

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use crate::secret::same_value;
 use crate::state::{AppliedSpec, InstanceRecord, InstanceState};
 
 /// One reason to touch an instance, named as the Director names it.
@@ -176,7 +177,7 @@ pub fn detect(
                     applied.cloud_properties != desired.cloud_properties,
                 ),
                 (Change::Stemcell, applied.stemcell != desired.stemcell),
-                (Change::Env, applied.env != desired.env),
+                (Change::Env, !same_value(&applied.env, &desired.env)),
                 (Change::Network, applied.networks != desired.networks),
                 (Change::Packages, applied.packages != desired.packages),
                 (Change::PersistentDisk, applied.disks != desired.disks),
@@ -198,7 +199,7 @@ pub fn detect(
     }
     // The VM itself must still be the one the spec was applied to.
     if let (Some(vm), Some(applied)) = (&record.vm, &record.applied)
-        && (vm.stemcell != applied.stemcell || vm.env != applied.env)
+        && (vm.stemcell != applied.stemcell || !same_value(&vm.env, &applied.env))
     {
         out.insert(Change::Recreate);
     }

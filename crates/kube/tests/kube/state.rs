@@ -304,3 +304,46 @@ async fn one_write_per_record_and_a_write_over_another_change_fails() {
     let err = orphan.load().await.unwrap_err().to_string();
     assert!(err.contains("deployment missing"), "{err}");
 }
+
+/// A VM's `env` (the agent's password hash, mbus credentials, interpolated variables) is
+/// sealed in the `Instance` others can read, and still compares equal to itself: a redeploy
+/// sees no `env` change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vms_env_is_sealed_in_the_instance_and_still_compares() {
+    let cp = support::control_plane().await;
+    let ns = support::namespace("sealed").await;
+    let client = cp.client().await.unwrap();
+    deployment(&client, &ns, "zk").await;
+    let store = KubeStore::new(client.clone(), &ns, "zk", None);
+    let env = json!({"bosh": {"password": "planted-hash-93a1"}, "persistent_disk_fs": "ext4"});
+    let mut record = instance("u-1", "zk", 0);
+    record.vm = Some(VmRecord {
+        cid: "vm-1".into(),
+        agent_id: "agent-1".into(),
+        stemcell: "bosh-jammy/1.0".into(),
+        cloud_properties: json!({}),
+        env: env.clone(),
+        networks: json!({}),
+    });
+    record.applied = Some(AppliedSpec {
+        env: env.clone(),
+        ..AppliedSpec::default()
+    });
+    store
+        .write(&Write::Instance(Box::new(record)))
+        .await
+        .unwrap();
+    let objects = Api::<Instance>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&objects.items).unwrap();
+    assert!(!text.contains("planted-hash-93a1"), "{text}");
+    let loaded = store.load().await.unwrap();
+    let back = &loaded.instances["u-1"];
+    let vm_env = &back.vm.as_ref().unwrap().env;
+    assert_ne!(vm_env, &env);
+    assert!(kubosh_core::secret::same_value(vm_env, &env));
+    let applied_env = &back.applied.as_ref().unwrap().env;
+    assert!(kubosh_core::secret::same_value(applied_env, &env));
+}
