@@ -20,6 +20,7 @@ use kube::runtime::events::Reporter;
 use kube_lease_manager::LeaseManagerBuilder;
 use kubosh_engine::NoEvents;
 use kubosh_engine::director::DirectorConfig;
+use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::artifacts::ArtifactContext;
 use kubosh_kube::controller::deployment::DeploymentContext;
 use kubosh_kube::controller::run::{Scope, run};
@@ -54,6 +55,12 @@ pub struct ControllerArgs {
     /// `max_orphaned_age_in_days`: 5 days).
     #[arg(long = "orphaned-disk-max-age", default_value = "5d", value_parser = humantime::parse_duration)]
     pub orphaned_disk_max_age: std::time::Duration,
+    /// Requests per second to the Kubernetes API, on average.
+    #[arg(long = "kube-api-qps", default_value_t = 20.0)]
+    pub kube_api_qps: f64,
+    /// Requests to the Kubernetes API that may start at once.
+    #[arg(long = "kube-api-burst", default_value_t = 30)]
+    pub kube_api_burst: u64,
 }
 
 /// The leader election Lease.
@@ -83,8 +90,14 @@ pub fn run_controller(args: &ControllerArgs) -> ExitCode {
 
 async fn serve(args: &ControllerArgs) -> Result<(), String> {
     let config = DirectorConfig::load(&args.director).map_err(|e| e.to_string())?;
-    let client = kube::Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
+        .map_err(|e| format!("cannot reach the cluster: {e}"))?;
+    let budget = RequestBudget {
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+    };
+    let client = kubosh_kube::client::client(kube_config, budget)
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;
     let identity = args
         .identity

@@ -3,6 +3,7 @@
 //! [`registry`]) and Secret-backed variables ([`variables`]).
 
 pub mod api;
+pub mod client;
 pub mod controller;
 pub mod lock;
 pub mod names;

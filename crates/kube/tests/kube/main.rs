@@ -3,6 +3,7 @@
 //! plane's own setup and teardown.
 
 mod artifacts;
+mod client;
 mod control_plane;
 mod crd_apiserver;
 mod crds;
