@@ -1061,6 +1061,9 @@ async fn fetch_blob(ctx: &DeploymentContext, id: &str, dir: &str) -> Result<Path
     Ok(path)
 }
 
+/// How many releases by reference the controller keeps in memory, at most.
+const RELEASE_CACHE_MAX: usize = 64;
+
 /// The release of `resource` by reference: `release.MF` and the job archives fetched from
 /// the blobstore (small), the packages only by id (cached by `release.MF` blob id).
 async fn release_of(
@@ -1101,9 +1104,12 @@ async fn release_of(
     let release = Release::by_reference(&release_mf, jobs, &packages)
         .map(Arc::new)
         .map_err(|e| format!("release {name}: {e}"))?;
-    (ctx.ledger.releases.lock())
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(manifest_id, release.clone());
+    let mut cache = (ctx.ledger.releases.lock()).unwrap_or_else(PoisonError::into_inner);
+    // Bounded: release versions come and go; the ones in use are read again once.
+    if cache.len() >= RELEASE_CACHE_MAX {
+        cache.clear();
+    }
+    cache.insert(manifest_id, release.clone());
     Ok(release)
 }
 
