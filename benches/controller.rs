@@ -1,0 +1,1094 @@
+//! Benchmark: the Deployment controller (`kubosh_kube::controller`) at scale, against a real
+//! kube-apiserver + etcd (`kubosh_devenv::ControlPlane`), with the simulated cloud and agents
+//! (`kubosh_sim`) and the controller running in this process, wired as `kubosh controller`
+//! wires it (`src/cli/controller.rs`): the request budget of `--kube-api-qps 20
+//! --kube-api-burst 30`, `--max-deploys 32`, heartbeats from the agents (the simulated
+//! agents' `AgentHealth`), no leader election, releases by reference, no cloud for the
+//! artifact controllers (`ArtifactContext::cloud: None`).
+//!
+//! `cargo bench --bench controller` deploys N deployments of M instances each, each in a
+//! namespace of its own (the controller watches all namespaces), each namespace with its
+//! `CloudConfig` (its own subnets: the simulated cloud refuses an address twice), a
+//! `Release` of the example release `examples/releases/hello` and a `Stemcell`, the same
+//! `file://` tarballs for all. `BENCH_ONE_NAMESPACE=1` puts them all in one namespace
+//! instead (one director: shared IP and DNS registries, one `CloudConfig`, `Release` and
+//! `Stemcell`); the bench stops as soon as a deployment is Stalled. Each deployment has two
+//! instance groups, `web`
+//! (60% of M, no disk) and `db` (40%, a 1 GiB persistent disk), both over two AZs, with
+//! `canaries: 1`, `max_in_flight: 20%`. The simulated latencies are real time (the tokio
+//! clock cannot be paused with a real apiserver): `create_vm` 200 ms, `delete_vm` 100 ms,
+//! disks 50 ms, `compile_package` 500 ms, `apply` 50 ms, `stop`/`start` 20 ms, `drain` and
+//! each `run_script` 10 ms, watch times' minimum 500 ms, `get_task` polled every 50 ms. For
+//! each size, in a process of its own (so peak RSS and the apiserver are the size's own),
+//! it prints:
+//!
+//! 1. converge: from applying the N `Deployment`s until every one is Ready for its
+//!    generation, divided by the engine's own bound: `ceil(N / max_deploys) × T₁`, where
+//!    `T₁` is the time one deployment of M instances takes through `Engine::deploy` alone (a
+//!    `MemoryStore`, a simulated cloud of its own with the same latencies), measured first
+//!    in the same process. Both the fresh deploy and the update (a property of every group changed) are
+//!    measured that way;
+//! 2. API writes per instance updated: requests the apiserver served with verb POST, PUT,
+//!    PATCH, APPLY (server-side apply) or DELETE during the update (its own
+//!    `apiserver_request_total`, scraped from `/metrics` through the admin client), minus
+//!    the bench's own N patches, ÷ N × M; target ≤ 3. The "net" figure also takes off what
+//!    the apiserver writes by itself (its identity Lease), at the write rate seen idle;
+//! 3. peak RSS of the bench process (`getrusage` `ru_maxrss`): the controller, the
+//!    simulated cloud and agents, the engine-alone reference run, the bench; goal ≤ 256 MiB;
+//! 4. apiserver requests per second once converged with nothing changing, all verbs, over
+//!    60 s (`BENCH_IDLE_SECS`), without the bench's own `/metrics` scrapes (what one scrape
+//!    adds is measured at start); goal ≤ 1.
+//!
+//! `BENCH_SIZES` (`20x50`; e.g. `20x50,100x100`), `BENCH_ONE_NAMESPACE`,
+//! `BENCH_MAX_DEPLOYS` (32), `BENCH_KUBE_QPS`/`BENCH_KUBE_BURST` (20/30), `BENCH_LATENCIES`
+//! (`create_vm=0.2,apply=0.05`, seconds), `BENCH_WATCH_MIN_MS` (500), `BENCH_POLL_MS` (50),
+//! `BENCH_IDLE_SECS` (60) and `BENCH_LOG` (a tracing filter; `warn`, without kube_client's
+//! retries while the apiserver starts) change it. Needs `KUBOSH_BIN_DIR` (etcd,
+//! kube-apiserver: `tools/testbins.sh` prints it).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::Reporter;
+use kubosh_artifacts::blobstore::LocalBlobstore;
+use kubosh_artifacts::release::Release;
+use kubosh_devenv::ControlPlane;
+use kubosh_engine::state::MemoryStore;
+use kubosh_engine::{
+    DeployRequest, Engine, EngineConfig, LiteralRenderer, NoEvents, StemcellSource,
+};
+use kubosh_kube::api::{Deployment, Release as ReleaseResource, Stemcell as StemcellResource};
+use kubosh_kube::client::RequestBudget;
+use kubosh_kube::controller::artifacts::ArtifactContext;
+use kubosh_kube::controller::deployment::DeploymentContext;
+use kubosh_kube::controller::run::{Scope, run};
+use kubosh_kube::controller::status::is_ready;
+use kubosh_kube::lock::{FileLocks, Process};
+use kubosh_sim::{SimAgents, SimCloud, SimConfig};
+use kubosh_transport::agent::ClientOptions;
+use serde_json::{Value, json};
+
+/// The namespace of every deployment with `BENCH_ONE_NAMESPACE=1`.
+const ONE_NAMESPACE: &str = "bench";
+
+/// Milliseconds per call; every other method answers at once.
+const DEFAULT_LATENCIES: [(&str, u64); 11] = [
+    ("create_vm", 200),
+    ("delete_vm", 100),
+    ("create_disk", 50),
+    ("attach_disk", 50),
+    ("detach_disk", 50),
+    ("compile_package", 500),
+    ("drain", 10),
+    ("stop", 20),
+    ("apply", 50),
+    ("start", 20),
+    ("run_script", 10),
+];
+
+/// The CPI's methods (the rest are agent actions).
+const CLOUD_METHODS: [&str; 14] = [
+    "create_stemcell",
+    "create_vm",
+    "delete_vm",
+    "set_vm_metadata",
+    "create_disk",
+    "delete_disk",
+    "attach_disk",
+    "detach_disk",
+    "resize_disk",
+    "update_disk",
+    "has_vm",
+    "reboot_vm",
+    "snapshot_disk",
+    "info",
+];
+
+/// (group, share of M in percent, persistent disk in MiB).
+const GROUPS: [(&str, usize, u64); 2] = [("web", 60, 0), ("db", 40, 1024)];
+
+/// Verbs of `apiserver_request_total` that write.
+const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "APPLY",
+    "DELETE",
+    "DELETECOLLECTION",
+];
+
+/// An environment variable as a number, or `default`.
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}: '{v}' is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// The knobs, from the environment.
+#[derive(Debug, Clone)]
+struct Settings {
+    latencies: BTreeMap<String, u64>,
+    watch_min_ms: u64,
+    poll_ms: u64,
+    max_deploys: usize,
+    budget: RequestBudget,
+    idle_secs: u64,
+    /// All deployments in one namespace (else one namespace each).
+    one_namespace: bool,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let mut latencies: BTreeMap<String, u64> = DEFAULT_LATENCIES
+            .iter()
+            .map(|(m, ms)| (m.to_string(), *ms))
+            .collect();
+        if let Ok(spec) = std::env::var("BENCH_LATENCIES") {
+            for pair in spec.split(',').filter(|p| !p.trim().is_empty()) {
+                let (method, secs) = pair
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("BENCH_LATENCIES: '{pair}' is not method=seconds"));
+                let secs: f64 = secs
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("BENCH_LATENCIES: '{secs}' is not a number"));
+                latencies.insert(method.trim().to_string(), (secs * 1000.0) as u64);
+            }
+        }
+        let default_budget = RequestBudget::default();
+        Settings {
+            latencies,
+            watch_min_ms: env_number("BENCH_WATCH_MIN_MS", 500),
+            poll_ms: env_number("BENCH_POLL_MS", 50),
+            max_deploys: env_number("BENCH_MAX_DEPLOYS", 32),
+            budget: RequestBudget {
+                qps: env_number("BENCH_KUBE_QPS", default_budget.qps),
+                burst: env_number("BENCH_KUBE_BURST", default_budget.burst),
+            },
+            idle_secs: env_number("BENCH_IDLE_SECS", 60),
+            one_namespace: env_number("BENCH_ONE_NAMESPACE", 0u8) != 0,
+        }
+    }
+
+    fn apply_to(&self, cloud: &SimCloud, agents: &SimAgents) {
+        for (method, ms) in &self.latencies {
+            let latency = Duration::from_millis(*ms);
+            if CLOUD_METHODS.contains(&method.as_str()) {
+                cloud.set_latency(method, latency);
+            } else {
+                agents.set_latency(method, latency);
+            }
+        }
+    }
+}
+
+/// Two AZs, a /16 of a manual network in each (room for 100 × 100 instances and the
+/// compilation workers), two compilation workers. Namespaces are directors of their own
+/// on one simulated cloud, which refuses an address twice: namespace `k`'s subnets are
+/// `10.(2k+1)/16` and `10.(2k+2)/16`.
+fn cloud_config(k: usize) -> Value {
+    assert!(k < 127, "at most 127 namespaces");
+    let subnet = |az: usize| {
+        let n = 2 * k + az;
+        json!({
+            "range": format!("10.{n}.0.0/16"), "gateway": format!("10.{n}.0.1"),
+            "az": format!("z{az}"), "reserved": [format!("10.{n}.0.2 - 10.{n}.0.9")],
+            "cloud_properties": {"subnet": format!("s{n}")},
+        })
+    };
+    json!({
+        "azs": [{"name": "z1"}, {"name": "z2"}],
+        "vm_types": [{"name": "small", "cloud_properties": {"cpu": 2}}],
+        "networks": [{"name": "default", "type": "manual", "subnets": [subnet(1), subnet(2)]}],
+        "compilation": {"workers": 2, "network": "default", "az": "z1", "vm_type": "small",
+                        "reuse_compilation_vms": true},
+    })
+}
+
+/// How many instances each group gets out of `total`.
+fn group_sizes(total: usize) -> Vec<usize> {
+    let first = (total * GROUPS[0].1 / 100).max(1);
+    vec![first, total.saturating_sub(first).max(1)]
+}
+
+/// The manifest of one deployment of `total` instances (without its name when `name` is
+/// `None`: a `Deployment` resource's name is the deployment's).
+fn manifest(name: Option<&str>, total: usize, greeting: &str, watch_min_ms: u64) -> Value {
+    let watch = format!("{watch_min_ms}-60000");
+    let groups: Vec<Value> = GROUPS
+        .iter()
+        .zip(group_sizes(total))
+        .map(|((group, _, disk), instances)| {
+            let mut g = json!({
+                "name": group, "instances": instances, "azs": ["z1", "z2"], "vm_type": "small",
+                "stemcell": "default", "networks": [{"name": "default"}],
+                "jobs": [{"name": "hello", "release": "hello",
+                          "provides": {"greeter": {"as": format!("{group}_greeter")}},
+                          "consumes": {"peers": "nil"},
+                          "properties": {"hello": {"greeting": greeting}}}],
+            });
+            if *disk > 0 {
+                g["persistent_disk"] = json!(disk);
+            }
+            g
+        })
+        .collect();
+    let mut m = json!({
+        "releases": [{"name": "hello", "version": "1.0.0"}],
+        "stemcells": [{"alias": "default", "os": "ubuntu-jammy", "version": "latest"}],
+        "update": {"canaries": 1, "max_in_flight": "20%",
+                   "canary_watch_time": watch, "update_watch_time": watch},
+        "instance_groups": groups,
+    });
+    if let Some(name) = name {
+        m["name"] = json!(name);
+    }
+    m
+}
+
+fn deployment_name(i: usize) -> String {
+    format!("bench-{i:03}")
+}
+
+/// The namespace of deployment `i`.
+fn namespace_of(i: usize, settings: &Settings) -> String {
+    if settings.one_namespace {
+        ONE_NAMESPACE.into()
+    } else {
+        deployment_name(i)
+    }
+}
+
+fn deployment_object(name: &str, total: usize, greeting: &str, watch_min_ms: u64) -> Value {
+    json!({
+        "apiVersion": "kubosh.io/v1alpha1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"manifest": manifest(None, total, greeting, watch_min_ms)},
+    })
+}
+
+/// Peak resident set of this process, in MiB.
+fn peak_rss_mib() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage struct.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    usage.ru_maxrss as f64 / 1024.0
+}
+
+/// `apiserver_request_total` by (verb, group/resource/subresource).
+#[derive(Debug, Clone, Default)]
+struct Requests(BTreeMap<(String, String), f64>);
+
+impl Requests {
+    fn parse(text: &str) -> Requests {
+        let mut out: BTreeMap<(String, String), f64> = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.rsplit_once('}') else {
+                continue;
+            };
+            let Ok(value) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            let labels = parse_labels(labels);
+            let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            let mut what = match (get("group"), get("resource")) {
+                (g, r) if g.is_empty() && r.is_empty() => "(non-resource)".to_string(),
+                (g, r) if g.is_empty() => r,
+                (g, r) => format!("{r}.{g}"),
+            };
+            let sub = get("subresource");
+            if !sub.is_empty() {
+                what = format!("{what}/{sub}");
+            }
+            *out.entry((get("verb"), what)).or_default() += value;
+        }
+        Requests(out)
+    }
+
+    /// What happened between `before` and `self`.
+    fn since(&self, before: &Requests) -> Requests {
+        Requests(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v - before.0.get(k).copied().unwrap_or(0.0)))
+                .filter(|(_, v)| *v > 0.0)
+                .collect(),
+        )
+    }
+
+    fn total(&self) -> f64 {
+        self.0.values().fold(0.0, |a, b| a + b)
+    }
+
+    fn writes(&self) -> f64 {
+        (self.0.iter())
+            .filter(|((verb, _), _)| WRITE_VERBS.contains(&verb.as_str()))
+            .fold(0.0, |a, (_, v)| a + v)
+    }
+
+    /// The largest entries, `verb what count` each.
+    fn top(&self, n: usize, only_writes: bool) -> String {
+        let mut entries: Vec<(&(String, String), &f64)> = (self.0.iter())
+            .filter(|((verb, _), _)| !only_writes || WRITE_VERBS.contains(&verb.as_str()))
+            .collect();
+        entries.sort_by(|a, b| b.1.total_cmp(a.1));
+        entries
+            .iter()
+            .take(n)
+            .map(|((verb, what), v)| format!("{verb} {what} {v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// `k="v",k2="v2"` (values without escaped quotes, as these labels are).
+fn parse_labels(text: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let Some((value, tail)) = after.split_once('"') else {
+            break;
+        };
+        labels.insert(
+            key.trim_start_matches(',').trim().to_string(),
+            value.to_string(),
+        );
+        rest = tail;
+    }
+    labels
+}
+
+/// The apiserver's request counters now.
+async fn scrape(admin: &kube::Client) -> Requests {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let text = admin
+        .request_text(request)
+        .await
+        .expect("the apiserver's /metrics");
+    Requests::parse(&text)
+}
+
+/// Server-side applies `object` as the bench's user.
+async fn apply<K>(api: &Api<K>, object: &Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = object["metadata"]["name"].as_str().expect("a name");
+    api.patch(
+        name,
+        &PatchParams::apply("bench-user"),
+        &Patch::Apply(object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+}
+
+/// Waits until all `count` deployments are Ready for their generation; its time. Fails at
+/// once when one is Stalled (it would not move without a change of its spec).
+async fn wait_ready(api: &Api<Deployment>, count: usize, limit: Duration, what: &str) -> f64 {
+    let start = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let list = api
+            .list(&Default::default())
+            .await
+            .expect("list deployments");
+        let ready = (list.items.iter())
+            .filter(|d| {
+                let conditions = d.status.as_ref().map(|s| &s.conditions[..]).unwrap_or(&[]);
+                is_ready(conditions, d.metadata.generation)
+            })
+            .count();
+        if ready == count && list.items.len() == count {
+            return start.elapsed().as_secs_f64();
+        }
+        let stalled: Vec<String> = (list.items.iter())
+            .filter_map(|d| {
+                let c = (d.status.as_ref()?.conditions.iter()).find(|c| {
+                    c.type_ == "Stalled"
+                        && c.status == "True"
+                        && c.observed_generation == d.metadata.generation
+                })?;
+                Some(format!("{}: {}", d.name_any(), c.message))
+            })
+            .collect();
+        if !stalled.is_empty() {
+            panic!(
+                "{what}: {ready}/{count} Ready after {:.0} s, {} Stalled:\n{}",
+                start.elapsed().as_secs_f64(),
+                stalled.len(),
+                stalled.join("\n")
+            );
+        }
+        if start.elapsed() > limit {
+            let stuck: Vec<String> = (list.items.iter())
+                .filter(|d| {
+                    let conditions = d.status.as_ref().map(|s| &s.conditions[..]).unwrap_or(&[]);
+                    !is_ready(conditions, d.metadata.generation)
+                })
+                .take(5)
+                .map(|d| {
+                    let conditions = d.status.as_ref().map(|s| s.conditions.clone());
+                    format!("{}: {conditions:?}", d.name_any())
+                })
+                .collect();
+            panic!(
+                "{what}: {ready}/{count} Ready after {limit:?}; not ready:\n{}",
+                stuck.join("\n")
+            );
+        }
+        if last_report.elapsed() > Duration::from_secs(15) {
+            eprintln!(
+                "  {what}: {ready}/{count} Ready after {:.0} s",
+                start.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until the resource's status says Ready for its generation.
+async fn wait_artifact<K>(
+    api: &Api<K>,
+    name: &str,
+    conditions: impl Fn(&K) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let start = Instant::now();
+    loop {
+        let object = api.get(name).await.expect("get");
+        if is_ready(&conditions(&object), object.meta().generation) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{name} not Ready: {:?}",
+            conditions(&object)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A stemcell tarball the simulated cloud takes, `bosh-sim-ubuntu-jammy/1.0`.
+fn stemcell_tarball(dir: &Path) -> std::path::PathBuf {
+    let image = dir.join("image");
+    std::fs::write(&image, vec![7u8; 64 * 1024]).expect("an image");
+    let tarball = dir.join("stemcell.tgz");
+    kubosh_artifacts::stemcell::create(
+        &kubosh_artifacts::stemcell::CreateStemcellOptions {
+            name: "bosh-sim-ubuntu-jammy".into(),
+            version: "1.0".into(),
+            operating_system: "ubuntu-jammy".into(),
+            image: Some(image),
+            stemcell_formats: vec!["sim-raw".into()],
+            api_version: 3,
+            cloud_properties: Default::default(),
+        },
+        &tarball,
+    )
+    .expect("a stemcell tarball");
+    tarball
+}
+
+/// One size's numbers.
+#[derive(Debug, Clone, Default)]
+struct Row {
+    deployments: usize,
+    instances: usize,
+    /// The engine alone, one deployment of M: fresh deploy and update (seconds).
+    engine_fresh: f64,
+    engine_update: f64,
+    /// Store writes per instance of the engine-alone update (its `MemoryStore`).
+    engine_writes_per_instance: f64,
+    /// ceil(N / max_deploys).
+    rounds: usize,
+    fresh: f64,
+    fresh_writes_per_instance: f64,
+    update: f64,
+    writes: f64,
+    writes_net: f64,
+    peak_rss_mib: f64,
+    idle_rps: f64,
+    idle_writes_per_sec: f64,
+    scrape_cost: f64,
+    wall: f64,
+}
+
+impl Row {
+    fn fresh_bound(&self) -> f64 {
+        self.rounds as f64 * self.engine_fresh
+    }
+
+    fn update_bound(&self) -> f64 {
+        self.rounds as f64 * self.engine_update
+    }
+
+    fn to_line(&self) -> String {
+        format!(
+            "ROW {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            self.deployments,
+            self.instances,
+            self.engine_fresh,
+            self.engine_update,
+            self.engine_writes_per_instance,
+            self.rounds,
+            self.fresh,
+            self.fresh_writes_per_instance,
+            self.update,
+            self.writes,
+            self.writes_net,
+            self.peak_rss_mib,
+            self.idle_rps,
+            self.idle_writes_per_sec,
+            self.scrape_cost,
+            self.wall,
+        )
+    }
+
+    fn from_line(line: &str) -> Option<Row> {
+        let f: Vec<f64> = line
+            .strip_prefix("ROW ")?
+            .split(' ')
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        let [
+            deployments,
+            instances,
+            engine_fresh,
+            engine_update,
+            engine_writes_per_instance,
+            rounds,
+            fresh,
+            fresh_writes_per_instance,
+            update,
+            writes,
+            writes_net,
+            peak_rss_mib,
+            idle_rps,
+            idle_writes_per_sec,
+            scrape_cost,
+            wall,
+        ] = f[..]
+        else {
+            return None;
+        };
+        Some(Row {
+            deployments: deployments as usize,
+            instances: instances as usize,
+            engine_fresh,
+            engine_update,
+            engine_writes_per_instance,
+            rounds: rounds as usize,
+            fresh,
+            fresh_writes_per_instance,
+            update,
+            writes,
+            writes_net,
+            peak_rss_mib,
+            idle_rps,
+            idle_writes_per_sec,
+            scrape_cost,
+            wall,
+        })
+    }
+}
+
+/// The simulated world and the engine's edges the controller and the reference share.
+fn base_engine(settings: &Settings, dir: &Path) -> (Engine, Arc<SimAgents>) {
+    let blobstore = Arc::new(LocalBlobstore::new(dir.join("blobstore")).expect("a blobstore"));
+    let (cloud, agents) = kubosh_sim::pair(SimConfig {
+        record_calls: false,
+        blobstore: Some(blobstore.clone()),
+        ..SimConfig::default()
+    });
+    settings.apply_to(&cloud, &agents);
+    let engine = Engine {
+        cloud,
+        agents: agents.clone(),
+        blobstore,
+        renderer: Arc::new(LiteralRenderer),
+        store: Arc::new(MemoryStore::new()),
+        locks: Arc::new(FileLocks::new(dir.join("locks"))),
+        events: Arc::new(NoEvents),
+        cancel: Default::default(),
+        config: EngineConfig {
+            agent_options: ClientOptions {
+                poll_interval: Duration::from_millis(settings.poll_ms),
+                ..ClientOptions::default()
+            },
+            health: Some(agents.clone()),
+            ..EngineConfig::default()
+        },
+    };
+    (engine, agents)
+}
+
+/// `T₁`: one deployment of `m` instances through `Engine::deploy` alone, fresh and updated
+/// (seconds), and the update's store writes per instance.
+async fn engine_alone(
+    base: &Engine,
+    release: Arc<Release>,
+    stemcell: StemcellSource,
+    m: usize,
+    settings: &Settings,
+) -> (f64, f64, f64) {
+    let store = MemoryStore::new();
+    let engine = Engine {
+        store: Arc::new(store.clone()),
+        ..base.clone()
+    };
+    let request = |greeting: &str| DeployRequest {
+        manifest: manifest(Some("reference"), m, greeting, settings.watch_min_ms),
+        cloud_config: cloud_config(0),
+        releases: vec![release.clone()],
+        stemcells: vec![stemcell.clone()],
+        ..DeployRequest::default()
+    };
+    let start = Instant::now();
+    let report = engine
+        .deploy(&request("Hello"))
+        .await
+        .unwrap_or_else(|e| panic!("the reference deploy: {e}"));
+    let fresh = start.elapsed().as_secs_f64();
+    assert_eq!(report.updated.len(), m, "every instance is created");
+    let writes_before = store.writes();
+    let start = Instant::now();
+    let report = engine
+        .deploy(&request("Howdy"))
+        .await
+        .unwrap_or_else(|e| panic!("the reference update: {e}"));
+    let update = start.elapsed().as_secs_f64();
+    assert_eq!(report.updated.len(), m, "every instance is updated");
+    let writes = (store.writes() - writes_before) as f64 / m as f64;
+    (fresh, update, writes)
+}
+
+/// Runs one size, N deployments × M instances, in this process.
+async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
+    let wall = Instant::now();
+    let dir = tempfile::tempdir().expect("a tempdir");
+    let release = kubosh_devenv::example_release().expect("the example release builds");
+    let tarball = release.to_tarball().expect("the release's tarball");
+    let release_path = dir.path().join("hello.tgz");
+    std::fs::write(&release_path, tarball).expect("write the release tarball");
+    let stemcell_path = stemcell_tarball(dir.path());
+
+    // The engine's bound: one deployment of M alone, on a simulated cloud of its own (its
+    // VMs would hold addresses the namespace's registry does not know of) with the same
+    // latencies.
+    let stemcell = StemcellSource::prepare(&dir.path().join("ref-stemcells"), &stemcell_path, true)
+        .expect("the stemcell");
+    let (engine_fresh, engine_update, engine_writes_per_instance) = {
+        let (reference, _) = base_engine(settings, &dir.path().join("reference"));
+        engine_alone(&reference, Arc::new(release), stemcell, m, settings).await
+    };
+    let (engine, _agents) = base_engine(settings, dir.path());
+    eprintln!(
+        "  engine alone, 1 × {m}: fresh {engine_fresh:.1} s, update {engine_update:.1} s, \
+         {engine_writes_per_instance:.1} store writes per instance updated"
+    );
+
+    // The control plane, and the bench's own (admin, unlimited) client.
+    let cp = ControlPlane::start()
+        .await
+        .expect("etcd + kube-apiserver start");
+    cp.install_crds(&kubosh_kube::api::crds())
+        .await
+        .expect("the CRDs");
+    let namespaces: Vec<String> = (0..n).map(|i| namespace_of(i, settings)).collect();
+    let mut distinct = namespaces.clone();
+    distinct.dedup();
+    for ns in &distinct {
+        cp.create_namespace(ns).await.expect("a namespace");
+    }
+    let admin = cp.client().await.expect("the admin client");
+    // What a scrape of /metrics adds to the counters itself.
+    let mut scrape_cost = f64::MAX;
+    let mut previous = scrape(&admin).await;
+    for _ in 0..3 {
+        let next = scrape(&admin).await;
+        scrape_cost = scrape_cost.min(next.since(&previous).total());
+        previous = next;
+    }
+
+    // The controller, wired as `kubosh controller` wires it.
+    let kubeconfig = Kubeconfig::read_from(cp.kubeconfig_path()).expect("the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &KubeConfigOptions {
+            context: Some("admin".into()),
+            ..KubeConfigOptions::default()
+        },
+    )
+    .await
+    .expect("the kubeconfig's admin context");
+    let client = kubosh_kube::client::client(config, settings.budget).expect("a client");
+    let work_dir = dir.path().join("controller");
+    let mut deployments = DeploymentContext::new(
+        client.clone(),
+        engine.clone(),
+        work_dir.clone(),
+        Reporter {
+            controller: "kubosh".into(),
+            instance: Some("bench".into()),
+        },
+        settings.max_deploys,
+    );
+    deployments.process = Some(Process::new("bench"));
+    let cancel = deployments.cancel.clone();
+    let tasks = deployments.tasks.clone();
+    let artifacts = ArtifactContext {
+        client,
+        blobstore: engine.blobstore.clone(),
+        cloud: None,
+        work_dir: work_dir.join("downloads"),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        let _ = stop_rx.await;
+    }
+    .boxed()
+    .shared();
+    // `-n bench` with one namespace, else all namespaces.
+    let scope = Scope {
+        namespace: settings.one_namespace.then(|| ONE_NAMESPACE.into()),
+    };
+    let controller = tokio::spawn(run(deployments, artifacts, scope, stop));
+
+    // The inputs in every namespace, Ready before any deployment is applied.
+    for (k, namespace) in distinct.iter().enumerate() {
+        let cloud_configs: Api<kubosh_kube::api::CloudConfig> =
+            Api::namespaced(admin.clone(), namespace);
+        apply(
+            &cloud_configs,
+            &json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+                    "metadata": {"name": "default"}, "spec": cloud_config(k)}),
+        )
+        .await;
+        let releases: Api<ReleaseResource> = Api::namespaced(admin.clone(), namespace);
+        apply(
+            &releases,
+            &json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Release",
+                    "metadata": {"name": "hello-1.0.0"},
+                    "spec": {"name": "hello", "version": "1.0.0",
+                             "url": format!("file://{}", release_path.display())}}),
+        )
+        .await;
+        let stemcells: Api<StemcellResource> = Api::namespaced(admin.clone(), namespace);
+        apply(
+            &stemcells,
+            &json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Stemcell",
+                    "metadata": {"name": "jammy-1.0"},
+                    "spec": {"name": "bosh-sim-ubuntu-jammy", "version": "1.0",
+                             "url": format!("file://{}", stemcell_path.display())}}),
+        )
+        .await;
+    }
+    for namespace in &distinct {
+        let releases: Api<ReleaseResource> = Api::namespaced(admin.clone(), namespace);
+        wait_artifact(&releases, "hello-1.0.0", |r| {
+            r.status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default()
+        })
+        .await;
+        let stemcells: Api<StemcellResource> = Api::namespaced(admin.clone(), namespace);
+        wait_artifact(&stemcells, "jammy-1.0", |s| {
+            s.status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default()
+        })
+        .await;
+    }
+
+    // (1) The fresh deploy of N deployments.
+    let all: Api<Deployment> = Api::all(admin.clone());
+    let api = |i: usize| Api::<Deployment>::namespaced(admin.clone(), &namespaces[i]);
+    let limit = Duration::from_secs(3600);
+    let before = scrape(&admin).await;
+    let start = Instant::now();
+    for i in 0..n {
+        apply(
+            &api(i),
+            &deployment_object(&deployment_name(i), m, "Hello", settings.watch_min_ms),
+        )
+        .await;
+    }
+    wait_ready(&all, n, limit, "fresh deploy").await;
+    let fresh = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fresh_requests = scrape(&admin).await.since(&before);
+    let fresh_writes_per_instance = (fresh_requests.writes() - n as f64) / (n * m) as f64;
+    eprintln!(
+        "  fresh deploy of {n} × {m}: {fresh:.1} s; {:.0} requests, {:.0} writes; \
+         writes: {}",
+        fresh_requests.total(),
+        fresh_requests.writes(),
+        fresh_requests.top(12, true)
+    );
+
+    // (4) Nothing changing: what the apiserver serves.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let before = scrape(&admin).await;
+    tokio::time::sleep(Duration::from_secs(settings.idle_secs)).await;
+    let idle = scrape(&admin).await.since(&before);
+    let idle_secs = settings.idle_secs.max(1) as f64;
+    let idle_rps = (idle.total() - scrape_cost).max(0.0) / idle_secs;
+    let idle_writes_per_sec = idle.writes() / idle_secs;
+    eprintln!(
+        "  idle {idle_secs:.0} s: {:.0} requests (one scrape: {scrape_cost:.0}): {}",
+        idle.total(),
+        idle.top(12, false)
+    );
+
+    // (2) A property of every deployment changes: each instance is updated in place.
+    let before = scrape(&admin).await;
+    let start = Instant::now();
+    for i in 0..n {
+        apply(
+            &api(i),
+            &deployment_object(&deployment_name(i), m, "Howdy", settings.watch_min_ms),
+        )
+        .await;
+    }
+    wait_ready(&all, n, limit, "update").await;
+    let update = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let update_window = start.elapsed().as_secs_f64();
+    let update_requests = scrape(&admin).await.since(&before);
+    let writes = (update_requests.writes() - n as f64) / (n * m) as f64;
+    let writes_net = (update_requests.writes() - n as f64 - idle_writes_per_sec * update_window)
+        / (n * m) as f64;
+    eprintln!(
+        "  update of {n} × {m}: {update:.1} s; {:.0} requests, {:.0} writes; writes: {}; \
+         reads: {}",
+        update_requests.total(),
+        update_requests.writes(),
+        update_requests.top(12, true),
+        Requests(
+            (update_requests.0.iter())
+                .filter(|((v, _), _)| !WRITE_VERBS.contains(&v.as_str()))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect()
+        )
+        .top(8, false)
+    );
+
+    // (3) Peak RSS, then stop the controller.
+    let peak_rss_mib = peak_rss_mib();
+    let _ = stop_tx.send(());
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), controller).await;
+    tasks.close();
+    let _ = tokio::time::timeout(Duration::from_secs(30), tasks.wait()).await;
+    drop(cp);
+
+    Row {
+        deployments: n,
+        instances: m,
+        engine_fresh,
+        engine_update,
+        engine_writes_per_instance,
+        rounds: n.div_ceil(settings.max_deploys.max(1)),
+        fresh,
+        fresh_writes_per_instance,
+        update,
+        writes,
+        writes_net,
+        peak_rss_mib,
+        idle_rps,
+        idle_writes_per_sec,
+        scrape_cost,
+        wall: wall.elapsed().as_secs_f64(),
+    }
+}
+
+/// `NxM` pairs from `BENCH_SIZES`.
+fn sizes() -> Vec<(usize, usize)> {
+    let spec = std::env::var("BENCH_SIZES").unwrap_or_else(|_| "20x50".into());
+    spec.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            let (n, m) = s
+                .trim()
+                .split_once('x')
+                .unwrap_or_else(|| panic!("BENCH_SIZES: '{s}' is not NxM"));
+            (
+                n.parse().expect("BENCH_SIZES: N"),
+                m.parse().expect("BENCH_SIZES: M"),
+            )
+        })
+        .collect()
+}
+
+/// The environment variable that makes this process run one size (`NxM`) and print its row.
+const CHILD: &str = "BENCH_CONTROLLER_SIZE";
+
+fn main() {
+    let settings = Settings::from_env();
+    if let Ok(size) = std::env::var(CHILD) {
+        let filter = std::env::var("BENCH_LOG")
+            .unwrap_or_else(|_| "warn,kube_client::client::builder=off".into());
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+        let (n, m) = size.split_once('x').expect("NxM");
+        let (n, m): (usize, usize) = (n.parse().expect("N"), m.parse().expect("M"));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let row = runtime.block_on(run_size(n, m, &settings));
+        println!("{}", row.to_line());
+        // The controller's watches and the children end with the process.
+        std::process::exit(0);
+    }
+
+    let latencies: Vec<String> = settings
+        .latencies
+        .iter()
+        .map(|(m, ms)| format!("{m} {ms} ms"))
+        .collect();
+    println!(
+        "latencies: {}; watch min {} ms; get_task every {} ms; max_deploys {}; \
+         kube API budget {} qps, burst {}; canaries 1, max_in_flight 20%",
+        latencies.join(", "),
+        settings.watch_min_ms,
+        settings.poll_ms,
+        settings.max_deploys,
+        settings.budget.qps,
+        settings.budget.burst,
+    );
+    println!(
+        "{}; each deployment: {}\n",
+        if settings.one_namespace {
+            "all deployments in one namespace"
+        } else {
+            "a namespace per deployment"
+        },
+        GROUPS
+            .iter()
+            .map(|(g, share, disk)| format!(
+                "{g} {share}% over 2 AZs{}",
+                if *disk > 0 { ", disk" } else { "" }
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let exe = std::env::current_exe().expect("this binary");
+    let mut rows = Vec::new();
+    for (n, m) in sizes() {
+        eprintln!("{n} deployments × {m} instances:");
+        let output = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .env(CHILD, format!("{n}x{m}"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run one size");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let row = stdout.lines().find_map(Row::from_line);
+        match row {
+            Some(row) if output.status.success() => rows.push(row),
+            _ => panic!("{n}x{m} failed ({}): {stdout}", output.status),
+        }
+    }
+
+    println!(
+        "{:>9} | {:>15} | {:>25} | {:>25} | {:>20} | {:>14} | {:>13} | {:>6}",
+        "",
+        "engine alone",
+        "fresh deploy",
+        "update (property)",
+        "writes/inst (update)",
+        "peak RSS",
+        "idle",
+        ""
+    );
+    println!(
+        "{:>9} | {:>7} {:>7} | {:>8} {:>7} {:>8} | {:>8} {:>7} {:>8} | {:>6} {:>6} {:>6} | {:>7} {:>6} | {:>6} {:>6} | {:>6}",
+        "N × M",
+        "fresh",
+        "update",
+        "converge",
+        "bound",
+        "÷bound",
+        "converge",
+        "bound",
+        "÷bound",
+        "gross",
+        "net",
+        "÷3",
+        "MiB",
+        "÷256",
+        "req/s",
+        "÷1",
+        "wall",
+    );
+    for r in &rows {
+        println!(
+            "{:>9} | {:>6.1}s {:>6.1}s | {:>7.1}s {:>6.1}s {:>8.2} | {:>7.1}s {:>6.1}s {:>8.2} | {:>6.2} {:>6.2} {:>6.2} | {:>7.0} {:>6.2} | {:>6.2} {:>6.2} | {:>5.0}s",
+            format!("{} × {}", r.deployments, r.instances),
+            r.engine_fresh,
+            r.engine_update,
+            r.fresh,
+            r.fresh_bound(),
+            r.fresh / r.fresh_bound().max(f64::MIN_POSITIVE),
+            r.update,
+            r.update_bound(),
+            r.update / r.update_bound().max(f64::MIN_POSITIVE),
+            r.writes,
+            r.writes_net,
+            r.writes_net / 3.0,
+            r.peak_rss_mib,
+            r.peak_rss_mib / 256.0,
+            r.idle_rps,
+            r.idle_rps / 1.0,
+            r.wall,
+        );
+    }
+    println!(
+        "\nbound: ceil(N / max_deploys) × T₁, T₁ the engine alone's time for one deployment of \
+         M (same latencies, a MemoryStore); writes/inst: apiserver writes (POST, PUT, PATCH, \
+         APPLY, DELETE) during the update minus the bench's N patches, ÷ N×M (net: also minus \
+         the apiserver's own writes at the rate seen idle; target ≤ 3); peak RSS: ru_maxrss of \
+         the process running the size (controller, simulated cloud and agents, engine-alone \
+         run; goal ≤ 256 MiB); idle: apiserver requests/s over {} s with nothing changing, \
+         the bench's /metrics scrapes excluded (goal ≤ 1); wall: the size's whole run.",
+        settings.idle_secs,
+    );
+    for r in &rows {
+        println!(
+            "{} × {}: engine-alone update {:.1} store writes/instance; fresh deploy {:.2} API \
+             writes/instance; idle writes {:.3}/s; a /metrics scrape counts {:.0} request(s)",
+            r.deployments,
+            r.instances,
+            r.engine_writes_per_instance,
+            r.fresh_writes_per_instance,
+            r.idle_writes_per_sec,
+            r.scrape_cost,
+        );
+    }
+}
