@@ -140,9 +140,14 @@ pub fn seal(value: &Value) -> Value {
     if empty || sealed_digest(value).is_some() {
         return value.clone();
     }
+    serde_json::json!({ SEALED: digest(value) })
+}
+
+/// The sha256 (hex) of `value`'s JSON with object keys sorted: equal values, one digest.
+pub fn digest(value: &Value) -> String {
     let mut text = String::new();
     canonical_json(value, &mut text);
-    serde_json::json!({ SEALED: crate::digest::sha256_hex(text.as_bytes()) })
+    crate::digest::sha256_hex(text.as_bytes())
 }
 
 /// Whether `a` and `b` are the same value, either possibly [`seal`]ed.

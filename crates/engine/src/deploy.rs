@@ -2,7 +2,7 @@
 //! delete removed groups, compile, create missing VMs, update groups, publish DNS).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use futures::StreamExt;
 use indexmap::IndexMap;
@@ -117,6 +117,14 @@ pub struct Planned {
     pub desired: AppliedSpec,
     /// Why it is touched.
     pub changes: Changes,
+}
+
+/// How a deploy's updates run: whether it is the deployment's first, which updates it
+/// announced, and (filled as they go) which it started.
+struct Rollout<'a> {
+    initial_deploy: bool,
+    announced: &'a BTreeSet<String>,
+    started: &'a std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Engine {
@@ -349,15 +357,27 @@ impl Engine {
         self.create_missing_vms(&manifest, &groups, &mut planned, &stemcells)
             .await?;
         let initial_deploy = state.meta.deployed_inputs.is_none();
-        self.update_groups(
-            &manifest,
-            &groups,
-            &mut planned,
-            &stemcells,
-            initial_deploy,
-            &mut report,
-        )
-        .await?;
+        let announced = self.announce_updates(&planned, &mut state).await?;
+        let started = std::sync::Mutex::new(BTreeSet::new());
+        let updated = self
+            .update_groups(
+                &manifest,
+                &groups,
+                &mut planned,
+                &stemcells,
+                Rollout {
+                    initial_deploy,
+                    announced: &announced,
+                    started: &started,
+                },
+                &mut report,
+            )
+            .await;
+        if let Err(e) = updated {
+            let started = started.into_inner().unwrap_or_else(PoisonError::into_inner);
+            self.withdraw_announcements(&started, &mut state).await;
+            return Err(e);
+        }
         self.publish_dns(&manifest, &planned, &mut state).await?;
         let held: Vec<&InstanceRecord> = planned.iter().map(|p| &p.record).collect();
         self.release_unused_ips(manifest.name.as_deref().unwrap_or_default(), held)
@@ -365,12 +385,77 @@ impl Engine {
         if !report.updated.is_empty() || !report.deleted.is_empty() {
             self.run_post_deploy(&planned).await?;
         }
-        let meta = DeploymentMeta {
+        let mut meta = DeploymentMeta {
             deployed_inputs: Some(inputs),
             ..state.meta.clone()
         };
+        // Announcements end with the updates: only instances still dirty keep theirs.
+        meta.updating.retain(|uuid, _| {
+            planned
+                .iter()
+                .any(|p| &p.record.uuid == uuid && !p.record.update_completed)
+        });
         self.write(Write::Meta(meta)).await?;
         Ok(report)
+    }
+
+    /// After a failed rollout: the announcements of instances whose update never started
+    /// are withdrawn (their records are as before, so a rollback leaves them alone, as the
+    /// Director's would). Not once cancelled: the lock may be another run's by now. Best
+    /// effort: a failed write leaves them dirty, which is safe.
+    async fn withdraw_announcements(
+        &self,
+        started: &BTreeSet<String>,
+        state: &mut DeploymentState,
+    ) {
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let mut updating = state.meta.updating.clone();
+        updating.retain(|uuid, _| {
+            let dirty_before = state
+                .instances
+                .get(uuid)
+                .is_some_and(|r| !r.update_completed);
+            // One that started and finished shows its new applied spec: clean all the same.
+            dirty_before || started.contains(uuid)
+        });
+        if updating != state.meta.updating {
+            state.meta.updating = updating;
+            if let Err(e) = self.write(Write::Meta(state.meta.clone())).await {
+                tracing::warn!(error = %e, "cannot withdraw the announcements of updates not started");
+            }
+        }
+    }
+
+    /// Announces the updates this deploy makes to instances already recorded, in one write
+    /// ([`DeploymentMeta::updating`]); the uuids announced. Earlier announcements of
+    /// instances still dirty stay (an instance out of an action's scope keeps its mark).
+    async fn announce_updates(
+        &self,
+        planned: &[Planned],
+        state: &mut DeploymentState,
+    ) -> Result<BTreeSet<String>, EngineError> {
+        let mut updating = state.meta.updating.clone();
+        updating.retain(|uuid, _| {
+            state
+                .instances
+                .get(uuid)
+                .is_some_and(|r| !r.update_completed)
+        });
+        let mut announced = BTreeSet::new();
+        for p in planned.iter().filter(|p| !p.changes.is_empty()) {
+            let recorded = state.instances.contains_key(&p.record.uuid) || p.record.vm.is_some();
+            if recorded {
+                updating.insert(p.record.uuid.clone(), p.desired.digest());
+                announced.insert(p.record.uuid.clone());
+            }
+        }
+        if updating != state.meta.updating {
+            state.meta.updating = updating;
+            self.write(Write::Meta(state.meta.clone())).await?;
+        }
+        Ok(announced)
     }
 
     /// Step 3: `get_state` of every VM (bounded concurrency). An agent that does not answer
@@ -734,7 +819,11 @@ impl Engine {
         groups: &[GroupSpec],
         planned: &mut [Planned],
         stemcells: &BTreeMap<String, String>,
-        initial_deploy: bool,
+        Rollout {
+            initial_deploy,
+            announced,
+            started,
+        }: Rollout<'_>,
         report: &mut DeployReport,
     ) -> Result<(), EngineError> {
         let deployment = manifest.name.clone().unwrap_or_default();
@@ -748,10 +837,9 @@ impl Engine {
         let mut targets: BTreeMap<usize, InstanceTarget> = BTreeMap::new();
         for &i in &changed {
             let p = &planned[i];
-            targets.insert(
-                i,
-                self.target(&deployment, &tags, &groups[p.group], p, stemcells)?,
-            );
+            let mut target = self.target(&deployment, &tags, &groups[p.group], p, stemcells)?;
+            target.announced = announced.contains(&p.record.uuid);
+            targets.insert(i, target);
         }
         let inputs: Vec<GroupInput<usize>> = groups
             .iter()
@@ -785,7 +873,7 @@ impl Engine {
             let outcomes: Vec<GroupOutcome> = if run.serial {
                 let mut out = Vec::new();
                 for g in groups {
-                    let o = self.update_group(g, &targets).await;
+                    let o = self.update_group(g, &targets, started).await;
                     let failed = o.1.is_some();
                     out.push(o);
                     if failed {
@@ -795,7 +883,9 @@ impl Engine {
                 out
             } else {
                 futures::future::join_all(
-                    groups.into_iter().map(|g| self.update_group(g, &targets)),
+                    groups
+                        .into_iter()
+                        .map(|g| self.update_group(g, &targets, started)),
                 )
                 .await
             };
@@ -820,6 +910,7 @@ impl Engine {
         &self,
         group: &GroupRollout<usize>,
         targets: &BTreeMap<usize, InstanceTarget>,
+        started: &std::sync::Mutex<BTreeSet<String>>,
     ) -> GroupOutcome {
         let total = group.phases.iter().map(|p| p.len()).sum();
         let stage = StageRun::new(
@@ -848,6 +939,10 @@ impl Engine {
                         )]));
                     };
                     self.checkpoint()?;
+                    started
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(target.record.uuid.clone());
                     target.canary = step.canary;
                     if let Some(watch) = step.watch_time {
                         target.watch = watch;
@@ -933,6 +1028,7 @@ impl Engine {
             // stop, as the Director's stopper skips new instances.
             responsive: matches!(p.observed, Observed::Answered { .. }),
             was_running: matches!(&p.observed, Observed::Answered { job_state } if job_state != "stopped"),
+            announced: false,
         })
     }
 

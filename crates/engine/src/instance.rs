@@ -49,6 +49,9 @@ pub struct InstanceTarget {
     /// stopping it takes a disk snapshot (the Director snapshots instances that were not
     /// stopped).
     pub was_running: bool,
+    /// The deploy announced this update in [`crate::state::DeploymentMeta::updating`], so
+    /// the record need not be written not-completed first.
+    pub announced: bool,
 }
 
 impl Engine {
@@ -67,7 +70,9 @@ impl Engine {
         let record = &mut target.record;
         let name = record.display_name();
         record.update_completed = false;
-        self.persist(record).await?;
+        if !target.announced {
+            self.persist(record).await?;
+        }
 
         if target.changes.is_minimal() {
             record.applied = Some(target.desired.clone());
@@ -411,10 +416,9 @@ impl Engine {
         record: &InstanceRecord,
         spec: &DiskSpec,
     ) -> Result<Option<OrphanedDisk>, EngineError> {
-        let state = self.store.load().await?;
+        let orphans = self.store.orphaned_disks().await?;
         let group = format!("{}/", record.group);
-        Ok(state
-            .orphaned_disks
+        Ok(orphans
             .into_values()
             .filter(|o| o.instance.starts_with(&group) && o.index == Some(record.index))
             .filter(|o| o.az == record.az)

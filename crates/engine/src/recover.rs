@@ -84,12 +84,16 @@ impl Engine {
                 }
             }
             IntentKind::DeleteVm { instance, vm } => {
-                for disk in state
-                    .instances
-                    .get(instance)
-                    .map(|i| i.disks.clone())
-                    .unwrap_or_default()
-                {
+                // An owner already on another VM took its disks there (a settle that was
+                // deferred): they are not this VM's to detach.
+                let moved_on = (state.instances.get(instance))
+                    .and_then(|i| i.vm.as_ref())
+                    .is_some_and(|v| &v.cid != vm);
+                let disks = match state.instances.get(instance) {
+                    Some(i) if !moved_on => i.disks.clone(),
+                    _ => Vec::new(),
+                };
+                for disk in disks {
                     let _ = self
                         .cloud
                         .detach_disk(&VmCid(vm.clone()), &DiskCid(disk.cid.clone()))
@@ -116,7 +120,9 @@ impl Engine {
                     return Ok(true);
                 };
                 let owner = state.instances.get(instance);
-                if owner.is_some_and(|i| i.disks.iter().any(|d| &d.cid == cid)) {
+                if owner.is_some_and(|i| i.disks.iter().any(|d| &d.cid == cid))
+                    || state.orphaned_disks.contains_key(cid)
+                {
                     return Ok(true);
                 }
                 // Never made active: the data is still on the disk it was to replace. The agent

@@ -54,14 +54,15 @@ impl Engine {
     }
 
     /// `create_vm` → `set_vm_metadata` → wait for the agent (§4.5). The intent is stored
-    /// before the call; `on_created` persists the CID in its owner record (the intent is
-    /// settled after it). A VM whose later steps fail is deleted.
+    /// before the call; `on_created` persists the CID in its owner record right after it
+    /// (the write that records the CID: recovery finds it there), and the intent is settled
+    /// once the VM is ready. A VM whose later steps fail is deleted.
     pub async fn create_vm(
         &self,
         request: &VmRequest,
         on_created: impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
     ) -> Result<NewVm, EngineError> {
-        let (vm, intent) = self.create_vm_pending(request, on_created).await?;
+        let (vm, intent) = self.create_vm_pending(request, Some(on_created)).await?;
         self.settle(intent).await?;
         Ok(vm)
     }
@@ -73,7 +74,11 @@ impl Engine {
         &self,
         request: &VmRequest,
     ) -> Result<(NewVm, String), EngineError> {
-        self.create_vm_pending(request, async |_| Ok(())).await
+        self.create_vm_pending(
+            request,
+            None::<fn(&NewVm) -> std::future::Ready<Result<(), EngineError>>>,
+        )
+        .await
     }
 
     /// Deletes a VM made by [`Engine::create_unowned_vm`] and settles its intent.
@@ -83,10 +88,11 @@ impl Engine {
     }
 
     /// [`Engine::create_vm`] up to the ready agent, the intent (id returned) still pending.
+    /// Without an owner to record the CID (`on_created`), the intent records it.
     async fn create_vm_pending(
         &self,
         request: &VmRequest,
-        on_created: impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
+        on_created: Option<impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>>,
     ) -> Result<(NewVm, String), EngineError> {
         let agent_id = kubosh_core::ids::uuid_v4();
         let intent = Intent {
@@ -125,15 +131,20 @@ impl Engine {
                 .map(Value::Object)
                 .unwrap_or_else(|| request.networks.clone()),
         };
-        // The CID goes into the intent first: if the owner write below fails or we die,
-        // recovery deletes this VM by its CID.
-        self.write(Write::Intent(Intent {
-            cid: Some(vm.cid.clone()),
-            ..intent.clone()
-        }))
-        .await?;
         let ready = async {
-            on_created(&vm).await?;
+            match on_created {
+                // The owner's record is the CID's first home: an owned VM is kept by
+                // recovery, and one whose owner write failed is deleted below.
+                Some(on_created) => on_created(&vm).await?,
+                // Recovery deletes an unowned VM by the CID in its intent.
+                None => {
+                    self.write(Write::Intent(Intent {
+                        cid: Some(vm.cid.clone()),
+                        ..intent.clone()
+                    }))
+                    .await?
+                }
+            }
             if !request.metadata.is_empty() {
                 let mut metadata = request.metadata.clone();
                 metadata.insert("created_at".into(), Value::String(created_at_now()));

@@ -5,7 +5,7 @@
 //!
 //! | Engine record                | Object                                                   |
 //! |------------------------------|----------------------------------------------------------|
-//! | instance (VM, disks, IPs, applied spec) | its `Instance`: `spec.record`, copied into the readable fields |
+//! | instance (VM, disks, IPs, applied spec) | its `Instance`: annotation `kubosh.io/record`, copied into the readable spec |
 //! | an instance's active disk    | a `Disk` (attached), projected from the instance record  |
 //! | orphaned disk                | a `Disk` with `orphaned: true`, no owner, finalizer `kubosh.io/disk` |
 //! | pending intent               | annotation `intent.kubosh.io/<id>` on the `Deployment`   |
@@ -13,7 +13,8 @@
 //! | compiled package (namespace-wide) | a `CompiledPackage`                                 |
 //! | stemcell in the cloud (namespace-wide) | annotations `kubosh.io/cid`, `kubosh.io/os` on its `Stemcell` |
 //!
-//! Every write is one server-side apply with field manager `kubosh`; objects kubosh owns
+//! Every write is one server-side apply with field manager `kubosh`, except settling an
+//! intent, which rides on the deployment's next annotation write; objects kubosh owns
 //! alone (`Instance`) carry the `resourceVersion` last seen, so a write over someone else's
 //! change fails instead of losing it. Each [`Write`] costs one API write, plus one per disk
 //! projection that changed.
@@ -21,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -30,7 +32,7 @@ use tokio::sync::Mutex;
 use crate::api::{
     CID_ANNOTATION, CompiledPackage as CompiledPackageResource, CompiledPackageSpec, Deployment,
     Disk, DiskSpec, Instance, InstanceNetwork, InstanceSpec, InstanceState as ApiInstanceState,
-    OS_ANNOTATION, Stemcell, StemcellVersion, labels,
+    OS_ANNOTATION, RECORD_ANNOTATION, Stemcell, StemcellVersion, labels,
 };
 use crate::names;
 use kubosh_engine::state::{
@@ -70,11 +72,29 @@ impl std::fmt::Debug for KubeStore {
     }
 }
 
+/// An `Instance` object as last written or read.
+#[derive(Debug, Clone)]
+struct InstanceObject {
+    name: String,
+    resource_version: Option<String>,
+    uid: Option<String>,
+}
+
+impl InstanceObject {
+    fn of(object: &Instance) -> InstanceObject {
+        InstanceObject {
+            name: object.name_any(),
+            resource_version: object.metadata.resource_version.clone(),
+            uid: object.metadata.uid.clone(),
+        }
+    }
+}
+
 /// What the store knows of the objects it wrote or read last.
 #[derive(Default)]
 struct Cache {
-    /// Instance objects by instance uuid: name and resourceVersion.
-    instances: BTreeMap<String, (String, Option<String>)>,
+    /// Instance objects by instance uuid.
+    instances: BTreeMap<String, InstanceObject>,
     /// Disk objects by CID, as written.
     disks: BTreeMap<String, DiskSpec>,
     /// The attached projection of every disk an instance record lists, by CID. A disk the
@@ -121,6 +141,27 @@ impl KubeStore {
             cache: Mutex::new(None),
             writes: AtomicU64::new(0),
         }
+    }
+
+    /// A reference to the `Instance` of `group`/`index` as this store last wrote or read
+    /// it (for Events about it), without asking the apiserver.
+    pub async fn instance_ref(&self, group: &str, index: u64) -> Option<ObjectReference> {
+        let name = Self::instance_name(&self.deployment, group, index);
+        let guard = self.cache.lock().await;
+        let object = guard
+            .as_ref()?
+            .instances
+            .values()
+            .find(|o| o.name == name)?;
+        Some(ObjectReference {
+            api_version: Some(Instance::api_version(&()).to_string()),
+            kind: Some(Instance::kind(&()).to_string()),
+            name: Some(object.name.clone()),
+            namespace: Some(self.namespace.clone()),
+            uid: object.uid.clone(),
+            resource_version: object.resource_version.clone(),
+            ..ObjectReference::default()
+        })
     }
 
     /// API writes made so far (for budgets and benchmarks).
@@ -205,23 +246,23 @@ impl KubeStore {
             if object.spec.deployment != self.deployment {
                 continue;
             }
-            let record = object
-                .spec
-                .record
-                .clone()
-                .ok_or_else(|| corrupt(format!("instance {name}"), "spec.record is missing"))?;
-            let record: InstanceRecord = serde_json::from_value(record)
-                .map_err(|e| corrupt(format!("instance {name}"), e))?;
+            let text = object.annotations().get(RECORD_ANNOTATION).ok_or_else(|| {
+                corrupt(
+                    format!("instance {name}"),
+                    format!("annotation {RECORD_ANNOTATION} is missing"),
+                )
+            })?;
+            let record: InstanceRecord =
+                serde_json::from_str(text).map_err(|e| corrupt(format!("instance {name}"), e))?;
             for disk in &record.disks {
                 cache.attached.insert(
                     disk.cid.clone(),
                     self.attached_projection(&name, &record, disk),
                 );
             }
-            cache.instances.insert(
-                record.uuid.clone(),
-                (name, object.metadata.resource_version.clone()),
-            );
+            cache
+                .instances
+                .insert(record.uuid.clone(), InstanceObject::of(&object));
             state.instances.insert(record.uuid.clone(), record);
         }
 
@@ -379,15 +420,22 @@ impl KubeStore {
     ) -> Result<(), StoreError> {
         let name = Self::instance_name(&self.deployment, &record.group, record.index);
         let previous = cache.instances.get(&record.uuid).cloned();
-        let spec = instance_spec(&self.deployment, record)?;
+        let spec = instance_spec(&self.deployment, record);
+        let text = serde_json::to_string(&sealed(record))
+            .map_err(|e| io(format!("instance {}", record.name()), e))?;
         let mut labels = self.labels(&record.group);
         labels.insert(labels::INDEX.to_string(), record.index.to_string());
         let mut metadata = json!({
             "name": name,
             "labels": labels,
+            "annotations": {RECORD_ANNOTATION: text},
             "ownerReferences": self.owner_references(),
         });
-        if let Some((old_name, Some(rv))) = &previous
+        if let Some(InstanceObject {
+            name: old_name,
+            resource_version: Some(rv),
+            ..
+        }) = &previous
             && old_name == &name
         {
             metadata["resourceVersion"] = json!(rv);
@@ -399,15 +447,14 @@ impl KubeStore {
             "spec": spec,
         });
         let written: Instance = self.apply(&name, &patch).await?;
-        cache.instances.insert(
-            record.uuid.clone(),
-            (name.clone(), written.metadata.resource_version.clone()),
-        );
+        cache
+            .instances
+            .insert(record.uuid.clone(), InstanceObject::of(&written));
         // Renamed (`migrated_from`): the object under the old name goes.
-        if let Some((old_name, _)) = previous
-            && old_name != name
+        if let Some(old) = previous
+            && old.name != name
         {
-            self.delete::<Instance>(&old_name).await?;
+            self.delete::<Instance>(&old.name).await?;
         }
 
         // The disks it holds, as `Disk` objects; an orphan keeps its object as it is.
@@ -502,7 +549,7 @@ impl KubeStore {
     }
 
     async fn delete_instance(&self, cache: &mut Cache, uuid: &str) -> Result<(), StoreError> {
-        let Some((name, _)) = cache.instances.remove(uuid) else {
+        let Some(InstanceObject { name, .. }) = cache.instances.remove(uuid) else {
             return Ok(());
         };
         self.delete::<Instance>(&name).await?;
@@ -647,15 +694,13 @@ impl KubeStore {
                 }
                 result
             }
+            // Settling waits for the next write of the deployment's annotations (the next
+            // intent, the deploy's last `Meta`): an intent left pending by a crash is one
+            // whose owner carries its result, which recovery settles without touching the
+            // cloud. One write per creation instead of two.
             Write::DeleteIntent(id) => {
-                let Some(previous) = cache.intents.remove(id) else {
-                    return Ok(());
-                };
-                let result = self.write_deployment_annotations(cache).await;
-                if result.is_err() {
-                    cache.intents.insert(id.clone(), previous);
-                }
-                result
+                cache.intents.remove(id);
+                Ok(())
             }
             Write::Meta(meta) => {
                 let previous = std::mem::replace(&mut cache.meta, meta.clone());
@@ -695,7 +740,7 @@ impl KubeStore {
 }
 
 impl StateStore for KubeStore {
-    fn load(&self) -> StoreFuture<'_, DeploymentState> {
+    fn load_records(&self) -> StoreFuture<'_, DeploymentState> {
         Box::pin(async move {
             let mut guard = self.cache.lock().await;
             let (state, cache) = self.load_all().await?;
@@ -704,13 +749,29 @@ impl StateStore for KubeStore {
         })
     }
 
+    fn orphaned_disks(&self) -> StoreFuture<'_, BTreeMap<String, OrphanedDisk>> {
+        Box::pin(async move {
+            let mut guard = self.cache.lock().await;
+            if guard.is_none() {
+                *guard = Some(self.load_all().await?.1);
+            }
+            let Some(cache) = guard.as_ref() else {
+                return Err(io("state store", "not loaded"));
+            };
+            Ok((cache.disks.values())
+                .filter(|d| d.orphaned)
+                .map(|d| (d.cid.clone(), orphan_of(d)))
+                .collect())
+        })
+    }
+
     fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()> {
         Box::pin(self.write_one(write))
     }
 }
 
-/// The readable fields of an `Instance` and the record they come from.
-fn instance_spec(deployment: &str, record: &InstanceRecord) -> Result<InstanceSpec, StoreError> {
+/// The readable fields of an `Instance`, from its record.
+fn instance_spec(deployment: &str, record: &InstanceRecord) -> InstanceSpec {
     let vm_networks = record.vm.as_ref().map(|vm| &vm.networks);
     // The network with the default gateway first, as `kubectl get` shows the first one.
     let is_default = |name: &str| {
@@ -739,7 +800,7 @@ fn instance_spec(deployment: &str, record: &InstanceRecord) -> Result<InstanceSp
         }
     }
     networks.sort_by_key(|n| !is_default(&n.name));
-    Ok(InstanceSpec {
+    InstanceSpec {
         deployment: deployment.to_string(),
         instance_group: record.group.clone(),
         index: i32::try_from(record.index).unwrap_or(i32::MAX),
@@ -755,11 +816,8 @@ fn instance_spec(deployment: &str, record: &InstanceRecord) -> Result<InstanceSp
         agent_id: record.vm.as_ref().map(|vm| vm.agent_id.clone()),
         networks,
         disk_cids: record.disks.iter().map(|d| d.cid.clone()).collect(),
-        record: Some(
-            serde_json::to_value(sealed(record))
-                .map_err(|e| io(format!("instance {}", record.name()), e))?,
-        ),
-    })
+        stemcell: record.vm.as_ref().map(|vm| vm.stemcell.clone()),
+    }
 }
 
 /// `record` as others may read it: the VM's `env` (agent password hash, mbus credentials,

@@ -60,6 +60,25 @@ impl DeploymentState {
             Write::Meta(m) => self.meta = m.clone(),
         }
     }
+
+    /// Marks as not completed every instance whose update [`DeploymentMeta::updating`]
+    /// announced and whose record does not show it done (its applied spec is not the one
+    /// announced): a run stopped mid-update leaves those dirty, as the Director's
+    /// `update_completed = false` does, while the ones it finished stay clean.
+    pub fn mark_unfinished_updates(&mut self) {
+        for (uuid, target) in &self.meta.updating {
+            let Some(record) = self.instances.get_mut(uuid) else {
+                continue;
+            };
+            let done = record
+                .applied
+                .as_ref()
+                .is_some_and(|applied| &applied.digest() == target);
+            if !done {
+                record.update_completed = false;
+            }
+        }
+    }
 }
 
 /// One change to a [`DeploymentState`]; a store makes each durable on its own.
@@ -233,6 +252,16 @@ pub struct AppliedSpec {
     pub tags: Value,
 }
 
+impl AppliedSpec {
+    /// Its digest, the same whether its `env` is sealed (as stores keep it) or not.
+    pub fn digest(&self) -> String {
+        let mut sealed = self.clone();
+        sealed.env = crate::secret::seal(&sealed.env);
+        let value = serde_json::to_value(&sealed).unwrap_or(Value::Null);
+        crate::secret::digest(&value)
+    }
+}
+
 /// A persistent disk as the manifest wants it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiskSpec {
@@ -391,6 +420,12 @@ pub struct DeploymentMeta {
     /// goes does not renumber the others (and restart their instances).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub link_group_ids: BTreeMap<String, u64>,
+    /// Instances a deploy is updating, by uuid, each with the [`AppliedSpec::digest`] of
+    /// what its update installs: written once before a rollout instead of marking every
+    /// record not completed, so an instance's update costs one record write. See
+    /// [`DeploymentState::mark_unfinished_updates`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub updating: BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -411,6 +446,54 @@ mod tests {
         let back: DiskRecord =
             serde_json::from_value(serde_json::to_value(&with).unwrap()).unwrap();
         assert_eq!(back, with);
+    }
+
+    fn updated(uuid: &str, applied: AppliedSpec) -> InstanceRecord {
+        InstanceRecord {
+            group: "web".into(),
+            index: 0,
+            uuid: uuid.into(),
+            az: None,
+            bootstrap: false,
+            state: InstanceState::Started,
+            update_completed: true,
+            vm: None,
+            disks: vec![],
+            ips: BTreeMap::new(),
+            applied: Some(applied),
+        }
+    }
+
+    #[test]
+    fn an_announced_update_is_unfinished_until_its_record_shows_it_applied() {
+        let old = AppliedSpec {
+            stemcell: "s/1".into(),
+            env: json!({"bosh": {"password": "secret"}}),
+            ..AppliedSpec::default()
+        };
+        let new = AppliedSpec {
+            configuration_hash: Some("new".into()),
+            ..old.clone()
+        };
+        let mut state = DeploymentState::default();
+        // "a" finished (its record holds the new spec, env sealed as stores keep it), "b"
+        // did not start or stopped half-way, "c" was not part of the update.
+        let mut sealed = new.clone();
+        sealed.env = crate::secret::seal(&sealed.env);
+        state.instances.insert("a".into(), updated("a", sealed));
+        state
+            .instances
+            .insert("b".into(), updated("b", old.clone()));
+        state.instances.insert("c".into(), updated("c", old));
+        state.meta.updating = BTreeMap::from([
+            ("a".to_string(), new.digest()),
+            ("b".to_string(), new.digest()),
+            ("gone".to_string(), new.digest()),
+        ]);
+        state.mark_unfinished_updates();
+        assert!(state.instances["a"].update_completed);
+        assert!(!state.instances["b"].update_completed);
+        assert!(state.instances["c"].update_completed);
     }
 }
 

@@ -93,7 +93,7 @@ impl DirStore {
 }
 
 impl StateStore for DirStore {
-    fn load(&self) -> StoreFuture<'_, DeploymentState> {
+    fn load_records(&self) -> StoreFuture<'_, DeploymentState> {
         let store = self.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || store.load_sync())

@@ -32,7 +32,7 @@ impl MemoryStore {
 }
 
 impl StateStore for MemoryStore {
-    fn load(&self) -> StoreFuture<'_, DeploymentState> {
+    fn load_records(&self) -> StoreFuture<'_, DeploymentState> {
         let state = self.snapshot();
         Box::pin(async move { Ok(state) })
     }

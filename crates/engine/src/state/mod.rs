@@ -44,9 +44,27 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 
 /// Durable deployment state.
 pub trait StateStore: Send + Sync {
-    /// Everything stored.
-    fn load(&self) -> StoreFuture<'_, DeploymentState>;
+    /// Every record as stored.
+    fn load_records(&self) -> StoreFuture<'_, DeploymentState>;
 
-    /// Makes one write durable.
+    /// The state: the records, with the instances whose announced update did not finish
+    /// marked not completed ([`DeploymentState::mark_unfinished_updates`]).
+    fn load(&self) -> StoreFuture<'_, DeploymentState> {
+        Box::pin(async move {
+            let mut state = self.load_records().await?;
+            state.mark_unfinished_updates();
+            Ok(state)
+        })
+    }
+
+    /// The orphaned disks, by CID (a store that keeps what it read and wrote may answer
+    /// without reading again: the deployment lock keeps others from changing them).
+    fn orphaned_disks(&self) -> StoreFuture<'_, std::collections::BTreeMap<String, OrphanedDisk>> {
+        Box::pin(async move { Ok(self.load_records().await?.orphaned_disks) })
+    }
+
+    /// Makes one write durable. A store may defer settling ([`Write::DeleteIntent`]) to a
+    /// later write: an intent still pending after a crash is one whose owner record carries
+    /// its result, which recovery settles without deleting anything.
     fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()>;
 }

@@ -240,8 +240,11 @@ impl Sim {
             .await
     }
 
+    /// The state as a deploy loads it (announced updates not finished marked dirty).
     fn state(&self) -> DeploymentState {
-        self.store.snapshot()
+        let mut state = self.store.snapshot();
+        state.mark_unfinished_updates();
+        state
     }
 
     /// The instances of `group`, by index.
@@ -1360,6 +1363,74 @@ async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
 }
 
 // ---- persistent disks: snapshots, recovery by request id, sync check, in-place changes ----
+
+/// An update in place writes each instance's record once: the deploy announces its updates
+/// in one write instead of marking every record not completed first.
+#[tokio::test(start_paused = true)]
+async fn an_update_in_place_writes_each_record_once() {
+    let sim = Sim::new();
+    sim.deploy(web_says("Hello")).await;
+    let before = sim.store.writes();
+    let report = sim.deploy(web_says("Howdy")).await;
+    assert_eq!(report.updated.len(), 3, "{report:?}");
+    let writes = sim.store.writes() - before;
+    // 3 records, the announcement, the deploy's end.
+    assert_eq!(writes, 3 + 2, "{writes} writes");
+    assert!(sim.state().meta.updating.is_empty());
+    assert!(sim.state().instances.values().all(|i| i.update_completed));
+}
+
+/// A deploy dropped in the middle of a rollout (a killed process): the next deploy of the
+/// same manifest redoes the instances whose update did not finish and leaves the ones that
+/// finished alone.
+#[tokio::test(start_paused = true)]
+async fn a_rollout_killed_midway_is_finished_without_redoing_finished_instances() {
+    let sim = Sim::new();
+    sim.deploy(web_says("Hello")).await;
+    let before = sim.state().instances;
+    sim.agents.set_latency("apply", Duration::from_secs(3));
+    let request = sim.request(web_says("Howdy"));
+    let updated = |r: &InstanceRecord| r.update_completed && r.applied != before[&r.uuid].applied;
+    // Dropped once the canary finished, while the others are being updated.
+    tokio::select! {
+        result = sim.engine.deploy(&request) => panic!("the deploy ended: {result:?}"),
+        () = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if sim.store.snapshot().instances.values().any(updated) {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    return;
+                }
+            }
+        } => {}
+    }
+    let raw = sim.store.snapshot();
+    let finished: BTreeSet<String> = (raw.instances.values())
+        .filter(|r| updated(r))
+        .map(Sim::agent_id)
+        .collect();
+    assert_eq!(finished.len(), 1, "the canary finished alone");
+    // Their records still look completed; the announcement makes them dirty.
+    let state = sim.state();
+    let dirty: BTreeSet<String> = (state.instances.values())
+        .filter(|r| !r.update_completed)
+        .map(Sim::agent_id)
+        .collect();
+    assert_eq!(dirty.len(), 2, "{dirty:?}");
+    assert!(dirty.is_disjoint(&finished));
+
+    sim.reset_calls();
+    sim.deploy(web_says("Howdy")).await;
+    let applied: BTreeSet<String> = (sim.agents.calls().iter())
+        .filter(|c| c.method == "apply")
+        .map(|c| c.target.clone())
+        .collect();
+    assert_eq!(applied, dirty, "only the unfinished ones are updated again");
+    let state = sim.state();
+    assert!(state.instances.values().all(|i| i.update_completed));
+    assert!(state.meta.updating.is_empty());
+    sim.assert_no_leak();
+}
 
 /// `manifest()` with web's job saying `greeting` (a change that restarts web only).
 fn web_says(greeting: &str) -> Value {

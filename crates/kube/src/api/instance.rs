@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 /// [`labels::INDEX`](crate::api::labels::INDEX) so that `kubectl get binst -l
 /// kubosh.io/deployment=zookeeper` selects a deployment's instances.
 ///
-/// The whole spec is written by kubosh. The identifiers in it (instance ID, VM CID, agent ID,
-/// IPs, disk CIDs) cannot be derived again, so they live in the spec, not the status: a
+/// The whole spec is written by kubosh, from its record of the instance
+/// ([`RECORD_ANNOTATION`]). The identifiers (instance ID, VM CID, agent ID, IPs, disk CIDs)
+/// cannot be derived again, so they live in the spec and that annotation, not the status: a
 /// status is not kept by backups or by moving resources between clusters, and losing a CID
 /// would leak a VM or a disk in the IaaS.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -100,14 +101,18 @@ pub struct InstanceSpec {
     /// IaaS identifiers of its persistent disks (see the `Disk` resources).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disk_cids: Vec<String>,
-    /// kubosh's own record of the instance, the source the fields above are copied from:
-    /// the VM and disks with what they were made with, addresses, whether the last update
-    /// completed, and what it applied (the baseline of change detection, as the Director's
-    /// database keeps it). Written by kubosh; not for editing.
+    /// The stemcell (`name/version`) its VM was made from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::api::schema::any_value")]
-    pub record: Option<serde_json::Value>,
+    pub stemcell: Option<String>,
 }
+
+/// Annotation of an `Instance` with kubosh's own record of it (JSON), the source the spec's
+/// fields are copied from: the VM and disks with what they were made with, addresses,
+/// whether the last update completed, and what it applied (the baseline of change
+/// detection, as the Director's database keeps it). An annotation, not a spec field, so an
+/// update that changes only what was applied leaves the `generation` (and the status that
+/// observed it) as they are. Written by kubosh; not for editing.
+pub const RECORD_ANNOTATION: &str = "kubosh.io/record";
 
 /// The instance's address on one network.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -49,6 +49,7 @@ pub use deployment::{
 pub use disk::{Disk, DiskSpec};
 pub use instance::{
     Instance, InstanceNetwork, InstanceSpec, InstanceState, InstanceStatus, Process, ProcessState,
+    RECORD_ANNOTATION,
 };
 pub use release::{Release, ReleaseItem, ReleaseSpec, ReleaseStatus, StemcellVersion};
 pub use stemcell::{CID_ANNOTATION, OS_ANNOTATION, Stemcell, StemcellSpec, StemcellStatus};

@@ -453,10 +453,7 @@ pub async fn delete_stemcell(
         .list(&Default::default())
         .await?;
     for i in &instances {
-        let made_from = (i.spec.record.as_ref())
-            .and_then(|r| r.pointer("/vm/stemcell"))
-            .and_then(|s| s.as_str());
-        if made_from == Some(key.as_str()) {
+        if i.spec.stemcell.as_deref() == Some(key.as_str()) {
             users.push(format!("instance {}", i.name_any()));
         }
     }

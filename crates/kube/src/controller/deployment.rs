@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
@@ -51,8 +51,13 @@ use tokio_util::task::TaskTracker;
 /// `varsFrom` are not watched).
 pub const RESYNC: Duration = Duration::from_secs(600);
 
-/// How often a running deploy's stage is written to the status, at most.
+/// How often a running deploy's milestones are published (as Events).
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// How often a running deploy's count within a stage is written to the status, at most; a
+/// new stage is written at the next [`PROGRESS_EVERY`]. Every write is paid from the request
+/// budget all deployments share.
+const PROGRESS_COUNT_EVERY: Duration = Duration::from_secs(10);
 
 /// What the reconciler needs.
 #[derive(Clone)]
@@ -803,6 +808,7 @@ async fn run_deploy(
     let reporter = tokio::spawn(report_progress(
         ctx.clone(),
         deployment.clone(),
+        store.clone(),
         inputs.clone(),
         progress.clone(),
         shared_status.clone(),
@@ -829,7 +835,7 @@ async fn run_deploy(
     let _ = stop_tx.send(true);
     let _ = reporter.await;
     for m in progress.drain() {
-        publish_milestone(ctx, deployment, &inputs, m).await;
+        publish_milestone(ctx, deployment, &store, &inputs, m).await;
     }
     let mut status = shared_status.lock().await.clone();
     status.progress = None;
@@ -956,29 +962,40 @@ async fn run_deploy(
     }
 }
 
-/// Writes the running stage to the status at most every [`PROGRESS_EVERY`] and publishes
-/// milestones as they come, until `stop`.
+/// Publishes milestones as they come and writes the running stage to the status (a new
+/// stage at once, its count at most every [`PROGRESS_COUNT_EVERY`]), until `stop`.
 async fn report_progress(
     ctx: DeploymentContext,
     deployment: Deployment,
+    store: Arc<KubeStore>,
     inputs: Arc<Inputs>,
     progress: Arc<DeployProgress>,
     status: Arc<tokio::sync::Mutex<DeploymentStatus>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    let mut written: Option<(String, tokio::time::Instant)> = None;
+    let mut pending: Option<crate::api::Progress> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
         for m in progress.drain() {
-            publish_milestone(&ctx, &deployment, &inputs, m).await;
+            publish_milestone(&ctx, &deployment, &store, &inputs, m).await;
         }
         if let Some(p) = progress.take_progress() {
+            pending = Some(p);
+        }
+        let due = |p: &crate::api::Progress| match &written {
+            Some((stage, at)) => stage != &p.stage || at.elapsed() >= PROGRESS_COUNT_EVERY,
+            None => true,
+        };
+        if let Some(p) = pending.take_if(|p| due(p)) {
+            written = Some((p.stage.clone(), tokio::time::Instant::now()));
             let mut s = status.lock().await;
             let message = format!(
-                "Deploying generation {}: {} {}/{}",
+                "Deploying generation {}: {}: {}/{}",
                 s.observed_generation.unwrap_or_default(),
                 p.stage,
                 p.done,
@@ -1002,6 +1019,7 @@ async fn report_progress(
 async fn publish_milestone(
     ctx: &DeploymentContext,
     deployment: &Deployment,
+    store: &KubeStore,
     inputs: &Inputs,
     mut m: Milestone,
 ) {
@@ -1010,14 +1028,9 @@ async fn publish_milestone(
         publish(ctx, deployment, m.kind, m.reason, m.note).await;
         return;
     };
-    let namespace = deployment.namespace().unwrap_or_default();
-    let name = KubeStore::instance_name(&deployment.name_any(), group, *index);
-    let instance = Api::<Instance>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(&name)
-        .await;
-    let regarding = match instance {
-        Ok(Some(i)) => i.object_ref(&()),
-        _ => deployment.object_ref(&()),
+    let regarding = match store.instance_ref(group, *index).await {
+        Some(instance) => instance,
+        None => deployment.object_ref(&()),
     };
     let secondary = Some(deployment.object_ref(&()));
     publish_regarding(ctx, &regarding, secondary, m.kind, m.reason, &m.note).await;
@@ -1198,9 +1211,25 @@ async fn write_instance_statuses(
     state: &kubosh_engine::state::DeploymentState,
 ) {
     let api: Api<Instance> = Api::namespaced(ctx.client.clone(), namespace);
+    // One list, not a read per instance: the request budget is shared by every deployment.
+    let selector = format!(
+        "{}={}",
+        crate::api::labels::DEPLOYMENT,
+        crate::names::label_value(deployment)
+    );
+    let objects: BTreeMap<String, Instance> =
+        match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => (list.items.into_iter())
+                .map(|i| (i.name_any(), i))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(deployment, error = %e, "cannot list the instances");
+                return;
+            }
+        };
     for record in state.instances.values() {
         let name = KubeStore::instance_name(deployment, &record.group, record.index);
-        let Ok(Some(object)) = api.get_opt(&name).await else {
+        let Some(object) = objects.get(&name) else {
             continue;
         };
         let generation = object.metadata.generation;

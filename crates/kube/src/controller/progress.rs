@@ -31,6 +31,10 @@ pub struct Milestone {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// Each stage seen, by its name with its tags (`Updating instance web`): groups updated
+    /// side by side count apart.
+    stages: std::collections::BTreeMap<String, Progress>,
+    /// The stage that moved last.
     progress: Option<Progress>,
     changed: bool,
     milestones: Vec<Milestone>,
@@ -138,17 +142,22 @@ impl EventSink for DeployProgress {
         };
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let done = matches!(event.state, State::Finished | State::Failed);
-        let progress = inner.progress.get_or_insert_with(Progress::default);
-        if progress.stage != event.stage {
-            *progress = Progress {
-                stage: event.stage.clone(),
+        let stage = match &event.tags[..] {
+            [] => event.stage.clone(),
+            tags => format!("{} {}", event.stage, tags.join(", ")),
+        };
+        let progress = inner
+            .stages
+            .entry(stage.clone())
+            .or_insert_with(|| Progress {
+                stage,
                 done: 0,
                 total: i32::try_from(event.total).unwrap_or(i32::MAX),
-            };
-        }
+            });
         if done {
             progress.done += 1;
         }
+        inner.progress = Some(progress.clone());
         inner.changed = true;
         if done
             && let Some(m) = milestone(
@@ -222,6 +231,23 @@ mod tests {
             (m[1].reason, m[1].instance.clone()),
             ("InstanceUpdated", Some(("web".into(), 1)))
         );
+        // Another group's stage of the same name counts apart.
+        let mut db = line(
+            "Updating instance",
+            "db/u3 (0) (canary)",
+            2,
+            State::Finished,
+        );
+        if let EventLine::Stage(e) = &mut db {
+            e.tags = vec!["db".into()];
+        }
+        p.emit(db);
+        let progress = p.take_progress().unwrap();
+        assert_eq!(
+            (progress.stage.as_str(), progress.done, progress.total),
+            ("Updating instance db", 1, 2)
+        );
+        p.drain();
         p.emit(line("Compiling packages", "pkg/1", 5, State::Finished));
         assert_eq!(p.take_progress().unwrap().stage, "Compiling packages");
         assert!(

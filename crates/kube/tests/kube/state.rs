@@ -177,6 +177,24 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
         store.write(w).await.unwrap();
         memory.write(w).await.unwrap();
     }
+    assert_eq!(
+        store.orphaned_disks().await.unwrap(),
+        memory.snapshot().orphaned_disks,
+        "orphans as written, without a read"
+    );
+    // Settling an intent is no write of its own: it rides on the deployment's next one.
+    let writes = store.writes();
+    store
+        .write(&Write::DeleteIntent("an id/that is no key".into()))
+        .await
+        .unwrap();
+    assert_eq!(store.writes(), writes);
+    let meta = Write::Meta(DeploymentMeta {
+        dns_version: 8,
+        ..DeploymentMeta::default()
+    });
+    store.write(&meta).await.unwrap();
+    memory.write(&meta).await.unwrap();
     let before = store.writes();
     assert_eq!(store.load().await.unwrap(), memory.snapshot());
     assert_eq!(store.writes(), before, "a load writes nothing");
@@ -275,9 +293,13 @@ async fn one_write_per_record_and_a_write_over_another_change_fails() {
             .unwrap();
     }
     assert_eq!(store.writes(), 4, "one API write per instance write");
+    // The record is an annotation: what only it says (an update begun, completed, what was
+    // applied) leaves the generation, and the status that observed it, as they were.
+    let instances: Api<Instance> = Api::namespaced(client.clone(), &ns);
+    let object = instances.get("web-web-0").await.unwrap();
+    assert_eq!(object.metadata.generation, Some(1));
 
     // Someone else changes the instance: kubosh's next write refuses to overwrite it.
-    let instances: Api<Instance> = Api::namespaced(client.clone(), &ns);
     instances
         .patch(
             "web-web-0",
