@@ -401,12 +401,15 @@ where
     .unwrap_or_else(|e| panic!("apply {name}: {e}"));
 }
 
-/// Waits until all `count` deployments are Ready for their generation; its time. Fails at
-/// once when one is Stalled (it would not move without a change of its spec).
+/// Waits until all `count` deployments are Ready for their generation; how many times it
+/// listed them (requests of the bench's own, not the controller's). Fails at once when one
+/// is Stalled (it would not move without a change of its spec).
 async fn wait_ready(api: &Api<Deployment>, count: usize, limit: Duration, what: &str) -> f64 {
     let start = Instant::now();
     let mut last_report = Instant::now();
+    let mut lists = 0.0;
     loop {
+        lists += 1.0;
         let list = api
             .list(&Default::default())
             .await
@@ -418,7 +421,7 @@ async fn wait_ready(api: &Api<Deployment>, count: usize, limit: Duration, what: 
             })
             .count();
         if ready == count && list.items.len() == count {
-            return start.elapsed().as_secs_f64();
+            return lists;
         }
         let stalled: Vec<String> = (list.items.iter())
             .filter_map(|d| {
@@ -532,6 +535,9 @@ struct Row {
     idle_writes_per_sec: f64,
     scrape_cost: f64,
     wall: f64,
+    /// Requests the controller made during the fresh deploy and the update (all verbs).
+    fresh_requests: f64,
+    update_requests: f64,
 }
 
 impl Row {
@@ -545,7 +551,7 @@ impl Row {
 
     fn to_line(&self) -> String {
         format!(
-            "ROW {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "ROW {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             self.deployments,
             self.instances,
             self.engine_fresh,
@@ -562,6 +568,8 @@ impl Row {
             self.idle_writes_per_sec,
             self.scrape_cost,
             self.wall,
+            self.fresh_requests,
+            self.update_requests,
         )
     }
 
@@ -588,6 +596,8 @@ impl Row {
             idle_writes_per_sec,
             scrape_cost,
             wall,
+            fresh_requests,
+            update_requests,
         ] = f[..]
         else {
             return None;
@@ -609,6 +619,8 @@ impl Row {
             idle_writes_per_sec,
             scrape_cost,
             wall,
+            fresh_requests,
+            update_requests,
         })
     }
 }
@@ -836,7 +848,7 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         )
         .await;
     }
-    wait_ready(&all, n, limit, "fresh deploy").await;
+    let fresh_lists = wait_ready(&all, n, limit, "fresh deploy").await;
     let fresh = start.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let fresh_requests = scrape(&admin).await.since(&before);
@@ -873,7 +885,7 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         )
         .await;
     }
-    wait_ready(&all, n, limit, "update").await;
+    let update_lists = wait_ready(&all, n, limit, "update").await;
     let update = start.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let update_window = start.elapsed().as_secs_f64();
@@ -922,6 +934,9 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         idle_writes_per_sec,
         scrape_cost,
         wall: wall.elapsed().as_secs_f64(),
+        // The controller's: without the bench's applies, lists and the closing scrape.
+        fresh_requests: fresh_requests.total() - n as f64 - fresh_lists - scrape_cost,
+        update_requests: update_requests.total() - n as f64 - update_lists - scrape_cost,
     }
 }
 
@@ -1089,6 +1104,20 @@ fn main() {
             r.fresh_writes_per_instance,
             r.idle_writes_per_sec,
             r.scrape_cost,
+        );
+        // What the request budget alone allows: the requests made ÷ qps.
+        let floor = |requests: f64| requests / settings.budget.qps.max(f64::MIN_POSITIVE);
+        println!(
+            "{} × {}: requests fresh {:.0} (budget floor {:.0} s, converge ÷ floor {:.2}), \
+             update {:.0} (budget floor {:.0} s, converge ÷ floor {:.2})",
+            r.deployments,
+            r.instances,
+            r.fresh_requests,
+            floor(r.fresh_requests),
+            r.fresh / floor(r.fresh_requests).max(f64::MIN_POSITIVE),
+            r.update_requests,
+            floor(r.update_requests),
+            r.update / floor(r.update_requests).max(f64::MIN_POSITIVE),
         );
     }
 }

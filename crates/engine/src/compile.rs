@@ -266,11 +266,11 @@ impl Engine {
             }
         }
         let compilation = cloud.compilation.clone();
+        let mut workers = workers;
         if !dry_run && !workers.is_empty() {
             let deployment = manifest.name.clone().unwrap_or_default();
-            let (identities, networks): (Vec<WorkerIdentity>, Vec<Value>) =
-                workers.iter().cloned().unzip();
-            self.claim_worker_ips(&deployment, held, &identities, &networks)
+            workers = self
+                .claim_worker_ips(&deployment, cloud, held, workers)
                 .await?;
         }
         let calculated = calculated
@@ -699,42 +699,67 @@ pub struct WorkerIdentity {
 
 impl Engine {
     /// Claims the workers' addresses in the IP registry, with the deployment's own (which
-    /// it keeps while the deploy runs); they go back when the deploy ends.
+    /// it keeps while the deploy runs); they go back when the deploy ends. An address
+    /// another deployment claimed since it was planned is replaced by one free now (a few
+    /// times); the workers as claimed.
     async fn claim_worker_ips(
         &self,
         deployment: &str,
+        cloud: &CloudConfig,
         held: &[Reservation],
-        workers: &[WorkerIdentity],
-        networks: &[Value],
-    ) -> Result<(), EngineError> {
+        mut workers: Vec<(WorkerIdentity, Value)>,
+    ) -> Result<Vec<(WorkerIdentity, Value)>, EngineError> {
         let Some(registry) = &self.config.ip_registry else {
-            return Ok(());
+            return Ok(workers);
         };
-        let mut claim = held.to_vec();
-        for (worker, settings) in workers.iter().zip(networks) {
-            for (network, s) in settings.as_object().into_iter().flatten() {
-                let Some(ip) = s.get("ip").and_then(Value::as_str) else {
-                    continue;
-                };
-                let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
-                    continue;
-                };
-                claim.push(Reservation {
-                    ip,
-                    prefix: if ip.is_ipv4() { 32 } else { 128 },
-                    network: network.clone(),
-                    group: worker.group.clone(),
-                    instance_id: worker.uuid.clone(),
-                    deployment: deployment.to_string(),
-                    is_static: false,
-                });
+        let compilation = cloud.compilation.clone().unwrap_or_default();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let claim = worker_claim(deployment, held, &workers);
+            let conflicts = registry.claim(deployment, claim.clone()).await?;
+            let Some(first) = conflicts.first() else {
+                return Ok(workers);
+            };
+            if attempt >= super::network::CLAIM_ATTEMPTS {
+                return Err(super::network::claim_conflict(&claim, first));
             }
-        }
-        match registry.claim(deployment, claim).await?.first() {
-            Some(other) => Err(super::network::taken_elsewhere(other)),
-            None => Ok(()),
+            let mut taken = held.to_vec();
+            taken.extend(registry.held_elsewhere(deployment).await?);
+            let identities: Vec<WorkerIdentity> = workers.into_iter().map(|(w, _)| w).collect();
+            let networks = worker_networks(deployment, cloud, &compilation, &taken, &identities)?;
+            workers = identities.into_iter().zip(networks).collect();
         }
     }
+}
+
+/// What a deploy claims while its workers exist: its own addresses and the workers'.
+fn worker_claim(
+    deployment: &str,
+    held: &[Reservation],
+    workers: &[(WorkerIdentity, Value)],
+) -> Vec<Reservation> {
+    let mut claim = held.to_vec();
+    for (worker, settings) in workers {
+        for (network, s) in settings.as_object().into_iter().flatten() {
+            let Some(ip) = s.get("ip").and_then(Value::as_str) else {
+                continue;
+            };
+            let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+                continue;
+            };
+            claim.push(Reservation {
+                ip,
+                prefix: if ip.is_ipv4() { 32 } else { 128 },
+                network: network.clone(),
+                group: worker.group.clone(),
+                instance_id: worker.uuid.clone(),
+                deployment: deployment.to_string(),
+                is_static: false,
+            });
+        }
+    }
+    claim
 }
 
 /// The network settings of each compilation worker (§4.9, §4.12): on a manual network a

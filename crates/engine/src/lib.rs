@@ -286,6 +286,12 @@ pub enum EngineError {
         /// The disk the record shows.
         recorded: String,
     },
+    /// Addresses this deploy chose were claimed by other deployments of the director in the
+    /// meantime, at every attempt (many deploys planning at once): retried later.
+    #[error(
+        "{0}; other deployments of this director claimed addresses at the same time, so the deploy tries again later"
+    )]
+    AddressesContended(String),
     /// The task was cancelled, or lost its deployment lock, and stopped between steps (the
     /// Director's "Task cancelled").
     #[error("Task cancelled{}", if *.lock_lost { ": the deployment lock was lost (its renewal failed)" } else { "" })]
@@ -344,6 +350,7 @@ impl EngineError {
             | EngineError::Blobstore(_)
             | EngineError::MissingArchives(_)
             | EngineError::NoVmAfterUpdate { .. }
+            | EngineError::AddressesContended(_)
             | EngineError::Cancelled { .. } => Disposition::Retry,
         }
     }

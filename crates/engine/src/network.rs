@@ -107,7 +107,7 @@ pub fn plan_networks(
 
 /// How often step 4 allocates again when a concurrent deploy of another deployment claimed
 /// an address first.
-const CLAIM_ATTEMPTS: usize = 3;
+pub(crate) const CLAIM_ATTEMPTS: usize = 3;
 
 /// The addresses step 4 decided around: this deployment's during the deploy (see
 /// [`held_during_deploy`]) and the other deployments' (empty without an IP registry).
@@ -156,7 +156,7 @@ impl Engine {
                 return Ok(Addresses { held, elsewhere });
             };
             if attempt >= CLAIM_ATTEMPTS {
-                return Err(taken_elsewhere(first));
+                return Err(claim_conflict(&held, first));
             }
         }
     }
@@ -182,6 +182,19 @@ impl Engine {
             );
         }
         Ok(())
+    }
+}
+
+/// The error of a claim of `ours` that another deployment's reservation `other` overlaps
+/// after every attempt: the Director's error when it is one of our static IPs (the
+/// manifests disagree), else contention (the address was free when planned).
+pub(crate) fn claim_conflict(ours: &[Reservation], other: &Reservation) -> EngineError {
+    if ours.iter().any(|r| r.is_static && r.ip == other.ip) {
+        return taken_elsewhere(other);
+    }
+    match taken_elsewhere(other) {
+        EngineError::Plan(mut lines) => EngineError::AddressesContended(lines.remove(0)),
+        e => e,
     }
 }
 

@@ -2099,3 +2099,94 @@ async fn a_deploy_that_loses_its_lock_stops_between_steps_without_leaks() {
     sim.assert_no_leak();
     assert!(sim.state().instances.values().all(|i| i.update_completed));
 }
+
+/// An IP registry where deployment `intruder` claims the addresses of this deploy's
+/// compilation workers just before this deploy claims them, `times` times (deploys of one
+/// director planning at once).
+struct Intruding {
+    inner: MemoryIpRegistry,
+    times: std::sync::atomic::AtomicUsize,
+}
+
+impl kubosh_engine::state::IpRegistry for Intruding {
+    fn held_elsewhere<'a>(
+        &'a self,
+        deployment: &'a str,
+    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
+        self.inner.held_elsewhere(deployment)
+    }
+
+    fn claim<'a>(
+        &'a self,
+        deployment: &'a str,
+        held: Vec<kubosh_engine::state::Reservation>,
+    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
+        Box::pin(async move {
+            let workers: Vec<_> = (held.iter())
+                .filter(|r| r.group.starts_with("compilation-"))
+                .collect();
+            let left = self.times.load(std::sync::atomic::Ordering::SeqCst);
+            if deployment != "intruder" && !workers.is_empty() && left > 0 {
+                self.times.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                let mut theirs: Vec<_> = (self.inner.held_elsewhere(deployment).await?)
+                    .into_iter()
+                    .filter(|r| r.deployment == "intruder")
+                    .collect();
+                for r in workers {
+                    theirs.push(kubosh_engine::state::Reservation {
+                        deployment: "intruder".into(),
+                        group: "db".into(),
+                        instance_id: format!("db-{}", r.ip),
+                        ..r.clone()
+                    });
+                }
+                assert!(self.inner.claim("intruder", theirs).await?.is_empty());
+            }
+            self.inner.claim(deployment, held).await
+        })
+    }
+}
+
+/// Compilation workers' addresses taken by another deployment between planning and claiming
+/// are replaced by free ones; when that keeps happening the deploy is retried, not stalled.
+#[tokio::test(start_paused = true)]
+async fn compilation_addresses_taken_meanwhile_are_chosen_again_and_contention_is_retried() {
+    let mut sim = Sim::new();
+    let registry = Arc::new(Intruding {
+        inner: MemoryIpRegistry::default(),
+        times: 2.into(),
+    });
+    sim.engine.config.ip_registry = Some(registry.clone());
+    sim.deploy(manifest()).await;
+    let intruders: BTreeSet<String> = (registry.inner.held_elsewhere("sim").await.unwrap())
+        .iter()
+        .map(|r| r.ip.to_string())
+        .collect();
+    assert_eq!(intruders.len(), 4, "two workers, taken twice: {intruders:?}");
+    let ours: BTreeSet<String> = (sim.state().instances.values())
+        .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
+        .collect();
+    assert!(ours.is_disjoint(&intruders));
+    sim.assert_no_leak();
+
+    // Taken at every attempt: retried later, with what happened said.
+    let sim = {
+        let mut sim = Sim::new();
+        sim.engine.config.ip_registry = Some(Arc::new(Intruding {
+            inner: MemoryIpRegistry::default(),
+            times: 100.into(),
+        }));
+        sim
+    };
+    let err = sim.engine.deploy(&sim.request(manifest())).await.unwrap_err();
+    assert_eq!(err.disposition(), Disposition::Retry, "{err}");
+    assert!(
+        err.to_string()
+            .contains("other deployments of this director claimed addresses at the same time"),
+        "{err}"
+    );
+    assert!(
+        sim.cloud.inventory().vms.is_empty(),
+        "no worker was made with an address held elsewhere"
+    );
+}
