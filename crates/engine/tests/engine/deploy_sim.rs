@@ -2162,7 +2162,11 @@ async fn compilation_addresses_taken_meanwhile_are_chosen_again_and_contention_i
         .iter()
         .map(|r| r.ip.to_string())
         .collect();
-    assert_eq!(intruders.len(), 4, "two workers, taken twice: {intruders:?}");
+    assert_eq!(
+        intruders.len(),
+        4,
+        "two workers, taken twice: {intruders:?}"
+    );
     let ours: BTreeSet<String> = (sim.state().instances.values())
         .flat_map(|i| i.ips.values().map(|r| r.ip.clone()))
         .collect();
@@ -2178,7 +2182,11 @@ async fn compilation_addresses_taken_meanwhile_are_chosen_again_and_contention_i
         }));
         sim
     };
-    let err = sim.engine.deploy(&sim.request(manifest())).await.unwrap_err();
+    let err = sim
+        .engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .unwrap_err();
     assert_eq!(err.disposition(), Disposition::Retry, "{err}");
     assert!(
         err.to_string()

@@ -423,8 +423,9 @@ pub async fn reconcile(
                 "spec.paused was set: the deploy stopped after the steps in flight",
             );
         }
-        // The task triggers the next reconcile with its status write.
-        return Ok(Action::requeue(Duration::from_secs(30)));
+        // The task triggers the next reconcile with its status write; the resync is only a
+        // net (a shorter one would wake every deployment again once its deploy is done).
+        return Ok(Action::requeue(RESYNC));
     }
     let mut status = deployment.status.clone().unwrap_or_default();
     let gathered = match inputs::gather(&ctx.client, &deployment).await {
