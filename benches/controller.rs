@@ -27,7 +27,8 @@
 //!    `T₁` is the time one deployment of M instances takes through `Engine::deploy` alone (a
 //!    `MemoryStore`, a simulated cloud of its own with the same latencies), measured first
 //!    in the same process. Both the fresh deploy and the update (a property of every group changed) are
-//!    measured that way;
+//!    measured that way; and divided by the floor the request budget sets (the
+//!    controller's requests, without the bench's own, ÷ qps);
 //! 2. API writes per instance updated: requests the apiserver served with verb POST, PUT,
 //!    PATCH, APPLY (server-side apply) or DELETE during the update (its own
 //!    `apiserver_request_total`, scraped from `/metrics` through the admin client), minus
