@@ -86,11 +86,8 @@ impl Engine {
             IntentKind::DeleteVm { instance, vm } => {
                 // An owner already on another VM took its disks there (a settle that was
                 // deferred): they are not this VM's to detach.
-                let moved_on = (state.instances.get(instance))
-                    .and_then(|i| i.vm.as_ref())
-                    .is_some_and(|v| &v.cid != vm);
                 let disks = match state.instances.get(instance) {
-                    Some(i) if !moved_on => i.disks.clone(),
+                    Some(i) if i.vm.as_ref().is_none_or(|v| &v.cid == vm) => i.disks.clone(),
                     _ => Vec::new(),
                 };
                 for disk in disks {

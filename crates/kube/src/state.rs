@@ -177,11 +177,13 @@ impl KubeStore {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    fn selector(&self) -> ListParams {
+    /// Lists the objects labelled as `deployment`'s (names hashing to the same label value
+    /// included: check `spec.deployment`).
+    pub fn selector(deployment: &str) -> ListParams {
         ListParams::default().labels(&format!(
             "{}={}",
             labels::DEPLOYMENT,
-            names::label_value(&self.deployment)
+            names::label_value(deployment)
         ))
     }
 
@@ -237,7 +239,7 @@ impl KubeStore {
 
         let instances = self
             .api::<Instance>()
-            .list(&self.selector())
+            .list(&Self::selector(&self.deployment))
             .await
             .map_err(|e| io("listing instances", e))?;
         for object in instances {
@@ -268,7 +270,7 @@ impl KubeStore {
 
         let disks = self
             .api::<Disk>()
-            .list(&self.selector())
+            .list(&Self::selector(&self.deployment))
             .await
             .map_err(|e| io("listing disks", e))?;
         for object in disks {
@@ -672,14 +674,19 @@ impl KubeStore {
         Ok(())
     }
 
-    async fn write_one(&self, write: &Write) -> Result<(), StoreError> {
+    /// What this store holds, read from the apiserver first if it has read nothing yet.
+    async fn cache(&self) -> Result<tokio::sync::MappedMutexGuard<'_, Cache>, StoreError> {
         let mut guard = self.cache.lock().await;
         if guard.is_none() {
             *guard = Some(self.load_all().await?.1);
         }
-        let Some(cache) = guard.as_mut() else {
-            return Err(io("state store", "not loaded"));
-        };
+        tokio::sync::MutexGuard::try_map(guard, Option::as_mut)
+            .map_err(|_| io("state store", "not loaded"))
+    }
+
+    async fn write_one(&self, write: &Write) -> Result<(), StoreError> {
+        let mut guard = self.cache().await?;
+        let cache = &mut *guard;
         match write {
             Write::Instance(record) => self.write_instance(cache, record).await,
             Write::DeleteInstance(uuid) => self.delete_instance(cache, uuid).await,
@@ -751,13 +758,7 @@ impl StateStore for KubeStore {
 
     fn orphaned_disks(&self) -> StoreFuture<'_, BTreeMap<String, OrphanedDisk>> {
         Box::pin(async move {
-            let mut guard = self.cache.lock().await;
-            if guard.is_none() {
-                *guard = Some(self.load_all().await?.1);
-            }
-            let Some(cache) = guard.as_ref() else {
-                return Err(io("state store", "not loaded"));
-            };
+            let cache = self.cache().await?;
             Ok((cache.disks.values())
                 .filter(|d| d.orphaned)
                 .map(|d| (d.cid.clone(), orphan_of(d)))

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
@@ -1213,21 +1213,16 @@ async fn write_instance_statuses(
 ) {
     let api: Api<Instance> = Api::namespaced(ctx.client.clone(), namespace);
     // One list, not a read per instance: the request budget is shared by every deployment.
-    let selector = format!(
-        "{}={}",
-        crate::api::labels::DEPLOYMENT,
-        crate::names::label_value(deployment)
-    );
-    let objects: BTreeMap<String, Instance> =
-        match api.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => (list.items.into_iter())
-                .map(|i| (i.name_any(), i))
-                .collect(),
-            Err(e) => {
-                tracing::warn!(deployment, error = %e, "cannot list the instances");
-                return;
-            }
-        };
+    let objects: BTreeMap<String, Instance> = match api.list(&KubeStore::selector(deployment)).await
+    {
+        Ok(list) => (list.items.into_iter())
+            .map(|i| (i.name_any(), i))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(deployment, error = %e, "cannot list the instances");
+            return;
+        }
+    };
     for record in state.instances.values() {
         let name = KubeStore::instance_name(deployment, &record.group, record.index);
         let Some(object) = objects.get(&name) else {
