@@ -47,12 +47,16 @@
 //! retries while the apiserver starts) change it. Needs `KUBOSH_BIN_DIR` (etcd,
 //! kube-apiserver: `tools/testbins.sh` prints it).
 
+#[path = "common/knobs.rs"]
+mod knobs;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use knobs::{apply_latencies, env_number, latencies_from_env};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -93,24 +97,6 @@ const DEFAULT_LATENCIES: [(&str, u64); 11] = [
     ("run_script", 10),
 ];
 
-/// The CPI's methods (the rest are agent actions).
-const CLOUD_METHODS: [&str; 14] = [
-    "create_stemcell",
-    "create_vm",
-    "delete_vm",
-    "set_vm_metadata",
-    "create_disk",
-    "delete_disk",
-    "attach_disk",
-    "detach_disk",
-    "resize_disk",
-    "update_disk",
-    "has_vm",
-    "reboot_vm",
-    "snapshot_disk",
-    "info",
-];
-
 /// (group, share of M in percent, persistent disk in MiB).
 const GROUPS: [(&str, usize, u64); 2] = [("web", 60, 0), ("db", 40, 1024)];
 
@@ -123,17 +109,6 @@ const WRITE_VERBS: [&str; 6] = [
     "DELETE",
     "DELETECOLLECTION",
 ];
-
-/// An environment variable as a number, or `default`.
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}: '{v}' is not a number")),
-        Err(_) => default,
-    }
-}
 
 /// The knobs, from the environment.
 #[derive(Debug, Clone)]
@@ -150,22 +125,8 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> Settings {
-        let mut latencies: BTreeMap<String, u64> = DEFAULT_LATENCIES
-            .iter()
-            .map(|(m, ms)| (m.to_string(), *ms))
-            .collect();
-        if let Ok(spec) = std::env::var("BENCH_LATENCIES") {
-            for pair in spec.split(',').filter(|p| !p.trim().is_empty()) {
-                let (method, secs) = pair
-                    .split_once('=')
-                    .unwrap_or_else(|| panic!("BENCH_LATENCIES: '{pair}' is not method=seconds"));
-                let secs: f64 = secs
-                    .trim()
-                    .parse()
-                    .unwrap_or_else(|_| panic!("BENCH_LATENCIES: '{secs}' is not a number"));
-                latencies.insert(method.trim().to_string(), (secs * 1000.0) as u64);
-            }
-        }
+        let latencies =
+            latencies_from_env(DEFAULT_LATENCIES.iter().map(|(m, ms)| (m.to_string(), *ms)));
         let default_budget = RequestBudget::default();
         Settings {
             latencies,
@@ -182,14 +143,7 @@ impl Settings {
     }
 
     fn apply_to(&self, cloud: &SimCloud, agents: &SimAgents) {
-        for (method, ms) in &self.latencies {
-            let latency = Duration::from_millis(*ms);
-            if CLOUD_METHODS.contains(&method.as_str()) {
-                cloud.set_latency(method, latency);
-            } else {
-                agents.set_latency(method, latency);
-            }
-        }
+        apply_latencies(&self.latencies, cloud, agents);
     }
 }
 
@@ -515,7 +469,7 @@ fn stemcell_tarball(dir: &Path) -> std::path::PathBuf {
 }
 
 /// One size's numbers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 struct Row {
     deployments: usize,
     instances: usize,
@@ -550,79 +504,16 @@ impl Row {
         self.rounds as f64 * self.engine_update
     }
 
+    /// The row as the line a size's process prints for the parent.
     fn to_line(&self) -> String {
         format!(
-            "ROW {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
-            self.deployments,
-            self.instances,
-            self.engine_fresh,
-            self.engine_update,
-            self.engine_writes_per_instance,
-            self.rounds,
-            self.fresh,
-            self.fresh_writes_per_instance,
-            self.update,
-            self.writes,
-            self.writes_net,
-            self.peak_rss_mib,
-            self.idle_rps,
-            self.idle_writes_per_sec,
-            self.scrape_cost,
-            self.wall,
-            self.fresh_requests,
-            self.update_requests,
+            "ROW {}",
+            serde_json::to_string(self).expect("a row serializes")
         )
     }
 
     fn from_line(line: &str) -> Option<Row> {
-        let f: Vec<f64> = line
-            .strip_prefix("ROW ")?
-            .split(' ')
-            .map(|x| x.parse().ok())
-            .collect::<Option<_>>()?;
-        let [
-            deployments,
-            instances,
-            engine_fresh,
-            engine_update,
-            engine_writes_per_instance,
-            rounds,
-            fresh,
-            fresh_writes_per_instance,
-            update,
-            writes,
-            writes_net,
-            peak_rss_mib,
-            idle_rps,
-            idle_writes_per_sec,
-            scrape_cost,
-            wall,
-            fresh_requests,
-            update_requests,
-        ] = f[..]
-        else {
-            return None;
-        };
-        Some(Row {
-            deployments: deployments as usize,
-            instances: instances as usize,
-            engine_fresh,
-            engine_update,
-            engine_writes_per_instance,
-            rounds: rounds as usize,
-            fresh,
-            fresh_writes_per_instance,
-            update,
-            writes,
-            writes_net,
-            peak_rss_mib,
-            idle_rps,
-            idle_writes_per_sec,
-            scrape_cost,
-            wall,
-            fresh_requests,
-            update_requests,
-        })
+        serde_json::from_str(line.strip_prefix("ROW ")?).ok()
     }
 }
 

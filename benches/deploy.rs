@@ -29,10 +29,14 @@
 //! `BENCH_CREATE_VM_CONCURRENCY` its `create_vm_concurrency` (32) and `BENCH_SIZES` the sizes
 //! (`10,100,1000,10000`).
 
+#[path = "common/knobs.rs"]
+mod knobs;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use knobs::{apply_latencies, env_number, latencies_from_env};
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
 use kubosh_core::manifest::Update;
@@ -67,24 +71,6 @@ const DEFAULT_LATENCIES: [(&str, u64); 11] = [
     ("run_script", 1),
 ];
 
-/// The CPI's methods (the rest are agent actions).
-const CLOUD_METHODS: [&str; 14] = [
-    "create_stemcell",
-    "create_vm",
-    "delete_vm",
-    "set_vm_metadata",
-    "create_disk",
-    "delete_disk",
-    "attach_disk",
-    "detach_disk",
-    "resize_disk",
-    "update_disk",
-    "has_vm",
-    "reboot_vm",
-    "snapshot_disk",
-    "info",
-];
-
 /// (group, share of the instances in percent, AZs, persistent disk in MiB).
 const GROUPS: [(&str, usize, &[&str], u64); 3] = [
     ("router", 10, &["z1"], 0),
@@ -103,35 +89,13 @@ struct Timing {
     create_vm_concurrency: usize,
 }
 
-/// An environment variable as a number, or `default`.
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}: '{v}' is not a number")),
-        Err(_) => default,
-    }
-}
-
 impl Timing {
     fn from_env() -> Timing {
-        let mut latencies: BTreeMap<String, u64> = DEFAULT_LATENCIES
-            .iter()
-            .map(|(m, s)| (m.to_string(), s * 1000))
-            .collect();
-        if let Ok(spec) = std::env::var("BENCH_LATENCIES") {
-            for pair in spec.split(',').filter(|p| !p.trim().is_empty()) {
-                let (method, secs) = pair
-                    .split_once('=')
-                    .unwrap_or_else(|| panic!("BENCH_LATENCIES: '{pair}' is not method=seconds"));
-                let secs: f64 = secs
-                    .trim()
-                    .parse()
-                    .unwrap_or_else(|_| panic!("BENCH_LATENCIES: '{secs}' is not a number"));
-                latencies.insert(method.trim().to_string(), (secs * 1000.0) as u64);
-            }
-        }
+        let latencies = latencies_from_env(
+            DEFAULT_LATENCIES
+                .iter()
+                .map(|(m, s)| (m.to_string(), s * 1000)),
+        );
         Timing {
             latencies,
             watch_min_ms: env_number("BENCH_WATCH_MIN_MS", 1000),
@@ -153,14 +117,7 @@ impl Timing {
     }
 
     fn apply_to(&self, cloud: &SimCloud, agents: &SimAgents) {
-        for (method, ms) in &self.latencies {
-            let latency = Duration::from_millis(*ms);
-            if CLOUD_METHODS.contains(&method.as_str()) {
-                cloud.set_latency(method, latency);
-            } else {
-                agents.set_latency(method, latency);
-            }
-        }
+        apply_latencies(&self.latencies, cloud, agents);
     }
 
     /// A VM of "Creating missing vms": `create_vm`, `set_vm_metadata`, the agent's `ping`.

@@ -115,5 +115,20 @@ pub fn pair(config: SimConfig) -> (Arc<SimCloud>, Arc<SimAgents>) {
     )
 }
 
+/// Sets how long `method` takes: on the cloud when it is a CPI method
+/// ([`kubosh_bosh::cpi::protocol::METHODS`]), else on the agents (an agent action).
+pub fn set_latency(
+    cloud: &SimCloud,
+    agents: &SimAgents,
+    method: &str,
+    latency: std::time::Duration,
+) {
+    if kubosh_bosh::cpi::protocol::METHODS.contains(&method) {
+        cloud.set_latency(method, latency);
+    } else {
+        agents.set_latency(method, latency);
+    }
+}
+
 #[cfg(test)]
 mod tests;
