@@ -191,6 +191,58 @@ pub(crate) async fn wait_for(
     }
 }
 
+/// Applies `Deployment` `object` in `namespace` as the test's own (server-side, forced); the
+/// generation it got.
+pub(crate) async fn apply_deployment(
+    client: &kube::Client,
+    namespace: &str,
+    object: &Value,
+) -> i64 {
+    let name = object["metadata"]["name"].as_str().unwrap();
+    Api::<Deployment>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply("e2e-user").force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply deployment {name}: {e}"))
+        .metadata
+        .generation
+        .unwrap()
+}
+
+/// Waits (at most 300 s) until deployment `name` is Ready at `generation`, its status having
+/// observed it.
+pub(crate) async fn ready_at(
+    api: &Api<Deployment>,
+    name: &str,
+    w: &World,
+    generation: i64,
+) -> Deployment {
+    wait_for(api, name, Duration::from_secs(300), w, |d| {
+        d.metadata.generation == Some(generation)
+            && d.status
+                .as_ref()
+                .is_some_and(|s| s.observed_generation == Some(generation))
+            && is_ready(d)
+    })
+    .await
+}
+
+/// Deployment `name`'s engine state as the apiserver holds it.
+pub(crate) async fn stored_state(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> kubosh_engine::state::DeploymentState {
+    use kubosh_engine::state::StateStore;
+    kubosh_kube::state::KubeStore::new(client.clone(), namespace, name, None)
+        .load()
+        .await
+        .expect("the state loads from the apiserver")
+}
+
 pub(crate) fn is_ready(d: &Deployment) -> bool {
     condition(d, "Ready").is_some_and(|c| c.status == "True")
 }

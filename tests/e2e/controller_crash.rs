@@ -11,57 +11,36 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 
 use crate::controller::{
-    ControllerProcess, apply_inputs, condition, control_plane, deployment_object, is_ready,
-    start_replica, wait_for,
+    ControllerProcess, apply_deployment, apply_inputs, condition, control_plane, deployment_object,
+    ready_at, start_replica, stored_state, wait_for,
 };
 use crate::crash_safety::{
     check_variant, manifest, plant_marker, runs_from_env, seeded_rng, variant,
 };
 use crate::director_world::World;
-use kubosh_engine::state::{DeploymentState, StateStore};
+use kubosh_engine::state::DeploymentState;
 use kubosh_kube::api::Deployment;
-use kubosh_kube::state::KubeStore;
 
 const NS: &str = "ctrl-crash";
 
 /// The deployment's state as the apiserver holds it.
 async fn state(client: &kube::Client) -> DeploymentState {
-    KubeStore::new(client.clone(), NS, "hello", None)
-        .load()
-        .await
-        .expect("the state loads from the apiserver")
+    stored_state(client, NS, "hello").await
 }
 
 /// Applies variant `n` of the deployment; its generation.
 async fn apply_variant(client: &kube::Client, w: &World, n: u64) -> i64 {
     let (greeting, disk, instances) = variant(n);
     let object = deployment_object("hello", manifest(w.net, w.port, greeting, disk, instances));
-    let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    api.patch(
-        "hello",
-        &PatchParams::apply("e2e-user").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap()
-    .metadata
-    .generation
-    .unwrap()
+    apply_deployment(client, NS, &object).await
 }
 
 /// Ready at `generation`.
 async fn converged(api: &Api<Deployment>, w: &World, generation: i64) -> Deployment {
-    wait_for(api, "hello", Duration::from_secs(300), w, |d| {
-        d.metadata.generation == Some(generation)
-            && d.status
-                .as_ref()
-                .is_some_and(|s| s.observed_generation == Some(generation))
-            && is_ready(d)
-    })
-    .await
+    ready_at(api, "hello", w, generation).await
 }
 
 fn kill(mut c: ControllerProcess) {

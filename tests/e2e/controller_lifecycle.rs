@@ -11,18 +11,18 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 use crate::controller::{
-    apply, apply_inputs, condition, control_plane, deployment_object, events_of, is_ready,
-    start_replica_with, wait_for,
+    apply, apply_deployment, apply_inputs, condition, control_plane, deployment_object, events_of,
+    ready_at, start_replica_with, stored_state, wait_for,
 };
 use crate::crash_safety::plant_marker;
 use crate::director_world::{World, http_get, run, text};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kubosh_cloud::local;
-use kubosh_engine::state::{DeploymentState, StateStore};
+use kubosh_engine::state::DeploymentState;
 use kubosh_kube::api::{CompiledPackage, Deployment, Disk, Instance, Stemcell};
 use kubosh_kube::registry::REGISTRY_LABEL;
 use kubosh_kube::state::{DISK_FINALIZER, KubeStore};
@@ -79,34 +79,11 @@ fn manifest(
 }
 
 async fn apply_manifest(client: &kube::Client, manifest: Value) -> i64 {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    api.patch(
-        "life",
-        &PatchParams::apply("e2e-user").force(),
-        &Patch::Apply(&deployment_object("life", manifest)),
-    )
-    .await
-    .unwrap()
-    .metadata
-    .generation
-    .unwrap()
-}
-
-async fn ready_at(api: &Api<Deployment>, w: &World, generation: i64) -> Deployment {
-    wait_for(api, "life", Duration::from_secs(300), w, |d| {
-        d.status
-            .as_ref()
-            .is_some_and(|s| s.observed_generation == Some(generation))
-            && is_ready(d)
-    })
-    .await
+    apply_deployment(client, NS, &deployment_object("life", manifest)).await
 }
 
 async fn state(client: &kube::Client) -> DeploymentState {
-    KubeStore::new(client.clone(), NS, "life", None)
-        .load()
-        .await
-        .expect("the state loads from the apiserver")
+    stored_state(client, NS, "life").await
 }
 
 /// VM CIDs and disk CIDs by `group/index`.
@@ -198,7 +175,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
 
     // web at .50 and .51, db at .52, on stemcell 1.0.
     let generation = apply_manifest(&client, manifest(&w, "1.0", [50, 51], Some(52), "one")).await;
-    ready_at(&deployments, &w, generation).await;
+    ready_at(&deployments, "life", &w, generation).await;
     let first = state(&client).await;
     let web0 = plant_marker(&w, &first);
     let before = machines(&first);
@@ -226,7 +203,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
 
     // A stemcell bump: every VM recreated on 1.1, the disks (and the data on them) kept.
     let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], Some(52), "one")).await;
-    ready_at(&deployments, &w, generation).await;
+    ready_at(&deployments, "life", &w, generation).await;
     let bumped = state(&client).await;
     let after = machines(&bumped);
     for ((name, vm_before, disks_before), (name_after, vm_after, disks_after)) in
@@ -304,7 +281,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
         .unwrap();
     std::fs::write(w.vm_root(&db_vm).join("store/marker"), "db data").unwrap();
     let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], None, "one")).await;
-    ready_at(&deployments, &w, generation).await;
+    ready_at(&deployments, "life", &w, generation).await;
     let instances: Vec<Instance> = list(&client).await;
     assert_eq!(instances.len(), 2);
     assert!(instances.iter().all(|i| i.spec.instance_group == "web"));
@@ -321,7 +298,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
 
     // db back (before its orphan expires): db/0 gets its disk, and the data on it, again.
     let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], Some(52), "one")).await;
-    ready_at(&deployments, &w, generation).await;
+    ready_at(&deployments, "life", &w, generation).await;
     let back = state(&client).await;
     let db0 = back.instances.values().find(|i| i.group == "db").unwrap();
     assert_eq!(db0.disks[0].cid, db_disk, "db/0 has its old disk");
@@ -341,7 +318,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
 
     // db removed again; `kubectl delete bdisk` of its orphan deletes the disk in the cloud.
     let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], None, "one")).await;
-    ready_at(&deployments, &w, generation).await;
+    ready_at(&deployments, "life", &w, generation).await;
     let disk_object = KubeStore::disk_name("life", &db_disk);
     Api::<Disk>::namespaced(client.clone(), NS)
         .delete(&disk_object, &DeleteParams::default())
@@ -361,7 +338,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     smaller["instance_groups"][0]["networks"][0]["static_ips"] =
         json!([format!("127.0.{}.50", w.net)]);
     let generation = apply_manifest(&client, smaller).await;
-    ready_at(&deployments, &w, generation).await;
+    ready_at(&deployments, "life", &w, generation).await;
     let web1_disk = after.iter().find(|(n, ..)| n == "web/1").unwrap().2[0].clone();
     let web1_object = KubeStore::disk_name("life", &web1_disk);
     let orphan = Api::<Disk>::namespaced(client.clone(), NS)
@@ -397,17 +374,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
         .push(third);
     let mut object = deployment_object("life", next);
     object["spec"]["deletionPolicy"] = json!("Delete");
-    let generation = deployments
-        .patch(
-            "life",
-            &PatchParams::apply("e2e-user").force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .unwrap()
-        .metadata
-        .generation
-        .unwrap();
+    let generation = apply_deployment(&client, NS, &object).await;
     wait_for(&deployments, "life", Duration::from_secs(60), &w, |d| {
         d.metadata.generation == Some(generation)
             && condition(d, "Reconciling").is_some_and(|c| c.status == "True")
