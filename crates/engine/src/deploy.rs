@@ -9,7 +9,7 @@ use indexmap::IndexMap;
 use serde_json::Value;
 
 use super::instance::InstanceTarget;
-use super::progress::{self, StageRun};
+use super::progress::{self, InstanceName, Milestone, StageRun};
 use super::templates::{InstanceView, RenderedInstance, TemplateContext};
 use super::vm::VmRequest;
 use super::{DeployRequest, Engine, EngineError, InstanceAction, releases_by_name};
@@ -477,7 +477,13 @@ impl Engine {
                     Err(e) if e.is_timeout() && self.vm_is_gone(&vm.cid).await => {
                         Ok(Observed::NoVm)
                     }
-                    Err(e) => Err(e),
+                    Err(e) => {
+                        self.events.milestone(Milestone::AgentUnresponsive {
+                            instance: InstanceName::of(&i),
+                            error: e.to_string(),
+                        });
+                        Err(e)
+                    }
                 },
             };
             let vanished = i.vm.is_some() && matches!(observed, Ok(Observed::NoVm));
@@ -783,7 +789,7 @@ impl Engine {
                     .task(task, async {
                         self.checkpoint()?;
                         self.persist(&record).await?;
-                        let vm = self.create_instance_vm(&mut record, &request).await?;
+                        let vm = self.create_instance_vm(&mut record, &request, None).await?;
                         // A detached instance coming back keeps its disks.
                         self.attach_disks(&record, &vm).await?;
                         self.send_vm_settings(&vm.agent_id, &record.display_name(), &record.disks)
@@ -1115,6 +1121,11 @@ impl Engine {
             .collect()
             .await;
         let failed = synced.iter().filter(|ok| !**ok).count();
+        self.events.milestone(Milestone::DnsSynced {
+            version,
+            agents: synced.len(),
+            failed,
+        });
         if failed > 0 {
             progress::warn(
                 self.events.as_ref(),

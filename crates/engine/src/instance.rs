@@ -9,7 +9,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use tokio::time::{Instant, sleep};
 
-use super::progress::StageRun;
+use super::progress::{InstanceName, Milestone, StageRun};
 use super::vm::{NewVm, VmRequest};
 use super::{Engine, EngineError};
 use crate::state::{
@@ -114,7 +114,12 @@ impl Engine {
         }
 
         if target.desired_state == InstanceState::Detached {
-            self.delete_vm_of(record).await?;
+            if let Some(cid) = self.delete_vm_of(record).await? {
+                self.events.milestone(Milestone::VmDeleted {
+                    instance: InstanceName::of(record),
+                    cid,
+                });
+            }
             record.state = InstanceState::Detached;
             record.update_completed = true;
             self.persist(record).await?;
@@ -122,8 +127,10 @@ impl Engine {
         }
 
         if recreate {
-            self.delete_vm_of(record).await?;
-            let vm = self.create_instance_vm(record, &target.vm).await?;
+            let replaced = self.delete_vm_of(record).await?;
+            let vm = self
+                .create_instance_vm(record, &target.vm, replaced)
+                .await?;
             self.attach_disks(record, &vm).await?;
             self.send_vm_settings(&vm.agent_id, &name, &record.disks)
                 .await?;
@@ -196,11 +203,13 @@ impl Engine {
         run_script(agent, "post-stop", None).await
     }
 
-    /// Creates the instance's VM and records it.
+    /// Creates the instance's VM and records it; `replaced` is the VM it replaces, when it
+    /// does (said in the milestone).
     pub async fn create_instance_vm(
         &self,
         record: &mut InstanceRecord,
         request: &VmRequest,
+        replaced: Option<String>,
     ) -> Result<NewVm, EngineError> {
         let mut owner = record.clone();
         let vm = self
@@ -217,14 +226,29 @@ impl Engine {
             })
             .await?;
         *record = owner;
+        let instance = InstanceName::of(record);
+        self.events.milestone(match replaced {
+            Some(old_cid) => Milestone::VmRecreated {
+                instance,
+                old_cid,
+                new_cid: vm.cid.clone(),
+            },
+            None => Milestone::VmCreated {
+                instance,
+                cid: vm.cid.clone(),
+            },
+        });
         Ok(vm)
     }
 
     /// Unmounts and detaches the instance's disks, deletes its VM, and records that it has
-    /// none.
-    pub async fn delete_vm_of(&self, record: &mut InstanceRecord) -> Result<(), EngineError> {
+    /// none. The deleted VM's CID, if it had one.
+    pub async fn delete_vm_of(
+        &self,
+        record: &mut InstanceRecord,
+    ) -> Result<Option<String>, EngineError> {
         let Some(vm) = record.vm.clone() else {
-            return Ok(());
+            return Ok(None);
         };
         // Recorded before the disks come off: a killed run's next deploy finishes the job
         // (and gives the instance a new VM with its disks) instead of trusting a half-taken
@@ -253,7 +277,8 @@ impl Engine {
         self.delete_vm_cid(&vm.cid).await?;
         record.vm = None;
         self.persist(record).await?;
-        self.settle(intent.id).await
+        self.settle(intent.id).await?;
+        Ok(Some(vm.cid))
     }
 
     /// Attaches and mounts the instance's active disks on its (new) VM.
@@ -389,9 +414,20 @@ impl Engine {
                 self.persist(record).await?;
                 self.settle(intent).await?;
                 self.release_disk(&agent, &vm.cid, &old).await;
+                self.events.milestone(Milestone::DiskMigrated {
+                    instance: InstanceName::of(record),
+                    old_cid: old.cid,
+                    new_cid: disk.cid,
+                    size_mib: disk.size_mib,
+                });
             } else {
                 self.persist(record).await?;
                 self.settle(intent).await?;
+                self.events.milestone(Milestone::DiskCreated {
+                    instance: InstanceName::of(record),
+                    cid: disk.cid,
+                    size_mib: disk.size_mib,
+                });
             }
         }
         let unwanted: Vec<DiskRecord> = record
@@ -405,6 +441,10 @@ impl Engine {
             record.disks.retain(|d| d.cid != old.cid);
             self.persist(record).await?;
             self.release_disk(&agent, &vm.cid, &old).await;
+            self.events.milestone(Milestone::DiskOrphaned {
+                instance: InstanceName::of(record),
+                cid: old.cid,
+            });
         }
         Ok(())
     }
@@ -484,8 +524,23 @@ impl Engine {
         for disk in record.disks.clone() {
             self.orphan_disk(&disk, &record).await?;
         }
-        self.delete_vm_of(&mut record).await?;
-        self.write(Write::DeleteInstance(record.uuid.clone())).await
+        let instance = InstanceName::of(&record);
+        let deleted = self.delete_vm_of(&mut record).await?;
+        self.write(Write::DeleteInstance(record.uuid.clone()))
+            .await?;
+        if let Some(cid) = deleted {
+            self.events.milestone(Milestone::VmDeleted {
+                instance: instance.clone(),
+                cid,
+            });
+        }
+        for disk in record.disks {
+            self.events.milestone(Milestone::DiskOrphaned {
+                instance: instance.clone(),
+                cid: disk.cid,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -44,7 +44,7 @@ use kubosh_core::validate::Problems;
 use kubosh_transport::agent::AgentError;
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
-pub use progress::{EventLog, EventSink, NoEvents};
+pub use progress::{EventLog, EventSink, InstanceName, Milestone, NoEvents};
 pub use templates::{LiteralRenderer, TemplateRenderer};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client

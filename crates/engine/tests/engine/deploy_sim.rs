@@ -26,7 +26,7 @@ use kubosh_engine::state::{
 };
 use kubosh_engine::{
     DeployRequest, Disposition, Engine, EngineConfig, EngineError, EventLog, LiteralRenderer,
-    StemcellSource,
+    Milestone, StemcellSource,
 };
 use kubosh_sim::{SimAgents, SimCloud, SimConfig};
 use kubosh_transport::agent::ClientOptions;
@@ -346,6 +346,53 @@ impl Sim {
         self.cloud.reset_calls();
         self.agents.reset_calls();
     }
+
+    /// The milestones since the start, as `(kind, instance display name, cids)`.
+    fn milestones(&self) -> Vec<(&'static str, String, Vec<String>)> {
+        (self.events.milestones().into_iter())
+            .map(|m| match m {
+                Milestone::VmCreated { instance, cid } => {
+                    ("VmCreated", instance.display, vec![cid])
+                }
+                Milestone::VmRecreated {
+                    instance,
+                    old_cid,
+                    new_cid,
+                } => ("VmRecreated", instance.display, vec![old_cid, new_cid]),
+                Milestone::VmDeleted { instance, cid } => {
+                    ("VmDeleted", instance.display, vec![cid])
+                }
+                Milestone::DiskCreated { instance, cid, .. } => {
+                    ("DiskCreated", instance.display, vec![cid])
+                }
+                Milestone::DiskMigrated {
+                    instance,
+                    old_cid,
+                    new_cid,
+                    ..
+                } => ("DiskMigrated", instance.display, vec![old_cid, new_cid]),
+                Milestone::DiskOrphaned { instance, cid } => {
+                    ("DiskOrphaned", instance.display, vec![cid])
+                }
+                Milestone::AgentUnresponsive { instance, .. } => {
+                    ("AgentUnresponsive", instance.display, vec![])
+                }
+                Milestone::DnsSynced { version, .. } => {
+                    ("DnsSynced", String::new(), vec![version.to_string()])
+                }
+            })
+            .collect()
+    }
+
+    /// The milestones of `kind` since the start, as `(instance, cids)`, sorted.
+    fn milestones_of(&self, kind: &str) -> Vec<(String, Vec<String>)> {
+        let mut v: Vec<_> = (self.milestones().into_iter())
+            .filter(|(k, _, _)| *k == kind)
+            .map(|(_, i, cids)| (i, cids))
+            .collect();
+        v.sort();
+        v
+    }
 }
 
 /// The `Updating instance` tasks of `group` as `(task, state)` in log order.
@@ -409,6 +456,23 @@ async fn a_fresh_deploy_creates_everything_and_a_second_one_calls_nothing() {
     // hello-server needs libhello: a chain, compiled on one reused worker.
     assert_eq!(sim.cloud.count("create_vm"), 7 + 1);
     assert_eq!(sim.cloud.count("delete_vm"), 1);
+    // Milestones: a VM per instance (compilation workers are not instances), a disk per
+    // instance with one, DNS once.
+    let mut vms: Vec<(String, Vec<String>)> = (sim.state().instances.values())
+        .map(|i| (i.display_name(), vec![Sim::vm_cid(i)]))
+        .collect();
+    vms.sort();
+    assert_eq!(sim.milestones_of("VmCreated"), vms);
+    let mut disks: Vec<(String, Vec<String>)> = (sim.state().instances.values())
+        .flat_map(|i| {
+            i.disks
+                .iter()
+                .map(|d| (i.display_name(), vec![d.cid.clone()]))
+        })
+        .collect();
+    disks.sort();
+    assert_eq!(sim.milestones_of("DiskCreated"), disks);
+    assert_eq!(sim.milestones_of("DnsSynced").len(), 1);
 
     let web = sim.group("web");
     let api = sim.group("api");
@@ -654,6 +718,19 @@ async fn a_new_stemcell_recreates_every_vm_and_a_subnet_change_recreates_its_ins
         "{report:?}"
     );
     let after = sim.state();
+    let mut recreated: Vec<(String, Vec<String>)> = (before.instances.values())
+        .map(|old| {
+            let new = &after.instances[&old.uuid];
+            (old.display_name(), vec![Sim::vm_cid(old), Sim::vm_cid(new)])
+        })
+        .collect();
+    recreated.sort();
+    assert_eq!(sim.milestones_of("VmRecreated"), recreated);
+    assert_eq!(
+        sim.milestones_of("VmCreated").len(),
+        7,
+        "only the first deploy's"
+    );
     for (uuid, old) in &before.instances {
         let new = &after.instances[uuid];
         let (old_vm, new_vm) = (old.vm.as_ref().unwrap(), new.vm.as_ref().unwrap());
@@ -772,6 +849,21 @@ async fn a_bigger_disk_carries_the_data_over_and_orphans_the_old_disk() {
         );
     }
     assert_eq!(state.orphaned_disks.len(), 3);
+    let mut migrated: Vec<(String, Vec<String>)> = (web.iter())
+        .map(|old| {
+            let new = &state.instances[&old.uuid].disks[0].cid;
+            (
+                old.display_name(),
+                vec![old.disks[0].cid.clone(), new.clone()],
+            )
+        })
+        .collect();
+    migrated.sort();
+    assert_eq!(sim.milestones_of("DiskMigrated"), migrated);
+    assert!(
+        sim.milestones_of("DiskOrphaned").is_empty(),
+        "a migration says where the data went"
+    );
     sim.assert_no_leak();
 }
 
@@ -882,6 +974,19 @@ async fn a_removed_group_loses_its_vms_and_its_disks_are_orphaned() {
         assert!(state.orphaned_disks.contains_key(&i.disks[0].cid));
         assert!(sim.agents.agent(&Sim::agent_id(i)).is_none());
     }
+    let gone = |cid: fn(&InstanceRecord) -> String| {
+        let mut v: Vec<_> = api
+            .iter()
+            .map(|i| (i.display_name(), vec![cid(i)]))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sim.milestones_of("VmDeleted"), gone(Sim::vm_cid));
+    assert_eq!(
+        sim.milestones_of("DiskOrphaned"),
+        gone(|i| i.disks[0].cid.clone())
+    );
     assert_eq!(sim.cloud.inventory().vms.len(), 5);
     sim.assert_no_leak();
 }
@@ -1278,6 +1383,10 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         "{err}"
     );
     assert_eq!(sim.group("web")[1].vm, web1.vm, "nothing changed");
+    assert_eq!(
+        sim.milestones_of("AgentUnresponsive"),
+        vec![(web1.display_name(), vec![])]
+    );
 }
 
 #[tokio::test(start_paused = true)]
