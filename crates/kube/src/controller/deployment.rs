@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 use super::backoff::Backoffs;
 use super::inputs::{self, Inputs, Unready};
 use super::progress::{DeployProgress, Milestone};
-use super::requests::{self, ActionRequest, Pending};
+use super::requests::{self, ActionRequest, Handled, Pending};
 use super::status;
 use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{
@@ -50,6 +50,10 @@ use tokio_util::task::TaskTracker;
 /// How often a settled deployment's inputs are read again (Secrets and ConfigMaps in
 /// `varsFrom` are not watched).
 pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// How soon a deployment with a new generation or request is looked at again while its
+/// previous task runs.
+const WAIT_FOR_TASK: Duration = Duration::from_secs(5);
 
 /// How often a running deploy's milestones are published (as Events).
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -424,10 +428,20 @@ pub async fn reconcile(
             );
         }
         // The task triggers the next reconcile with its status write; the resync is only a
-        // net (a shorter one would wake every deployment again once its deploy is done).
+        // net (a shorter one would wake every deployment again once its deploy is done). A
+        // new generation or request waits for the task's end: that write may be seen before
+        // the task is marked finished, so look again soon (no API call until then).
+        let observed = deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.observed_generation);
+        if observed != Some(generation) || !Pending::of(&deployment).is_empty() {
+            return Ok(Action::requeue(WAIT_FOR_TASK));
+        }
         return Ok(Action::requeue(RESYNC));
     }
     let mut status = deployment.status.clone().unwrap_or_default();
+    Handled::of(&deployment).fill(&mut status);
     let gathered = match inputs::gather(&ctx.client, &deployment).await {
         Ok(g) => g,
         Err(e) => {
@@ -477,6 +491,14 @@ pub async fn reconcile(
         .await;
         status.last_handled_action = Some(value.clone());
         write_status(&ctx.client, &deployment, &status).await?;
+        let namespace = deployment.namespace().unwrap_or_default();
+        let store = KubeStore::new(ctx.client.clone(), &namespace, &deployment.name_any(), None);
+        if let Err(e) = store
+            .record_handled_requests(Handled::in_status(&status).to_annotation())
+            .await
+        {
+            tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot record the handled action");
+        }
         return Ok(Action::await_change());
     }
     let digest = inputs_digest(&inputs);
@@ -763,6 +785,7 @@ async fn run_deploy(
         .and_then(|s| s.last_task.as_ref())
         .is_none();
     let mut status = deployment.status.clone().unwrap_or_default();
+    Handled::of(deployment).fill(&mut status);
     let message = format!("Deploying generation {generation}");
     set_trio(
         &mut status,
@@ -787,8 +810,7 @@ async fn run_deploy(
         state: TaskState::Processing,
         description,
         started: Some(now()),
-        finished: None,
-        error: None,
+        ..TaskSummary::default()
     });
     if let Err(e) = write_status(&ctx.client, deployment, &status).await {
         tracing::warn!(deployment = %name, error = %e, "cannot write the status");
@@ -848,6 +870,7 @@ async fn run_deploy(
     }
     let task = status.last_task.get_or_insert_with(TaskSummary::default);
     task.finished = Some(now());
+    task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
     match result {
         Ok(report) => {
             task.state = TaskState::Succeeded;
@@ -948,6 +971,7 @@ async fn run_deploy(
     }
     // A request is handled once a deploy ran for it; an action that may succeed on a
     // retry stays pending.
+    let handled_before = Handled::in_status(&status);
     if ran_to_an_end {
         if let Some(value) = pending.reconcile {
             status.last_handled_reconcile_request = Some(value);
@@ -960,6 +984,12 @@ async fn run_deploy(
     }
     if let Err(e) = write_status(&ctx.client, deployment, &status).await {
         tracing::warn!(deployment = %name, error = %e, "cannot write the status");
+    }
+    let handled = Handled::in_status(&status);
+    if handled != handled_before
+        && let Err(e) = store.record_handled_requests(handled.to_annotation()).await
+    {
+        tracing::warn!(deployment = %name, error = %e, "cannot record the handled requests");
     }
 }
 
@@ -996,11 +1026,9 @@ async fn report_progress(
             written = Some((p.stage.clone(), tokio::time::Instant::now()));
             let mut s = status.lock().await;
             let message = format!(
-                "Deploying generation {}: {}: {}/{}",
+                "Deploying generation {}: {}",
                 s.observed_generation.unwrap_or_default(),
-                p.stage,
-                p.done,
-                p.total
+                p.message
             );
             let generation = s.observed_generation;
             status::set_condition(
