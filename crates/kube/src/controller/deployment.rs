@@ -211,6 +211,8 @@ pub struct Ledger {
     outcomes: Mutex<HashMap<String, Outcome>>,
     backoff: Backoffs,
     releases: Mutex<HashMap<String, Arc<Release>>>,
+    /// When each deployment's last task ended (what agents said before is not news).
+    ended: Mutex<HashMap<String, Instant>>,
 }
 
 impl Ledger {
@@ -287,9 +289,22 @@ impl Ledger {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
+        self.ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_string(), Instant::now());
     }
 
-    fn is_running(&self, uid: &str) -> bool {
+    /// When the last task on `uid` ended in this process, if one did.
+    pub(crate) fn ended(&self, uid: &str) -> Option<Instant> {
+        self.ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+            .copied()
+    }
+
+    pub(crate) fn is_running(&self, uid: &str) -> bool {
         self.running
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -353,7 +368,7 @@ fn set_trio(
     }
 }
 
-async fn write_status(
+pub(crate) async fn write_status(
     client: &kube::Client,
     deployment: &Deployment,
     status: &DeploymentStatus,
@@ -386,7 +401,7 @@ async fn publish(
 }
 
 /// Publishes an Event regarding `regarding` (and `secondary`), its note clipped.
-async fn publish_regarding(
+pub(crate) async fn publish_regarding(
     ctx: &DeploymentContext,
     regarding: &ObjectReference,
     secondary: Option<ObjectReference>,
