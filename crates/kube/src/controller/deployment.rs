@@ -88,6 +88,34 @@ pub struct DeploymentContext {
     pub process: Option<Process>,
     /// How long an orphaned disk is kept before it is deleted from the cloud.
     pub orphaned_disk_max_age: Duration,
+    /// Changes seen to the watched inputs of each namespace (cloud configs, releases,
+    /// stemcells).
+    pub inputs: Arc<InputChanges>,
+}
+
+/// A counter per namespace, moved by every change of a `CloudConfig`, `Release` or
+/// `Stemcell` there (the watches call [`InputChanges::changed`] before the reconciles they
+/// trigger run). A reconcile of a deployed deployment whose namespace's counter has not
+/// moved since it last read its inputs, less than [`RESYNC`] ago, reads nothing: its own
+/// `Instance`s' changes wake it too, and they change no input.
+#[derive(Debug, Default)]
+pub struct InputChanges {
+    counters: Mutex<HashMap<String, u64>>,
+}
+
+impl InputChanges {
+    /// Something changed in `namespace`.
+    pub fn changed(&self, namespace: Option<&str>) {
+        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        *counters
+            .entry(namespace.unwrap_or_default().to_string())
+            .or_default() += 1;
+    }
+
+    fn counter(&self, namespace: &str) -> u64 {
+        let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        counters.get(namespace).copied().unwrap_or_default()
+    }
 }
 
 /// How long orphaned disks are kept by default (the Director's `max_orphaned_age_in_days`).
@@ -113,6 +141,7 @@ impl DeploymentContext {
             tasks: TaskTracker::new(),
             process: None,
             orphaned_disk_max_age: ORPHANED_DISK_MAX_AGE,
+            inputs: Arc::default(),
         }
     }
 
@@ -213,6 +242,9 @@ pub struct Ledger {
     releases: Mutex<HashMap<String, Arc<Release>>>,
     /// When each deployment's last task ended (what agents said before is not news).
     ended: Mutex<HashMap<String, Instant>>,
+    /// When each deployment last read its inputs, and its namespace's [`InputChanges`]
+    /// counter then.
+    read: Mutex<HashMap<String, (u64, Instant)>>,
 }
 
 impl Ledger {
@@ -293,6 +325,23 @@ impl Ledger {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(uid.to_string(), Instant::now());
+    }
+
+    /// Records that `uid` reads its inputs now, its namespace's counter at `counter`.
+    fn reading_inputs(&self, uid: &str, counter: u64) {
+        self.read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_string(), (counter, Instant::now()));
+    }
+
+    /// How long ago `uid` read its inputs, if none changed since (the namespace's counter
+    /// is still `counter`).
+    fn inputs_unchanged_for(&self, uid: &str, counter: u64) -> Option<Duration> {
+        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.get(uid)
+            .filter(|(c, _)| *c == counter)
+            .map(|(_, at)| at.elapsed())
     }
 
     /// When the last task on `uid` ended in this process, if one did.
@@ -455,6 +504,19 @@ pub async fn reconcile(
         }
         return Ok(Action::requeue(RESYNC));
     }
+    // Deployed, nothing asked, no input changed and read recently: nothing to read again.
+    let namespace = deployment.namespace().unwrap_or_default();
+    let counter = ctx.inputs.counter(&namespace);
+    if let Some(Outcome::Succeeded { generation: g, .. }) = ctx.ledger.outcome(&uid)
+        && g == generation
+        && !deployment.spec.paused
+        && Pending::of(&deployment).is_empty()
+        && let Some(age) = ctx.ledger.inputs_unchanged_for(&uid, counter)
+        && age < RESYNC
+    {
+        return Ok(Action::requeue(RESYNC - age));
+    }
+    ctx.ledger.reading_inputs(&uid, counter);
     let mut status = deployment.status.clone().unwrap_or_default();
     Handled::of(&deployment).fill(&mut status);
     let gathered = match inputs::gather(&ctx.client, &deployment).await {

@@ -131,7 +131,11 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (store, writer) = reflector::store();
-    let reflect = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    // Without their managed fields, the cached instances take a fraction of the memory.
+    let instances = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|i: &mut Instance| i.managed_fields_mut().clear());
+    let reflect = reflector::reflector(writer, instances)
         .applied_objects()
         .for_each(|_| futures::future::ready(()));
     let check = async {

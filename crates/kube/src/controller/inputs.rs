@@ -167,6 +167,12 @@ pub async fn gather(
     if let Some(owner) = deployment.controller_owner_ref(&()) {
         store = store.with_owner(owner);
     }
+    if !definitions.is_empty() {
+        store = store
+            .preloaded()
+            .await
+            .map_err(|e| InputError::Variables(e.to_string()))?;
+    }
     let resolved = match crate::variables::resolve(&definitions, &vars, &store).await {
         Ok(r) => r,
         Err(VariableError::Store(e)) => return Err(InputError::Variables(e.to_string())),

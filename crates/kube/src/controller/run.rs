@@ -123,6 +123,11 @@ pub async fn run(
 
     let controller = Controller::new(scope.api::<Deployment>(&client), watch.clone());
     let store = controller.store();
+    let (cloud_configs_changed, releases_changed, stemcells_changed) = (
+        deployments.inputs.clone(),
+        deployments.inputs.clone(),
+        deployments.inputs.clone(),
+    );
     let by_cloud_config = store.clone();
     let by_release = store.clone();
     let by_stemcell = store;
@@ -140,6 +145,7 @@ pub async fn run(
             scope.api::<CloudConfig>(&client),
             watch.clone(),
             move |cc: CloudConfig| {
+                cloud_configs_changed.changed(cc.namespace().as_deref());
                 let name = cc.name_any();
                 by_cloud_config
                     .state()
@@ -153,12 +159,18 @@ pub async fn run(
         .watches(
             scope.api::<Release>(&client),
             watch.clone(),
-            move |r: Release| in_namespace(&by_release, r.namespace()),
+            move |r: Release| {
+                releases_changed.changed(r.namespace().as_deref());
+                in_namespace(&by_release, r.namespace())
+            },
         )
         .watches(
             scope.api::<Stemcell>(&client),
             watch.clone(),
-            move |s: Stemcell| in_namespace(&by_stemcell, s.namespace()),
+            move |s: Stemcell| {
+                stemcells_changed.changed(s.namespace().as_deref());
+                in_namespace(&by_stemcell, s.namespace())
+            },
         )
         .with_config(config.clone())
         .graceful_shutdown_on(shutdown.clone())
