@@ -1924,26 +1924,8 @@ async fn with_cpi_update_a_new_disk_type_is_changed_in_place() {
 /// written (no link group ids, no intent).
 #[tokio::test(start_paused = true)]
 async fn an_unusable_release_fails_before_anything_changes() {
-    use kubosh_artifacts::release::{PrecompiledPackage, StemcellRef};
     let mut sim = Sim::new();
-    let mut release = (*shared_release()).clone();
-    release.compiled_packages = release
-        .packages
-        .drain(..)
-        .map(|p| PrecompiledPackage {
-            name: p.name,
-            version: p.version,
-            fingerprint: p.fingerprint,
-            digest: p.digest,
-            stemcell: StemcellRef {
-                os: "windows2019".into(),
-                version: "1".into(),
-            },
-            dependencies: p.dependencies,
-            archive: p.archive,
-        })
-        .collect();
-    sim.release = Arc::new(release);
+    sim.release = unusable_release();
     let err = sim
         .engine
         .deploy(&sim.request(manifest()))
@@ -1959,6 +1941,100 @@ async fn an_unusable_release_fails_before_anything_changes() {
     assert!(state.meta.link_group_ids.is_empty(), "{:?}", state.meta);
     assert!(state.stemcells.is_empty() && state.intents.is_empty());
     assert!(state.instances.is_empty() && state.compiled_packages.is_empty());
+    sim.assert_no_leak();
+}
+
+/// The release made unusable for the sim's stemcell (its packages compiled for another OS
+/// only).
+fn unusable_release() -> Arc<Release> {
+    use kubosh_artifacts::release::{PrecompiledPackage, StemcellRef};
+    let mut release = (*shared_release()).clone();
+    release.compiled_packages = (release.packages.drain(..))
+        .map(|p| PrecompiledPackage {
+            name: p.name,
+            version: p.version,
+            fingerprint: p.fingerprint,
+            digest: p.digest,
+            stemcell: StemcellRef {
+                os: "windows2019".into(),
+                version: "1".into(),
+            },
+            dependencies: p.dependencies,
+            archive: p.archive,
+        })
+        .collect();
+    Arc::new(release)
+}
+
+/// An IP registry that remembers every claim.
+#[derive(Default)]
+struct Recording {
+    inner: MemoryIpRegistry,
+    claims: std::sync::Mutex<Vec<Vec<kubosh_engine::state::Reservation>>>,
+}
+
+impl kubosh_engine::state::IpRegistry for Recording {
+    fn held_elsewhere<'a>(
+        &'a self,
+        deployment: &'a str,
+    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
+        self.inner.held_elsewhere(deployment)
+    }
+
+    fn claim<'a>(
+        &'a self,
+        deployment: &'a str,
+        held: Vec<kubosh_engine::state::Reservation>,
+    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
+        self.claims.lock().unwrap().push(held.clone());
+        self.inner.claim(deployment, held)
+    }
+}
+
+/// On a deployment that exists, a scale-up onto a new stemcell line with a release that cannot
+/// be used there (compiled for another OS only) fails while planning: no address of the new
+/// instances is ever claimed among the director's deployments, no cloud call, no record
+/// changes.
+#[tokio::test(start_paused = true)]
+async fn an_unusable_release_on_a_scale_up_claims_no_address() {
+    let mut sim = Sim::new();
+    let registry = Arc::new(Recording::default());
+    sim.engine.config.ip_registry = Some(registry.clone());
+    sim.deploy(manifest()).await;
+    let before = sim.state();
+    let held_before: BTreeSet<String> = (registry.inner.held_elsewhere("other").await.unwrap())
+        .iter()
+        .map(|r| r.ip.to_string())
+        .collect();
+    registry.claims.lock().unwrap().clear();
+    sim.reset_calls();
+
+    sim.release = unusable_release();
+    // A new major version: no package compiled for 1.x is used on it.
+    let newer = stemcell(sim.dir.path(), "2.0");
+    sim.stemcells.push(newer);
+    let mut m = manifest();
+    group_mut(&mut m, "web")["instances"] = json!(5);
+    let err = sim.engine.deploy(&sim.request(m)).await.unwrap_err();
+    assert!(
+        err.to_string().contains("Can't use release 'hello/1.0.0'"),
+        "{err}"
+    );
+    assert!(sim.cloud.calls().is_empty(), "{:?}", sim.cloud.counts());
+    assert_eq!(sim.state(), before, "no record changed");
+    for claim in registry.claims.lock().unwrap().iter() {
+        let ips: BTreeSet<String> = claim.iter().map(|r| r.ip.to_string()).collect();
+        assert!(
+            ips.is_subset(&held_before),
+            "a claim of addresses the deployment did not hold: {:?}",
+            ips.difference(&held_before).collect::<Vec<_>>()
+        );
+    }
+    let held_after: BTreeSet<String> = (registry.inner.held_elsewhere("other").await.unwrap())
+        .iter()
+        .map(|r| r.ip.to_string())
+        .collect();
+    assert_eq!(held_after, held_before);
     sim.assert_no_leak();
 }
 
