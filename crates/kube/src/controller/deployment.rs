@@ -26,7 +26,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use super::backoff::Backoffs;
-use super::inputs::{self, Inputs, Unready};
+use super::inputs::{self, Inputs, Unready, Watched};
 use super::progress::{DeployProgress, Milestone};
 use super::requests::{self, ActionRequest, Handled, Pending};
 use super::status;
@@ -95,12 +95,16 @@ pub struct DeploymentContext {
 
 /// A counter per namespace, moved by every change of a `CloudConfig`, `Release` or
 /// `Stemcell` there (the watches call [`InputChanges::changed`] before the reconciles they
-/// trigger run). A reconcile of a deployed deployment whose namespace's counter has not
-/// moved since it last read its inputs, less than [`RESYNC`] ago, reads nothing: its own
+/// trigger run), and the namespace's [`Watched`] inputs as read at a counter value: read
+/// again only once the counter moved, so the deployments of a namespace share one read
+/// per change, and a resync reads only what is not watched (Secrets, ConfigMaps). A
+/// reconcile of a deployed deployment whose namespace's counter has not moved since it
+/// last read its inputs, less than [`RESYNC`] ago, reads nothing at all: its own
 /// `Instance`s' changes wake it too, and they change no input.
 #[derive(Debug, Default)]
 pub struct InputChanges {
     counters: Mutex<HashMap<String, u64>>,
+    watched: Mutex<HashMap<String, (u64, Arc<Watched>)>>,
 }
 
 impl InputChanges {
@@ -115,6 +119,27 @@ impl InputChanges {
     fn counter(&self, namespace: &str) -> u64 {
         let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
         counters.get(namespace).copied().unwrap_or_default()
+    }
+
+    /// The watched inputs of `namespace`, read no earlier than counter value `counter`
+    /// (read now unless they were then).
+    async fn watched(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        counter: u64,
+    ) -> Result<Arc<Watched>, kube::Error> {
+        let cached = (self.watched.lock().unwrap_or_else(PoisonError::into_inner))
+            .get(namespace)
+            .filter(|(c, _)| *c == counter)
+            .map(|(_, w)| w.clone());
+        if let Some(watched) = cached {
+            return Ok(watched);
+        }
+        let watched = Arc::new(Watched::read(client, namespace).await?);
+        (self.watched.lock().unwrap_or_else(PoisonError::into_inner))
+            .insert(namespace.to_string(), (counter, watched.clone()));
+        Ok(watched)
     }
 }
 
@@ -519,7 +544,14 @@ pub async fn reconcile(
     ctx.ledger.reading_inputs(&uid, counter);
     let mut status = deployment.status.clone().unwrap_or_default();
     Handled::of(&deployment).fill(&mut status);
-    let gathered = match inputs::gather(&ctx.client, &deployment).await {
+    let read = async {
+        let watched = (ctx.inputs)
+            .watched(&ctx.client, &namespace, counter)
+            .await
+            .map_err(inputs::InputError::Kube)?;
+        inputs::gather(&ctx.client, &deployment, &watched).await
+    };
+    let gathered = match read.await {
         Ok(g) => g,
         Err(e) => {
             let message = format!("cannot read the deployment's inputs: {e}");

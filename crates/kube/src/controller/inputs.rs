@@ -71,11 +71,46 @@ pub enum InputError {
     Variables(String),
 }
 
-/// Reads everything `deployment` needs. The inner error is a deployment that must wait or is
-/// invalid.
+/// The watched inputs of one namespace: its cloud configs, releases and stemcells (what
+/// the controller is told of when they change; Secrets and ConfigMaps it is not).
+#[derive(Debug, Clone, Default)]
+pub struct Watched {
+    /// The `CloudConfig`s.
+    pub cloud_configs: Vec<CloudConfig>,
+    /// The `Release`s.
+    pub releases: Vec<ReleaseResource>,
+    /// The `Stemcell`s.
+    pub stemcells: Vec<StemcellResource>,
+}
+
+impl Watched {
+    /// Reads them (three lists).
+    pub async fn read(client: &kube::Client, namespace: &str) -> Result<Watched, kube::Error> {
+        let list = ListParams::default();
+        Ok(Watched {
+            cloud_configs: (Api::<CloudConfig>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
+            releases: (Api::<ReleaseResource>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
+            stemcells: (Api::<StemcellResource>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
+        })
+    }
+}
+
+/// Reads everything `deployment` needs, its namespace's watched inputs being `watched`
+/// (read no earlier than their last change). The inner error is a deployment that must
+/// wait or is invalid.
 pub async fn gather(
     client: &kube::Client,
     deployment: &Deployment,
+    watched: &Watched,
 ) -> Result<Result<Inputs, Unready>, InputError> {
     let namespace = deployment.namespace().unwrap_or_default();
     let name = deployment.name_any();
@@ -84,9 +119,9 @@ pub async fn gather(
     // Everything missing is listed at once: the cloud config, Secrets and ConfigMaps, and
     // the releases and stemcells.
     let mut waiting = Vec::new();
-    let cloud_configs: Api<CloudConfig> = Api::namespaced(client.clone(), &namespace);
     let cloud_config_name = spec.cloud_config_name();
-    let cloud_config = match cloud_configs.get_opt(cloud_config_name).await? {
+    let found = (watched.cloud_configs.iter()).find(|c| c.name_any() == cloud_config_name);
+    let cloud_config = match found {
         Some(c) => Some(
             serde_json::to_value(&c.spec.config)
                 .map_err(|e| InputError::Variables(format!("cloud config: {e}")))?,
@@ -136,10 +171,9 @@ pub async fn gather(
     if !waiting.is_empty() {
         // The releases and stemcells the manifest names literally are waited for too.
         if let Ok(typed) = serde_json::from_value::<DeploymentManifest>(manifest) {
-            let (releases, stemcells) = releases_and_stemcells(client, &namespace).await?;
             let literal = |line: &String| !line.contains("((");
             waiting.extend(
-                waiting_for(&typed, &releases, &stemcells)
+                waiting_for(&typed, &watched.releases, &watched.stemcells)
                     .into_iter()
                     .filter(literal),
             );
@@ -206,8 +240,7 @@ pub async fn gather(
         Err(e) => return invalid("InvalidManifest", e.to_string()),
     };
 
-    let (releases, stemcells) = releases_and_stemcells(client, &namespace).await?;
-    let (releases, stemcells) = match choose(&typed, &releases, &stemcells) {
+    let (releases, stemcells) = match choose(&typed, &watched.releases, &watched.stemcells) {
         Ok(chosen) => chosen,
         Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
     };
@@ -218,22 +251,6 @@ pub async fn gather(
         stemcells,
         secrets,
     }))
-}
-
-/// The `Release` and `Stemcell` resources of `namespace`.
-async fn releases_and_stemcells(
-    client: &kube::Client,
-    namespace: &str,
-) -> Result<(Vec<ReleaseResource>, Vec<StemcellResource>), InputError> {
-    let releases = Api::<ReleaseResource>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let stemcells = Api::<StemcellResource>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    Ok((releases, stemcells))
 }
 
 /// Adds the variables of `varsFrom[index]`; a line naming what is missing when the Secret,
