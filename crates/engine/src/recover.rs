@@ -233,9 +233,9 @@ impl Engine {
         }
         let _ = agent.unmount_disk(stray).await;
         let _ = agent.remove_persistent_disk(stray).await;
-        for disk in &owner.disks {
+        for disk in owner.disks.iter().filter(|d| d.is_managed()) {
             if agent.mount_disk(&disk.cid).await.is_err() {
-                let _ = self.attach_and_mount(&agent, vm_cid, &disk.cid).await;
+                let _ = self.attach_disk_to_vm(&agent, vm_cid, disk).await;
             }
         }
     }
