@@ -76,9 +76,63 @@ pub fn text(out: &Output) -> (String, String) {
     )
 }
 
+/// Which agent the local cloud's VMs run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentKind {
+    /// `kubosh agent --bind-base`: runs the jobs' processes.
+    Kubosh,
+    /// The real bosh-agent (dummy platform, `-M dummy`: lifecycle scripts only, no job
+    /// process) under `kubosh vm run`, built by tools/testbins.sh.
+    Bosh,
+}
+
+/// The local cloud's agent command for `kind`.
+pub fn agent_command(kind: AgentKind) -> Value {
+    match kind {
+        AgentKind::Kubosh => json!([
+            "{kubosh}",
+            "agent",
+            "--bind-base",
+            "{root}",
+            "-b",
+            "/var/vcap",
+            "-C",
+            "{agent_config}"
+        ]),
+        AgentKind::Bosh => {
+            let agent = kubosh_devenv::binary("bosh-agent")
+                .expect("bosh-agent is built (tools/testbins.sh)");
+            json!([
+                "{kubosh}",
+                "vm",
+                "run",
+                "--root",
+                "{root}",
+                "--dummy-disks",
+                "{vm_dir}/dummy-disks.json",
+                "--",
+                agent,
+                "-b",
+                "/var/vcap",
+                "-P",
+                "dummy",
+                "-M",
+                "dummy",
+                "-C",
+                "{agent_config}"
+            ])
+        }
+    }
+}
+
 impl World {
-    /// A director on loopback subnet `127.0.<net>.0/24`.
+    /// A director on loopback subnet `127.0.<net>.0/24`, its VMs running kubosh's agent.
     pub fn new(net: u8) -> World {
+        World::with_agent(net, AgentKind::Kubosh)
+    }
+
+    /// A director on loopback subnet `127.0.<net>.0/24`, its VMs running `agent`.
+    pub fn with_agent(net: u8, agent: AgentKind) -> World {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         let (ca_cert, ca_key) = ca_pem();
@@ -113,7 +167,7 @@ impl World {
                 "mbus": url,
                 "blobstore": {"provider": "local", "options": {"blobstore_path": blobs}},
                 "agent": {
-                    "command": ["{kubosh}", "agent", "--bind-base", "{root}", "-b", "/var/vcap", "-C", "{agent_config}"],
+                    "command": agent_command(agent),
                     "env": {"KUBOSH_LOG": "kubosh=info"},
                     "stop_timeout_seconds": 20,
                 },

@@ -17,5 +17,6 @@ mod cpi_local;
 mod crash_safety;
 mod deploy_local;
 mod director_world;
+mod real_agent;
 mod release;
 mod stemcell;

@@ -4,6 +4,7 @@
 //! Transports and the client are in `kubosh-transport`.
 
 pub mod apply_spec;
+pub mod dummy;
 mod health;
 pub mod protocol;
 pub mod settings;
