@@ -6,6 +6,7 @@
 pub mod apply_spec;
 pub mod dummy;
 mod health;
+pub mod nats_auth;
 pub mod protocol;
 pub mod settings;
 
