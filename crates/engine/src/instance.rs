@@ -286,7 +286,7 @@ impl Engine {
                 )
                 .await;
         }
-        self.delete_vm_cid(&vm.cid).await?;
+        self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
         record.vm = None;
         self.persist(record).await?;
         self.settle(intent.id).await?;

@@ -2515,3 +2515,78 @@ async fn disk_changes_send_the_directors_messages_in_the_directors_order() {
     assert!(sim.group("web")[0].disks.is_empty());
     sim.assert_no_leak();
 }
+
+/// What the engine told the message bus: every agent admitted, in order, and those revoked.
+#[derive(Default)]
+struct RecordedAccess {
+    cloud: std::sync::Mutex<Option<Arc<SimCloud>>>,
+    admitted: std::sync::Mutex<Vec<String>>,
+    revoked: std::sync::Mutex<Vec<String>>,
+    /// Agents admitted while the cloud already had their VM (must stay empty).
+    late: std::sync::Mutex<Vec<String>>,
+}
+
+impl kubosh_engine::agent_access::AgentAccess for RecordedAccess {
+    fn admit<'a>(
+        &'a self,
+        agent_ids: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<(), kubosh_engine::agent_access::AccessError>> {
+        let cloud = self.cloud.lock().unwrap().clone().unwrap();
+        let existing: BTreeSet<String> = cloud.inventory().agents.into_iter().collect();
+        for id in agent_ids {
+            let recorded_before = self.admitted.lock().unwrap().contains(id);
+            if existing.contains(id) && !recorded_before {
+                self.late.lock().unwrap().push(id.clone());
+            }
+            self.admitted.lock().unwrap().push(id.clone());
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        agent_ids: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<(), kubosh_engine::agent_access::AccessError>> {
+        self.revoked
+            .lock()
+            .unwrap()
+            .extend(agent_ids.iter().cloned());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Every agent is let onto the bus before its VM exists and locked out once the VM is gone
+/// (compilation workers, scaled-down and recreated instances alike), so what stays admitted
+/// is exactly the agents of the VMs that stay.
+#[tokio::test(start_paused = true)]
+async fn agents_are_admitted_before_their_vms_and_revoked_after() {
+    let mut sim = Sim::new();
+    let access = Arc::new(RecordedAccess::default());
+    *access.cloud.lock().unwrap() = Some(sim.cloud.clone());
+    sim.engine.config.agent_access = Some(access.clone());
+    sim.deploy(manifest()).await;
+    let mut m = manifest();
+    group_mut(&mut m, "web")["instances"] = json!(1);
+    sim.deploy(m.clone()).await;
+    let mut request = sim.request(m);
+    request.requests.recreate = true;
+    sim.deploy_with(&sim.engine, &request).await;
+
+    assert!(
+        access.late.lock().unwrap().is_empty(),
+        "admitted after create_vm"
+    );
+    let admitted: BTreeSet<String> = access.admitted.lock().unwrap().iter().cloned().collect();
+    let revoked: BTreeSet<String> = access.revoked.lock().unwrap().iter().cloned().collect();
+    let left: BTreeSet<String> = admitted.difference(&revoked).cloned().collect();
+    let agents: BTreeSet<String> = sim.cloud.inventory().agents.into_iter().collect();
+    assert_eq!(
+        left, agents,
+        "admitted and not revoked = the agents of the VMs left"
+    );
+    assert!(
+        revoked.len() > 6,
+        "compilation workers, scaled-down and recreated VMs: {revoked:?}"
+    );
+    sim.assert_no_leak();
+}
