@@ -108,6 +108,13 @@ fn walkdir(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Deploys `manifest`; the state after.
+async fn apply(w: &World, manifest: &Value) -> DeploymentState {
+    w.write_manifest(manifest);
+    deploy(w);
+    w.state().await
+}
+
 /// The requests every agent handled so far (bosh-agent logs each one), over all VMs.
 fn agent_requests(w: &World) -> usize {
     let vms = std::fs::read_dir(w.cloud().join("vms"))
@@ -197,9 +204,7 @@ async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
     // A property: the same VM, rendered again, its pre-start run again.
     std::fs::remove_dir_all(in_vm(&root_of(&w, &web0), "/var/vcap/sys/run/hello")).unwrap();
     manifest["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] = json!("Howdy");
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     let now = instances(&state, "web")[0].clone();
     assert_eq!(now.vm, web0.vm, "a property change keeps the VM");
     assert_eq!(hello_config(&w, &now)["greeting"], "Howdy");
@@ -211,9 +216,7 @@ async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
         .as_array_mut()
         .unwrap()
         .push(api_group(w.port));
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     let web = instances(&state, "web");
     assert_eq!(web.iter().map(|i| i.index).collect::<Vec<_>>(), [0, 1, 2]);
     assert_eq!(web[0].vm, web0.vm);
@@ -240,9 +243,7 @@ async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
         .as_array_mut()
         .unwrap()
         .truncate(1);
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     assert_eq!(state.instances.len(), 1);
     assert_eq!(instances(&state, "web")[0].vm, web0.vm);
     assert_eq!(vm_count(&w), 1);
@@ -304,9 +305,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
         .as_array_mut()
         .unwrap()
         .push(api_group(w.port));
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     let (web0, api0) = (
         instances(&state, "web")[0].clone(),
         instances(&state, "api")[0].clone(),
@@ -335,9 +334,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
 
     // A disk added to a VM that stays: mounted at /var/vcap/store.
     manifest["instance_groups"][0]["persistent_disk"] = json!(64);
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     let web = instances(&state, "web")[0].clone();
     assert_eq!(web.vm, web0.vm);
     let first_disk = web.disks[0].cid.clone();
@@ -351,9 +348,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
 
     // Resized by copy: the data is on the new disk, the old one is orphaned with it.
     manifest["instance_groups"][0]["persistent_disk"] = json!(128);
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     let web = instances(&state, "web")[0].clone();
     assert_eq!(web.vm, web0.vm);
     let second_disk = web.disks[0].cid.clone();
@@ -374,9 +369,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
 
     // A named disk on a VM that stays: attached and associated, never mounted.
     manifest["instance_groups"][1]["persistent_disks"] = json!([{"name": "data", "type": "small"}]);
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     let api = instances(&state, "api")[0].clone();
     assert_eq!(api.vm, api0.vm);
     let data = api.disks[0].cid.clone();
@@ -424,9 +417,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
         .as_object_mut()
         .unwrap()
         .remove("persistent_disks");
-    w.write_manifest(&manifest);
-    deploy(&w);
-    let state = w.state().await;
+    let state = apply(&w, &manifest).await;
     assert!(state.instances.values().all(|i| i.disks.is_empty()));
     assert!(state.orphaned_disks.contains_key(&second_disk));
     assert!(state.orphaned_disks.contains_key(&data));
