@@ -17,5 +17,7 @@ mod cpi_local;
 mod crash_safety;
 mod deploy_local;
 mod director_world;
+mod nats_confinement;
+mod real_agent;
 mod release;
 mod stemcell;

@@ -186,6 +186,12 @@ impl Engine {
         let (manifest, cloud) = validated.document;
         let mut state = self.store.load().await?;
         if !dry_run {
+            // Agents recorded before the bus was confined (or whose admission a killed run
+            // lost) are let in again: one write, and nothing if they all are.
+            let recorded: Vec<String> = (state.instances.values())
+                .filter_map(|i| i.vm.as_ref().map(|vm| vm.agent_id.clone()))
+                .collect();
+            self.admit_agents(&recorded).await?;
             self.recover(&mut state, self.config.recovery_wait).await?;
         }
 

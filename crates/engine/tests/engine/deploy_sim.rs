@@ -1445,13 +1445,15 @@ async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
         let created = vm.metadata["created_at"].as_str().unwrap();
         assert_eq!(created.len(), 20, "{created}");
         assert!(created.ends_with('Z'), "{created}");
-        // update_settings came before the first apply, with the trusted certificates.
+        // update_settings came before the first apply, with the trusted certificates and
+        // the named disk the update made.
         let agent = sim.agents.agent(&Sim::agent_id(w)).unwrap();
         assert_eq!(
             agent.settings,
-            Some(
-                json!({"trusted_certs": "-----BEGIN CERTIFICATE-----\nCA\n", "disk_associations": []})
-            )
+            Some(json!({
+                "trusted_certs": "-----BEGIN CERTIFICATE-----\nCA\n",
+                "disk_associations": [{"name": "data", "cid": w.disks[0].cid}],
+            }))
         );
     }
 
@@ -2382,4 +2384,285 @@ async fn compilation_addresses_taken_meanwhile_are_chosen_again_and_contention_i
         sim.cloud.inventory().vms.is_empty(),
         "no worker was made with an address held elsewhere"
     );
+}
+
+// ---- the Director's disk messages, in order ----
+
+/// A deployment of one `web` instance with a managed disk and one `worker` without disks.
+fn one_of_each() -> Value {
+    let mut m = manifest();
+    m["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["name"] != "api");
+    group_mut(&mut m, "web")["instances"] = json!(1);
+    group_mut(&mut m, "worker")["instances"] = json!(1);
+    m
+}
+
+impl Sim {
+    /// The disk-related calls (and `apply`, to see what came before it) of the instance of
+    /// `group`, on both sides, in order since the last reset: `"agent mount_disk <disk>"`,
+    /// `"cloud attach_disk <disk>"`, with disk CIDs replaced by the names in `names`.
+    fn disk_steps(&self, agent_id: &str, names: &[(&str, &str)]) -> Vec<String> {
+        self.disk_steps_of(&[agent_id], names)
+    }
+
+    /// [`Sim::disk_steps`] of the instance whose VM was `agent_ids[0]`, then the next, ....
+    fn disk_steps_of(&self, agent_ids: &[&str], names: &[(&str, &str)]) -> Vec<String> {
+        const METHODS: &[&str] = &[
+            "ping",
+            "list_disk",
+            "mount_disk",
+            "unmount_disk",
+            "migrate_disk",
+            "add_persistent_disk",
+            "remove_persistent_disk",
+            "update_settings",
+            "apply",
+            "create_disk",
+            "attach_disk",
+            "detach_disk",
+            "delete_vm",
+            "create_vm",
+        ];
+        let named = |cid: &str| {
+            (names.iter().find(|(c, _)| *c == cid)).map_or(cid.to_string(), |(_, n)| n.to_string())
+        };
+        (self.cloud.timeline().into_iter())
+            .filter(|s| METHODS.contains(&s.method.as_str()))
+            .filter_map(|s| match s.side {
+                kubosh_sim::Side::Agent if agent_ids.contains(&s.target.as_str()) => Some(
+                    format!("agent {} {}", s.method, named(&s.arg))
+                        .trim_end()
+                        .to_string(),
+                ),
+                kubosh_sim::Side::Cloud
+                    if s.method.ends_with("_vm") || s.method == "create_disk" =>
+                {
+                    Some(format!("cloud {}", s.method))
+                }
+                kubosh_sim::Side::Cloud => Some(
+                    format!("cloud {} {}", s.method, named(&s.target))
+                        .trim_end()
+                        .to_string(),
+                ),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The messages of each disk change match the Director's (`disk_manager.rb`,
+/// `update_procedure.rb#converge_vm`): only the managed disk is mounted, unmounted and
+/// migrated; a detached disk is first removed from the agent; every converge of a kept VM
+/// ends its disk changes with `update_settings` before `apply`.
+#[tokio::test(start_paused = true)]
+async fn disk_changes_send_the_directors_messages_in_the_directors_order() {
+    let sim = Sim::new();
+    sim.deploy(one_of_each()).await;
+    let web = sim.group("web")[0].clone();
+    let worker = sim.group("worker")[0].clone();
+    let (web_agent, worker_agent) = (Sim::agent_id(&web), Sim::agent_id(&worker));
+    let first = web.disks[0].cid.clone();
+
+    // Resize by copy.
+    sim.cloud.reset_timeline();
+    let mut m = one_of_each();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m.clone()).await;
+    let bigger = sim.group("web")[0].disks[0].cid.clone();
+    let names = [(first.as_str(), "old"), (bigger.as_str(), "new")];
+    assert_eq!(
+        sim.disk_steps(&web_agent, &names),
+        [
+            "agent list_disk",
+            "cloud create_disk",
+            "cloud attach_disk new",
+            "agent ping",
+            "agent add_persistent_disk new",
+            "agent ping",
+            "agent mount_disk new",
+            "agent migrate_disk old",
+            // The migration unmounted the old disk (as a Linux agent's does): not listed, so
+            // not unmounted.
+            "agent list_disk",
+            "agent remove_persistent_disk old",
+            "cloud detach_disk old",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+
+    // A named disk added to a VM that stays: attached and associated, never mounted.
+    sim.cloud.reset_timeline();
+    group_mut(&mut m, "worker")["persistent_disks"] = json!([{"name": "data", "type": "small"}]);
+    sim.deploy(m.clone()).await;
+    let data = sim.group("worker")[0].disks[0].cid.clone();
+    assert_eq!(sim.group("worker")[0].vm, worker.vm, "the VM stays");
+    assert_eq!(
+        sim.disk_steps(&worker_agent, &[(data.as_str(), "data")]),
+        [
+            "cloud create_disk",
+            "cloud attach_disk data",
+            "agent ping",
+            "agent add_persistent_disk data",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+    let settings = sim.agents.agent(&worker_agent).unwrap().settings.unwrap();
+    assert_eq!(
+        settings["disk_associations"],
+        json!([{"name": "data", "cid": data}])
+    );
+    assert_eq!(sim.agents.agent(&worker_agent).unwrap().store, None);
+
+    // --recreate: the managed disk is unmounted and every disk detached before the VM goes;
+    // the new VM gets them attached, the managed one mounted, then its settings.
+    sim.cloud.reset_timeline();
+    let mut request = sim.request(m.clone());
+    request.requests.recreate = true;
+    sim.deploy_with(&sim.engine, &request).await;
+    let new_web_agent = Sim::agent_id(&sim.group("web")[0]);
+    let steps = sim.disk_steps_of(&[&web_agent, &new_web_agent], &names);
+    let web_done = steps.iter().position(|s| s == "agent apply").unwrap();
+    assert_eq!(
+        steps[..=web_done],
+        [
+            "agent list_disk",
+            "agent unmount_disk new",
+            "agent remove_persistent_disk new",
+            "cloud detach_disk new",
+            "cloud delete_vm",
+            "cloud create_vm",
+            "agent ping",
+            "cloud attach_disk new",
+            "agent ping",
+            "agent add_persistent_disk new",
+            "agent ping",
+            "agent mount_disk new",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+
+    // Removing the named disk: removed from the agent and detached, no unmount; the
+    // association goes with the next settings.
+    sim.cloud.reset_timeline();
+    let worker = sim.group("worker")[0].clone();
+    let worker_agent = Sim::agent_id(&worker);
+    group_mut(&mut m, "worker")
+        .as_object_mut()
+        .unwrap()
+        .remove("persistent_disks");
+    sim.deploy(m.clone()).await;
+    assert_eq!(
+        sim.disk_steps(&worker_agent, &[(data.as_str(), "data")]),
+        [
+            "agent remove_persistent_disk data",
+            "cloud detach_disk data",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+    let settings = sim.agents.agent(&worker_agent).unwrap().settings.unwrap();
+    assert_eq!(settings["disk_associations"], json!([]));
+
+    // Removing the managed disk: the sync check, then unmount and detach.
+    sim.cloud.reset_timeline();
+    group_mut(&mut m, "web")
+        .as_object_mut()
+        .unwrap()
+        .remove("persistent_disk");
+    sim.deploy(m).await;
+    assert_eq!(
+        sim.disk_steps(&new_web_agent, &names),
+        [
+            "agent list_disk",
+            "agent list_disk",
+            "agent unmount_disk new",
+            "agent remove_persistent_disk new",
+            "cloud detach_disk new",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+    assert!(sim.group("web")[0].disks.is_empty());
+    sim.assert_no_leak();
+}
+
+/// What the engine told the message bus: every agent admitted, in order, and those revoked.
+#[derive(Default)]
+struct RecordedAccess {
+    cloud: std::sync::Mutex<Option<Arc<SimCloud>>>,
+    admitted: std::sync::Mutex<Vec<String>>,
+    revoked: std::sync::Mutex<Vec<String>>,
+    /// Agents admitted while the cloud already had their VM (must stay empty).
+    late: std::sync::Mutex<Vec<String>>,
+}
+
+impl kubosh_engine::agent_access::AgentAccess for RecordedAccess {
+    fn admit<'a>(
+        &'a self,
+        agent_ids: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<(), kubosh_engine::agent_access::AccessError>> {
+        let cloud = self.cloud.lock().unwrap().clone().unwrap();
+        let existing: BTreeSet<String> = cloud.inventory().agents.into_iter().collect();
+        for id in agent_ids {
+            let recorded_before = self.admitted.lock().unwrap().contains(id);
+            if existing.contains(id) && !recorded_before {
+                self.late.lock().unwrap().push(id.clone());
+            }
+            self.admitted.lock().unwrap().push(id.clone());
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        agent_ids: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<(), kubosh_engine::agent_access::AccessError>> {
+        self.revoked
+            .lock()
+            .unwrap()
+            .extend(agent_ids.iter().cloned());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Every agent is let onto the bus before its VM exists and locked out once the VM is gone
+/// (compilation workers, scaled-down and recreated instances alike), so what stays admitted
+/// is exactly the agents of the VMs that stay.
+#[tokio::test(start_paused = true)]
+async fn agents_are_admitted_before_their_vms_and_revoked_after() {
+    let mut sim = Sim::new();
+    let access = Arc::new(RecordedAccess::default());
+    *access.cloud.lock().unwrap() = Some(sim.cloud.clone());
+    sim.engine.config.agent_access = Some(access.clone());
+    sim.deploy(manifest()).await;
+    let mut m = manifest();
+    group_mut(&mut m, "web")["instances"] = json!(1);
+    sim.deploy(m.clone()).await;
+    let mut request = sim.request(m);
+    request.requests.recreate = true;
+    sim.deploy_with(&sim.engine, &request).await;
+
+    assert!(
+        access.late.lock().unwrap().is_empty(),
+        "admitted after create_vm"
+    );
+    let admitted: BTreeSet<String> = access.admitted.lock().unwrap().iter().cloned().collect();
+    let revoked: BTreeSet<String> = access.revoked.lock().unwrap().iter().cloned().collect();
+    let left: BTreeSet<String> = admitted.difference(&revoked).cloned().collect();
+    let agents: BTreeSet<String> = sim.cloud.inventory().agents.into_iter().collect();
+    assert_eq!(
+        left, agents,
+        "admitted and not revoked = the agents of the VMs left"
+    );
+    assert!(
+        revoked.len() > 6,
+        "compilation workers, scaled-down and recreated VMs: {revoked:?}"
+    );
+    sim.assert_no_leak();
 }
