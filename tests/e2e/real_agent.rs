@@ -447,3 +447,88 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
         assert!(!log.contains("Mounting last mounted disk"), "{log}");
     }
 }
+
+/// The same real agent under `kubosh controller`, each agent confined to its own subjects on
+/// NATS: a deployment applied, a property changed, scaled up with a bigger disk (the data
+/// moves with it), scaled down, then deleted with its disks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_under_the_controller_is_deployed_updated_resized_scaled_and_deleted() {
+    use crate::controller::{
+        apply_deployment, apply_inputs, control_plane, deployment_object, ready_at, start_replica,
+        stored_state,
+    };
+    use kube::api::Api;
+    use kubosh_kube::api::Deployment;
+
+    let cp = control_plane().await;
+    let w = World::confined(33, AgentKind::Bosh);
+    let ns = "real-agent-ctrl";
+    cp.create_namespace(ns).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    apply_inputs(&client, ns, &w).await;
+    let _controller = start_replica(&w, cp, ns, "real-agent");
+    let state = || stored_state(&client, ns, "hello");
+
+    let mut manifest = hello_deployment(w.port, "Hello");
+    manifest["instance_groups"][0]["instances"] = json!(1);
+    manifest["instance_groups"][0]["persistent_disk"] = json!(64);
+    let apply = |manifest: &Value| {
+        let object = deployment_object("hello", manifest.clone());
+        let client = client.clone();
+        async move { apply_deployment(&client, ns, &object).await }
+    };
+    let generation = apply(&manifest).await;
+    ready_at(&api, "hello", &w, generation).await;
+    let first = state().await;
+    let web0 = instances(&first, "web")[0].clone();
+    assert!(pre_start_ran(&w, &web0), "{}", agent_logs(&w));
+    assert_eq!(hello_config(&w, &web0)["greeting"], "Hello");
+    std::fs::write(root_of(&w, &web0).join("store/marker"), "keep me").unwrap();
+
+    // A property: the same VM, rendered again.
+    manifest["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] = json!("Howdy");
+    let generation = apply(&manifest).await;
+    ready_at(&api, "hello", &w, generation).await;
+    let now = instances(&state().await, "web")[0].clone();
+    assert_eq!(now.vm, web0.vm);
+    assert_eq!(hello_config(&w, &now)["greeting"], "Howdy");
+
+    // 1 → 2 with a bigger disk: web/0 keeps its VM, its data moves to the new disk.
+    manifest["instance_groups"][0]["instances"] = json!(2);
+    manifest["instance_groups"][0]["persistent_disk"] = json!(96);
+    let generation = apply(&manifest).await;
+    ready_at(&api, "hello", &w, generation).await;
+    let scaled = state().await;
+    let web = instances(&scaled, "web");
+    assert_eq!(web.len(), 2);
+    assert_eq!(web[0].vm, web0.vm);
+    assert_ne!(web[0].disks[0].cid, web0.disks[0].cid);
+    assert_eq!(web[0].disks[0].size_mib, 96);
+    assert_eq!(
+        std::fs::read_to_string(root_of(&w, web[0]).join("store/marker")).unwrap(),
+        "keep me"
+    );
+    assert!(pre_start_ran(&w, web[1]));
+    assert_eq!(vm_count(&w), 2);
+
+    // 2 → 1: web/1's VM goes.
+    manifest["instance_groups"][0]["instances"] = json!(1);
+    let generation = apply(&manifest).await;
+    ready_at(&api, "hello", &w, generation).await;
+    assert_eq!(state().await.instances.len(), 1);
+    assert_eq!(vm_count(&w), 1);
+
+    // Deleted (policy Delete): no VM, no disk left in the cloud.
+    api.delete("hello", &Default::default()).await.unwrap();
+    let start = std::time::Instant::now();
+    while api.get_opt("hello").await.unwrap().is_some() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(180));
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let inventory = kubosh_cloud::local::inventory(&w.cloud()).unwrap();
+    assert!(
+        inventory.vms.is_empty() && inventory.disks.is_empty(),
+        "{inventory:?}"
+    );
+}
