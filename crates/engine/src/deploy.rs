@@ -195,7 +195,14 @@ impl Engine {
             self.recover(&mut state, self.config.recovery_wait).await?;
         }
 
-        let inputs = req.inputs_digest();
+        // What the director adds to every deployment counts too: new trusted certificates
+        // must reach every VM.
+        let inputs = match self.config.trusted_certs.as_str() {
+            "" => req.inputs_digest(),
+            certs => kubosh_core::digest::sha256_hex(
+                format!("{}\n{}", req.inputs_digest(), certs).as_bytes(),
+            ),
+        };
         let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
             && req.requests == changes::Requests::default()
             && req.action.is_none()
@@ -806,9 +813,14 @@ impl Engine {
             missing.len(),
         );
         let deployment = manifest.name.clone().unwrap_or_default();
+        let tags = manifest.tags.clone().unwrap_or_default();
+        let tag_value = Value::Object(tags.clone());
+        let labels = super::disks::DiskLabels {
+            deployment: &deployment,
+            tags: &tag_value,
+        };
         let work = missing.clone().into_iter().map(|i| {
             let p = &planned[i];
-            let tags = manifest.tags.clone().unwrap_or_default();
             let request = vm_request(&deployment, &tags, &groups[p.group], p, stemcells);
             let mut record = p.record.clone();
             let stage = stage.clone();
@@ -820,7 +832,7 @@ impl Engine {
                         self.persist(&record).await?;
                         let vm = self.create_instance_vm(&mut record, &request, None).await?;
                         // A detached instance coming back keeps its disks.
-                        self.attach_disks(&record, &vm).await?;
+                        self.attach_disks(&record, &vm, &labels).await?;
                         self.send_vm_settings(&vm.agent_id, &record.display_name(), &record.disks)
                             .await
                     })
@@ -1308,6 +1320,8 @@ fn desired_spec(
             .clone()
             .map(Value::Object)
             .unwrap_or(Value::Null),
+        trusted_certs: (!config.trusted_certs.is_empty())
+            .then(|| kubosh_core::digest::sha1_hex(config.trusted_certs.as_bytes())),
     }
 }
 

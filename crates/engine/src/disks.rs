@@ -41,7 +41,56 @@ pub fn in_place(
     }
 }
 
+/// What a disk's metadata names besides the manifest's tags.
+#[derive(Debug, Clone, Copy)]
+pub struct DiskLabels<'a> {
+    /// The deployment.
+    pub deployment: &'a str,
+    /// The manifest's `tags` (an object, or null).
+    pub tags: &'a serde_json::Value,
+}
+
+impl DiskLabels<'_> {
+    /// The metadata of a disk attached to `instance` now: the manifest's tags, then the
+    /// director's keys over them (`metadata_updater.rb#update_disk_metadata`).
+    pub fn metadata(
+        &self,
+        instance: &InstanceRecord,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let mut metadata = self.tags.as_object().cloned().unwrap_or_default();
+        for (k, v) in [
+            ("director", "kubosh".to_string()),
+            ("deployment", self.deployment.to_string()),
+            ("instance_id", instance.uuid.clone()),
+            ("instance_index", instance.index.to_string()),
+            ("instance_group", instance.group.clone()),
+            ("attached_at", super::vm::created_at_now()),
+        ] {
+            metadata.insert(k.into(), serde_json::Value::String(v));
+        }
+        metadata
+    }
+}
+
 impl Engine {
+    /// Sets the metadata of `disk`, now attached to `instance` (`set_disk_metadata`); a CPI
+    /// without disk metadata is no reason to fail.
+    pub async fn label_disk(
+        &self,
+        labels: &DiskLabels<'_>,
+        instance: &InstanceRecord,
+        disk: &str,
+    ) -> Result<(), EngineError> {
+        let metadata = labels.metadata(instance);
+        match (self.cloud)
+            .set_disk_metadata(&DiskCid(disk.to_string()), &metadata)
+            .await
+        {
+            Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => Ok(()),
+            other => other.map_err(EngineError::from),
+        }
+    }
+
     /// Attaches `disk` to the VM as `disk_manager.rb#attach_disk` does: CPI `attach_disk`;
     /// with a hint, the agent (once it answers) gets `add_persistent_disk`; a managed disk is
     /// then mounted (`mount_disk`). A named disk is never mounted: its jobs find it through

@@ -9,6 +9,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use tokio::time::{Instant, sleep};
 
+use super::disks::DiskLabels;
 use super::progress::{InstanceName, Milestone, StageRun};
 use super::vm::{NewVm, VmRequest};
 use super::{Engine, EngineError};
@@ -124,14 +125,19 @@ impl Engine {
             return Ok(target.record);
         }
 
+        let deployment = target.apply.deployment.clone().unwrap_or_default();
+        let labels = DiskLabels {
+            deployment: &deployment,
+            tags: &target.desired.tags,
+        };
         if recreate {
             let replaced = self.delete_vm_of(record).await?;
             let vm = self
                 .create_instance_vm(record, &target.vm, replaced)
                 .await?;
-            self.attach_disks(record, &vm).await?;
+            self.attach_disks(record, &vm, &labels).await?;
         }
-        self.converge_disks(record, &target.desired.disks, &name)
+        self.converge_disks(record, &target.desired.disks, &name, &labels)
             .await?;
 
         let vm = record
@@ -293,15 +299,18 @@ impl Engine {
         Ok(Some(vm.cid))
     }
 
-    /// Attaches the instance's active disks to its (new) VM, mounting the managed one.
+    /// Attaches the instance's active disks to its (new) VM, mounting the managed one, and
+    /// labels them.
     pub async fn attach_disks(
         &self,
         record: &InstanceRecord,
         vm: &NewVm,
+        labels: &DiskLabels<'_>,
     ) -> Result<(), EngineError> {
         let agent = self.agent(&vm.agent_id, &record.display_name());
         for disk in &record.disks {
             self.attach_disk_to_vm(&agent, &vm.cid, disk).await?;
+            self.label_disk(labels, record, &disk.cid).await?;
         }
         Ok(())
     }
@@ -317,6 +326,7 @@ impl Engine {
         record: &mut InstanceRecord,
         wanted: &[DiskSpec],
         name: &str,
+        labels: &DiskLabels<'_>,
     ) -> Result<(), EngineError> {
         let Some(vm) = record.vm.clone() else {
             return Ok(());
@@ -360,6 +370,7 @@ impl Engine {
                 (self.write(Write::DeleteOrphanedDisk(orphan.disk.cid.clone()))).await?;
                 self.attach_disk_to_vm(&agent, &vm.cid, &orphan.disk)
                     .await?;
+                self.label_disk(labels, record, &orphan.disk.cid).await?;
                 super::progress::warn(
                     self.events.as_ref(),
                     format!(
@@ -381,6 +392,7 @@ impl Engine {
                 )
                 .await?;
             self.attach_disk_to_vm(&agent, &vm.cid, &disk).await?;
+            self.label_disk(labels, record, &disk.cid).await?;
             // Data moves to a new managed disk; a named disk's replacement starts empty, as
             // the Director's `update_disk` leaves it.
             if let Some(old) = current

@@ -41,6 +41,9 @@ pub enum Change {
     Dns,
     /// Deployment tags differ.
     Tags,
+    /// The director's trusted certificates differ from the VM's (`update_settings` sends
+    /// them in the update).
+    TrustedCerts,
 }
 
 impl Change {
@@ -62,6 +65,7 @@ impl Change {
             Change::State => "state",
             Change::Dns => "dns",
             Change::Tags => "tags",
+            Change::TrustedCerts => "trusted_certs",
         }
     }
 
@@ -188,6 +192,10 @@ pub fn detect(
                 (Change::Job, applied.jobs != desired.jobs),
                 (Change::Dns, applied.dns != desired.dns),
                 (Change::Tags, applied.tags != desired.tags),
+                (
+                    Change::TrustedCerts,
+                    applied.trusted_certs != desired.trusted_certs,
+                ),
             ];
             out.extend(
                 pairs

@@ -259,6 +259,10 @@ pub struct AppliedSpec {
     /// Deployment tags.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub tags: Value,
+    /// SHA-1 of the director's trusted certificates the VM was given (`update_settings`);
+    /// none when the director has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_certs: Option<String>,
 }
 
 impl AppliedSpec {

@@ -1389,6 +1389,35 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
     );
 }
 
+/// New trusted certificates on the director reach every running VM: each instance is
+/// updated (its VM kept) with the change `trusted_certs` and the certificates in
+/// `update_settings`; the next deploy has nothing to do.
+#[tokio::test(start_paused = true)]
+async fn new_trusted_certificates_reach_every_running_vm() {
+    let mut sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let before = sim.state();
+    sim.engine.config.trusted_certs = "-----BEGIN CERTIFICATE-----\nNEW CA\n".into();
+    let report = sim.deploy(manifest()).await;
+    assert_eq!(report.updated.len(), before.instances.len(), "{report:?}");
+    assert!(
+        (report.plan.iter()).all(|p| p.action == "update" && p.changes == vec!["trusted_certs"]),
+        "{report:?}"
+    );
+    for (uuid, old) in &before.instances {
+        let now = &sim.state().instances[uuid];
+        assert_eq!(now.vm, old.vm, "{} keeps its VM", old.name());
+        let agent = sim.agents.agent(&Sim::agent_id(now)).unwrap();
+        assert_eq!(
+            agent.settings.unwrap()["trusted_certs"],
+            "-----BEGIN CERTIFICATE-----\nNEW CA\n"
+        );
+    }
+    let report = sim.deploy(manifest()).await;
+    assert!(report.noop || report.updated.is_empty(), "{report:?}");
+    sim.assert_no_leak();
+}
+
 #[tokio::test(start_paused = true)]
 async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
     let mut sim = Sim::new();
@@ -1445,6 +1474,24 @@ async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
         let created = vm.metadata["created_at"].as_str().unwrap();
         assert_eq!(created.len(), 20, "{created}");
         assert!(created.ends_with('Z'), "{created}");
+        // Its disk is labelled as the Director labels disks: the manifest's tags, then the
+        // director's keys.
+        let disk = sim
+            .cloud
+            .disk(&kubosh_cloud::DiskCid(w.disks[0].cid.clone()))
+            .unwrap();
+        assert_eq!(disk.metadata["team"], "blue");
+        assert_eq!(disk.metadata["director"], "kubosh");
+        assert_eq!(disk.metadata["deployment"], "sim");
+        assert_eq!(disk.metadata["instance_id"], w.uuid.as_str());
+        assert_eq!(disk.metadata["instance_index"], w.index.to_string());
+        assert_eq!(disk.metadata["instance_group"], "worker");
+        assert!(
+            disk.metadata["attached_at"]
+                .as_str()
+                .unwrap()
+                .ends_with('Z')
+        );
         // update_settings came before the first apply, with the trusted certificates and
         // the named disk the update made.
         let agent = sim.agents.agent(&Sim::agent_id(w)).unwrap();
