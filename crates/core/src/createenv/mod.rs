@@ -5,11 +5,13 @@
 //! ([`decide`]). The flow itself is `kubosh_engine::createenv`.
 
 pub mod decide;
+pub mod packages;
 pub mod sha;
 pub mod split;
 pub mod state;
 
 pub use decide::{DiskAction, disk_action, needs_migration};
+pub use packages::{NeededPackage, PackagesError, needed_packages};
 pub use sha::manifest_sha;
 pub use split::{
     CpiInstallation, DiskSpec, EnvDeployment, EnvManifest, ReleaseSource, SplitError, split,
