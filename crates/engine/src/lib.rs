@@ -8,6 +8,7 @@
 
 pub mod cancel;
 pub mod compile;
+pub mod createenv;
 pub mod delete;
 pub mod deploy;
 pub mod director;

@@ -305,11 +305,13 @@ impl Installation {
             compiled
                 .digest
                 .parse()
-                .map_err(|e: kubosh_core::digest::DigestError| InstallError::Corrupt {
-                    name: compiled.name.clone(),
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
+                .map_err(
+                    |e: kubosh_core::digest::DigestError| InstallError::Corrupt {
+                        name: compiled.name.clone(),
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    },
+                )?;
         digest.verify(&bytes).map_err(|e| InstallError::Corrupt {
             name: compiled.name.clone(),
             path: path.clone(),
@@ -422,7 +424,11 @@ mod tests {
             fingerprint: format!("{name}-fp"),
             digest: "da39a3ee5e6b4b0d3255bfef95601890afd80709".parse().unwrap(),
             dependencies: deps.iter().map(|d| d.to_string()).collect(),
-            dependency_key: deps.iter().map(|d| format!("{d}:{d}-fp")).collect::<Vec<_>>().join(","),
+            dependency_key: deps
+                .iter()
+                .map(|d| format!("{d}:{d}-fp"))
+                .collect::<Vec<_>>()
+                .join(","),
             archive: PackageArchive::Bytes(archive),
             precompiled: false,
         }
@@ -476,9 +482,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let inst = Installation::new(dir.path());
         inst.prepare().unwrap();
-        let bad = needed("bad", &[], source("echo to-stdout\necho oops >&2\nexit 3\n", &[]));
-        let err = inst.compile(&bad, &BTreeMap::new()).await.unwrap_err().to_string();
-        assert!(err.starts_with("Compiling package 'bad': running packaging script: exit status: 3"), "{err}");
+        let bad = needed(
+            "bad",
+            &[],
+            source("echo to-stdout\necho oops >&2\nexit 3\n", &[]),
+        );
+        let err = inst
+            .compile(&bad, &BTreeMap::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("Compiling package 'bad': running packaging script: exit status: 3"),
+            "{err}"
+        );
         assert!(err.contains("to-stdout") && err.contains("oops"), "{err}");
         assert!(inst.cached(&bad).is_none());
     }

@@ -215,11 +215,15 @@ mod tests {
     fn missing_jobs_and_packages_are_named() {
         let r = release(vec![package("app", &[])], &[("web", &["nope"])]);
         assert_eq!(
-            needed_packages(&[&r], &[(0, "db")]).unwrap_err().to_string(),
+            needed_packages(&[&r], &[(0, "db")])
+                .unwrap_err()
+                .to_string(),
             "Job 'db' not found in release 'r'"
         );
         assert_eq!(
-            needed_packages(&[&r], &[(0, "web")]).unwrap_err().to_string(),
+            needed_packages(&[&r], &[(0, "web")])
+                .unwrap_err()
+                .to_string(),
             "Package 'nope' of job 'web' not found in release 'r'"
         );
     }
