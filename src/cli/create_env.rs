@@ -14,9 +14,7 @@ use serde_json::{Value, json};
 
 use super::input::{DocumentArgs, read_yaml};
 use kubosh_core::secret::{collect_strings, scrub};
-use kubosh_engine::createenv::{
-    self, EnvError, EnvEvent, EnvEventSink, EnvInput, StepOutcome, Ui,
-};
+use kubosh_engine::createenv::{self, EnvError, EnvEvent, EnvEventSink, EnvInput, StepOutcome, Ui};
 
 /// Arguments of `kubosh create-env` and `kubosh delete-env`.
 #[derive(Debug, Clone, clap::Args)]
@@ -122,7 +120,11 @@ pub fn run(command: EnvCommand, args: &EnvArgs) -> ExitCode {
     let (home, manifest, secrets) = match prepared {
         Ok(p) => p,
         Err(e) => {
-            printer.failed(&format!("Parsing deployment manifest: {e}"), "Fix the manifest, ops files or variables and run the command again.", &[]);
+            printer.failed(
+                &format!("Parsing deployment manifest: {e}"),
+                "Fix the manifest, ops files or variables and run the command again.",
+                &[],
+            );
             return ExitCode::FAILURE;
         }
     };

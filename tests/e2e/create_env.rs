@@ -1,0 +1,555 @@
+//! `kubosh create-env` and `kubosh delete-env` on the local cloud, through the `kubosh`
+//! binary: the example manifest (`examples/create-env/hello.yml`) with the example CPI
+//! release (`examples/releases/kubosh-cpi`, whose `bin/cpi` runs `kubosh cpi`), the hello
+//! release, a stemcell, agents serving the HTTPS mbus in their own mount namespaces. The
+//! real `bosh` CLI deploys on the state kubosh wrote and kubosh on bosh's; `create-env` is
+//! killed at random points and converges.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use kubosh_cloud::local::{self, read_calls};
+use kubosh_core::createenv::EnvState;
+use serde_json::Value;
+
+use crate::crash_safety::{runs_from_env, seeded_rng};
+use crate::director_world::{KUBOSH, StopAgents, free_port, http_get, run, text};
+
+/// One create-env environment: its directory (manifest, vars, tarballs, state), the local
+/// cloud's directory, kubosh's home, and the addresses it uses.
+pub struct EnvWorld {
+    _stop_agents: StopAgents,
+    pub dir: tempfile::TempDir,
+    pub ip: String,
+    pub port: u16,
+}
+
+/// Builds the example releases and a stemcell once per directory.
+fn build_artifacts(dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (release, version, tarball) in [
+        ("hello", "1.0.0", "hello.tgz"),
+        ("kubosh-cpi", "1", "cpi.tgz"),
+    ] {
+        let out = run(&[
+            "release",
+            "create",
+            root.join("examples/releases")
+                .join(release)
+                .to_str()
+                .unwrap(),
+            "--version",
+            version,
+            "--tarball",
+            dir.join(tarball).to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{:?}", text(&out));
+    }
+    let out = run(&[
+        "stemcell",
+        "create",
+        "--name",
+        "bosh-kubosh-local-ubuntu-jammy",
+        "--version",
+        "1.0",
+        "--os",
+        "ubuntu-jammy",
+        "--tarball",
+        dir.join("stemcell.tgz").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{:?}", text(&out));
+}
+
+impl EnvWorld {
+    /// An environment on loopback address `127.0.<net>.10`.
+    pub fn new(net: u8) -> EnvWorld {
+        let dir = tempfile::tempdir().unwrap();
+        build_artifacts(dir.path());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(
+            root.join("examples/create-env/hello.yml"),
+            dir.path().join("env.yml"),
+        )
+        .unwrap();
+        let w = EnvWorld {
+            _stop_agents: StopAgents(dir.path().join("cloud")),
+            ip: format!("127.0.{net}.10"),
+            port: free_port(),
+            dir,
+        };
+        w.write_vars("Hello", 64);
+        w
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The variables of the example: addresses, ports, tarballs, the cloud's directory.
+    pub fn write_vars(&self, greeting: &str, disk_size: u64) {
+        let net = self.ip.rsplitn(2, '.').nth(1).unwrap();
+        let vars = serde_json::json!({
+            "internal_ip": self.ip,
+            "internal_cidr": format!("{net}.0/24"),
+            "internal_gw": format!("{net}.1"),
+            "mbus_port": free_port_for(&self.path("mbus-port")),
+            "hello_port": self.port,
+            "greeting": greeting,
+            "disk_size": disk_size,
+            "kubosh": KUBOSH,
+            "hello_release": self.path("hello.tgz"),
+            "cpi_release": self.path("cpi.tgz"),
+            "stemcell": self.path("stemcell.tgz"),
+            "cloud_dir": self.cloud(),
+        });
+        std::fs::write(self.path("vars.yml"), vars.to_string()).unwrap();
+    }
+
+    pub fn cloud(&self) -> PathBuf {
+        self.path("cloud")
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.path("home")
+    }
+
+    pub fn state_path(&self) -> PathBuf {
+        self.path("env-state.json")
+    }
+
+    /// `kubosh <command> env.yml -l vars.yml --vars-store creds.yml` with HOME in the
+    /// world's directory.
+    pub fn command(&self, command: &str) -> Command {
+        let mut c = Command::new(KUBOSH);
+        c.current_dir(self.dir.path())
+            .env("HOME", self.path("home-dir"))
+            .env("KUBOSH_HOME", self.home())
+            .args([
+                command,
+                "env.yml",
+                "-l",
+                "vars.yml",
+                "--vars-store",
+                "creds.yml",
+            ]);
+        c
+    }
+
+    /// Runs a command: success, stdout, stderr; no generated secret appears in either.
+    pub fn output(&self, mut command: Command) -> (bool, String, String) {
+        let out: Output = command.output().expect("kubosh runs");
+        let (stdout, stderr) = text(&out);
+        let creds = std::fs::read_to_string(self.path("creds.yml")).unwrap_or_default();
+        let creds: Value = kubosh_core::yaml::parse_value(&creds, "creds").unwrap_or(Value::Null);
+        let mut secrets = Vec::new();
+        kubosh_core::secret::collect_strings(&creds, &mut secrets);
+        for s in secrets
+            .iter()
+            .filter(|s| s.len() > 12 && !s.starts_with("-----"))
+        {
+            assert!(!stdout.contains(s.as_str()), "a secret leaked on stdout");
+            assert!(!stderr.contains(s.as_str()), "a secret leaked on stderr");
+        }
+        (out.status.success(), stdout, stderr)
+    }
+
+    /// Runs `create-env`; it must succeed. Answers stdout.
+    pub fn create_env(&self) -> String {
+        let (ok, stdout, stderr) = self.output(self.command("create-env"));
+        assert!(ok, "create-env failed:\n{stdout}\n{stderr}");
+        stdout
+    }
+
+    pub fn state(&self) -> EnvState {
+        EnvState::from_bytes(&std::fs::read(self.state_path()).unwrap()).unwrap()
+    }
+
+    pub fn calls(&self) -> usize {
+        read_calls(&self.cloud()).map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// The host path of the VM's persistent disk mount (`/var/vcap/store`).
+    pub fn store(&self) -> PathBuf {
+        self.cloud()
+            .join("vms")
+            .join(&self.state().current_vm_cid)
+            .join("root/store")
+    }
+
+    pub fn greeting(&self) -> String {
+        http_get(&self.ip, self.port).unwrap_or_default()
+    }
+
+    /// The cloud holds exactly what the state file records: the VM, the disks, the
+    /// stemcells; and nothing is pending.
+    pub fn check_inventory_matches_state(&self, context: &str) {
+        let state = self.state();
+        let inventory = local::inventory(&self.cloud()).unwrap();
+        let vms: BTreeSet<String> = inventory.vms.iter().map(|v| v.cid.clone()).collect();
+        let recorded: BTreeSet<String> = [state.current_vm_cid.clone()]
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(vms, recorded, "{context}: VMs");
+        let disks: BTreeSet<String> = inventory.disks.iter().map(|d| d.cid.clone()).collect();
+        assert_eq!(
+            disks,
+            state.disk_cids().into_iter().collect(),
+            "{context}: disks"
+        );
+        let stemcells: BTreeSet<String> =
+            inventory.stemcells.iter().map(|s| s.cid.clone()).collect();
+        let recorded: BTreeSet<String> = state
+            .stemcells
+            .iter()
+            .flatten()
+            .map(|s| s.cid.clone())
+            .collect();
+        assert_eq!(stemcells, recorded, "{context}: stemcells");
+        assert!(
+            !self.path("env-state.json.kubosh-intents").exists(),
+            "{context}: pending intents"
+        );
+    }
+}
+
+/// A free port, the same for the whole world (kept in a file), so the mbus URL, the CPI's
+/// configuration and the certificate stay the same across runs.
+fn free_port_for(file: &Path) -> u16 {
+    if let Some(port) = std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+    {
+        return port;
+    }
+    let port = free_port();
+    std::fs::write(file, port.to_string()).unwrap();
+    port
+}
+
+/// The whole life of an environment: created (the job answers), created again (Skipping
+/// deploy, no CPI call), a property change (new VM, same disk, its data kept), a disk size
+/// change (data migrated to a new disk, the old one deleted), `--json`, then deleted
+/// (nothing left in the cloud, no state file, no installation).
+#[test]
+fn create_env_deploys_skips_updates_migrates_and_deletes() {
+    let w = EnvWorld::new(93);
+    let out = w.create_env();
+    for expected in [
+        "Started validating",
+        "Started installing CPI",
+        "  Installing job 'kubosh_cpi'... Finished (00:00:0",
+        "Uploading stemcell 'bosh-kubosh-local-ubuntu-jammy/1.0'... Finished",
+        "  Creating VM for instance 'hello/0' from stemcell 'sc-",
+        "  Creating disk... Finished",
+        "  Compiling package 'hello-server/",
+        "Finished deploying (",
+        "Cleaning up rendered CPI jobs... Finished",
+        "\nSucceeded\n",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert!(w.greeting().starts_with("Hello"), "{}", w.greeting());
+    let first = w.state();
+    assert!(!first.current_vm_cid.is_empty() && !first.current_disk_id.is_empty());
+    assert_eq!(first.releases.as_ref().unwrap().len(), 2);
+    // bosh-cli's format: four-space indentation, no trailing newline.
+    let text = std::fs::read_to_string(w.state_path()).unwrap();
+    assert!(text.starts_with("{\n    \"director_id\": \"") && !text.ends_with('\n'));
+    w.check_inventory_matches_state("after the first create-env");
+
+    // Nothing changed: no CPI call at all.
+    let calls = w.calls();
+    let out = w.create_env();
+    assert!(
+        out.contains("No deployment, stemcell or release changes. Skipping deploy."),
+        "{out}"
+    );
+    assert!(!out.contains("installing CPI"), "{out}");
+    assert_eq!(w.calls(), calls, "Skipping deploy made CPI calls");
+
+    // A property change: a new VM, the same disk, its data kept.
+    std::fs::write(w.store().join("marker"), "keep me").unwrap();
+    w.write_vars("Howdy", 64);
+    let out = w.create_env();
+    assert!(
+        out.contains("Running the pre-stop scripts 'unknown/0'"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Stopping jobs on instance 'unknown/0'"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "Deleting VM '{}'... Finished",
+            first.current_vm_cid
+        )),
+        "{out}"
+    );
+    let second = w.state();
+    assert_ne!(second.current_vm_cid, first.current_vm_cid);
+    assert_eq!(second.disk_cids(), first.disk_cids());
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("marker")).unwrap(),
+        "keep me"
+    );
+    assert!(w.greeting().starts_with("Howdy"), "{}", w.greeting());
+    // The second deploy took both packages from the compiled-package cache.
+    assert_eq!(
+        std::fs::read_dir(w.home().join("cache/compiled"))
+            .unwrap()
+            .count(),
+        4
+    );
+    w.check_inventory_matches_state("after a property change");
+
+    // A bigger disk: the data moves to a new disk, the old one is deleted.
+    w.write_vars("Howdy", 96);
+    let out = w.create_env();
+    let old_disk = second.current_disk().unwrap().cid.clone();
+    assert!(out.contains("  Migrating disk content from '"), "{out}");
+    assert!(
+        out.contains(&format!("  Deleting disk '{old_disk}'... Finished")),
+        "{out}"
+    );
+    let third = w.state();
+    assert_eq!(third.current_disk().unwrap().size, 96);
+    assert_ne!(third.current_disk().unwrap().cid, old_disk);
+    assert_eq!(third.disks.as_ref().unwrap().len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("marker")).unwrap(),
+        "keep me"
+    );
+    w.check_inventory_matches_state("after a disk size change");
+
+    // --json: one object per line, ending with success.
+    let mut json = w.command("create-env");
+    json.arg("--json");
+    let (ok, stdout, stderr) = w.output(json);
+    assert!(ok, "{stdout}\n{stderr}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert_eq!(events.last().unwrap()["event"], "succeeded");
+    assert!(events.iter().any(|e| e["event"] == "line"
+        && e["text"] == "No deployment, stemcell or release changes. Skipping deploy."));
+
+    // delete-env: nothing left, as bosh-cli leaves it.
+    let installation = w.home().join("installations").join(&third.installation_id);
+    assert!(installation.is_dir());
+    let (ok, stdout, stderr) = w.output(w.command("delete-env"));
+    assert!(ok, "{stdout}\n{stderr}");
+    for expected in [
+        "Started deleting deployment",
+        "  Deleting disk '",
+        "  Deleting stemcell '",
+        "Uninstalling local artifacts for CPI and deployment... Finished",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    assert!(local::inventory(&w.cloud()).unwrap().is_empty());
+    assert!(!w.state_path().exists());
+    assert!(!installation.exists());
+    assert!(w.greeting().is_empty());
+    // Again: nothing to delete.
+    let (ok, stdout, _) = w.output(w.command("delete-env"));
+    assert!(
+        ok && stdout.contains("No deployment state file found."),
+        "{stdout}"
+    );
+}
+
+/// Every problem of a manifest at once, each with its path; nothing is created.
+#[test]
+fn an_invalid_manifest_reports_every_problem_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yml"),
+        r#"
+name: bad
+releases: [{name: r}]
+resource_pools: [{name: vms, network: nowhere}]
+disk_pools: [{name: disks, disk_size: 0}]
+networks: [{name: default, type: manual, subnets: []}]
+instance_groups:
+- {name: a, instances: 2, resource_pool: vms, networks: [{name: default}], jobs: [{name: j, release: nope}]}
+cloud_provider: {template: {name: cpi, release: r}, mbus: "http://mbus:x@1.2.3.4:6868"}
+"#,
+    )
+    .unwrap();
+    let out = Command::new(KUBOSH)
+        .current_dir(dir.path())
+        .env("KUBOSH_HOME", dir.path().join("home"))
+        .args(["create-env", "bad.yml"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success());
+    for path in [
+        "releases[0].url",
+        "resource_pools[0].network",
+        "resource_pools[0].stemcell.url",
+        "disk_pools[0].disk_size",
+        "networks[0].subnets",
+        "instance_groups[0].instances",
+        "instance_groups[0].jobs[0].release",
+        "cloud_provider.mbus",
+    ] {
+        assert!(stderr.contains(path), "missing {path} in:\n{stderr}");
+    }
+    assert!(
+        stdout.contains("Validating deployment manifest... Failed"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("Fix the manifest"), "{stderr}");
+    assert!(stderr.trim_end().ends_with("Exit code 1"), "{stderr}");
+    assert!(!dir.path().join("home/installations").exists());
+}
+
+/// The real `bosh` CLI and kubosh take over each other's environment: bosh deploys on the
+/// state kubosh wrote (kubosh's digest is not go-yaml's, so it redeploys, and must succeed),
+/// sees nothing to do on its own state, and kubosh deploys on bosh's state and deletes it.
+#[test]
+fn the_bosh_cli_and_kubosh_take_over_each_other() {
+    let bosh = kubosh_devenv::binary("bosh").unwrap_or_else(|e| panic!("{e}"));
+    let w = EnvWorld::new(94);
+    w.create_env();
+    std::fs::write(w.store().join("marker"), "keep me").unwrap();
+    let bosh_create_env = || {
+        let out = Command::new(&bosh)
+            .current_dir(w.dir.path())
+            .env("HOME", w.path("home-dir"))
+            .args([
+                "create-env",
+                "env.yml",
+                "-l",
+                "vars.yml",
+                "--vars-store",
+                "creds.yml",
+                "--tty",
+            ])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(
+            out.status.success(),
+            "bosh create-env failed:\n{stdout}\n{stderr}"
+        );
+        stdout
+    };
+    let kubosh_vm = w.state().current_vm_cid;
+    let out = bosh_create_env();
+    assert!(
+        out.contains(&format!("Deleting VM '{kubosh_vm}'... Finished")),
+        "{out}"
+    );
+    assert!(w.greeting().starts_with("Hello"), "{}", w.greeting());
+    let by_bosh = w.state();
+    assert_ne!(by_bosh.current_vm_cid, kubosh_vm);
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("marker")).unwrap(),
+        "keep me"
+    );
+    w.check_inventory_matches_state("after bosh create-env");
+    let out = bosh_create_env();
+    assert!(out.contains("Skipping deploy"), "{out}");
+
+    // kubosh takes over bosh's state: same director id, installation id and disk.
+    w.create_env();
+    let taken = w.state();
+    assert_eq!(taken.director_id, by_bosh.director_id);
+    assert_eq!(taken.installation_id, by_bosh.installation_id);
+    assert_eq!(taken.disk_cids(), by_bosh.disk_cids());
+    assert_ne!(taken.current_vm_cid, by_bosh.current_vm_cid);
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("marker")).unwrap(),
+        "keep me"
+    );
+    assert!(w.greeting().starts_with("Hello"), "{}", w.greeting());
+    w.check_inventory_matches_state("after kubosh took over");
+
+    let (ok, stdout, stderr) = w.output(w.command("delete-env"));
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(local::inventory(&w.cloud()).unwrap().is_empty());
+}
+
+/// `create-env` killed (SIGKILL) at random instants of deploys that change the greeting and
+/// the disk size; every few kills one runs to the end: the environment converges, the cloud
+/// holds exactly what the state file records, and the marker on the disk survives.
+/// `KUBOSH_CREATE_ENV_KILLS` sets the number of kills (default 20); `KUBOSH_CRASH_SEED`
+/// replays a run.
+#[test]
+fn create_env_killed_anywhere_converges_without_leaks_or_data_loss() {
+    let kills = runs_from_env("KUBOSH_CREATE_ENV_KILLS", 20);
+    let (seed, mut rng) = seeded_rng();
+    let w = EnvWorld::new(95);
+    w.create_env();
+    std::fs::write(w.store().join("marker"), "keep me").unwrap();
+    let log = w.path("killed.log");
+    let variant = |n: u64| {
+        let greeting = if n.is_multiple_of(2) {
+            "Hello"
+        } else {
+            "Howdy"
+        };
+        let disk = if (n / 3).is_multiple_of(2) { 64 } else { 96 };
+        (greeting, disk)
+    };
+    let mut instants = Vec::new();
+    for n in 1..=kills {
+        let (greeting, disk) = variant(n);
+        w.write_vars(greeting, disk);
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let mut child = w
+            .command("create-env")
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .unwrap();
+        let delay = rng.below(9000);
+        instants.push(delay);
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        if n.is_multiple_of(5) || n == kills {
+            let context = format!("after kill {n} (seed {seed}, kill instants {instants:?} ms)");
+            let (ok, stdout, stderr) = w.output(w.command("create-env"));
+            if !ok {
+                let killed = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = killed.lines().rev().take(80).collect();
+                panic!(
+                    "{context}: the converging create-env failed:\n{stdout}\n{stderr}\nkilled runs (newest first):\n{}",
+                    tail.join("\n")
+                );
+            }
+            w.check_inventory_matches_state(&context);
+            let state = w.state();
+            assert_eq!(state.current_disk().unwrap().size, disk, "{context}");
+            assert_eq!(
+                std::fs::read_to_string(w.store().join("marker"))
+                    .ok()
+                    .as_deref(),
+                Some("keep me"),
+                "{context}: the marker on the disk"
+            );
+            assert!(
+                w.greeting().starts_with(greeting),
+                "{context}: {}",
+                w.greeting()
+            );
+        }
+    }
+    println!("kill instants (ms): {instants:?}");
+}
