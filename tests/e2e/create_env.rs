@@ -414,9 +414,11 @@ cloud_provider: {template: {name: cpi, release: r}, mbus: "http://mbus:x@1.2.3.4
     assert!(!dir.path().join("home/installations").exists());
 }
 
-/// The real `bosh` CLI and kubosh take over each other's environment: bosh deploys on the
-/// state kubosh wrote (kubosh's digest is not go-yaml's, so it redeploys, and must succeed),
-/// sees nothing to do on its own state, and kubosh deploys on bosh's state and deletes it.
+/// The real `bosh` CLI and kubosh take over each other's environment: each sees nothing to
+/// do on the state the other wrote (same manifest digest, releases and stemcell), bosh
+/// deploys a change on kubosh's state (kubosh's VM stopped and deleted through kubosh's
+/// agent, the disk and its data kept), kubosh deploys a change on bosh's state, and
+/// kubosh deletes the environment bosh created the VM of.
 #[test]
 fn the_bosh_cli_and_kubosh_take_over_each_other() {
     let bosh = kubosh_devenv::binary("bosh").unwrap_or_else(|e| panic!("{e}"));
@@ -445,24 +447,42 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
         );
         stdout
     };
-    let kubosh_vm = w.state().current_vm_cid;
+    let skipping = "No deployment, stemcell or release changes. Skipping deploy.";
+    let by_kubosh = w.state();
+    let out = bosh_create_env();
+    assert!(out.contains(skipping), "bosh on kubosh's state:\n{out}");
+    assert_eq!(
+        w.state(),
+        by_kubosh,
+        "bosh changed a state it had nothing to do for"
+    );
+
+    // bosh deploys a change on kubosh's state.
+    w.write_vars("Howdy", 64);
     let out = bosh_create_env();
     assert!(
-        out.contains(&format!("Deleting VM '{kubosh_vm}'... Finished")),
+        out.contains(&format!(
+            "Deleting VM '{}'... Finished",
+            by_kubosh.current_vm_cid
+        )),
         "{out}"
     );
-    assert!(w.greeting().starts_with("Hello"), "{}", w.greeting());
+    assert!(w.greeting().starts_with("Howdy"), "{}", w.greeting());
     let by_bosh = w.state();
-    assert_ne!(by_bosh.current_vm_cid, kubosh_vm);
+    assert_ne!(by_bosh.current_vm_cid, by_kubosh.current_vm_cid);
+    assert_eq!(by_bosh.disk_cids(), by_kubosh.disk_cids());
     assert_eq!(
         std::fs::read_to_string(w.store().join("marker")).unwrap(),
         "keep me"
     );
     w.check_inventory_matches_state("after bosh create-env");
-    let out = bosh_create_env();
-    assert!(out.contains("Skipping deploy"), "{out}");
 
-    // kubosh takes over bosh's state: same director id, installation id and disk.
+    // kubosh on bosh's state: nothing to do, then a change.
+    let calls = w.calls();
+    let out = w.create_env();
+    assert!(out.contains(skipping), "kubosh on bosh's state:\n{out}");
+    assert_eq!(w.calls(), calls);
+    w.write_vars("Hello", 64);
     w.create_env();
     let taken = w.state();
     assert_eq!(taken.director_id, by_bosh.director_id);
@@ -552,4 +572,79 @@ fn create_env_killed_anywhere_converges_without_leaks_or_data_loss() {
         }
     }
     println!("kill instants (ms): {instants:?}");
+}
+
+/// kubosh's manifest digest is bosh-cli's: go-yaml v2's bytes of the interpolated manifest
+/// (`kubosh_core::createenv::gov2`) equal what `bosh int` prints, for the example with its
+/// generated certificates, for bosh-deployment's `bosh.yml` on warden, and for
+/// cf-deployment.
+#[test]
+fn the_manifest_digest_is_bosh_cli_s() {
+    let bosh = kubosh_devenv::binary("bosh").unwrap_or_else(|e| panic!("{e}"));
+    let w = EnvWorld::new(96);
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/real-world");
+    let bosh_yml = fixtures.join("bosh-deployment/bosh.yml");
+    let warden = fixtures.join("bosh-deployment/warden/cpi.yml");
+    let cf = fixtures.join("cf-deployment/cf-deployment.yml");
+    let cases: Vec<Vec<String>> = vec![
+        vec!["env.yml".into(), "-l".into(), "vars.yml".into(), "--vars-store".into(), "creds.yml".into()],
+        vec![
+            bosh_yml.display().to_string(),
+            "-o".into(),
+            warden.display().to_string(),
+            "-v".into(),
+            "internal_ip=10.245.0.11".into(),
+            "-v".into(),
+            "director_name=a director with a long name that goes past the eightieth column of the line".into(),
+            "--vars-store".into(),
+            "bosh-creds.yml".into(),
+        ],
+        vec![cf.display().to_string()],
+    ];
+    for args in cases {
+        // bosh first: it generates the vars store both then read.
+        let out = Command::new(&bosh)
+            .current_dir(w.dir.path())
+            .env("HOME", w.path("home-dir"))
+            .arg("int")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "bosh int {args:?}: {:?}", text(&out));
+        let expected = String::from_utf8(out.stdout).unwrap();
+        let out = Command::new(KUBOSH)
+            .current_dir(w.dir.path())
+            .arg("interpolate")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubosh interpolate {args:?}: {:?}",
+            text(&out)
+        );
+        let value =
+            kubosh_core::yaml::parse_value(&String::from_utf8(out.stdout).unwrap(), "out").unwrap();
+        let ours = kubosh_core::createenv::gov2::to_string(&value);
+        if ours != expected {
+            let first = ours
+                .lines()
+                .zip(expected.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            let show = |t: &str| {
+                t.lines()
+                    .skip(first.saturating_sub(2))
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            panic!(
+                "{args:?}: go-yaml v2 bytes differ at line {}:\nkubosh:\n{}\nbosh:\n{}",
+                first + 1,
+                show(&ours),
+                show(&expected)
+            );
+        }
+    }
 }

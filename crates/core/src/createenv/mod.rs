@@ -5,6 +5,7 @@
 //! ([`decide`]). The flow itself is `kubosh_engine::createenv`.
 
 pub mod decide;
+pub mod gov2;
 pub mod packages;
 pub mod sha;
 pub mod split;

@@ -1,20 +1,15 @@
 //! `current_manifest_sha`: the digest that tells whether a manifest was deployed.
 //!
-//! bosh-cli hashes (SHA-512, hex) go-yaml v2's re-serialization of the manifest after ops
-//! files and variables (`bosh int … | sha512sum`). kubosh hashes the same document (after
-//! ops files and variables) in its canonical JSON form (keys sorted at every level): equal
-//! documents give equal digests, whatever the key order or formatting of the file. Since
-//! kubosh does not reproduce go-yaml v2's bytes, each tool sees the other's digest as a
-//! change and deploys once when it takes over an environment (correct, just not a no-op).
+//! As bosh-cli computes it: SHA-512 (lowercase hex) of go-yaml v2's serialization
+//! ([`super::gov2`]) of the manifest after ops files and variables, the same bytes `bosh int`
+//! prints. So an environment deployed by one tool is "nothing to do" for the other.
 
 use serde_json::Value;
 use sha2::{Digest, Sha512};
 
-use super::state::canonical_json;
-
-/// SHA-512 (lowercase hex) of the interpolated manifest.
+/// SHA-512 (lowercase hex) of the interpolated manifest as go-yaml v2 writes it.
 pub fn manifest_sha(manifest: &Value) -> String {
-    crate::digest::to_hex(&Sha512::digest(canonical_json(manifest).as_bytes()))
+    crate::digest::to_hex(&Sha512::digest(super::gov2::to_string(manifest).as_bytes()))
 }
 
 #[cfg(test)]
@@ -30,5 +25,12 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a.len(), 128);
+        // sha512 of "name: x\nreleases:\n- name: a\n  version: 1\n"
+        assert_eq!(
+            a,
+            crate::digest::to_hex(&Sha512::digest(
+                b"name: x\nreleases:\n- name: a\n  version: 1\n"
+            ))
+        );
     }
 }
