@@ -414,6 +414,39 @@ cloud_provider: {template: {name: cpi, release: r}, mbus: "http://mbus:x@1.2.3.4
     assert!(!dir.path().join("home/installations").exists());
 }
 
+/// A CPI that speaks only API v1 is refused with a clear error before anything is created;
+/// `ssh_tunnel` gets a line saying why no tunnel is needed.
+#[test]
+fn a_v1_only_cpi_is_refused_and_ssh_tunnel_is_explained() {
+    let w = EnvWorld::new(97);
+    std::fs::write(
+        w.path("v1.yml"),
+        r#"
+- type: replace
+  path: /cloud_provider/properties/kubosh_cpi/api_version?
+  value: 1
+- type: replace
+  path: /cloud_provider/ssh_tunnel?
+  value: {host: 127.0.0.1, port: 22, user: vcap}
+"#,
+    )
+    .unwrap();
+    let mut command = w.command("create-env");
+    command.args(["-o", "v1.yml"]);
+    let (ok, stdout, stderr) = w.output(command);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stdout.contains("cloud_provider.ssh_tunnel is not used"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("create-env requires CPI API v2 or greater")
+            && stderr.contains("the CPI reports API version 1"),
+        "{stderr}"
+    );
+    assert!(local::inventory(&w.cloud()).unwrap_or_default().is_empty());
+}
+
 /// The real `bosh` CLI and kubosh take over each other's environment: each sees nothing to
 /// do on the state the other wrote (same manifest digest, releases and stemcell), bosh
 /// deploys a change on kubosh's state (kubosh's VM stopped and deleted through kubosh's
@@ -538,7 +571,8 @@ fn create_env_killed_anywhere_converges_without_leaks_or_data_loss() {
             .stderr(Stdio::from(out))
             .spawn()
             .unwrap();
-        let delay = rng.below(9000);
+        // A changing deploy takes about 3 s: kill anywhere in it.
+        let delay = rng.below(3500);
         instants.push(delay);
         std::thread::sleep(Duration::from_millis(delay));
         let _ = child.kill();

@@ -12,13 +12,22 @@ use kubosh_cloud::{
 };
 use kubosh_core::createenv::EnvDeployment;
 use kubosh_transport::agent::protocol::RunScriptOptions;
-use kubosh_transport::agent::{AgentClient, AgentError, HttpsTransport, Method};
+use kubosh_transport::agent::{AgentClient, AgentError, ClientOptions, HttpsTransport, Method};
 
 /// How long an existing VM's agent gets to answer before it is deleted regardless.
 const OLD_AGENT_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a new VM's agent gets to come up.
 pub(super) const NEW_AGENT_WAIT: Duration = Duration::from_secs(600);
+
+/// bosh-cli's pause between two pings of an agent that did not answer.
+const PING_DELAY: Duration = Duration::from_millis(500);
+
+/// How long one ping may take.
+const PING_ATTEMPT: Duration = Duration::from_secs(5);
+
+/// How often a task's agent is asked whether it ended (bosh-cli: every second).
+const TASK_POLL: Duration = Duration::from_millis(100);
 
 /// The instance name bosh-cli uses for an existing VM (the state does not record the group).
 const UNKNOWN_INSTANCE: &str = "unknown/0";
@@ -35,21 +44,48 @@ pub(super) struct Session {
 }
 
 impl Session {
-    /// The agent at the mbus URL (the URL names it; the id only names it in messages).
+    /// The agent at the mbus URL (the URL names it; the id only names it in messages), with
+    /// bosh-cli's options except the task polling: every 100 ms instead of every second, as a
+    /// loopback or LAN round trip costs little and every task would otherwise take a second.
     pub fn agent(&self, agent_id: &str) -> AgentClient {
-        self.transport.clone().agent(agent_id)
+        self.transport
+            .clone()
+            .agent(agent_id)
+            .with_options(ClientOptions {
+                poll_interval: TASK_POLL,
+                ..ClientOptions::create_env()
+            })
     }
 
-    /// Pings until the agent answers, for at most `wait`.
+    /// Pings until the agent answers, for at most `wait`: bosh-cli's loop, a `ping` every
+    /// 0.5 s (each given 5 s), giving up at once when the agent's certificate is refused
+    /// (waiting would not change it).
     pub async fn wait_for_agent(&self, vm: &str, wait: Duration) -> Result<(), EnvError> {
-        self.agent("unknown")
-            .wait_until_ready(vm, wait)
-            .await
-            .map_err(|e| EnvError::AgentUnreachable {
-                vm: vm.to_string(),
-                mbus: self.mbus.clone(),
-                reason: e.to_string(),
-            })
+        let agent = self.agent("unknown");
+        let deadline = tokio::time::Instant::now() + wait;
+        let unreachable = |reason: String| EnvError::AgentUnreachable {
+            vm: vm.to_string(),
+            mbus: self.mbus.clone(),
+            reason,
+        };
+        loop {
+            let attempt = tokio::time::timeout(PING_ATTEMPT, agent.ping()).await;
+            let reason = match attempt {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer to ping within {} s", PING_ATTEMPT.as_secs()),
+            };
+            if reason.contains("certificate") {
+                return Err(unreachable(reason));
+            }
+            if tokio::time::Instant::now() + PING_DELAY >= deadline {
+                return Err(unreachable(format!(
+                    "no answer after {} s; last: {reason}",
+                    wait.as_secs()
+                )));
+            }
+            tokio::time::sleep(PING_DELAY).await;
+        }
     }
 
     /// Shuts the current VM down and deletes it (steps 1–8 of the research notes §3.2): an
