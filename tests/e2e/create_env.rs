@@ -89,7 +89,7 @@ impl EnvWorld {
 
     /// The variables of the example: addresses, ports, tarballs, the cloud's directory.
     pub fn write_vars(&self, greeting: &str, disk_size: u64) {
-        let net = self.ip.rsplitn(2, '.').nth(1).unwrap();
+        let net = self.ip.rsplit_once('.').unwrap().0;
         let vars = serde_json::json!({
             "internal_ip": self.ip,
             "internal_cidr": format!("{net}.0/24"),

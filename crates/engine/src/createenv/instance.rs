@@ -255,7 +255,7 @@ async fn drain(agent: &AgentClient) -> Result<(), EnvError> {
 async fn drain_call(agent: &AgentClient, kind: &str) -> Result<i64, EnvError> {
     let value = agent.call(Method::Drain, &[json!(kind), json!({})]).await?;
     value.as_i64().ok_or_else(|| {
-        EnvError::Agent(AgentError::MalformedReply {
+        EnvError::from(AgentError::MalformedReply {
             method: "drain".into(),
             agent_id: "unknown".into(),
             reason: format!("expected a number of seconds, got {value}"),

@@ -109,16 +109,16 @@ pub enum EnvError {
     CpiRelease(String),
     /// Installing the CPI failed.
     #[error(transparent)]
-    Install(#[from] InstallError),
+    Install(Box<InstallError>),
     /// Templates could not be rendered.
     #[error("Rendering job templates: {0}")]
     Render(String),
     /// The CPI failed.
     #[error(transparent)]
-    Cpi(#[from] CpiError),
+    Cpi(Box<CpiError>),
     /// The agent failed.
     #[error(transparent)]
-    Agent(#[from] AgentError),
+    Agent(Box<AgentError>),
     /// The agent's blobstore failed.
     #[error("{0}")]
     Blob(String),
@@ -149,6 +149,24 @@ pub enum EnvError {
         /// The cause.
         source: Box<EnvError>,
     },
+}
+
+impl From<InstallError> for EnvError {
+    fn from(e: InstallError) -> Self {
+        EnvError::Install(Box::new(e))
+    }
+}
+
+impl From<CpiError> for EnvError {
+    fn from(e: CpiError) -> Self {
+        EnvError::Cpi(Box::new(e))
+    }
+}
+
+impl From<AgentError> for EnvError {
+    fn from(e: AgentError) -> Self {
+        EnvError::Agent(Box::new(e))
+    }
 }
 
 impl EnvError {

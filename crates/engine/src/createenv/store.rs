@@ -191,7 +191,7 @@ mod tests {
         file.add_intent(intent.clone()).unwrap();
         let again = StateFile::load(&path).unwrap();
         assert_eq!(again.state().director_id, id);
-        assert_eq!(again.intents(), [intent.clone()]);
+        assert_eq!(again.intents(), std::slice::from_ref(&intent));
         file.remove_intent(&intent).unwrap();
         assert!(!intents_path(&path).exists());
         file.update(|s| s.current_vm_cid = "vm-1".into()).unwrap();
