@@ -16,27 +16,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use kubosh_devenv::free_port;
+
 const KUBOSH: &str = env!("CARGO_BIN_EXE_kubosh");
-
-fn kubosh(args: &[&str]) {
-    let out = Command::new(KUBOSH)
-        .args(args)
-        .output()
-        .expect("kubosh runs");
-    assert!(
-        out.status.success(),
-        "kubosh {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// One environment directory: manifest, variables, tarballs.
 fn environment(dir: &Path, artifacts: &Path, n: u32) {
@@ -50,8 +32,8 @@ fn environment(dir: &Path, artifacts: &Path, n: u32) {
         "internal_ip": format!("127.0.{net}.10"),
         "internal_cidr": format!("127.0.{net}.0/24"),
         "internal_gw": format!("127.0.{net}.1"),
-        "mbus_port": free_port(),
-        "hello_port": free_port(),
+        "mbus_port": free_port().expect("a free port"),
+        "hello_port": free_port().expect("a free port"),
         "greeting": "Hello",
         "disk_size": 64,
         "kubosh": KUBOSH,
@@ -124,30 +106,7 @@ fn main() {
     let root = tempfile::tempdir().expect("temp dir");
     let artifacts = root.path().join("artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/releases");
-    for (release, tarball) in [("hello", "hello.tgz"), ("kubosh-cpi", "cpi.tgz")] {
-        kubosh(&[
-            "release",
-            "create",
-            examples.join(release).to_str().unwrap(),
-            "--version",
-            "1",
-            "--tarball",
-            artifacts.join(tarball).to_str().unwrap(),
-        ]);
-    }
-    kubosh(&[
-        "stemcell",
-        "create",
-        "--name",
-        "bosh-kubosh-local-ubuntu-jammy",
-        "--version",
-        "1.0",
-        "--os",
-        "ubuntu-jammy",
-        "--tarball",
-        artifacts.join("stemcell.tgz").to_str().unwrap(),
-    ]);
+    kubosh_devenv::write_create_env_artifacts(&artifacts).expect("the example tarballs");
 
     let (mut cold, mut warm, mut recreate, mut skip) = (vec![], vec![], vec![], vec![]);
     for run in 0..runs {

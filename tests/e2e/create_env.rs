@@ -14,8 +14,8 @@ use kubosh_cloud::local::{self, read_calls};
 use kubosh_core::createenv::EnvState;
 use serde_json::Value;
 
-use crate::crash_safety::{runs_from_env, seeded_rng};
-use crate::director_world::{KUBOSH, StopAgents, free_port, http_get, run, text};
+use crate::crash_safety::{run_and_kill, runs_from_env, seeded_rng};
+use crate::director_world::{KUBOSH, StopAgents, free_port, http_get, text};
 
 /// One create-env environment: its directory (manifest, vars, tarballs, state), the local
 /// cloud's directory, kubosh's home, and the addresses it uses.
@@ -26,47 +26,11 @@ pub struct EnvWorld {
     pub port: u16,
 }
 
-/// Builds the example releases and a stemcell once per directory.
-fn build_artifacts(dir: &Path) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for (release, version, tarball) in [
-        ("hello", "1.0.0", "hello.tgz"),
-        ("kubosh-cpi", "1", "cpi.tgz"),
-    ] {
-        let out = run(&[
-            "release",
-            "create",
-            root.join("examples/releases")
-                .join(release)
-                .to_str()
-                .unwrap(),
-            "--version",
-            version,
-            "--tarball",
-            dir.join(tarball).to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{:?}", text(&out));
-    }
-    let out = run(&[
-        "stemcell",
-        "create",
-        "--name",
-        "bosh-kubosh-local-ubuntu-jammy",
-        "--version",
-        "1.0",
-        "--os",
-        "ubuntu-jammy",
-        "--tarball",
-        dir.join("stemcell.tgz").to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{:?}", text(&out));
-}
-
 impl EnvWorld {
     /// An environment on loopback address `127.0.<net>.10`.
     pub fn new(net: u8) -> EnvWorld {
         let dir = tempfile::tempdir().unwrap();
-        build_artifacts(dir.path());
+        kubosh_devenv::write_create_env_artifacts(dir.path()).expect("the example tarballs");
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         std::fs::copy(
             root.join("examples/create-env/hello.yml"),
@@ -560,23 +524,10 @@ fn create_env_killed_anywhere_converges_without_leaks_or_data_loss() {
     for n in 1..=kills {
         let (greeting, disk) = variant(n);
         w.write_vars(greeting, disk);
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let mut child = w
-            .command("create-env")
-            .stdout(Stdio::from(out.try_clone().unwrap()))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .unwrap();
         // A changing deploy takes about 3 s: kill anywhere in it.
         let delay = rng.below(3500);
         instants.push(delay);
-        std::thread::sleep(Duration::from_millis(delay));
-        let _ = child.kill();
-        let _ = child.wait();
+        run_and_kill(w.command("create-env"), &log, Duration::from_millis(delay));
         if n.is_multiple_of(5) || n == kills {
             let context = format!("after kill {n} (seed {seed}, kill instants {instants:?} ms)");
             let (ok, stdout, stderr) = w.output(w.command("create-env"));

@@ -12,7 +12,7 @@ pub mod split;
 pub mod state;
 
 pub use decide::{DiskAction, disk_action, needs_migration};
-pub use packages::{NeededPackage, PackagesError, needed_packages};
+pub use packages::{NeededPackage, PackagesError, needed_packages, needed_packages_by_name};
 pub use sha::manifest_sha;
 pub use split::{
     CpiInstallation, DiskSpec, EnvDeployment, EnvManifest, ReleaseSource, SplitError, split,

@@ -63,9 +63,39 @@ pub enum PackagesError {
         /// The package.
         package: String,
     },
+    /// A job names a release that is not there.
+    #[error("Job '{job}' refers to release '{release}', which is not in releases")]
+    NoRelease {
+        /// The release.
+        release: String,
+        /// The job.
+        job: String,
+    },
     /// The dependency graph is broken.
     #[error(transparent)]
     Graph(#[from] GraphError),
+}
+
+/// [`needed_packages`] for jobs given as (release name, job name).
+pub fn needed_packages_by_name(
+    releases: &[Release],
+    jobs: &[(&str, &str)],
+) -> Result<Vec<NeededPackage>, PackagesError> {
+    let refs: Vec<&Release> = releases.iter().collect();
+    let indexed = jobs
+        .iter()
+        .map(|&(release, job)| {
+            releases
+                .iter()
+                .position(|r| r.name() == release)
+                .map(|i| (i, job))
+                .ok_or_else(|| PackagesError::NoRelease {
+                    release: release.to_string(),
+                    job: job.to_string(),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    needed_packages(&refs, &indexed)
 }
 
 /// Every package the `jobs` (release index, job name) need, dependencies first.
@@ -91,28 +121,30 @@ pub fn needed_packages(
             continue;
         }
         let release = releases[ri];
+        let found_in = |fingerprint: &str,
+                        digest: &MultiDigest,
+                        deps: &[String],
+                        archive: &PackageArchive,
+                        precompiled| NeededPackage {
+            release: ri,
+            name: name.clone(),
+            fingerprint: fingerprint.to_string(),
+            digest: digest.clone(),
+            dependencies: deps.to_vec(),
+            dependency_key: String::new(),
+            archive: archive.clone(),
+            precompiled,
+        };
         let package = if let Some(p) = release.package(&name) {
-            NeededPackage {
-                release: ri,
-                name: name.clone(),
-                fingerprint: p.fingerprint.clone(),
-                digest: p.digest.clone(),
-                dependencies: p.dependencies.clone(),
-                dependency_key: String::new(),
-                archive: p.archive.clone(),
-                precompiled: false,
-            }
+            found_in(
+                &p.fingerprint,
+                &p.digest,
+                &p.dependencies,
+                &p.archive,
+                false,
+            )
         } else if let Some(p) = release.compiled_packages.iter().find(|p| p.name == name) {
-            NeededPackage {
-                release: ri,
-                name: name.clone(),
-                fingerprint: p.fingerprint.clone(),
-                digest: p.digest.clone(),
-                dependencies: p.dependencies.clone(),
-                dependency_key: String::new(),
-                archive: p.archive.clone(),
-                precompiled: true,
-            }
+            found_in(&p.fingerprint, &p.digest, &p.dependencies, &p.archive, true)
         } else {
             return Err(PackagesError::NoPackage {
                 release: release.name().to_string(),

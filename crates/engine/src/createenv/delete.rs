@@ -2,13 +2,11 @@
 //! stemcell deleted, the unused ones too, then the CPI installation and the state file
 //! removed, as bosh-cli leaves an environment: no state file at all.
 
-use kubosh_cloud::{Cloud, StemcellCid};
-
-use super::deploy::{lock, read_release, transport, validate_manifest};
+use super::deploy::{header, open_state, read_release, transport, validate_manifest};
 use super::install::{api_version_of, cloud, install_cpi, renderer, validate_cpi_release};
 use super::instance::Session;
 use super::store::StateFile;
-use super::{EnvError, EnvInput, Ui, redact_url, run, step};
+use super::{EnvError, EnvInput, Ui, redact_url, run};
 use kubosh_artifacts::install::Installation;
 
 /// bosh-cli's text when there is nothing to delete.
@@ -16,23 +14,12 @@ pub const NO_STATE: &str = "No deployment state file found.";
 
 /// `delete-env`. Answers false when there was no state file.
 pub async fn delete_env(input: &EnvInput, ui: &Ui) -> Result<bool, EnvError> {
-    ui.line(format!(
-        "Deployment manifest: '{}'",
-        input.manifest_path.display()
-    ));
-    ui.line(format!(
-        "Deployment state: '{}'",
-        input.state_path.display()
-    ));
+    header(input, ui);
     if !StateFile::exists(&input.state_path) {
         ui.line(NO_STATE);
         return Ok(false);
     }
-    let _lock = lock(input).await?;
-    let mut file = StateFile::load(&input.state_path)?;
-    if file.state().installation_id.is_empty() {
-        file.update(|s| s.installation_id = kubosh_core::ids::uuid_v4())?;
-    }
+    let (_lock, file) = open_state(input).await?;
     let (env, releases, cpi_job) = ui
         .stage("validating", async {
             let (env, _) = validate_manifest(input)?;
@@ -117,14 +104,18 @@ async fn delete(
                 .await?;
         }
         if let Some(stemcell) = &current_stemcell {
-            delete_stemcell(&mut session, stemcell, "Deleting stemcell").await?;
+            session
+                .delete_stemcell(stemcell, "Deleting stemcell")
+                .await?;
         }
         Ok::<_, EnvError>(())
     })
     .await?;
     session.delete_unused_disks().await?;
     for stemcell in session.file.state().stemcells.clone().unwrap_or_default() {
-        delete_stemcell(&mut session, &stemcell, "Deleting unused stemcell").await?;
+        session
+            .delete_stemcell(&stemcell, "Deleting unused stemcell")
+            .await?;
     }
     run(
         ui,
@@ -135,25 +126,4 @@ async fn delete(
         },
     )
     .await
-}
-
-async fn delete_stemcell(
-    session: &mut Session,
-    stemcell: &kubosh_core::createenv::StemcellRecord,
-    what: &str,
-) -> Result<(), EnvError> {
-    let cloud = session.cloud.clone();
-    step(
-        &session.ui.clone(),
-        &format!("{what} '{}'", stemcell.cid),
-        async {
-            cloud
-                .delete_stemcell(&StemcellCid(stemcell.cid.clone()))
-                .await?;
-            Ok(((), None))
-        },
-    )
-    .await?;
-    let id = stemcell.id.clone();
-    session.file.update(|s| s.remove_stemcell(&id))
 }

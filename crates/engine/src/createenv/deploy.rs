@@ -12,7 +12,7 @@ use crate::lock::{FileLocks, Guard, Holder, Lock};
 use kubosh_artifacts::install::Installation;
 use kubosh_artifacts::release::{Release, ReleaseFile};
 use kubosh_artifacts::stemcell::{Stemcell, StemcellManifest};
-use kubosh_cloud::{Cloud, CreateStemcell, StemcellCid};
+use kubosh_cloud::{Cloud, CreateStemcell};
 use kubosh_core::createenv::{
     EnvManifest, ReleaseRecord, ReleaseSource, StemcellRecord, disk_action, manifest_sha, split,
 };
@@ -98,9 +98,32 @@ pub(super) fn read_release(input: &EnvInput, source: &ReleaseSource) -> Result<R
     Ok(release)
 }
 
+/// The two lines every run starts with.
+pub(super) fn header(input: &EnvInput, ui: &Ui) {
+    ui.line(format!(
+        "Deployment manifest: '{}'",
+        input.manifest_path.display()
+    ));
+    ui.line(format!(
+        "Deployment state: '{}'",
+        input.state_path.display()
+    ));
+}
+
+/// The state file, locked for the run, with an installation id (given on first use, as
+/// bosh-cli's target provider does).
+pub(super) async fn open_state(input: &EnvInput) -> Result<(Guard, StateFile), EnvError> {
+    let guard = lock(input).await?;
+    let mut file = StateFile::load(&input.state_path)?;
+    if file.state().installation_id.is_empty() {
+        file.update(|s| s.installation_id = kubosh_core::ids::uuid_v4())?;
+    }
+    Ok((guard, file))
+}
+
 /// Takes the state file's lock for the whole run: two runs on one environment would each
 /// create a VM.
-pub(super) async fn lock(input: &EnvInput) -> Result<Guard, EnvError> {
+async fn lock(input: &EnvInput) -> Result<Guard, EnvError> {
     let canonical = std::fs::canonicalize(input.state_path.parent().unwrap_or(Path::new(".")))
         .unwrap_or_default()
         .join(input.state_path.file_name().unwrap_or_default());
@@ -139,19 +162,8 @@ pub(super) fn transport(
 
 /// `create-env`.
 pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError> {
-    ui.line(format!(
-        "Deployment manifest: '{}'",
-        input.manifest_path.display()
-    ));
-    ui.line(format!(
-        "Deployment state: '{}'",
-        input.state_path.display()
-    ));
-    let _lock = lock(input).await?;
-    let mut file = StateFile::load(&input.state_path)?;
-    if file.state().installation_id.is_empty() {
-        file.update(|s| s.installation_id = kubosh_core::ids::uuid_v4())?;
-    }
+    header(input, ui);
+    let (_lock, file) = open_state(input).await?;
 
     let (inputs, stemcell_path, stemcell) = ui
         .stage("validating", async {
@@ -372,20 +384,9 @@ async fn deploy(
         .await?;
 
     for unused in session.file.state().unused_stemcells() {
-        let cloud = session.cloud.clone();
-        step(
-            ui,
-            &format!("Deleting unused stemcell '{}'", unused.cid),
-            async {
-                cloud
-                    .delete_stemcell(&StemcellCid(unused.cid.clone()))
-                    .await?;
-                Ok(((), None))
-            },
-        )
-        .await?;
-        let id = unused.id.clone();
-        session.file.update(|s| s.remove_stemcell(&id))?;
+        session
+            .delete_stemcell(&unused, "Deleting unused stemcell")
+            .await?;
     }
     Ok(Deployed::Deployed { vm_cid: vm })
 }

@@ -17,7 +17,7 @@ use kubosh_artifacts::render::{
     RenderedJob, Renderer, RendererConfig, TemplateSpec,
 };
 use kubosh_cloud::{Cloud, CpiCommand, EnvMode, ExternalCpi};
-use kubosh_core::createenv::{CpiInstallation, needed_packages};
+use kubosh_core::createenv::{CpiInstallation, needed_packages_by_name};
 use kubosh_core::manifest::{CpiTemplate, Map};
 
 /// Where a CPI job's executable is rendered to.
@@ -169,21 +169,13 @@ pub(super) async fn install_cpi(
     deployment: &str,
 ) -> Result<PathBuf, EnvError> {
     installation.prepare()?;
-    let mut release_refs: Vec<&Release> = Vec::new();
-    let mut jobs: Vec<(usize, &str)> = Vec::new();
-    for t in &cpi.jobs {
-        let release = release_of(releases, &t.release)?;
-        let index = match release_refs.iter().position(|r| r.name() == release.name()) {
-            Some(i) => i,
-            None => {
-                release_refs.push(release);
-                release_refs.len() - 1
-            }
-        };
-        jobs.push((index, t.name.as_str()));
-    }
-    let needed =
-        needed_packages(&release_refs, &jobs).map_err(|e| EnvError::CpiRelease(e.to_string()))?;
+    let jobs: Vec<(&str, &str)> = cpi
+        .jobs
+        .iter()
+        .map(|t| (t.release.as_str(), t.name.as_str()))
+        .collect();
+    let needed = needed_packages_by_name(releases, &jobs)
+        .map_err(|e| EnvError::CpiRelease(e.to_string()))?;
     let mut compiled: BTreeMap<String, LocalCompiled> = BTreeMap::new();
     for package in &needed {
         let name = format!(

@@ -10,7 +10,7 @@ use super::{EnvError, Ui, redact_url, run, step};
 use kubosh_cloud::{
     Cloud, CreateVm, DiskCid, ErrorKind, ExternalCpi, NetworkSettings, StemcellCid, VmCid,
 };
-use kubosh_core::createenv::EnvDeployment;
+use kubosh_core::createenv::{EnvDeployment, StemcellRecord};
 use kubosh_transport::agent::protocol::RunScriptOptions;
 use kubosh_transport::agent::{AgentClient, AgentError, ClientOptions, HttpsTransport, Method};
 
@@ -163,6 +163,28 @@ impl Session {
             .await?;
         }
         Ok(())
+    }
+
+    /// `delete_stemcell`, then the record removed (its current id with it).
+    pub async fn delete_stemcell(
+        &mut self,
+        stemcell: &StemcellRecord,
+        what: &str,
+    ) -> Result<(), EnvError> {
+        let cloud = self.cloud.clone();
+        run(
+            &self.ui.clone(),
+            &format!("{what} '{}'", stemcell.cid),
+            async {
+                cloud
+                    .delete_stemcell(&StemcellCid(stemcell.cid.clone()))
+                    .await?;
+                Ok(())
+            },
+        )
+        .await?;
+        let id = stemcell.id.clone();
+        self.file.update(|s| s.remove_stemcell(&id))
     }
 
     /// `create_vm` for a new agent id, the CID saved at once (an intent kept until then), VM

@@ -21,7 +21,7 @@ use super::instance::Session;
 use super::{EnvError, run, step};
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{NetworkSpec, Renderer, rendered_templates_archive};
-use kubosh_core::createenv::{EnvDeployment, NeededPackage, needed_packages};
+use kubosh_core::createenv::{EnvDeployment, NeededPackage, needed_packages_by_name};
 use kubosh_core::digest::{MultiDigest, sha256_hex};
 use kubosh_transport::agent::AgentClient;
 use kubosh_transport::agent::protocol::{
@@ -150,21 +150,14 @@ impl Session {
         input: &JobsInput<'_>,
         agent: &AgentClient,
     ) -> Result<IndexMap<String, PackageSpec>, EnvError> {
-        let releases = job_releases(input)?;
-        let mut distinct: Vec<&Release> = Vec::new();
-        let mut jobs: Vec<(usize, &str)> = Vec::new();
-        for (release, job) in releases.iter().zip(&input.deployment.jobs) {
-            let index = match distinct.iter().position(|r| r.name() == release.name()) {
-                Some(i) => i,
-                None => {
-                    distinct.push(release);
-                    distinct.len() - 1
-                }
-            };
-            jobs.push((index, job.name.as_str()));
-        }
-        let needed =
-            needed_packages(&distinct, &jobs).map_err(|e| EnvError::Render(e.to_string()))?;
+        let jobs: Vec<(&str, &str)> = input
+            .deployment
+            .jobs
+            .iter()
+            .map(|j| (j.release.as_str(), j.name.as_str()))
+            .collect();
+        let needed = needed_packages_by_name(input.releases, &jobs)
+            .map_err(|e| EnvError::Render(e.to_string()))?;
         let mut done: IndexMap<String, PackageSpec> = IndexMap::new();
         for package in &needed {
             let name = format!(
