@@ -50,6 +50,18 @@ pub(super) fn validate_manifest(input: &EnvInput) -> Result<(EnvManifest, String
         problems.error(validate::Document::Manifest, path, e.message);
         EnvError::Invalid(problems)
     })?;
+    if env.installation.ca.is_none() {
+        let mut p = validate::Problems::default();
+        p.error(
+            validate::Document::Manifest,
+            validate::Path::root()
+                .key("cloud_provider")
+                .key("cert")
+                .key("ca"),
+            "is required: kubosh verifies the agent's mbus certificate against it",
+        );
+        return Err(EnvError::Invalid(p));
+    }
     Ok((env, manifest_sha(&input.manifest)))
 }
 
@@ -144,18 +156,8 @@ pub(super) fn transport(
     cpi: &kubosh_core::createenv::CpiInstallation,
     director_id: &str,
 ) -> Result<HttpsTransport, EnvError> {
-    let ca = cpi.ca.clone().ok_or_else(|| {
-        let mut p = validate::Problems::default();
-        p.error(
-            validate::Document::Manifest,
-            validate::Path::root()
-                .key("cloud_provider")
-                .key("cert")
-                .key("ca"),
-            "is required: kubosh verifies the agent's mbus certificate against it",
-        );
-        EnvError::Invalid(p)
-    })?;
+    // Validation made sure there is one.
+    let ca = cpi.ca.clone().unwrap_or_default();
     HttpsTransport::new(cpi.mbus.expose(), &ca, director_id)
         .map_err(|e| EnvError::Blob(format!("cloud_provider.mbus: {e}")))
 }
@@ -167,10 +169,13 @@ pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError>
 
     let (inputs, stemcell_path, stemcell) = ui
         .stage("validating", async {
-            let (env, sha) = run(ui, "Validating deployment manifest", async {
-                validate_manifest(input)
-            })
-            .await?;
+            // The manifest names the releases, so it is read first; its step comes where
+            // bosh-cli shows it (after the releases) unless it fails.
+            let manifest_step = "Validating deployment manifest";
+            let (env, sha) = match validate_manifest(input) {
+                Ok(valid) => valid,
+                Err(e) => return run(ui, manifest_step, async { Err(e) }).await,
+            };
             let mut releases = Vec::new();
             for source in &env.releases {
                 let release = run(
@@ -185,6 +190,7 @@ pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError>
                 validate_cpi_release(&env.installation, &releases).map(|_| ())
             })
             .await?;
+            run(ui, manifest_step, async { Ok(()) }).await?;
             let stemcell_url = env.deployment.stemcell.url.clone().unwrap_or_default();
             let (path, manifest) = run(ui, "Validating stemcell", async {
                 let path = local_path(input, &stemcell_url, "Validating stemcell")?;
