@@ -196,7 +196,7 @@ pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError>
                 let path = local_path(input, &stemcell_url, "Validating stemcell")?;
                 let stemcell = Stemcell::read(&path).map_err(|e| EnvError::Artifact {
                     what: "Validating stemcell".into(),
-                    reason: format!("{}: {e}", path.display()),
+                    reason: e.to_string(),
                 })?;
                 Ok((path, stemcell.manifest))
             })

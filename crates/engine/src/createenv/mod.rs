@@ -96,8 +96,8 @@ pub enum EnvError {
         /// Why.
         reason: String,
     },
-    /// A release or stemcell tarball is not usable.
-    #[error("{what}: {reason}")]
+    /// A release or stemcell tarball is not usable (the step that read it names it).
+    #[error("{reason}")]
     Artifact {
         /// `Validating release 'x'`, `Validating stemcell`.
         what: String,
