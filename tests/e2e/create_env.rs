@@ -415,7 +415,8 @@ fn a_v1_only_cpi_is_refused_and_ssh_tunnel_is_explained() {
 /// do on the state the other wrote (same manifest digest, releases and stemcell), bosh
 /// deploys a change on kubosh's state (kubosh's VM stopped and deleted through kubosh's
 /// agent, the disk and its data kept), kubosh deploys a change on bosh's state, and
-/// kubosh deletes the environment bosh created the VM of.
+/// kubosh deletes the environment bosh created the VM of. Both print the same lines for
+/// the same work (CIDs and durations aside).
 #[test]
 fn the_bosh_cli_and_kubosh_take_over_each_other() {
     let bosh = kubosh_devenv::binary("bosh").unwrap_or_else(|e| panic!("{e}"));
@@ -448,6 +449,7 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     let by_kubosh = w.state();
     let out = bosh_create_env();
     assert!(out.contains(skipping), "bosh on kubosh's state:\n{out}");
+    let bosh_skip = normalized(&out);
     assert_eq!(
         w.state(),
         by_kubosh,
@@ -457,6 +459,7 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     // bosh deploys a change on kubosh's state.
     w.write_vars("Howdy", 64);
     let out = bosh_create_env();
+    let bosh_deploy = normalized(&out);
     assert!(
         out.contains(&format!(
             "Deleting VM '{}'... Finished",
@@ -478,9 +481,12 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     let calls = w.calls();
     let out = w.create_env();
     assert!(out.contains(skipping), "kubosh on bosh's state:\n{out}");
+    assert_eq!(normalized(&out), bosh_skip);
     assert_eq!(w.calls(), calls);
     w.write_vars("Hello", 64);
-    w.create_env();
+    let out = w.create_env();
+    // Line for line what bosh printed for the same deploy, but for CIDs and durations.
+    assert_eq!(normalized(&out), bosh_deploy);
     let taken = w.state();
     assert_eq!(taken.director_id, by_bosh.director_id);
     assert_eq!(taken.installation_id, by_bosh.installation_id);
@@ -496,6 +502,14 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     let (ok, stdout, stderr) = w.output(w.command("delete-env"));
     assert!(ok, "{stdout}\n{stderr}");
     assert!(local::inventory(&w.cloud()).unwrap().is_empty());
+}
+
+/// Output with VM, disk and stemcell CIDs and durations replaced, to compare two runs.
+fn normalized(out: &str) -> String {
+    let cid = regex::Regex::new(r"'(vm|disk|sc)-[0-9a-f-]+'").unwrap();
+    let duration = regex::Regex::new(r"\(\d{2}:\d{2}:\d{2}\)").unwrap();
+    let out = cid.replace_all(out, "'$1-<cid>'");
+    duration.replace_all(&out, "(<time>)").into_owned()
 }
 
 /// `create-env` killed (SIGKILL) at random instants of deploys that change the greeting and
