@@ -195,7 +195,8 @@ fn free_port_for(file: &Path) -> u16 {
 
 /// The whole life of an environment: created (the job answers), created again (Skipping
 /// deploy, no CPI call), a property change (new VM, same disk, its data kept), a disk size
-/// change (data migrated to a new disk, the old one deleted), `--json`, then deleted
+/// change (data migrated to a new disk, the old one deleted), `--recreate`,
+/// `--recreate-persistent-disks`, `--json`, then deleted
 /// (nothing left in the cloud, no state file, no installation).
 #[test]
 fn create_env_deploys_skips_updates_migrates_and_deletes() {
@@ -289,6 +290,31 @@ fn create_env_deploys_skips_updates_migrates_and_deletes() {
     );
     w.check_inventory_matches_state("after a disk size change");
 
+    // --recreate: a new VM for the same manifest; --recreate-persistent-disks: a new disk,
+    // the data migrated.
+    let mut recreate = w.command("create-env");
+    recreate.arg("--recreate");
+    let (ok, stdout, stderr) = w.output(recreate);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert_ne!(w.state().current_vm_cid, third.current_vm_cid);
+    assert_eq!(w.state().disk_cids(), third.disk_cids());
+    let mut new_disk = w.command("create-env");
+    new_disk.arg("--recreate-persistent-disks");
+    let (ok, stdout, stderr) = w.output(new_disk);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("  Migrating disk content from '"),
+        "{stdout}"
+    );
+    let fourth = w.state();
+    assert_ne!(fourth.disk_cids(), third.disk_cids());
+    assert_eq!(fourth.current_disk().unwrap().size, 96);
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("marker")).unwrap(),
+        "keep me"
+    );
+    w.check_inventory_matches_state("after --recreate-persistent-disks");
+
     // --json: one object per line, ending with success.
     let mut json = w.command("create-env");
     json.arg("--json");
@@ -303,7 +329,7 @@ fn create_env_deploys_skips_updates_migrates_and_deletes() {
         && e["text"] == "No deployment, stemcell or release changes. Skipping deploy."));
 
     // delete-env: nothing left, as bosh-cli leaves it.
-    let installation = w.home().join("installations").join(&third.installation_id);
+    let installation = w.home().join("installations").join(&fourth.installation_id);
     assert!(installation.is_dir());
     let (ok, stdout, stderr) = w.output(w.command("delete-env"));
     assert!(ok, "{stdout}\n{stderr}");
@@ -499,9 +525,33 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     assert!(w.greeting().starts_with("Hello"), "{}", w.greeting());
     w.check_inventory_matches_state("after kubosh took over");
 
+    // bosh deletes what kubosh deployed last; kubosh deletes a new one the same way.
+    let out = Command::new(&bosh)
+        .current_dir(w.dir.path())
+        .env("HOME", w.path("home-dir"))
+        .args([
+            "delete-env",
+            "env.yml",
+            "-l",
+            "vars.yml",
+            "--vars-store",
+            "creds.yml",
+            "--tty",
+        ])
+        .output()
+        .unwrap();
+    let (bosh_delete, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "bosh delete-env:\n{bosh_delete}\n{stderr}"
+    );
+    assert!(local::inventory(&w.cloud()).unwrap().is_empty());
+    assert!(!w.state_path().exists());
+    w.create_env();
     let (ok, stdout, stderr) = w.output(w.command("delete-env"));
     assert!(ok, "{stdout}\n{stderr}");
     assert!(local::inventory(&w.cloud()).unwrap().is_empty());
+    assert_eq!(normalized(&stdout), normalized(&bosh_delete));
 }
 
 /// Output with VM, disk and stemcell CIDs and durations replaced, to compare two runs.
