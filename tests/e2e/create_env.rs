@@ -437,6 +437,90 @@ fn a_v1_only_cpi_is_refused_and_ssh_tunnel_is_explained() {
     assert!(local::inventory(&w.cloud()).unwrap_or_default().is_empty());
 }
 
+/// One request to the local cloud behind the environment, as a killed run's CPI process
+/// would have sent it: the result.
+fn cpi_call(w: &EnvWorld, method: &str, arguments: Value, request_id: &str) -> Value {
+    let config = w.path("direct-cpi.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"state_dir": w.cloud()}).to_string(),
+    )
+    .unwrap();
+    let request = serde_json::json!({
+        "method": method,
+        "arguments": arguments,
+        "context": {"director_uuid": w.state().director_id, "request_id": request_id},
+        "api_version": 2,
+    });
+    let mut child = Command::new(KUBOSH)
+        .args(["cpi", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let response: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(response["error"].is_null(), "{method}: {response}");
+    response["result"].clone()
+}
+
+/// A run killed after the cloud made a VM and a disk but before their CIDs were saved left
+/// intents beside the state file: the next run (never a Skipping deploy while intents are
+/// pending) finds both through the local cloud's `kubosh_find_vm`/`kubosh_find_disk` and
+/// deletes them.
+#[test]
+fn a_run_deletes_what_a_killed_run_made_but_did_not_record() {
+    let w = EnvWorld::new(98);
+    w.create_env();
+    let stemcell = w.state().stemcells.unwrap()[0].cid.clone();
+    let disk = cpi_call(
+        &w,
+        "create_disk",
+        serde_json::json!([32, {}, null]),
+        "req-orphan",
+    );
+    let vm = cpi_call(
+        &w,
+        "create_vm",
+        serde_json::json!(["agent-orphan", stemcell, {}, {}, [], {}]),
+        "req-vm",
+    );
+    let vm = vm.as_array().map_or(vm.clone(), |a| a[0].clone());
+    std::fs::write(
+        w.path("env-state.json.kubosh-intents"),
+        serde_json::json!([
+            {"kind": "create_vm", "agent_id": "agent-orphan"},
+            {"kind": "create_disk", "request_id": "req-orphan"},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let out = w.create_env();
+    assert!(!out.contains("Skipping deploy"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "Deleted VM '{}', which a previous run created but did not record",
+            vm.as_str().unwrap()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "Deleted disk '{}', which a previous run created but did not record",
+            disk.as_str().unwrap()
+        )),
+        "{out}"
+    );
+    w.check_inventory_matches_state("after recovery");
+}
+
 /// The real `bosh` CLI and kubosh take over each other's environment: each sees nothing to
 /// do on the state the other wrote (same manifest digest, releases and stemcell), bosh
 /// deploys a change on kubosh's state (kubosh's VM stopped and deleted through kubosh's

@@ -210,8 +210,10 @@ pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError>
         .iter()
         .map(|r| (r.name().to_string(), r.version().to_string()))
         .collect();
+    // A killed run's pending creations are settled by a deploy, never skipped over.
     if !input.recreate
         && !input.recreate_persistent_disks
+        && file.intents().is_empty()
         && file.state().is_deployed(
             &inputs.sha,
             &release_versions,

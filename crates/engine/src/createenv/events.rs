@@ -114,8 +114,9 @@ impl Ui {
 
     /// A warning.
     pub fn warn(&self, text: impl Into<String>) {
+        // Shown once, by the sink (a log line too would print it twice on a terminal).
         let text = text.into();
-        tracing::warn!("{text}");
+        tracing::debug!("warning: {text}");
         self.sink.emit(EnvEvent::Warning { text });
     }
 

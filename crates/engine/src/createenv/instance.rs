@@ -107,7 +107,7 @@ impl Session {
                 )
                 .await;
             if let Err(e) = ready {
-                tracing::warn!(vm = %cid, error = %e, "the old VM's agent does not answer; deleting the VM without stopping its jobs");
+                tracing::info!(vm = %cid, error = %e, "the old VM's agent does not answer; deleting the VM without stopping its jobs");
             } else {
                 self.stop_jobs().await?;
             }
