@@ -386,7 +386,7 @@ cloud_provider: {template: {name: cpi, release: r}, mbus: "http://mbus:x@1.2.3.4
     for path in [
         "releases[0].url",
         "resource_pools[0].network",
-        "resource_pools[0].stemcell.url",
+        "resource_pools[0].stemcell",
         "disk_pools[0].disk_size",
         "networks[0].subnets",
         "instance_groups[0].instances",

@@ -223,18 +223,23 @@ fn check_sources(m: &InitManifest, problems: &mut Problems) {
     }
     for (pi, p) in m.resource_pools.iter().enumerate() {
         let path = root.key("resource_pools").index(pi).key("stemcell");
-        match p.stemcell.as_ref().and_then(|s| s.url.as_ref()) {
+        match p.stemcell.as_ref().map(|s| s.url.as_ref()) {
             None => problems.error(
+                DOC,
+                path,
+                "is required: the stemcell tarball, {url: file://... or http(s)://...}",
+            ),
+            Some(None) => problems.error(
                 DOC,
                 path.key("url"),
                 "is required: the stemcell tarball (file:// or http(s)://)",
             ),
-            Some(url) if !valid(url) => problems.error(
+            Some(Some(url)) if !valid(url) => problems.error(
                 DOC,
                 path.key("url"),
                 format!("'{url}' must be a valid URL (file:// or http(s)://)"),
             ),
-            Some(_) => {}
+            Some(Some(_)) => {}
         }
     }
 }
