@@ -456,6 +456,7 @@ fn cpi_call(w: &EnvWorld, method: &str, arguments: Value, request_id: &str) -> V
         .args(["cpi", "--config", config.to_str().unwrap()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     use std::io::Write as _;
