@@ -472,10 +472,10 @@ fn cpi_call(w: &EnvWorld, method: &str, arguments: Value, request_id: &str) -> V
     response["result"].clone()
 }
 
-/// A run killed after the cloud made a VM and a disk but before their CIDs were saved left
-/// intents beside the state file: the next run (never a Skipping deploy while intents are
-/// pending) finds both through the local cloud's `kubosh_find_vm`/`kubosh_find_disk` and
-/// deletes them.
+/// A run killed after the cloud made a VM, a disk and a stemcell but before their CIDs were
+/// saved left intents beside the state file: the next run (never a Skipping deploy while
+/// intents are pending) finds them through the local cloud's `kubosh_find_vm`,
+/// `kubosh_find_disk` and `kubosh_find_stemcell` and deletes them.
 #[test]
 fn a_run_deletes_what_a_killed_run_made_but_did_not_record() {
     let w = EnvWorld::new(98);
@@ -494,11 +494,19 @@ fn a_run_deletes_what_a_killed_run_made_but_did_not_record() {
         "req-vm",
     );
     let vm = vm.as_array().map_or(vm.clone(), |a| a[0].clone());
+    std::fs::write(w.path("image"), b"an image").unwrap();
+    let orphan_stemcell = cpi_call(
+        &w,
+        "create_stemcell",
+        serde_json::json!([w.path("image"), {}]),
+        "req-stemcell",
+    );
     std::fs::write(
         w.path("env-state.json.kubosh-intents"),
         serde_json::json!([
             {"kind": "create_vm", "agent_id": "agent-orphan"},
             {"kind": "create_disk", "request_id": "req-orphan"},
+            {"kind": "create_stemcell", "stemcell": "other/2", "request_id": "req-stemcell"},
         ])
         .to_string(),
     )
@@ -516,6 +524,13 @@ fn a_run_deletes_what_a_killed_run_made_but_did_not_record() {
         out.contains(&format!(
             "Deleted disk '{}', which a previous run created but did not record",
             disk.as_str().unwrap()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "Deleted stemcell '{}', which a previous run created but did not record",
+            orphan_stemcell.as_str().unwrap()
         )),
         "{out}"
     );

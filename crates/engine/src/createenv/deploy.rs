@@ -319,16 +319,19 @@ async fn deploy(
                             reason: e.to_string(),
                         }
                     })?;
+                    let request_id = kubosh_core::ids::uuid_v4();
                     let intent = EnvIntent::CreateStemcell {
                         stemcell: stemcell_name.clone(),
+                        request_id: request_id.clone(),
                     };
                     session.file.add_intent(intent.clone())?;
+                    let request = CreateStemcell {
+                        image_path: extracted.image_path.clone(),
+                        cloud_properties: stemcell.cloud_properties.clone(),
+                    };
                     let cid = session
                         .cloud
-                        .create_stemcell(&CreateStemcell {
-                            image_path: extracted.image_path.clone(),
-                            cloud_properties: stemcell.cloud_properties.clone(),
-                        })
+                        .create_stemcell_with_request_id(&request, &request_id)
                         .await?;
                     let record = StemcellRecord {
                         id: kubosh_core::ids::uuid_v4(),

@@ -2,11 +2,12 @@
 //! settled before anything else changes. A VM made for an intent's agent id that the state
 //! does not hold is deleted (found with `kubosh_find_vm`, else by asking the agent on the
 //! mbus URL, whose `get_state` names its VM); a disk made for an intent's request id is
-//! deleted (`kubosh_find_disk`). What cannot be found is named in a warning.
+//! deleted (`kubosh_find_disk`), and so is a stemcell (`kubosh_find_stemcell`). What cannot
+//! be found is named in a warning.
 
 use std::time::Duration;
 
-use kubosh_cloud::{Cloud, DiskCid, ErrorKind, VmCid};
+use kubosh_cloud::{Cloud, DiskCid, ErrorKind, StemcellCid, VmCid};
 
 use super::EnvError;
 use super::instance::Session;
@@ -23,20 +24,10 @@ impl Session {
             match &intent {
                 EnvIntent::CreateVm { agent_id } => self.settle_vm(agent_id).await?,
                 EnvIntent::CreateDisk { request_id } => self.settle_disk(request_id).await?,
-                EnvIntent::CreateStemcell { stemcell } => {
-                    let known = self
-                        .file
-                        .state()
-                        .stemcells
-                        .iter()
-                        .flatten()
-                        .any(|s| format!("{}/{}", s.name, s.version) == *stemcell);
-                    if !known {
-                        self.ui.warn(format!(
-                            "A previous run stopped while the cloud was uploading stemcell '{stemcell}'; the CPI cannot tell which stemcell it made: check the cloud for a stemcell of that name that no state file records"
-                        ));
-                    }
-                }
+                EnvIntent::CreateStemcell {
+                    stemcell,
+                    request_id,
+                } => self.settle_stemcell(stemcell, request_id).await?,
             }
             self.file.remove_intent(&intent)?;
         }
@@ -86,6 +77,37 @@ impl Session {
             return None;
         }
         state.vm.map(|vm| vm.name).filter(|n| !n.is_empty())
+    }
+
+    async fn settle_stemcell(&mut self, stemcell: &str, request_id: &str) -> Result<(), EnvError> {
+        let cid = match self.cloud.find_stemcell_by_request(request_id).await {
+            Ok(Some(cid)) => cid.0,
+            Ok(None) => return Ok(()),
+            Err(e) if e.is(&ErrorKind::NotImplemented) => {
+                self.ui.warn(format!(
+                    "A previous run stopped while the cloud was uploading stemcell '{stemcell}'; the CPI cannot look stemcells up by request id: check the cloud for a stemcell of that name that no state file records"
+                ));
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let recorded = self
+            .file
+            .state()
+            .stemcells
+            .iter()
+            .flatten()
+            .any(|s| s.cid == cid);
+        if recorded {
+            return Ok(());
+        }
+        self.cloud
+            .delete_stemcell(&StemcellCid(cid.clone()))
+            .await?;
+        self.ui.line(format!(
+            "Deleted stemcell '{cid}', which a previous run created but did not record"
+        ));
+        Ok(())
     }
 
     async fn settle_disk(&mut self, request_id: &str) -> Result<(), EnvError> {

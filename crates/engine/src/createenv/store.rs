@@ -28,10 +28,13 @@ pub enum EnvIntent {
         /// The call's `context.request_id`.
         request_id: String,
     },
-    /// `create_stemcell` of this stemcell.
+    /// `create_stemcell` of this stemcell, sent with this request id.
     CreateStemcell {
         /// `name/version`.
         stemcell: String,
+        /// The call's `context.request_id`.
+        #[serde(default)]
+        request_id: String,
     },
 }
 
