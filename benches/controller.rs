@@ -72,6 +72,7 @@ use kubosh_kube::api::{Deployment, Release as ReleaseResource, Stemcell as Stemc
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::artifacts::ArtifactContext;
 use kubosh_kube::controller::deployment::DeploymentContext;
+use kubosh_kube::controller::health::{AGENT_TIMEOUT, HealthWatch};
 use kubosh_kube::controller::run::{Scope, run};
 use kubosh_kube::controller::status::is_ready;
 use kubosh_kube::lock::{FileLocks, Process};
@@ -677,7 +678,12 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
     let scope = Scope {
         namespace: settings.one_namespace.then(|| ONE_NAMESPACE.into()),
     };
-    let controller = tokio::spawn(run(deployments, artifacts, scope, stop));
+    let health = engine
+        .config
+        .health
+        .clone()
+        .map(|h| HealthWatch::new(h, AGENT_TIMEOUT));
+    let controller = tokio::spawn(run(deployments, artifacts, scope, health, stop));
 
     // The inputs in every namespace, Ready before any deployment is applied.
     for (k, namespace) in distinct.iter().enumerate() {

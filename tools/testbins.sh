@@ -6,6 +6,8 @@
 #   nats-server              - go install github.com/nats-io/nats-server/v2
 #   bosh                     - go install github.com/cloudfoundry/bosh-cli/v7 (the real
 #                              bosh-cli, for release tarball cross-checks)
+#   bosh-agent               - github.com/cloudfoundry/bosh-agent/v2 (the real agent, run
+#                              with its dummy platform as local-cloud VMs)
 #   moto_server              - moto[server] from PyPI in a Python venv (a real S3-compatible
 #                              server for the blobstore tests), in
 #                              ${KUBOSH_CACHE:-$HOME/.cache/kubosh}/venv-moto-<MOTO_VERSION>/,
@@ -18,13 +20,16 @@
 #   KUBOSH_BIN_DIR=$(tools/testbins.sh)
 #
 # Overrides: K8S_VERSION (default: tools/k8s-testbins/go.mod), HELM_VERSION,
-# NATS_VERSION, BOSH_CLI_VERSION, MOTO_VERSION, KUBOSH_CACHE, and the usual Go variables (GOPROXY, GOMODCACHE, GOCACHE).
+# NATS_VERSION, BOSH_CLI_VERSION, BOSH_AGENT_VERSION, MOTO_VERSION, KUBOSH_CACHE, and the usual Go variables (GOPROXY, GOMODCACHE, GOCACHE).
 set -euo pipefail
 exec 3>&1 1>&2 # everything but the final path goes to stderr
 
 HELM_VERSION=${HELM_VERSION:-4.3.1}
 NATS_VERSION=${NATS_VERSION:-2.15.2}
 BOSH_CLI_VERSION=${BOSH_CLI_VERSION:-7.9.12} # v7.10.x: the proxy serves .info but refuses the .zip (403)
+# The newest bosh-agent the proxy serves (its version list is refused; v2.760.0 and later
+# answer 403), and the one bosh-cli 7.9.12's go.mod requires.
+BOSH_AGENT_VERSION=${BOSH_AGENT_VERSION:-2.759.0}
 MOTO_VERSION=${MOTO_VERSION:-5.2.1}
 GO_MIN=1.26.0 # go line of k8s.io/kubernetes 1.36, helm 4.3 and nats-server 2.15
 
@@ -81,15 +86,16 @@ has() { # has NAME: 0 if $out/NAME exists and reports the wanted version
 	helm) v=$("$f" version --template '{{.Version}}' 2>/dev/null) && [[ $v == "v${HELM_VERSION}" ]] ;;
 	nats-server) v=$("$f" --version 2>/dev/null) && [[ $v == "nats-server: v${NATS_VERSION}" ]] ;;
 	bosh) v=$("$f" --version 2>/dev/null) && [[ $v == "version ${BOSH_CLI_VERSION}"* ]] ;;
+	bosh-agent) v=$("$f" -v 2>/dev/null) && [[ $v == *"${BOSH_AGENT_VERSION}"* ]] ;;
 	*) return 1 ;;
 	esac
 }
-all=(kube-apiserver kubectl helm nats-server bosh)
+all=(kube-apiserver kubectl helm nats-server bosh bosh-agent)
 missing() { local b; for b in "${all[@]}"; do has "$b" || echo "$b"; done; }
 
 todo=$(missing)
 if [[ -z $todo ]]; then
-	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION}, bosh v${BOSH_CLI_VERSION}, moto ${MOTO_VERSION})"
+	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION}, bosh v${BOSH_CLI_VERSION}, bosh-agent v${BOSH_AGENT_VERSION}, moto ${MOTO_VERSION})"
 	echo "$out" >&3
 	exit 0
 fi
@@ -158,6 +164,24 @@ for b in $todo; do
 			-X github.com/cloudfoundry/bosh-cli/v7/cmd.VersionLabel=${BOSH_CLI_VERSION}" . </dev/null)
 		mv -f "$tmp/bosh" "$out/bosh"
 		log "built bosh in $(($(date +%s) - start))s -> $out/bosh" ;;
+	bosh-agent) # Downloaded and built from a copy: its Windows-only dependency inet.af/wf is
+		# refused by the proxy (.mod 403) but never compiled on Linux, so an empty local module
+		# stands in for it (a replace in the copy's go.mod); CGO off gives a static binary.
+		log "building bosh-agent (github.com/cloudfoundry/bosh-agent/v2@v${BOSH_AGENT_VERSION}) ..."
+		start=$(date +%s)
+		dir=$(cd "$tmp" && go mod download -json "github.com/cloudfoundry/bosh-agent/v2@v${BOSH_AGENT_VERSION}" </dev/null |
+			sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		[[ -n $dir && -d $dir ]] || die "cannot download bosh-agent v${BOSH_AGENT_VERSION}"
+		src="$tmp/bosh-agent-src"
+		cp -R "$dir" "$src"
+		chmod -R u+w "$src"
+		mkdir -p "$src/_stub/wf"
+		printf 'module inet.af/wf\n\ngo 1.21\n' >"$src/_stub/wf/go.mod"
+		(cd "$src" && go mod edit -replace inet.af/wf=./_stub/wf &&
+			nice -n 10 go build -mod=mod -trimpath -o "$tmp/bosh-agent" -ldflags "-s -w \
+			-X main.VersionLabel=${BOSH_AGENT_VERSION}" ./main </dev/null)
+		mv -f "$tmp/bosh-agent" "$out/bosh-agent"
+		log "built bosh-agent in $(($(date +%s) - start))s -> $out/bosh-agent" ;;
 	esac
 done
 

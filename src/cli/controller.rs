@@ -23,6 +23,7 @@ use kubosh_engine::director::DirectorConfig;
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::artifacts::ArtifactContext;
 use kubosh_kube::controller::deployment::DeploymentContext;
+use kubosh_kube::controller::health::HealthWatch;
 use kubosh_kube::controller::run::{Scope, run};
 use kubosh_kube::lock::Process;
 
@@ -61,6 +62,10 @@ pub struct ControllerArgs {
     /// Requests to the Kubernetes API that may start at once.
     #[arg(long = "kube-api-burst", default_value_t = 30)]
     pub kube_api_burst: u64,
+    /// How long an agent may send no heartbeat before its instance shows `Unresponsive`
+    /// (the health monitor's `agent_timeout`): `60s`, `2m`.
+    #[arg(long = "agent-timeout", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub agent_timeout: std::time::Duration,
 }
 
 /// The leader election Lease.
@@ -177,11 +182,19 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
     let mut engine = config
         .engine("controller", Arc::new(NoEvents), false)
         .await?;
-    // Heartbeats make a deploy with nothing to do free of agent calls.
-    match config.heartbeat_monitor().await {
-        Ok(monitor) => engine.config.health = Some(Arc::new(monitor)),
-        Err(e) => tracing::warn!(error = %e, "deploys ask every agent for its state"),
-    }
+    // Heartbeats make a deploy with nothing to do free of agent calls, and show each
+    // instance's state between deploys.
+    let health = match config.heartbeat_monitor().await {
+        Ok(monitor) => {
+            let monitor = Arc::new(monitor);
+            engine.config.health = Some(monitor.clone());
+            Some(HealthWatch::new(monitor, args.agent_timeout))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "deploys ask every agent for its state; instance states follow deploys only");
+            None
+        }
+    };
     let work_dir = config.state_dir.join("controller");
     let reporter = Reporter {
         controller: "kubosh".into(),
@@ -227,7 +240,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
         namespace: args.namespace.clone(),
     };
     tracing::info!(namespace = ?scope.namespace, "kubosh controller started");
-    run(deployments, artifacts, scope, stop).await;
+    run(deployments, artifacts, scope, health, stop).await;
     tasks.close();
     tasks.wait().await;
     let lost_leadership = lost.peek().is_some();

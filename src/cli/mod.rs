@@ -11,6 +11,7 @@ mod interpolate;
 mod release;
 mod stemcell;
 mod validate;
+mod vm;
 
 use std::process::ExitCode;
 
@@ -50,6 +51,9 @@ enum Command {
     Cpi(cpi::CpiArgs),
     /// kubosh's BOSH agent: serves a VM's agent settings over NATS (started by a CPI).
     Agent(agent::AgentArgs),
+    /// A local-cloud VM's processes: run another agent (the real bosh-agent) in a VM.
+    #[command(subcommand)]
+    Vm(vm::VmCommand),
     /// BOSH release tarballs: build one from a release directory, inspect one.
     #[command(subcommand)]
     Release(release::ReleaseCommand),
@@ -84,6 +88,7 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => deploy::run_plan(&args),
         Command::Controller(args) => controller::run_controller(&args),
         Command::Agent(args) => agent::run(&args),
+        Command::Vm(command) => vm::run(&command),
         Command::Interpolate(args) => interpolate::run(&args),
         Command::Release(command) => release::run(&command),
         Command::Stemcell(command) => stemcell::run(&command),

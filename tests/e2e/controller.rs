@@ -37,8 +37,25 @@ impl Drop for ControllerProcess {
     }
 }
 
-fn start_controller(w: &World, cp: &ControlPlane, namespace: &str) -> ControllerProcess {
-    start_replica(w, cp, namespace, "kubosh-e2e")
+/// Runs `kubectl` with `args`; its stdout. It must succeed.
+pub(crate) fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
+    let out = cp.kubectl().unwrap().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The world's agents heartbeat every second (BOSH: 30 s), so a controller with a short
+/// `--agent-timeout` notices a silent one quickly.
+fn with_fast_heartbeats(w: &World) {
+    let path = w.dir.path().join("cpi.json");
+    let mut cpi: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let command = cpi["agent"]["command"].as_array_mut().unwrap();
+    command.extend([json!("--heartbeat-interval"), json!("1")]);
+    write_json(&path, &cpi);
 }
 
 /// A controller process named `identity` (its log appended to `controller.log`).
@@ -294,22 +311,39 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         )
         .await
         .unwrap();
-    let _controller = start_controller(&w, cp, ns);
+    with_fast_heartbeats(&w);
+    let _controller = start_replica_with(&w, cp, ns, "kubosh-e2e", &["--agent-timeout", "6s"]);
 
     apply_inputs(&client, ns, &w).await;
     let mut hello = deployment_object("hello", with_disk(hello_deployment(w.port, "((greeting))")));
     hello["spec"]["varsFrom"] = json!([{"secretRef": {"name": "hello-vars"}}]);
-    apply(&client, ns, hello).await;
+    let file = w.dir.path().join("hello-deployment.json");
+    write_json(&file, &hello);
+    kubectl(
+        cp,
+        &[
+            "apply",
+            "--server-side",
+            "-n",
+            ns,
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    );
+    kubectl(
+        cp,
+        &[
+            "wait",
+            "-n",
+            ns,
+            "--for=condition=Ready",
+            "boshdeployment/hello",
+            "--timeout=300s",
+        ],
+    );
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let d = wait_for(
-        &deployments,
-        "hello",
-        Duration::from_secs(300),
-        &w,
-        is_ready,
-    )
-    .await;
+    let d = deployments.get("hello").await.unwrap();
     let status = d.status.clone().unwrap();
     assert_eq!(status.observed_generation, Some(1));
     assert_eq!(status.instances.as_deref(), Some("2/2"));
@@ -351,54 +385,81 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
             Some(kubosh_kube::api::ProcessState::Running)
         );
     }
-    let out = cp
-        .kubectl()
-        .unwrap()
-        .args(["get", "instances", "-n", ns])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        table.contains("127.0.21.") && table.contains("Running"),
-        "{table}"
-    );
+    let table = kubectl(cp, &["get", "instances", "-n", ns]);
+    for i in &instances {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{} ", i.name_any())))
+            .unwrap_or_else(|| panic!("{} in\n{table}", i.name_any()));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        let expected = [
+            i.name_any(),
+            "hello".into(),
+            "web".into(),
+            i.spec.index.to_string(),
+            "z1".into(),
+            i.spec.networks[0].ip.clone().unwrap(),
+            i.spec.vm_cid.clone().unwrap(),
+            "Running".into(),
+        ];
+        assert_eq!(&cells[..8], &expected, "{table}");
+    }
 
-    // `kubectl describe boshdeployment hello` lists the milestones.
-    let events = events_of(&client, ns).await;
-    let about = reasons_about(&events, "Deployment", "hello");
+    // `kubectl describe` lists the milestones: the deployment's, and each instance's own.
+    let described = kubectl(cp, &["describe", "boshdeployment", "hello", "-n", ns]);
     for reason in [
         "DeployStarted",
         "PackagesCompiled",
         "CanaryUpdated",
+        "DNSSynced",
         "DeploySucceeded",
     ] {
-        assert!(about.contains(&reason.to_string()), "{reason} in {about:?}");
+        assert!(described.contains(reason), "{reason} in\n{described}");
+    }
+    for i in &instances {
+        let described = kubectl(cp, &["describe", "instance", &i.name_any(), "-n", ns]);
+        let vm = i.spec.vm_cid.clone().unwrap();
+        assert!(
+            described.contains("VMCreated") && described.contains(&vm),
+            "VMCreated of {vm} in\n{described}"
+        );
+        assert!(described.contains("DiskCreated"), "{described}");
     }
 
     // A property changes: Reconciling at generation 2, the canary first, then Ready.
-    let mut manifest = with_disk(hello_deployment(w.port, "hello again"));
-    manifest.as_object_mut().unwrap().remove("name");
-    deployments
-        .patch(
-            "hello",
-            &PatchParams::apply("e2e-user"),
-            &Patch::Apply(&deployment_object("hello", manifest)),
-        )
-        .await
-        .unwrap();
-    let reconciling = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
-        condition(d, "Reconciling").is_some_and(|c| c.status == "True") || is_ready(d)
-    })
-    .await;
-    assert_eq!(reconciling.metadata.generation, Some(2));
-    let d = wait_for(
-        &deployments,
-        "hello",
-        Duration::from_secs(300),
-        &w,
-        is_ready,
-    )
-    .await;
+    hello["spec"]["manifest"]["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] =
+        json!("hello again");
+    write_json(&file, &hello);
+    kubectl(
+        cp,
+        &[
+            "apply",
+            "--server-side",
+            "-n",
+            ns,
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    );
+    // Every state the status goes through, until Ready at generation 2.
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    let d = loop {
+        let d = deployments.get("hello").await.unwrap();
+        let reconciling = condition(&d, "Reconciling").filter(|c| c.status == "True");
+        if let Some(c) = reconciling {
+            seen.push(c.message.clone());
+        }
+        if d.metadata.generation == Some(2) && is_ready(&d) {
+            break d;
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        seen.iter().any(|m| m.starts_with("Deploying generation 2")),
+        "Reconciling at generation 2 before Ready: {seen:?}"
+    );
     assert_eq!(d.status.as_ref().unwrap().observed_generation, Some(2));
     let ip = instances[0].spec.networks[0].ip.clone().unwrap();
     assert!(
@@ -428,7 +489,7 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     };
     let (canaries, updated) = (since("CanaryUpdated"), since("InstanceUpdated"));
     assert_eq!((canaries.len(), updated.len()), (1, 1), "{events:?}");
-    assert!(canaries[0] <= updated[0], "the canary first");
+    assert!(canaries[0] < updated[0], "the canary first");
 
     // Instance actions and a reconcile request, as annotations: each acknowledged in the
     // status once handled.
@@ -495,6 +556,311 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     let web1 = instance(1).await;
     assert_ne!(web1.spec.vm_cid, vm1, "web/1 has a new VM");
     assert_eq!(instance(0).await.spec.vm_cid, web0.spec.vm_cid);
+    let events = events_of(&client, ns).await;
+    assert!(
+        reasons_about(&events, "Instance", &web1.name_any()).contains(&"VMRecreated".to_string()),
+        "{events:?}"
+    );
+
+    // The status wiped (as a restore without status does): the action is not run again,
+    // and the status gets its acknowledgement back.
+    kubectl(
+        cp,
+        &[
+            "patch",
+            "boshdeployment",
+            "hello",
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":null}"#,
+        ],
+    );
+    assert_eq!(deployments.get("hello").await.unwrap().status, None);
+    let d = ask("kubosh.io/reconcile-request", "after-the-wipe").await;
+    assert_eq!(
+        d.status.as_ref().unwrap().last_handled_action.as_deref(),
+        Some("recreate web/1")
+    );
+    assert_eq!(
+        instance(1).await.spec.vm_cid,
+        web1.spec.vm_cid,
+        "not recreated again"
+    );
+
+    // stop --hard deletes the VM and keeps the disk; start gives it a new VM with the disk.
+    let disk0 = web0.spec.disk_cids.clone();
+    ask("kubosh.io/action", "stop --hard web/0").await;
+    let detached = instance(0).await;
+    assert_eq!(
+        detached.spec.state,
+        kubosh_kube::api::InstanceState::Detached
+    );
+    assert_eq!(detached.spec.vm_cid, None);
+    assert_eq!(detached.spec.disk_cids, disk0);
+    ask("kubosh.io/action", "start web/0").await;
+    let back = instance(0).await;
+    assert!(back.spec.vm_cid.is_some() && back.spec.vm_cid != web0.spec.vm_cid);
+    assert_eq!(back.spec.disk_cids, disk0, "the same disk");
+    let ip = back.spec.networks[0].ip.clone().unwrap();
+    assert!(http_get(&ip, w.port).is_some(), "web/0 runs on its new VM");
+    let about0 = reasons_about(&events_of(&client, ns).await, "Instance", &back.name_any());
+    for reason in ["VMDeleted", "VMCreated"] {
+        assert!(
+            about0.contains(&reason.to_string()),
+            "{reason} in {about0:?}"
+        );
+    }
+
+    // A group-wide restart: every instance of the group, VMs kept.
+    let updated_before = events_of(&client, ns)
+        .await
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.reason.as_deref(),
+                Some("InstanceUpdated" | "CanaryUpdated")
+            )
+        })
+        .count();
+    let d = ask("kubosh.io/action", "restart web").await;
+    assert_eq!(
+        d.status
+            .as_ref()
+            .unwrap()
+            .last_task
+            .as_ref()
+            .unwrap()
+            .description,
+        "restart web"
+    );
+    let updated_after = events_of(&client, ns)
+        .await
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.reason.as_deref(),
+                Some("InstanceUpdated" | "CanaryUpdated")
+            )
+        })
+        .count();
+    assert_eq!(
+        updated_after - updated_before,
+        2,
+        "both web instances restarted"
+    );
+    assert_eq!(instance(0).await.spec.vm_cid, back.spec.vm_cid);
+
+    // spec.paused during a deployment-wide recreate: the canary (in flight) finishes, no
+    // other instance is touched, the status says why; unpaused, the recreate goes on.
+    let faults = kubosh_cloud::local::Faults {
+        methods: [(
+            "create_vm".to_string(),
+            kubosh_cloud::local::Fault {
+                hang: Some(kubosh_cloud::local::Hang { seconds: Some(3.0) }),
+                ..Default::default()
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    faults.save(&w.cloud()).unwrap();
+    let vms_before = [instance(0).await.spec.vm_cid, instance(1).await.spec.vm_cid];
+    // Calls of create_vm begun (a hang is logged as it begins) and answered.
+    let create_vms = |answered: bool| {
+        kubosh_cloud::local::read_calls(&w.cloud())
+            .unwrap()
+            .iter()
+            .filter(|c| c.method == "create_vm" && (!answered || c.fault.is_none()))
+            .count()
+    };
+    let (begun, created) = (create_vms(false), create_vms(true));
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"kubosh.io/action": "recreate"}}})),
+        )
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while create_vms(false) == begun {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no VM is being created"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    let d = wait_for(&deployments, "hello", Duration::from_secs(120), &w, |d| {
+        condition(d, "Reconciling").is_some_and(|c| c.reason == "Paused")
+    })
+    .await;
+    assert!(condition(&d, "Stalled").is_some_and(|c| c.status == "False"));
+    let now = [instance(0).await.spec.vm_cid, instance(1).await.spec.vm_cid];
+    let recreated = (0..2).filter(|i| now[*i] != vms_before[*i]).count();
+    assert_eq!(
+        recreated, 1,
+        "only the canary was recreated: {vms_before:?} -> {now:?}"
+    );
+    assert_eq!(create_vms(true), created + 1, "no other VM was asked for");
+    assert!(
+        reasons_about(&events_of(&client, ns).await, "Deployment", "hello")
+            .contains(&"DeployCancelled".to_string())
+    );
+    kubosh_cloud::local::Faults::clear(&w.cloud()).unwrap();
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    let generation = deployments
+        .get("hello")
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap();
+    let d = ready_at(&deployments, "hello", &w, generation).await;
+    assert_eq!(
+        d.status.as_ref().unwrap().last_handled_action.as_deref(),
+        Some("recreate")
+    );
+    let after = [instance(0).await.spec.vm_cid, instance(1).await.spec.vm_cid];
+    assert!(
+        after[0] != now[0] && after[1] != now[1],
+        "the recreate went on"
+    );
+
+    // Between deploys, the instances' state follows their agents: a silent agent makes its
+    // instance Unresponsive (an Event, the group's failing counter), and it recovers.
+    let web1 = instance(1).await;
+    let vm = kubosh_cloud::VmCid(web1.spec.vm_cid.clone().unwrap());
+    kubosh_cloud::local::set_agent_frozen(&w.cloud(), &vm, true).unwrap();
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        d.status
+            .as_ref()
+            .is_some_and(|s| s.instance_groups.first().is_some_and(|g| g.failing == 1))
+    })
+    .await;
+    assert_eq!(d.status.as_ref().unwrap().instances.as_deref(), Some("1/2"));
+    let state = |i: &Instance| i.status.as_ref().and_then(|s| s.process_state);
+    assert_eq!(
+        state(&instance(1).await),
+        Some(kubosh_kube::api::ProcessState::Unresponsive)
+    );
+    let table = kubectl(cp, &["get", "instances", "-n", ns]);
+    assert!(table.contains("Unresponsive"), "{table}");
+    kubosh_cloud::local::set_agent_frozen(&w.cloud(), &vm, false).unwrap();
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        d.status.as_ref().and_then(|s| s.instances.as_deref()) == Some("2/2")
+    })
+    .await;
+    assert_eq!(d.status.as_ref().unwrap().instance_groups[0].failing, 0);
+    assert_eq!(
+        state(&instance(1).await),
+        Some(kubosh_kube::api::ProcessState::Running)
+    );
+    let about1 = reasons_about(&events_of(&client, ns).await, "Instance", &web1.name_any());
+    for reason in ["AgentUnresponsive", "InstanceRecovered"] {
+        assert!(
+            about1.contains(&reason.to_string()),
+            "{reason} in {about1:?}"
+        );
+    }
+
+    // A cloud config that breaks the running deployment: Stalled with the validator's
+    // words, nothing called; fixed, Ready again.
+    let calls = w.calls();
+    let mut broken_cc = cloud_config(w.net);
+    broken_cc["vm_types"] = json!([{"name": "large", "cloud_properties": {}}]);
+    apply(
+        &client,
+        ns,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+               "metadata": {"name": "default"}, "spec": broken_cc}),
+    )
+    .await;
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let stalled = condition(&d, "Stalled").unwrap();
+    assert_eq!(stalled.reason, "InvalidManifest");
+    assert!(stalled.message.contains("small"), "{}", stalled.message);
+    assert_eq!(
+        w.calls(),
+        calls,
+        "a broken cloud config calls no CPI method"
+    );
+    apply(
+        &client,
+        ns,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+               "metadata": {"name": "default"}, "spec": cloud_config(w.net)}),
+    )
+    .await;
+    wait_for(
+        &deployments,
+        "hello",
+        Duration::from_secs(120),
+        &w,
+        is_ready,
+    )
+    .await;
+
+    // The Secret of a variable deleted: the deployment waits, naming it; back, Ready.
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
+    let kept = secrets.get("hello-vars").await.unwrap();
+    secrets
+        .delete("hello-vars", &Default::default())
+        .await
+        .unwrap();
+    let calls = w.calls();
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"kubosh.io/reconcile-request": "secret-gone"}}})),
+        )
+        .await
+        .unwrap();
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Reconciling").is_some_and(|c| c.reason == "Waiting")
+    })
+    .await;
+    let waiting = condition(&d, "Reconciling").unwrap().message.clone();
+    assert!(
+        waiting.contains("Secret ctrl-e2e/hello-vars (spec.varsFrom[0]) does not exist"),
+        "{waiting}"
+    );
+    assert_eq!(w.calls(), calls);
+    let mut again = kept.clone();
+    again.metadata = kube::api::ObjectMeta {
+        name: Some("hello-vars".into()),
+        ..Default::default()
+    };
+    secrets.create(&Default::default(), &again).await.unwrap();
+    wait_for(
+        &deployments,
+        "hello",
+        Duration::from_secs(180),
+        &w,
+        is_ready,
+    )
+    .await;
     ask("kubosh.io/action", "reboot web/1").await;
     let events = events_of(&client, ns).await;
     assert!(reasons_about(&events, "Deployment", "hello").contains(&"InvalidAction".to_string()));
@@ -516,6 +882,26 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         "{message}"
     );
     assert_eq!(condition(&d, "Stalled").unwrap().reason, "InvalidManifest");
+    // In the words of `kubosh validate`, every problem.
+    let mut named = hello_deployment(w.port, "x");
+    named["name"] = json!("broken");
+    named["instance_groups"][0]["vm_type"] = json!("huge");
+    named["instance_groups"][0]["networks"] = json!([{"name": "nope"}]);
+    let manifest_file = w.dir.path().join("broken.yml");
+    write_json(&manifest_file, &named);
+    let out = Command::new(KUBOSH)
+        .args(["validate", manifest_file.to_str().unwrap()])
+        .args(["--cloud-config", &w.path("cloud-config.yml")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.ends_with("nothing was deployed"))
+        .map(String::from)
+        .collect();
+    assert!(said.len() >= 2, "{said:?}");
+    assert_eq!(message.lines().collect::<Vec<_>>(), said, "the same words");
     assert!(condition(&d, "Ready").is_some_and(|c| c.status == "False"));
     assert_eq!(w.calls(), calls, "an invalid manifest calls no CPI method");
     let events = events_of(&client, ns).await;
@@ -589,6 +975,13 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         .unwrap()
         .items;
     assert!(left.is_empty(), "{left:?}");
+    // The orphans outlive their deployment, and `kubectl delete` deletes them from the cloud.
+    kubectl(
+        cp,
+        &["delete", "disks", "--all", "-n", ns, "--timeout=120s"],
+    );
+    let inventory = kubosh_cloud::local::inventory(&w.cloud()).unwrap();
+    assert!(inventory.disks.is_empty(), "{inventory:?}");
 
     // Nothing planted leaked: not in the controller's log (debug level), an Event, or the
     // status of any resource.
@@ -600,4 +993,63 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         assert!(!events.contains(planted), "{planted} in an Event");
         assert!(!statuses.contains(planted), "{planted} in a status");
     }
+}
+
+/// Whatever a deployment lacks is said at once, in one status, and nothing is called: the
+/// cloud config, a Secret of `varsFrom`, the release and the stemcell; then a Release whose
+/// tarball is not one is named with the reason it is not Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_and_broken_inputs_are_one_status_listing_them_all_with_no_cloud_call() {
+    let cp = control_plane().await;
+    let w = World::new(24);
+    let ns = "ctrl-inputs";
+    cp.create_namespace(ns).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let _controller = start_replica(&w, cp, ns, "kubosh-inputs");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+
+    let mut lonely = deployment_object("lonely", hello_deployment(w.port, "((greeting))"));
+    lonely["spec"]["cloudConfigRef"] = json!({"name": "missing-cc"});
+    lonely["spec"]["varsFrom"] = json!([{"secretRef": {"name": "gone"}}]);
+    apply(&client, ns, lonely).await;
+    let waiting = |d: &Deployment| {
+        condition(d, "Reconciling")
+            .filter(|c| c.status == "True" && c.reason == "Waiting")
+            .map(|c| c.message.clone())
+    };
+    let d = wait_for(&deployments, "lonely", Duration::from_secs(60), &w, |d| {
+        waiting(d).is_some()
+    })
+    .await;
+    assert_eq!(
+        waiting(&d).unwrap(),
+        "waiting for: cloud config missing-cc (CloudConfig ctrl-inputs/missing-cc does not exist); \
+         Secret ctrl-inputs/gone (spec.varsFrom[0]) does not exist; \
+         release hello/1.0.0; stemcell ubuntu-jammy/latest"
+    );
+    assert!(condition(&d, "Ready").is_some_and(|c| c.status == "False"));
+    assert!(condition(&d, "Stalled").is_some_and(|c| c.status == "False"));
+
+    // The release exists, but its tarball is garbage: the deployment says so.
+    let garbage = w.dir.path().join("garbage.tgz");
+    std::fs::write(&garbage, b"not a tarball").unwrap();
+    apply(
+        &client,
+        ns,
+        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "Release",
+               "metadata": {"name": "hello-1.0.0"},
+               "spec": {"name": "hello", "version": "1.0.0",
+                        "url": format!("file://{}", garbage.display())}}),
+    )
+    .await;
+    let d = wait_for(&deployments, "lonely", Duration::from_secs(60), &w, |d| {
+        waiting(d).is_some_and(|m| m.contains("Release hello-1.0.0: Stalled: "))
+    })
+    .await;
+    let message = waiting(&d).unwrap();
+    assert!(
+        message.contains("release hello/1.0.0 (Release hello-1.0.0: Stalled: "),
+        "{message}"
+    );
+    assert_eq!(w.calls(), 0, "nothing was asked of the cloud");
 }

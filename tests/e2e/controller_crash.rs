@@ -5,8 +5,9 @@
 //! the apiserver records, and a marker written on a persistent disk at the start is there.
 //! Then two replicas: the leader is killed mid-deploy and the standby finishes the deploy.
 //!
-//! `KUBOSH_CTRL_CRASH_RUNS` sets the number of kills (default 12); `KUBOSH_CRASH_SEED`
-//! replays a run (the seed is printed).
+//! Kills come in rounds of their own seed (two by default): each round goes on until it
+//! killed `KUBOSH_CTRL_CRASH_RUNS` (default 5) running deploys, so at least 10 kills land
+//! mid-deploy. `KUBOSH_CTRL_CRASH_SEEDS=a,b` replays a run (the seeds are printed).
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::controller::{
     ready_at, start_replica, stored_state, wait_for,
 };
 use crate::crash_safety::{
-    check_variant, manifest, plant_marker, runs_from_env, seeded_rng, variant,
+    Rng, check_variant, manifest, plant_marker, runs_from_env, seeds_from_env, variant,
 };
 use crate::director_world::World;
 use kubosh_engine::state::DeploymentState;
@@ -74,8 +75,8 @@ async fn leads(client: &kube::Client, identity: &str, limit: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_over() {
-    let runs = runs_from_env("KUBOSH_CTRL_CRASH_RUNS", 12);
-    let (seed, mut rng) = seeded_rng();
+    let per_round = runs_from_env("KUBOSH_CTRL_CRASH_RUNS", 5) as usize;
+    let seeds = seeds_from_env("KUBOSH_CTRL_CRASH_SEEDS", 2);
     let cp = control_plane().await;
     let w = World::new(22);
     cp.create_namespace(NS).await.unwrap();
@@ -92,45 +93,62 @@ async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_
     kill(controller);
 
     let mut mid_deploy = Vec::new();
-    for n in 1..=runs {
-        let generation = apply_variant(&client, &w, n).await;
-        let task_of = |d: &Deployment| {
-            d.status
-                .as_ref()
-                .and_then(|s| s.last_task.as_ref())
-                .map(|t| t.id.clone())
-        };
-        let before = task_of(&api.get("hello").await.unwrap());
-        let controller = start_replica(&w, cp, NS, "restarting");
-        tokio::time::sleep(Duration::from_millis(500 + rng.below(5000))).await;
-        let d = api.get("hello").await.unwrap();
-        let stage = d.status.as_ref().and_then(|s| s.progress.clone());
-        // A deploy this process started (a killed one leaves `Reconciling` behind).
-        let deploying = condition(&d, "Reconciling").is_some_and(|c| c.status == "True")
-            && task_of(&d) != before;
-        kill(controller);
-        if deploying {
-            mid_deploy.push(format!(
-                "{n}: {}",
-                stage.map_or("starting".into(), |p| format!(
-                    "{} {}/{}",
-                    p.stage, p.done, p.total
-                ))
-            ));
-        }
-        if n.is_multiple_of(4) || n == runs {
+    let mut n = 0;
+    for &seed in &seeds {
+        let mut rng = Rng(seed);
+        let wanted = mid_deploy.len() + per_round;
+        // Kills before the deploy started do not count; a round gives up after 3× its share.
+        for _ in 0..3 * per_round {
+            if mid_deploy.len() >= wanted {
+                break;
+            }
+            n += 1;
+            let generation = apply_variant(&client, &w, n).await;
+            let task_of = |d: &Deployment| {
+                d.status
+                    .as_ref()
+                    .and_then(|s| s.last_task.as_ref())
+                    .map(|t| t.id.clone())
+            };
+            let before = task_of(&api.get("hello").await.unwrap());
             let controller = start_replica(&w, cp, NS, "restarting");
-            converged(&api, &w, generation).await;
-            let context = format!("after kill {n} (seed {seed})");
-            check_variant(&w, &state(&client).await, &web0, n, &context);
+            tokio::time::sleep(Duration::from_millis(500 + rng.below(5000))).await;
+            let d = api.get("hello").await.unwrap();
+            let stage = d.status.as_ref().and_then(|s| s.progress.clone());
+            // A deploy this process started (a killed one leaves `Reconciling` behind).
+            let deploying = condition(&d, "Reconciling").is_some_and(|c| c.status == "True")
+                && task_of(&d) != before;
             kill(controller);
+            if deploying {
+                mid_deploy.push(format!(
+                    "{n} (seed {seed}): {}",
+                    stage.map_or("starting".into(), |p| p.message)
+                ));
+            }
+            if n.is_multiple_of(4) {
+                let controller = start_replica(&w, cp, NS, "restarting");
+                converged(&api, &w, generation).await;
+                let context = format!("after kill {n} (seed {seed})");
+                check_variant(&w, &state(&client).await, &web0, n, &context);
+                kill(controller);
+            }
         }
     }
+    let controller = start_replica(&w, cp, NS, "restarting");
+    converged(
+        &api,
+        &w,
+        api.get("hello").await.unwrap().metadata.generation.unwrap(),
+    )
+    .await;
+    let context = format!("after kill {n} (seeds {seeds:?})");
+    check_variant(&w, &state(&client).await, &web0, n, &context);
+    kill(controller);
 
     println!("killed mid-deploy: {mid_deploy:#?}");
     assert!(
-        mid_deploy.len() * 3 >= runs as usize * 2,
-        "only {} of {runs} kills hit a running deploy: {mid_deploy:?}",
+        mid_deploy.len() >= per_round * seeds.len(),
+        "only {} of {n} kills hit a running deploy: {mid_deploy:?}",
         mid_deploy.len()
     );
 
@@ -138,7 +156,8 @@ async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_
     let a = start_replica(&w, cp, NS, "replica-a");
     leads(&client, "replica-a", Duration::from_secs(30)).await;
     let _b = start_replica(&w, cp, NS, "replica-b");
-    let n = runs + 1;
+    let n = n + 1;
+    let mut rng = Rng(seeds[0]);
     let generation = apply_variant(&client, &w, n).await;
     wait_for(&api, "hello", Duration::from_secs(60), &w, |d| {
         d.metadata.generation == Some(generation)
@@ -150,6 +169,6 @@ async fn a_controller_killed_anywhere_resumes_without_leaks_and_a_standby_takes_
     // The standby takes over within 15 s of the leader's death.
     leads(&client, "replica-b", Duration::from_secs(15)).await;
     converged(&api, &w, generation).await;
-    let context = format!("after the leader died (seed {seed})");
+    let context = format!("after the leader died (seeds {seeds:?})");
     check_variant(&w, &state(&client).await, &web0, n, &context);
 }

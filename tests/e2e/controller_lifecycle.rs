@@ -200,6 +200,16 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     );
     assert_eq!(w.calls(), calls, "a refused IP move calls no CPI method");
     assert_eq!(machines(&state(&client).await), before);
+    let failed: Vec<_> = (events_of(&client, NS).await.into_iter())
+        .filter(|e| e.reason.as_deref() == Some("DeployFailed"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        failed
+            .iter()
+            .any(|n| n.contains("Failed to reserve IP '127.0.23.52/32'")),
+        "a DeployFailed Event says why: {failed:?}"
+    );
 
     // A stemcell bump: every VM recreated on 1.1, the disks (and the data on them) kept.
     let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], Some(52), "one")).await;
@@ -295,6 +305,18 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     assert_eq!(inventory.vms.len(), 2);
     assert_eq!(inventory.disks.len(), 3);
     assert_eq!(http_get(&format!("127.0.{}.52", w.net), w.port), None);
+    // Its instance is gone: the Events of its removal are the deployment's.
+    let notes: Vec<String> = (events_of(&client, NS).await.into_iter())
+        .filter(|e| matches!(e.reason.as_deref(), Some("DiskOrphaned" | "VMDeleted")))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&db_disk) && n.contains("orphaned")),
+        "{notes:?}"
+    );
+    assert!(notes.iter().any(|n| n.contains(&db_vm)), "{notes:?}");
 
     // db back (before its orphan expires): db/0 gets its disk, and the data on it, again.
     let generation = apply_manifest(&client, manifest(&w, "1.1", [50, 51], Some(52), "one")).await;

@@ -58,7 +58,7 @@ pub(crate) fn manifest(net: u8, port: u16, greeting: &str, disk: u64, instances:
 pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -84,12 +84,7 @@ pub(crate) fn seeded_rng() -> (u64, Rng) {
     let seed: u64 = std::env::var("KUBOSH_CRASH_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-                | 1
-        });
+        .unwrap_or_else(clock_seed);
     println!("KUBOSH_CRASH_SEED={seed}");
     (seed, Rng(seed))
 }
@@ -116,6 +111,35 @@ pub(crate) fn run_and_kill(
     let _ = child.wait();
 }
 
+/// `count` seeds: `$var` (comma-separated, to replay a run), else from the clock; printed.
+pub(crate) fn seeds_from_env(var: &str, count: usize) -> Vec<u64> {
+    let given: Vec<u64> = (std::env::var(var).ok().unwrap_or_default().split(','))
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let seeds = if given.is_empty() {
+        let mut next = Rng(clock_seed());
+        (0..count).map(|_| next.next() | 1).collect()
+    } else {
+        given
+    };
+    println!(
+        "{var}={}",
+        seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    seeds
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1
+}
+
 /// Writes the marker [`check_state`] looks for on web/0's persistent disk; web/0's uuid.
 pub(crate) fn plant_marker(w: &World, state: &DeploymentState) -> String {
     let web0 = state
@@ -130,8 +154,8 @@ pub(crate) fn plant_marker(w: &World, state: &DeploymentState) -> String {
 
 /// [`check_state`] for variant `n` of the deployment.
 pub(crate) fn check_variant(w: &World, state: &DeploymentState, web0: &str, n: u64, context: &str) {
-    let (greeting, _, instances) = variant(n);
-    check_state(w, state, web0, greeting, instances, context);
+    let (greeting, disk, instances) = variant(n);
+    check_state(w, state, web0, greeting, disk, instances, context);
 }
 
 /// The variant of run `n`.
@@ -166,10 +190,18 @@ fn converge(w: &World) {
     }
 }
 
-/// The cloud holds exactly what the state records; the marker is on web/0's disk; every
-/// instance serves the expected greeting.
-async fn check(w: &World, web0: &str, greeting: &str, instances: u64, context: &str) {
-    check_state(w, &w.state().await, web0, greeting, instances, context);
+/// The cloud holds exactly what the state records; the marker is on web/0's disk (of
+/// `disk` MiB, as every web instance's); every instance serves the expected greeting.
+async fn check(w: &World, web0: &str, greeting: &str, disk: u64, instances: u64, context: &str) {
+    check_state(
+        w,
+        &w.state().await,
+        web0,
+        greeting,
+        disk,
+        instances,
+        context,
+    );
 }
 
 /// [`check`] of `state`, wherever it is kept.
@@ -178,6 +210,7 @@ pub(crate) fn check_state(
     state: &DeploymentState,
     web0: &str,
     greeting: &str,
+    disk: u64,
     instances: u64,
     context: &str,
 ) {
@@ -208,6 +241,17 @@ pub(crate) fn check_state(
         .filter(|i| i.group == "web")
         .collect();
     assert_eq!(web.len() as u64, instances, "{context}: web instances");
+    for i in &web {
+        let sizes: Vec<u64> = i.disks.iter().map(|d| d.size_mib).collect();
+        assert_eq!(sizes, vec![disk], "{context}: {}'s disk", i.name());
+        let in_cloud = (inventory.disks.iter()).find(|d| d.cid == i.disks[0].cid);
+        assert_eq!(
+            in_cloud.map(|d| d.size_mib),
+            Some(disk),
+            "{context}: {}'s disk in the cloud",
+            i.name()
+        );
+    }
     let web0 = state.instances.get(web0).expect("web/0 is never deleted");
     let root = w.vm_root(&web0.vm.as_ref().expect("web/0 has a VM").cid);
     assert_eq!(
@@ -239,7 +283,15 @@ async fn a_deploy_killed_anywhere_converges_without_leaks_or_data_loss() {
     w.write_manifest(&manifest(w.net, w.port, greeting, disk, instances));
     converge(&w);
     let web0 = plant_marker(&w, &w.state().await);
-    check(&w, &web0, greeting, instances, "after the first deploy").await;
+    check(
+        &w,
+        &web0,
+        greeting,
+        disk,
+        instances,
+        "after the first deploy",
+    )
+    .await;
 
     let log = w.dir.path().join("killed-deploys.log");
     for n in 1..=runs {
@@ -253,7 +305,7 @@ async fn a_deploy_killed_anywhere_converges_without_leaks_or_data_loss() {
         if n.is_multiple_of(5) || n == runs {
             converge(&w);
             let context = format!("after kill {n} (seed {seed})");
-            check(&w, &web0, greeting, instances, &context).await;
+            check(&w, &web0, greeting, disk, instances, &context).await;
         }
     }
 }

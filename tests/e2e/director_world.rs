@@ -76,9 +76,74 @@ pub fn text(out: &Output) -> (String, String) {
     )
 }
 
+/// Which agent the local cloud's VMs run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentKind {
+    /// `kubosh agent --bind-base`: runs the jobs' processes.
+    Kubosh,
+    /// The real bosh-agent (dummy platform, `-M dummy`: lifecycle scripts only, no job
+    /// process) under `kubosh vm run`, built by tools/testbins.sh.
+    Bosh,
+}
+
+/// The local cloud's agent command for `kind`.
+pub fn agent_command(kind: AgentKind) -> Value {
+    match kind {
+        AgentKind::Kubosh => json!([
+            "{kubosh}",
+            "agent",
+            "--bind-base",
+            "{root}",
+            "-b",
+            "/var/vcap",
+            "-C",
+            "{agent_config}"
+        ]),
+        AgentKind::Bosh => {
+            let agent = kubosh_devenv::binary("bosh-agent")
+                .expect("bosh-agent is built (tools/testbins.sh)");
+            json!([
+                "{kubosh}",
+                "vm",
+                "run",
+                "--root",
+                "{root}",
+                "--dummy-disks",
+                "{vm_dir}/dummy-disks.json",
+                "--",
+                agent,
+                "-b",
+                "/var/vcap",
+                "-P",
+                "dummy",
+                "-M",
+                "dummy",
+                "-C",
+                "{agent_config}"
+            ])
+        }
+    }
+}
+
 impl World {
-    /// A director on loopback subnet `127.0.<net>.0/24`.
+    /// A director on loopback subnet `127.0.<net>.0/24`, its VMs running kubosh's agent.
     pub fn new(net: u8) -> World {
+        World::with_agent(net, AgentKind::Kubosh)
+    }
+
+    /// A director on loopback subnet `127.0.<net>.0/24`, its VMs running `agent`.
+    pub fn with_agent(net: u8, agent: AgentKind) -> World {
+        World::build(net, agent, false)
+    }
+
+    /// [`World::with_agent`] with each agent confined to its own subjects on NATS: the
+    /// server maps certificates to users (`verify_and_map`) and includes the authorization
+    /// file the director keeps (`nats.authorization`), reloaded through its pid file.
+    pub fn confined(net: u8, agent: AgentKind) -> World {
+        World::build(net, agent, true)
+    }
+
+    fn build(net: u8, agent: AgentKind, confined: bool) -> World {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         let (ca_cert, ca_key) = ca_pem();
@@ -86,17 +151,6 @@ impl World {
         let server = ca
             .issue(&Leaf::loopback_server("default.nats.bosh-internal"))
             .unwrap();
-        let nats = NatsServer::start(
-            Some(&NatsTls {
-                ca_pem: ca_cert.clone(),
-                cert_pem: server.cert_pem,
-                key_pem: server.key_pem,
-                verify_clients: true,
-            }),
-            "",
-        )
-        .expect("nats-server starts");
-        let url = format!("nats://127.0.0.1:{}", nats.port());
         let director = ca
             .issue(&Leaf {
                 common_name: "default.director.bosh-internal",
@@ -104,6 +158,55 @@ impl World {
                 ..Leaf::default()
             })
             .unwrap();
+        let nats = if confined {
+            std::fs::create_dir_all(p.join("nats")).unwrap();
+            for (name, text) in [
+                ("server.crt", &server.cert_pem),
+                ("server.key", &server.key_pem),
+                ("ca.crt", &ca_cert),
+            ] {
+                std::fs::write(p.join("nats").join(name), text).unwrap();
+            }
+            // What the director's subjects may do, before any agent exists.
+            let subject = kubosh_core::pki::subject_dn(&director.cert_pem).unwrap();
+            let seed = kubosh_bosh::agent::nats_auth::authorization(
+                &subject,
+                "CN=default.hm.bosh-internal",
+                &[],
+            )
+            .unwrap();
+            write_json(&p.join("nats/authorization.json"), &seed);
+            // nats-server resolves `include` against its configuration's directory (its
+            // own temporary directory, `$TMPDIR/kubosh-nats-*`), even for absolute paths.
+            let up = "../".repeat(std::env::temp_dir().components().count());
+            let include = format!(
+                "{up}{}",
+                p.join("nats/authorization.json")
+                    .display()
+                    .to_string()
+                    .trim_start_matches('/')
+            );
+            let config = format!(
+                "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify_and_map: true\n  timeout: 5\n}}\npid_file: {:?}\ninclude {include:?}\n",
+                p.join("nats/server.crt"),
+                p.join("nats/server.key"),
+                p.join("nats/ca.crt"),
+                p.join("nats/nats.pid"),
+            );
+            NatsServer::start(None, &config)
+        } else {
+            NatsServer::start(
+                Some(&NatsTls {
+                    ca_pem: ca_cert.clone(),
+                    cert_pem: server.cert_pem,
+                    key_pem: server.key_pem,
+                    verify_clients: true,
+                }),
+                "",
+            )
+        }
+        .expect("nats-server starts");
+        let url = format!("nats://127.0.0.1:{}", nats.port());
         let cloud = p.join("cloud");
         let blobs = p.join("blobs");
         write_json(
@@ -113,7 +216,7 @@ impl World {
                 "mbus": url,
                 "blobstore": {"provider": "local", "options": {"blobstore_path": blobs}},
                 "agent": {
-                    "command": ["{kubosh}", "agent", "--bind-base", "{root}", "-b", "/var/vcap", "-C", "{agent_config}"],
+                    "command": agent_command(agent),
                     "env": {"KUBOSH_LOG": "kubosh=info"},
                     "stop_timeout_seconds": 20,
                 },
@@ -142,6 +245,13 @@ impl World {
                 "engine": {"agent_wait_timeout_seconds": 60, "recovery_wait_seconds": 5},
             }),
         );
+        if confined {
+            edit_json(&p.join("director.yml"), |d| {
+                d["nats"]["authorization"] = json!({
+                    "file": "nats/authorization.json", "pid_file": "nats/nats.pid",
+                });
+            });
+        }
         write_json(&p.join("cloud-config.yml"), &cloud_config(net));
         let port = free_port();
 
@@ -240,6 +350,13 @@ impl World {
     pub fn vm_root(&self, vm_cid: &str) -> PathBuf {
         self.cloud().join("vms").join(vm_cid).join("root")
     }
+}
+
+/// Changes a JSON (or JSON-as-YAML) file in place.
+pub fn edit_json(path: &Path, change: impl FnOnce(&mut Value)) {
+    let mut value: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    change(&mut value);
+    write_json(path, &value);
 }
 
 pub fn write_json(path: &Path, value: &Value) {

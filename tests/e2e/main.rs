@@ -18,5 +18,7 @@ mod crash_safety;
 mod create_env;
 mod deploy_local;
 mod director_world;
+mod nats_confinement;
+mod real_agent;
 mod release;
 mod stemcell;

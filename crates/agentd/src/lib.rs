@@ -15,6 +15,9 @@
 //!   `prepare`/`apply`, from the blobs the director stored.
 //! - [`disk`] is `add_persistent_disk`, `mount_disk`, `unmount_disk`, `migrate_disk` and
 //!   `list_disk`, emulated with directories.
+//! - [`isolate`] gives a VM a private `/var/vcap`; [`launcher`] is `kubosh vm run`, the first
+//!   process of a VM whose agent is the real bosh-agent (dummy platform), which also makes
+//!   that agent's recorded disk mounts and migrations real.
 
 //!
 //! Child processes never inherit the agent's environment: they get [`default_env`] plus what
@@ -27,6 +30,7 @@ pub mod drain;
 mod exec;
 pub mod install;
 pub mod isolate;
+pub mod launcher;
 pub mod layout;
 pub mod mbus;
 pub mod monit;

@@ -171,6 +171,48 @@ impl Ca {
     }
 }
 
+/// The subject of the first certificate of `cert_pem` the way nats-server names the user a
+/// certificate maps to (`tls { verify_and_map: true }`): its attributes as `TYPE=value` in
+/// the certificate's order, joined by `", "` (`C=USA, O=Cloud Foundry, CN=x`). Values with
+/// characters a DN would have to escape (`,+"\<>;=`) are refused rather than escaped.
+pub fn subject_dn(cert_pem: &str) -> Result<String, PkiError> {
+    let der = pem_certificate_der(cert_pem)?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
+        .map_err(|e| PkiError::Parse(format!("certificate: {e}")))?;
+    let mut parts = Vec::new();
+    for rdn in cert.subject().iter() {
+        for attr in rdn.iter() {
+            let oid = attr.attr_type();
+            let name = short_attribute_name(&oid.to_id_string()).ok_or_else(|| {
+                PkiError::Parse(format!("certificate subject: unsupported attribute {oid}"))
+            })?;
+            let value = attr
+                .as_str()
+                .map_err(|_| PkiError::Parse(format!("certificate subject: {name} is not text")))?;
+            if value.chars().any(|c| ",+\"\\<>;=".contains(c)) {
+                return Err(PkiError::Parse(format!(
+                    "certificate subject: {name} has a character that would need escaping"
+                )));
+            }
+            parts.push(format!("{name}={value}"));
+        }
+    }
+    Ok(parts.join(", "))
+}
+
+/// Short names of the subject attributes certificates of BOSH identities use, by OID.
+fn short_attribute_name(oid: &str) -> Option<&'static str> {
+    Some(match oid {
+        "2.5.4.3" => "CN",
+        "2.5.4.10" => "O",
+        "2.5.4.11" => "OU",
+        "2.5.4.6" => "C",
+        "2.5.4.7" => "L",
+        "2.5.4.8" => "ST",
+        _ => return None,
+    })
+}
+
 /// The DER of the first `CERTIFICATE` block of a PEM text.
 fn pem_certificate_der(pem: &str) -> Result<rustls::pki_types::CertificateDer<'static>, PkiError> {
     use rustls::pki_types::pem::PemObject as _;
@@ -340,6 +382,33 @@ pub fn sign_with_rsa(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subject_reads_as_nats_server_names_its_user() {
+        let ca = Ca::new("ca").unwrap();
+        let leaf = |cn, orgs| {
+            let c = ca
+                .issue(&Leaf {
+                    common_name: cn,
+                    organizations: orgs,
+                    client: true,
+                    ..Leaf::default()
+                })
+                .unwrap();
+            subject_dn(&c.cert_pem)
+        };
+        assert_eq!(
+            leaf("a.agent.bosh-internal", &[]).unwrap(),
+            "CN=a.agent.bosh-internal"
+        );
+        let both = leaf("d", &["Cloud Foundry"]).unwrap();
+        assert!(
+            both.contains("CN=d") && both.contains("O=Cloud Foundry"),
+            "{both}"
+        );
+        assert!(leaf("a,b", &[]).is_err());
+        assert!(subject_dn("not a certificate").is_err());
+    }
     use rustls::pki_types::UnixTime;
 
     /// True if `leaf_pem` chains to `ca_pem` as a client certificate.

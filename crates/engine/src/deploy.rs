@@ -9,7 +9,7 @@ use indexmap::IndexMap;
 use serde_json::Value;
 
 use super::instance::InstanceTarget;
-use super::progress::{self, StageRun};
+use super::progress::{self, InstanceName, Milestone, StageRun};
 use super::templates::{InstanceView, RenderedInstance, TemplateContext};
 use super::vm::VmRequest;
 use super::{DeployRequest, Engine, EngineError, InstanceAction, releases_by_name};
@@ -186,6 +186,12 @@ impl Engine {
         let (manifest, cloud) = validated.document;
         let mut state = self.store.load().await?;
         if !dry_run {
+            // Agents recorded before the bus was confined (or whose admission a killed run
+            // lost) are let in again: one write, and nothing if they all are.
+            let recorded: Vec<String> = (state.instances.values())
+                .filter_map(|i| i.vm.as_ref().map(|vm| vm.agent_id.clone()))
+                .collect();
+            self.admit_agents(&recorded).await?;
             self.recover(&mut state, self.config.recovery_wait).await?;
         }
 
@@ -245,42 +251,60 @@ impl Engine {
                 super::resources::compilation_resources(cloud.compilation.as_ref()),
             ))
             .await?;
-        let (mut planned, obsolete) = place_all(&cloud, &groups, &state, &observed)?;
-        let addresses = self
-            .assign_networks(&manifest, &cloud, &groups, &mut planned, &state, dry_run)
-            .await?;
-
         let releases = releases_by_name(&req.releases);
-        let mut link_group_ids = state.meta.link_group_ids.clone();
-        preparing
-            .task(
-                "Rendering templates",
-                self.render_all(
-                    &manifest,
-                    &groups,
-                    &releases,
-                    &mut link_group_ids,
-                    &mut planned,
-                ),
-            )
-            .await?;
-        // The last of the planning: what compilation will do (an unusable release fails
-        // here, before any stemcell is uploaded or any record written).
+        let deployment = manifest.name.clone().unwrap_or_default();
+        // Everything is planned before anything changes: placement, addresses, templates,
+        // compilation (an unusable release fails here, before any address is claimed, any
+        // stemcell uploaded or any record written). Only then are the addresses claimed
+        // among the director's deployments; one claimed elsewhere meanwhile means planning
+        // again around it.
         let compile_inputs = super::compile::CompileInputs {
             manifest: &manifest,
             cloud: &cloud,
             groups: &groups,
             releases: &releases,
-            held: &addresses.held,
-            elsewhere: &addresses.elsewhere,
+            held: &[],
+            elsewhere: &[],
             calculated: &calculated,
             dry_run,
         };
-        let compilation = self.plan_compile(&compile_inputs, &state)?;
-        self.check_stored_archives(&compilation, &releases).await?;
-        if !dry_run {
+        let mut attempt = 0;
+        let (mut planned, obsolete, addresses, link_group_ids, compilation) = loop {
+            attempt += 1;
+            let (mut planned, obsolete) = place_all(&cloud, &groups, &state, &observed)?;
+            let addresses = self
+                .plan_addresses(&manifest, &cloud, &groups, &mut planned, &state)
+                .await?;
+            let mut link_group_ids = state.meta.link_group_ids.clone();
+            preparing
+                .task(
+                    "Rendering templates",
+                    self.render_all(
+                        &manifest,
+                        &groups,
+                        &releases,
+                        &mut link_group_ids,
+                        &mut planned,
+                    ),
+                )
+                .await?;
+            let compile_inputs = super::compile::CompileInputs {
+                held: &addresses.held,
+                elsewhere: &addresses.elsewhere,
+                ..compile_inputs
+            };
+            let compilation = self.plan_compile(&compile_inputs, &state)?;
+            self.check_stored_archives(&compilation, &releases).await?;
+            if dry_run {
+                break (planned, obsolete, addresses, link_group_ids, compilation);
+            }
             self.checkpoint()?;
-        }
+            match self.claim_addresses(&deployment, &addresses).await? {
+                None => break (planned, obsolete, addresses, link_group_ids, compilation),
+                Some(e) if attempt >= super::network::CLAIM_ATTEMPTS => return Err(e),
+                Some(_) => continue,
+            }
+        };
         // New link groups keep their ids from now on, whatever happens to this deploy.
         if !dry_run && link_group_ids != state.meta.link_group_ids {
             state.meta.link_group_ids = link_group_ids;
@@ -296,6 +320,11 @@ impl Engine {
         } else {
             self.upload_stemcells(req, &groups, &planned, &mut state)
                 .await?
+        };
+        let compile_inputs = super::compile::CompileInputs {
+            held: &addresses.held,
+            elsewhere: &addresses.elsewhere,
+            ..compile_inputs
         };
         let packages = self
             .compile(compile_inputs, compilation, &stemcells, &mut state)
@@ -477,7 +506,13 @@ impl Engine {
                     Err(e) if e.is_timeout() && self.vm_is_gone(&vm.cid).await => {
                         Ok(Observed::NoVm)
                     }
-                    Err(e) => Err(e),
+                    Err(e) => {
+                        self.events.milestone(Milestone::AgentUnresponsive {
+                            instance: InstanceName::of(&i),
+                            error: e.to_string(),
+                        });
+                        Err(e)
+                    }
                 },
             };
             let vanished = i.vm.is_some() && matches!(observed, Ok(Observed::NoVm));
@@ -783,7 +818,7 @@ impl Engine {
                     .task(task, async {
                         self.checkpoint()?;
                         self.persist(&record).await?;
-                        let vm = self.create_instance_vm(&mut record, &request).await?;
+                        let vm = self.create_instance_vm(&mut record, &request, None).await?;
                         // A detached instance coming back keeps its disks.
                         self.attach_disks(&record, &vm).await?;
                         self.send_vm_settings(&vm.agent_id, &record.display_name(), &record.disks)
@@ -1115,6 +1150,11 @@ impl Engine {
             .collect()
             .await;
         let failed = synced.iter().filter(|ok| !**ok).count();
+        self.events.milestone(Milestone::DnsSynced {
+            version,
+            agents: synced.len(),
+            failed,
+        });
         if failed > 0 {
             progress::warn(
                 self.events.as_ref(),

@@ -19,6 +19,9 @@
 //!   director_private_key: <PEM> # or director_private_key_path
 //!   hm_certificate: <PEM>       # optional, or hm_certificate_path: the health monitor's identity
 //!   hm_private_key: <PEM>       #   (CN default.hm.bosh-internal); without them the CA issues one
+//!   authorization:              # optional: confine each agent to its own subjects
+//!     file: ./nats/authorization.json  # kubosh keeps nats-server's `authorization` block here
+//!     pid_file: ./nats/nats.pid # nats-server's pid_file: signalled (SIGHUP) to reload
 //! blobstore: {local: {path: ./blobs}}   # LocalBlobstore (the only provider for now)
 //! engine: {agent_wait_timeout_seconds: 600, recovery_wait_seconds: 60, parallel_azs: false}
 //! health: {listen_for: 35}      # optional: `kubosh deploy` listens to agents' heartbeats this
@@ -36,9 +39,12 @@
 //! when the file is read (the CPI itself gets the Director's fixed `PATH`).
 //!
 //! The NATS server must present a certificate for `*.nats.bosh-internal` signed by the CA
-//! (bosh-agent checks that CN) and accept any client certificate the CA signed: which
-//! subjects each agent may use is the server's business (bosh-nats-sync's, in BOSH), not the
-//! director's. The agents must read blobs from the same place as the director (the local
+//! (bosh-agent checks that CN) and accept client certificates the CA signed. With
+//! `nats.authorization` it maps them to users (`tls { verify_and_map: true }` and `include`
+//! of the file): kubosh then writes the director's, the health monitor's and every agent's
+//! permissions there, each agent let in before its VM is created and locked out after it is
+//! deleted (`agent_access.rs`), and reloads the server; without it, every certificate the CA
+//! signed may use every subject. The agents must read blobs from the same place as the director (the local
 //! cloud: its `blobstore` setting).
 //!
 //! The file is read into serde types that mirror it ([`DirectorFile`], unknown keys refused
@@ -54,6 +60,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::agent_access::NatsAuthorizationFile;
 use crate::lock::FileLocks;
 use crate::state::{DirDnsRegistry, DirIpRegistry, DirStore};
 use crate::vm::mbus_cert_env;
@@ -168,6 +175,20 @@ pub struct NatsFile {
     pub hm_certificate_path: Option<String>,
     pub hm_private_key: Option<Secret<String>>,
     pub hm_private_key_path: Option<String>,
+    /// `nats.authorization`: confine each agent to its own subjects.
+    pub authorization: Option<NatsAuthorizationSection>,
+}
+
+/// `nats.authorization:` the nats-server `authorization` block kubosh keeps
+/// ([`crate::agent_access::NatsAuthorizationFile`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsAuthorizationSection {
+    /// The file nats-server's configuration includes (required).
+    pub file: Option<String>,
+    /// nats-server's `pid_file`, signalled to reload after each change; without it the file
+    /// is only written (something else reloads the server).
+    pub pid_file: Option<String>,
 }
 
 /// `blobstore:`: `{local: {path}}`, the only provider for now.
@@ -286,6 +307,21 @@ pub struct NatsSettings {
     pub director_private_key: Secret<String>,
     /// The health monitor's client certificate and key, PEM, if the file gives them.
     pub hm_identity: Option<(String, Secret<String>)>,
+    /// Where the agents' permissions go, when they are confined (`nats.authorization`).
+    pub authorization: Option<AuthorizationSettings>,
+}
+
+/// `nats.authorization`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizationSettings {
+    /// The authorization file nats-server includes.
+    pub file: PathBuf,
+    /// nats-server's pid file.
+    pub pid_file: Option<PathBuf>,
+    /// The director certificate's subject, as nats-server maps it to a user.
+    pub director_subject: String,
+    /// The health monitor's.
+    pub hm_subject: String,
 }
 
 /// Heartbeats for `kubosh deploy` (`health:`).
@@ -450,6 +486,18 @@ impl DirectorConfig {
             .map_err(|e| format!("cannot listen to heartbeats at {}: {e}", self.nats.url))
     }
 
+    /// The agents' confinement on NATS (`nats.authorization`), if configured.
+    pub fn agent_access(&self) -> Option<Arc<NatsAuthorizationFile>> {
+        self.nats.authorization.as_ref().map(|a| {
+            Arc::new(NatsAuthorizationFile::new(
+                a.file.clone(),
+                a.pid_file.clone(),
+                a.director_subject.clone(),
+                a.hm_subject.clone(),
+            ))
+        })
+    }
+
     /// Where the state of deployment `name` is kept.
     pub fn deployment_dir(&self, name: &str) -> PathBuf {
         self.state_dir.join("deployments").join(name)
@@ -522,6 +570,9 @@ impl DirectorConfig {
                 snapshots_enabled: self.disks.snapshots_enabled,
                 enable_cpi_resize_disk: self.disks.enable_cpi_resize_disk,
                 enable_cpi_update_disk: self.disks.enable_cpi_update_disk,
+                agent_access: self
+                    .agent_access()
+                    .map(|a| a as Arc<dyn crate::agent_access::AgentAccess>),
                 ..EngineConfig::default()
             },
         })
@@ -707,6 +758,7 @@ fn nats_settings(file: NatsFile, base_dir: &Path) -> Result<NatsSettings, KeyErr
             base_dir,
         )?),
         hm_identity,
+        authorization: None,
     };
     MbusTls::new(
         settings.ca_certificate.clone(),
@@ -722,7 +774,39 @@ fn nats_settings(file: NatsFile, base_dir: &Path) -> Result<NatsSettings, KeyErr
         };
         key_error(key, e.to_string())
     })?;
-    Ok(settings)
+    let authorization = match file.authorization {
+        Some(section) => Some(authorization_settings(section, &settings, base_dir)?),
+        None => None,
+    };
+    Ok(NatsSettings {
+        authorization,
+        ..settings
+    })
+}
+
+/// `nats.authorization`: the file, the pid file, and the subjects of the director's and
+/// the health monitor's certificates (the HM's issued by the CA when not given).
+fn authorization_settings(
+    section: NatsAuthorizationSection,
+    nats: &NatsSettings,
+    base_dir: &Path,
+) -> Result<AuthorizationSettings, KeyError> {
+    let file = base_dir.join(required_text("nats.authorization.file", section.file)?);
+    let pid_file =
+        optional_text("nats.authorization.pid_file", section.pid_file)?.map(|p| base_dir.join(p));
+    let director_subject = kubosh_core::pki::subject_dn(&nats.director_certificate)
+        .map_err(|e| key_error("nats.director_certificate", e.to_string()))?;
+    let hm_subject = match &nats.hm_identity {
+        Some((cert, _)) => kubosh_core::pki::subject_dn(cert)
+            .map_err(|e| key_error("nats.hm_certificate", e.to_string()))?,
+        None => format!("CN={}", kubosh_transport::agent::health::HM_COMMON_NAME),
+    };
+    Ok(AuthorizationSettings {
+        file,
+        pid_file,
+        director_subject,
+        hm_subject,
+    })
 }
 
 /// `hm_certificate` and `hm_private_key`: both or neither; they must load.
@@ -817,6 +901,38 @@ mod tests {
             Ok(_) => panic!("accepted"),
             Err(e) => format!("{}: {}", e.key, e.message),
         }
+    }
+
+    #[test]
+    fn nats_authorization_names_the_file_and_the_identities_subjects() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DirectorConfig::from_value(&valid(dir.path()), dir.path()).unwrap();
+        assert_eq!(c.nats.authorization, None);
+        assert!(c.agent_access().is_none(), "not confined unless asked");
+        let mut v = valid(dir.path());
+        v["nats"]["authorization"] = json!({"file": "nats/auth.json", "pid_file": "nats.pid"});
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        assert_eq!(
+            c.nats.authorization,
+            Some(AuthorizationSettings {
+                file: dir.path().join("nats/auth.json"),
+                pid_file: Some(dir.path().join("nats.pid")),
+                director_subject: "CN=default.director.bosh-internal".into(),
+                hm_subject: "CN=default.hm.bosh-internal".into(),
+            })
+        );
+        assert!(c.agent_access().is_some());
+        v["nats"]["authorization"] = json!({"pid_file": "nats.pid"});
+        assert_eq!(
+            error(&v, dir.path()),
+            "nats.authorization.file: is required"
+        );
+        v["nats"]["authorization"] = json!({"file": "a", "reload": true});
+        assert!(
+            error(&v, dir.path()).starts_with("nats.authorization"),
+            "{}",
+            error(&v, dir.path())
+        );
     }
 
     #[test]

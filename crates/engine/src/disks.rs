@@ -1,12 +1,16 @@
-//! Persistent disk checks and in-place changes (`bosh-protocols.md` §4.13, the Director's
-//! `DiskManager`): before an instance's disks change, what its agent has mounted must match
-//! the record; and with `enable_cpi_resize_disk` / `enable_cpi_update_disk` a changed disk is
-//! changed in the cloud itself instead of copied onto a new one.
+//! Persistent disks on a VM as the Director's `DiskManager` handles them (`bosh-protocols.md`
+//! §4.13): attaching (`attach_disk`, `add_persistent_disk`, and `mount_disk` only for the
+//! managed disk) and detaching (`list_disk` and `unmount_disk` for the managed disk,
+//! `remove_persistent_disk`, `detach_disk`); before an instance's disks change, what its agent
+//! has mounted must match the record; and with `enable_cpi_resize_disk` /
+//! `enable_cpi_update_disk` a changed disk is changed in the cloud itself instead of copied
+//! onto a new one.
 
 use super::{Engine, EngineError};
 use crate::state::{DiskRecord, DiskSpec, InstanceRecord};
 use kubosh_cloud::{DiskCid, ErrorKind, UpdateDisk, VmCid};
 use kubosh_transport::agent::AgentClient;
+use kubosh_transport::agent::protocol::DiskHint as AgentDiskHint;
 
 /// How a changed disk can be changed in place, given the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,35 +42,111 @@ pub fn in_place(
 }
 
 impl Engine {
-    /// The Director's disk sync check, run before an instance's disks change: the agent's
-    /// `list_disk` must name only recorded disks. An agent with nothing mounted gets the
-    /// recorded disks attached and mounted again (unless the instance is to have none); a
-    /// disk the record does not know is `AgentDiskOutOfSync` (400010).
+    /// Attaches `disk` to the VM as `disk_manager.rb#attach_disk` does: CPI `attach_disk`;
+    /// with a hint, the agent (once it answers) gets `add_persistent_disk`; a managed disk is
+    /// then mounted (`mount_disk`). A named disk is never mounted: its jobs find it through
+    /// the disk associations of the next `update_settings`.
+    pub async fn attach_disk_to_vm(
+        &self,
+        agent: &AgentClient,
+        vm_cid: &str,
+        disk: &DiskRecord,
+    ) -> Result<(), EngineError> {
+        let hint = self
+            .cloud
+            .attach_disk(&VmCid(vm_cid.to_string()), &DiskCid(disk.cid.clone()))
+            .await
+            .map_err(EngineError::from)?;
+        if let Some(hint) = hint {
+            let hint: AgentDiskHint = serde_json::from_value(hint.0)
+                .unwrap_or_else(|_| AgentDiskHint::Path(String::new()));
+            agent
+                .wait_until_ready(vm_cid, self.agent_wait())
+                .await
+                .map_err(EngineError::Agent)?;
+            agent
+                .add_persistent_disk(&disk.cid, &hint)
+                .await
+                .map_err(EngineError::Agent)?;
+        }
+        if disk.is_managed() {
+            agent
+                .wait_until_ready(vm_cid, self.agent_wait())
+                .await
+                .map_err(EngineError::Agent)?;
+            agent
+                .mount_disk(&disk.cid)
+                .await
+                .map_err(EngineError::Agent)?;
+        }
+        Ok(())
+    }
+
+    /// Detaches `disk` from the VM as `disk_manager.rb#detach_disk` does: a managed disk is
+    /// unmounted first when the agent lists it (`list_disk`, `unmount_disk`); then the agent
+    /// forgets it (`remove_persistent_disk`) and the cloud detaches it. A disk the cloud
+    /// says is not attached counts as detached.
+    pub async fn detach_disk_from_vm(
+        &self,
+        agent: &AgentClient,
+        vm_cid: &str,
+        disk: &DiskRecord,
+    ) -> Result<(), EngineError> {
+        if disk.is_managed() {
+            let listed = agent.list_disk().await.map_err(EngineError::Agent)?;
+            if listed.contains(&disk.cid) {
+                agent
+                    .unmount_disk(&disk.cid)
+                    .await
+                    .map_err(EngineError::Agent)?;
+            }
+        }
+        agent
+            .remove_persistent_disk(&disk.cid)
+            .await
+            .map_err(EngineError::Agent)?;
+        match self
+            .cloud
+            .detach_disk(&VmCid(vm_cid.to_string()), &DiskCid(disk.cid.clone()))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if e.is(&ErrorKind::DiskNotAttached) => Ok(()),
+            Err(e) => Err(EngineError::from(e)),
+        }
+    }
+
+    /// The Director's disk sync check (`disk_manager.rb#sync_persistent_disk`), run before
+    /// an instance's disks change unless `wanted` has a named disk (the Director skips it
+    /// then: which disk `list_disk` names first is not the managed one's to say). The agent
+    /// must list only recorded disks. An agent with nothing mounted gets the managed disk
+    /// attached and mounted again (unless the instance is to have none); a disk the record
+    /// does not know is `AgentDiskOutOfSync` (400010).
     pub async fn sync_disks(
         &self,
         record: &InstanceRecord,
         agent: &AgentClient,
         vm_cid: &str,
-        wants_disks: bool,
+        wanted: &[DiskSpec],
     ) -> Result<(), EngineError> {
-        let Some(first) = record.disks.first() else {
+        if wanted.iter().any(|spec| !spec.name.is_empty()) {
+            return Ok(());
+        }
+        let Some(managed) = record.disks.iter().find(|d| d.is_managed()) else {
             return Ok(());
         };
         let mounted = agent.list_disk().await.map_err(EngineError::Agent)?;
         if mounted.is_empty() {
-            if !wants_disks {
+            if !wanted.iter().any(|spec| spec.name.is_empty()) {
                 tracing::debug!(instance = %record.display_name(), "disks are already unmounted");
                 return Ok(());
             }
             tracing::warn!(
                 "Agent of '{}' reports no disk while director record shows '{}'. Re-attaching existing persistent disk...",
                 record.display_name(),
-                first.cid
+                managed.cid
             );
-            for disk in &record.disks {
-                self.attach_and_mount(agent, vm_cid, &disk.cid).await?;
-            }
-            return Ok(());
+            return self.attach_disk_to_vm(agent, vm_cid, managed).await;
         }
         match mounted
             .iter()
@@ -75,15 +155,16 @@ impl Engine {
             Some(stray) => Err(EngineError::AgentDiskOutOfSync {
                 instance: record.display_name(),
                 agent: stray.clone(),
-                recorded: first.cid.clone(),
+                recorded: managed.cid.clone(),
             }),
             None => Ok(()),
         }
     }
 
     /// Changes disk `old` of `record` to `spec` in the cloud when the configuration allows
-    /// (§4.13 (1) and (2)): unmount and detach, `resize_disk` or `update_disk`, attach and
-    /// mount, record. True when done; false when it does not apply or the CPI answered
+    /// (§4.13 (1) and (2)): detach ([`Engine::detach_disk_from_vm`]), `resize_disk` or
+    /// `update_disk`, attach again ([`Engine::attach_disk_to_vm`]), record. Only managed
+    /// disks. True when done; false when it does not apply or the CPI answered
     /// `NotImplemented`/`NotSupported` (the disk is then attached and mounted again, for the
     /// copy path).
     pub async fn change_disk_in_place(
@@ -100,21 +181,13 @@ impl Engine {
             self.config.enable_cpi_resize_disk,
             self.config.enable_cpi_update_disk,
         );
-        if how == InPlace::No {
+        // The Director changes only managed disks in place; a named disk gets a new one.
+        if how == InPlace::No || !old.is_managed() {
             return Ok(false);
         }
         // The jobs are stopped (a disk change shuts the instance down).
-        agent
-            .unmount_disk(&old.cid)
-            .await
-            .map_err(EngineError::Agent)?;
-        let vm = VmCid(vm_cid.to_string());
+        self.detach_disk_from_vm(agent, vm_cid, old).await?;
         let cid = DiskCid(old.cid.clone());
-        match self.cloud.detach_disk(&vm, &cid).await {
-            Ok(()) => {}
-            Err(e) if e.is(&ErrorKind::DiskNotAttached) => {}
-            Err(e) => return Err(EngineError::from(e)),
-        }
         let changed = match how {
             InPlace::Resize => self
                 .cloud
@@ -135,7 +208,7 @@ impl Engine {
             Ok(new_cid) => new_cid,
             Err(e) if e.is_not_implemented() => {
                 tracing::info!(disk = %old.cid, "the CPI cannot change the disk in place ({e}); copying it to a new disk");
-                self.attach_and_mount(agent, vm_cid, &old.cid).await?;
+                self.attach_disk_to_vm(agent, vm_cid, old).await?;
                 return Ok(false);
             }
             Err(e) => return Err(EngineError::from(e)),
@@ -149,12 +222,12 @@ impl Engine {
                 disk.cid = new_cid.0;
                 replace_disk(record, &old.cid, disk.clone());
                 self.persist(record).await?;
-                self.attach_and_mount(agent, vm_cid, &disk.cid).await?;
+                self.attach_disk_to_vm(agent, vm_cid, &disk).await?;
             }
             // Recorded once attached again: a run killed in between finds the old size in
             // the record and changes (and attaches) the disk again.
             None => {
-                self.attach_and_mount(agent, vm_cid, &disk.cid).await?;
+                self.attach_disk_to_vm(agent, vm_cid, &disk).await?;
                 replace_disk(record, &old.cid, disk);
                 self.persist(record).await?;
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use tokio::time::{Instant, sleep};
 
-use super::progress::StageRun;
+use super::progress::{InstanceName, Milestone, StageRun};
 use super::vm::{NewVm, VmRequest};
 use super::{Engine, EngineError};
 use crate::state::{
@@ -19,9 +19,7 @@ use kubosh_bosh::events::{StageTask, UpdateStep};
 use kubosh_core::manifest::WatchTime;
 use kubosh_core::plan::changes::{Change, Changes};
 use kubosh_transport::agent::AgentClient;
-use kubosh_transport::agent::protocol::{
-    ApplySpec, DiskHint as AgentDiskHint, DrainType, JobState, RunScriptOptions,
-};
+use kubosh_transport::agent::protocol::{ApplySpec, DrainType, JobState, RunScriptOptions};
 
 /// Everything needed to bring one instance to its desired state.
 #[derive(Debug, Clone)]
@@ -114,7 +112,12 @@ impl Engine {
         }
 
         if target.desired_state == InstanceState::Detached {
-            self.delete_vm_of(record).await?;
+            if let Some(cid) = self.delete_vm_of(record).await? {
+                self.events.milestone(Milestone::VmDeleted {
+                    instance: InstanceName::of(record),
+                    cid,
+                });
+            }
             record.state = InstanceState::Detached;
             record.update_completed = true;
             self.persist(record).await?;
@@ -122,11 +125,11 @@ impl Engine {
         }
 
         if recreate {
-            self.delete_vm_of(record).await?;
-            let vm = self.create_instance_vm(record, &target.vm).await?;
-            self.attach_disks(record, &vm).await?;
-            self.send_vm_settings(&vm.agent_id, &name, &record.disks)
+            let replaced = self.delete_vm_of(record).await?;
+            let vm = self
+                .create_instance_vm(record, &target.vm, replaced)
                 .await?;
+            self.attach_disks(record, &vm).await?;
         }
         self.converge_disks(record, &target.desired.disks, &name)
             .await?;
@@ -137,6 +140,13 @@ impl Engine {
             .ok_or_else(|| EngineError::NoVmAfterUpdate {
                 instance: name.clone(),
             })?;
+        // Every full update ends its disk changes with the agent's settings
+        // (`update_procedure.rb#converge_vm`): the associations of the named disks it has now
+        // and the director's trusted certificates. The Director sends a recreated VM's
+        // before its disks change; after them, the agent also learns of a named disk the
+        // same update added.
+        self.send_vm_settings(&vm.agent_id, &name, &record.disks)
+            .await?;
         let agent = self.agent(&vm.agent_id, &name);
         stage.step(task, UpdateStep::InstallPackages, 40);
         agent
@@ -196,11 +206,13 @@ impl Engine {
         run_script(agent, "post-stop", None).await
     }
 
-    /// Creates the instance's VM and records it.
+    /// Creates the instance's VM and records it; `replaced` is the VM it replaces, when it
+    /// does (said in the milestone).
     pub async fn create_instance_vm(
         &self,
         record: &mut InstanceRecord,
         request: &VmRequest,
+        replaced: Option<String>,
     ) -> Result<NewVm, EngineError> {
         let mut owner = record.clone();
         let vm = self
@@ -217,14 +229,29 @@ impl Engine {
             })
             .await?;
         *record = owner;
+        let instance = InstanceName::of(record);
+        self.events.milestone(match replaced {
+            Some(old_cid) => Milestone::VmRecreated {
+                instance,
+                old_cid,
+                new_cid: vm.cid.clone(),
+            },
+            None => Milestone::VmCreated {
+                instance,
+                cid: vm.cid.clone(),
+            },
+        });
         Ok(vm)
     }
 
     /// Unmounts and detaches the instance's disks, deletes its VM, and records that it has
-    /// none.
-    pub async fn delete_vm_of(&self, record: &mut InstanceRecord) -> Result<(), EngineError> {
+    /// none. The deleted VM's CID, if it had one.
+    pub async fn delete_vm_of(
+        &self,
+        record: &mut InstanceRecord,
+    ) -> Result<Option<String>, EngineError> {
         let Some(vm) = record.vm.clone() else {
-            return Ok(());
+            return Ok(None);
         };
         // Recorded before the disks come off: a killed run's next deploy finishes the job
         // (and gives the instance a new VM with its disks) instead of trusting a half-taken
@@ -239,9 +266,18 @@ impl Engine {
         };
         self.write(Write::Intent(intent.clone())).await?;
         let agent = self.agent(&vm.agent_id, &record.display_name());
+        // The disks come off as the Director's `RecreateHandler` takes them (unmount the
+        // managed one, then detach all). An agent that does not answer is not asked again
+        // (each question would wait its timeout); the cloud still detaches.
+        let mut agent_answers = true;
         for disk in &record.disks {
-            // An agent that is gone cannot unmount; the cloud still detaches.
-            let _ = agent.unmount_disk(&disk.cid).await;
+            if agent_answers {
+                match self.detach_disk_from_vm(&agent, &vm.cid, disk).await {
+                    Ok(()) => continue,
+                    Err(EngineError::Agent(_)) => agent_answers = false,
+                    Err(e) => tracing::warn!(disk = %disk.cid, error = %e, "detaching a disk"),
+                }
+            }
             let _ = self
                 .cloud
                 .detach_disk(
@@ -250,13 +286,14 @@ impl Engine {
                 )
                 .await;
         }
-        self.delete_vm_cid(&vm.cid).await?;
+        self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
         record.vm = None;
         self.persist(record).await?;
-        self.settle(intent.id).await
+        self.settle(intent.id).await?;
+        Ok(Some(vm.cid))
     }
 
-    /// Attaches and mounts the instance's active disks on its (new) VM.
+    /// Attaches the instance's active disks to its (new) VM, mounting the managed one.
     pub async fn attach_disks(
         &self,
         record: &InstanceRecord,
@@ -264,38 +301,8 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let agent = self.agent(&vm.agent_id, &record.display_name());
         for disk in &record.disks {
-            self.attach_and_mount(&agent, &vm.cid, &disk.cid).await?;
+            self.attach_disk_to_vm(&agent, &vm.cid, disk).await?;
         }
-        Ok(())
-    }
-
-    /// `attach_disk` → `add_persistent_disk` (with the hint) → `mount_disk`.
-    pub async fn attach_and_mount(
-        &self,
-        agent: &AgentClient,
-        vm_cid: &str,
-        disk_cid: &str,
-    ) -> Result<(), EngineError> {
-        let hint = self
-            .cloud
-            .attach_disk(
-                &kubosh_cloud::VmCid(vm_cid.to_string()),
-                &kubosh_cloud::DiskCid(disk_cid.to_string()),
-            )
-            .await
-            .map_err(EngineError::from)?;
-        if let Some(hint) = hint {
-            let hint: AgentDiskHint = serde_json::from_value(hint.0)
-                .unwrap_or_else(|_| AgentDiskHint::Path(String::new()));
-            agent
-                .add_persistent_disk(disk_cid, &hint)
-                .await
-                .map_err(EngineError::Agent)?;
-        }
-        agent
-            .mount_disk(disk_cid)
-            .await
-            .map_err(EngineError::Agent)?;
         Ok(())
     }
 
@@ -328,8 +335,7 @@ impl Engine {
                 .iter()
                 .any(|d| !wanted.iter().any(|w| w.name == d.name));
         if changes {
-            self.sync_disks(record, &agent, &vm.cid, !wanted.is_empty())
-                .await?;
+            self.sync_disks(record, &agent, &vm.cid, wanted).await?;
         }
         for spec in wanted {
             let current = record.disks.iter().find(|d| d.name == spec.name).cloned();
@@ -352,7 +358,7 @@ impl Engine {
                 record.disks.push(orphan.disk.clone());
                 self.persist(record).await?;
                 (self.write(Write::DeleteOrphanedDisk(orphan.disk.cid.clone()))).await?;
-                self.attach_and_mount(&agent, &vm.cid, &orphan.disk.cid)
+                self.attach_disk_to_vm(&agent, &vm.cid, &orphan.disk)
                     .await?;
                 super::progress::warn(
                     self.events.as_ref(),
@@ -374,8 +380,13 @@ impl Engine {
                     Some(&vm.cid),
                 )
                 .await?;
-            self.attach_and_mount(&agent, &vm.cid, &disk.cid).await?;
-            if let Some(old) = &current {
+            self.attach_disk_to_vm(&agent, &vm.cid, &disk).await?;
+            // Data moves to a new managed disk; a named disk's replacement starts empty, as
+            // the Director's `update_disk` leaves it.
+            if let Some(old) = current
+                .as_ref()
+                .filter(|old| old.is_managed() && disk.is_managed())
+            {
                 agent
                     .migrate_disk(&old.cid, &disk.cid)
                     .await
@@ -389,9 +400,20 @@ impl Engine {
                 self.persist(record).await?;
                 self.settle(intent).await?;
                 self.release_disk(&agent, &vm.cid, &old).await;
+                self.events.milestone(Milestone::DiskMigrated {
+                    instance: InstanceName::of(record),
+                    old_cid: old.cid,
+                    new_cid: disk.cid,
+                    size_mib: disk.size_mib,
+                });
             } else {
                 self.persist(record).await?;
                 self.settle(intent).await?;
+                self.events.milestone(Milestone::DiskCreated {
+                    instance: InstanceName::of(record),
+                    cid: disk.cid,
+                    size_mib: disk.size_mib,
+                });
             }
         }
         let unwanted: Vec<DiskRecord> = record
@@ -405,6 +427,10 @@ impl Engine {
             record.disks.retain(|d| d.cid != old.cid);
             self.persist(record).await?;
             self.release_disk(&agent, &vm.cid, &old).await;
+            self.events.milestone(Milestone::DiskOrphaned {
+                instance: InstanceName::of(record),
+                cid: old.cid,
+            });
         }
         Ok(())
     }
@@ -442,18 +468,19 @@ impl Engine {
         .await
     }
 
-    /// Unmounts, removes and detaches a disk that is no longer the instance's (errors are
-    /// not fatal: the disk is orphaned already).
+    /// Detaches a disk that is no longer the instance's ([`Engine::detach_disk_from_vm`]);
+    /// errors are not fatal: the disk is orphaned already, and the cloud still detaches it.
     async fn release_disk(&self, agent: &AgentClient, vm_cid: &str, disk: &DiskRecord) {
-        let _ = agent.unmount_disk(&disk.cid).await;
-        let _ = agent.remove_persistent_disk(&disk.cid).await;
-        let _ = self
-            .cloud
-            .detach_disk(
-                &kubosh_cloud::VmCid(vm_cid.to_string()),
-                &kubosh_cloud::DiskCid(disk.cid.clone()),
-            )
-            .await;
+        if let Err(e) = self.detach_disk_from_vm(agent, vm_cid, disk).await {
+            tracing::warn!(disk = %disk.cid, error = %e, "detaching an orphaned disk");
+            let _ = self
+                .cloud
+                .detach_disk(
+                    &kubosh_cloud::VmCid(vm_cid.to_string()),
+                    &kubosh_cloud::DiskCid(disk.cid.clone()),
+                )
+                .await;
+        }
     }
 
     /// Deletes an instance (§4.1 "Deleting unneeded instances"): stops it, detaches and
@@ -475,17 +502,28 @@ impl Engine {
                     .await
                     .map_err(EngineError::Agent)?;
                 agent.stop().await.map_err(EngineError::Agent)?;
-                for disk in &record.disks {
-                    let _ = agent.unmount_disk(&disk.cid).await;
-                    let _ = agent.remove_persistent_disk(&disk.cid).await;
-                }
             }
         }
         for disk in record.disks.clone() {
             self.orphan_disk(&disk, &record).await?;
         }
-        self.delete_vm_of(&mut record).await?;
-        self.write(Write::DeleteInstance(record.uuid.clone())).await
+        let instance = InstanceName::of(&record);
+        let deleted = self.delete_vm_of(&mut record).await?;
+        self.write(Write::DeleteInstance(record.uuid.clone()))
+            .await?;
+        if let Some(cid) = deleted {
+            self.events.milestone(Milestone::VmDeleted {
+                instance: instance.clone(),
+                cid,
+            });
+        }
+        for disk in record.disks {
+            self.events.milestone(Milestone::DiskOrphaned {
+                instance: instance.clone(),
+                cid: disk.cid,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -6,6 +6,7 @@
 //! The executor never parses YAML and the planner never calls the cloud: a deploy takes
 //! already-read documents, asks [`kubosh_core::plan`] what to do, and does it.
 
+pub mod agent_access;
 pub mod cancel;
 pub mod compile;
 pub mod createenv;
@@ -45,7 +46,7 @@ use kubosh_core::validate::Problems;
 use kubosh_transport::agent::AgentError;
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
-pub use progress::{EventLog, EventSink, NoEvents};
+pub use progress::{EventLog, EventSink, InstanceName, Milestone, NoEvents};
 pub use templates::{LiteralRenderer, TemplateRenderer};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
@@ -104,6 +105,10 @@ pub struct EngineConfig {
     /// Change a disk in place with the CPI's `update_disk` (the Director's
     /// `enable_cpi_update_disk`; off by default).
     pub enable_cpi_update_disk: bool,
+    /// Who may use the message bus: each new VM's agent is admitted before `create_vm`,
+    /// every recorded agent of the deployment at the start of a deploy, and an agent is
+    /// revoked once its VM is deleted. Without one, the bus's permissions are left alone.
+    pub agent_access: Option<Arc<dyn agent_access::AgentAccess>>,
 }
 
 impl Default for EngineConfig {
@@ -126,6 +131,7 @@ impl Default for EngineConfig {
             snapshots_enabled: false,
             enable_cpi_resize_disk: false,
             enable_cpi_update_disk: false,
+            agent_access: None,
         }
     }
 }
@@ -261,6 +267,9 @@ pub enum EngineError {
     /// The blobstore failed.
     #[error("{0}")]
     Blobstore(#[from] BlobstoreError),
+    /// The message bus's permissions could not be changed for a new agent.
+    #[error("{0}")]
+    AgentAccess(#[from] agent_access::AccessError),
     /// Package archives a release references are not in the blobstore (one line each);
     /// whatever uploaded the release stores them again.
     #[error("{}", .0.join("\n"))]
@@ -349,6 +358,7 @@ impl EngineError {
             | EngineError::Agent(_)
             | EngineError::AgentsUnanswered(_)
             | EngineError::Blobstore(_)
+            | EngineError::AgentAccess(_)
             | EngineError::MissingArchives(_)
             | EngineError::NoVmAfterUpdate { .. }
             | EngineError::AddressesContended(_)

@@ -105,7 +105,7 @@ pub fn plan_networks(
     Ok(())
 }
 
-/// How often step 4 allocates again when a concurrent deploy of another deployment claimed
+/// How often a deploy plans again when a concurrent deploy of another deployment claimed
 /// an address first.
 pub(crate) const CLAIM_ATTEMPTS: usize = 3;
 
@@ -119,46 +119,43 @@ pub struct Addresses {
 }
 
 impl Engine {
-    /// Step 4 among all the director's deployments: plans addresses around what the other
-    /// deployments hold and, unless `dry_run`, claims them (this deployment's current
-    /// reservations included, as their holders keep them until they are updated or deleted)
-    /// before anything changes. Returns what this deployment holds and what it planned
-    /// around.
-    pub async fn assign_networks(
+    /// Step 4 among all the director's deployments, planned: addresses around what the
+    /// other deployments hold now. Nothing is claimed ([`Engine::claim_addresses`] does,
+    /// once everything else is planned).
+    pub async fn plan_addresses(
         &self,
         manifest: &DeploymentManifest,
         cloud: &CloudConfig,
         groups: &[GroupSpec],
         planned: &mut [Planned],
         state: &DeploymentState,
-        dry_run: bool,
     ) -> Result<Addresses, EngineError> {
         let deployment = manifest.name.clone().unwrap_or_default();
-        let Some(registry) = &self.config.ip_registry else {
-            plan_networks(manifest, cloud, groups, planned, state, &[])?;
-            let held = held_during_deploy(&deployment, state, planned)?;
-            return Ok(Addresses {
-                held,
-                elsewhere: Vec::new(),
-            });
+        let elsewhere = match &self.config.ip_registry {
+            Some(registry) => registry.held_elsewhere(&deployment).await?,
+            None => Vec::new(),
         };
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let elsewhere = registry.held_elsewhere(&deployment).await?;
-            plan_networks(manifest, cloud, groups, planned, state, &elsewhere)?;
-            let held = held_during_deploy(&deployment, state, planned)?;
-            if dry_run {
-                return Ok(Addresses { held, elsewhere });
-            }
-            let conflicts = registry.claim(&deployment, held.clone()).await?;
-            let Some(first) = conflicts.first() else {
-                return Ok(Addresses { held, elsewhere });
-            };
-            if attempt >= CLAIM_ATTEMPTS {
-                return Err(claim_conflict(&held, first));
-            }
-        }
+        plan_networks(manifest, cloud, groups, planned, state, &elsewhere)?;
+        let held = held_during_deploy(&deployment, state, planned)?;
+        Ok(Addresses { held, elsewhere })
+    }
+
+    /// Claims what [`Engine::plan_addresses`] planned (this deployment's current
+    /// reservations included, as their holders keep them until they are updated or
+    /// deleted), before anything changes. `Ok(None)` when claimed; `Ok(Some(error))` when
+    /// another deployment claimed one of them since it was planned (plan again).
+    pub async fn claim_addresses(
+        &self,
+        deployment: &str,
+        addresses: &Addresses,
+    ) -> Result<Option<EngineError>, EngineError> {
+        let Some(registry) = &self.config.ip_registry else {
+            return Ok(None);
+        };
+        let conflicts = registry.claim(deployment, addresses.held.clone()).await?;
+        Ok(conflicts
+            .first()
+            .map(|first| claim_conflict(&addresses.held, first)))
     }
 
     /// After a deploy (or a failed one): the deployment holds exactly the addresses of

@@ -11,12 +11,112 @@ use kubosh_bosh::events::{
 pub trait EventSink: Send + Sync {
     /// One line of the log.
     fn emit(&self, line: EventLine);
+
+    /// A milestone of the deploy that BOSH's event log does not spell out (a VM replaced, a
+    /// disk migrated, an agent silent, DNS synced). Typed, so no driver reads task names
+    /// or messages for them. Ignored unless a sink wants them.
+    fn milestone(&self, _milestone: Milestone) {}
 }
 
-/// Keeps every line (tests).
+/// An instance as milestones name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceName {
+    /// Its group.
+    pub group: String,
+    /// Its index in the group.
+    pub index: u64,
+    /// `group/uuid (index)`, as BOSH names it in messages.
+    pub display: String,
+}
+
+impl InstanceName {
+    /// The name of `record`.
+    pub fn of(record: &crate::state::InstanceRecord) -> InstanceName {
+        InstanceName {
+            group: record.group.clone(),
+            index: record.index,
+            display: record.display_name(),
+        }
+    }
+}
+
+/// What changed in the cloud or on an agent, as a kubectl user hears of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Milestone {
+    /// A VM was made for an instance that had none.
+    VmCreated {
+        /// Whose.
+        instance: InstanceName,
+        /// The cloud's id.
+        cid: String,
+    },
+    /// An instance's VM was replaced by a new one (stemcell, cloud properties, `recreate`).
+    VmRecreated {
+        /// Whose.
+        instance: InstanceName,
+        /// The deleted VM.
+        old_cid: String,
+        /// The new VM.
+        new_cid: String,
+    },
+    /// An instance's VM was deleted and not replaced (`stop --hard`, deleting the deployment).
+    VmDeleted {
+        /// Whose.
+        instance: InstanceName,
+        /// The deleted VM.
+        cid: String,
+    },
+    /// A new persistent disk was made for an instance.
+    DiskCreated {
+        /// Whose.
+        instance: InstanceName,
+        /// The cloud's id.
+        cid: String,
+        /// Its size.
+        size_mib: u64,
+    },
+    /// An instance's data was copied from its disk to a new one (the old one is orphaned).
+    DiskMigrated {
+        /// Whose.
+        instance: InstanceName,
+        /// The disk the data came from.
+        old_cid: String,
+        /// The disk the data is on now.
+        new_cid: String,
+        /// The new disk's size.
+        size_mib: u64,
+    },
+    /// A disk was taken off an instance and kept as an orphan (the group no longer asks for
+    /// it, the instance or deployment is gone).
+    DiskOrphaned {
+        /// Whose it was.
+        instance: InstanceName,
+        /// The cloud's id.
+        cid: String,
+    },
+    /// An instance's agent did not answer (the deploy fails before it changes anything).
+    AgentUnresponsive {
+        /// Whose.
+        instance: InstanceName,
+        /// What the request said.
+        error: String,
+    },
+    /// A new DNS records version was sent to every agent of every deployment.
+    DnsSynced {
+        /// The records version.
+        version: u64,
+        /// Agents asked.
+        agents: usize,
+        /// Agents that did not acknowledge.
+        failed: usize,
+    },
+}
+
+/// Keeps every line and milestone (tests).
 #[derive(Debug, Default, Clone)]
 pub struct EventLog {
     lines: Arc<Mutex<Vec<EventLine>>>,
+    milestones: Arc<Mutex<Vec<Milestone>>>,
 }
 
 impl EventLog {
@@ -32,6 +132,14 @@ impl EventLog {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// The milestones so far.
+    pub fn milestones(&self) -> Vec<Milestone> {
+        self.milestones
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl EventSink for EventLog {
@@ -40,6 +148,13 @@ impl EventSink for EventLog {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(line);
+    }
+
+    fn milestone(&self, milestone: Milestone) {
+        self.milestones
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(milestone);
     }
 }
 

@@ -63,7 +63,7 @@ impl Engine {
                 };
                 match cid {
                     Some(cid) => {
-                        self.delete_vm_cid(&cid).await?;
+                        self.delete_agent_vm(&cid, agent_id).await?;
                         tracing::info!(vm = %cid, agent_id, "deleted a VM a previous run created but never recorded");
                         Ok(true)
                     }
@@ -96,7 +96,13 @@ impl Engine {
                         .detach_disk(&VmCid(vm.clone()), &DiskCid(disk.cid.clone()))
                         .await;
                 }
-                self.delete_vm_cid(vm).await?;
+                let agent_id = (state.instances.get(instance))
+                    .and_then(|i| i.vm.as_ref().filter(|v| &v.cid == vm))
+                    .map(|v| v.agent_id.clone());
+                match agent_id {
+                    Some(agent_id) => self.delete_agent_vm(vm, &agent_id).await?,
+                    None => self.delete_vm_cid(vm).await?,
+                }
                 if let Some(owner) = state.instances.get(instance)
                     && owner.vm.as_ref().is_some_and(|v| &v.cid == vm)
                 {
@@ -233,9 +239,9 @@ impl Engine {
         }
         let _ = agent.unmount_disk(stray).await;
         let _ = agent.remove_persistent_disk(stray).await;
-        for disk in &owner.disks {
+        for disk in owner.disks.iter().filter(|d| d.is_managed()) {
             if agent.mount_disk(&disk.cid).await.is_err() {
-                let _ = self.attach_and_mount(&agent, vm_cid, &disk.cid).await;
+                let _ = self.attach_disk_to_vm(&agent, vm_cid, disk).await;
             }
         }
     }

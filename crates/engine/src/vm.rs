@@ -83,8 +83,28 @@ impl Engine {
 
     /// Deletes a VM made by [`Engine::create_unowned_vm`] and settles its intent.
     pub async fn delete_unowned_vm(&self, vm: &NewVm, intent: String) -> Result<(), EngineError> {
-        self.delete_vm_cid(&vm.cid).await?;
+        self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
         self.settle(intent).await
+    }
+
+    /// Lets agents onto the message bus ([`crate::EngineConfig::agent_access`]).
+    pub async fn admit_agents(&self, agent_ids: &[String]) -> Result<(), EngineError> {
+        match &self.config.agent_access {
+            Some(access) if !agent_ids.is_empty() => Ok(access.admit(agent_ids).await?),
+            _ => Ok(()),
+        }
+    }
+
+    /// `delete_vm` ([`Engine::delete_vm_cid`]), then the VM's agent is locked out of the
+    /// message bus (a failure there is logged: the VM is gone either way).
+    pub async fn delete_agent_vm(&self, cid: &str, agent_id: &str) -> Result<(), EngineError> {
+        self.delete_vm_cid(cid).await?;
+        if let Some(access) = &self.config.agent_access
+            && let Err(e) = access.revoke(&[agent_id.to_string()]).await
+        {
+            tracing::warn!(agent_id, error = %e, "cannot lock the agent of a deleted VM out of NATS");
+        }
+        Ok(())
     }
 
     /// [`Engine::create_vm`] up to the ready agent, the intent (id returned) still pending.
@@ -104,6 +124,8 @@ impl Engine {
             cid: None,
         };
         self.write(Write::Intent(intent.clone())).await?;
+        // Let onto the bus before it exists, so the agent's first connection is accepted.
+        self.admit_agents(std::slice::from_ref(&agent_id)).await?;
         let mut env = match &request.env {
             Value::Object(m) => m.clone(),
             _ => JsonMap::new(),
@@ -168,7 +190,7 @@ impl Engine {
             Ok(()) => Ok((vm, intent.id)),
             Err(e) => {
                 // The VM is useless; the intent (with its CID) stays until it is gone.
-                if self.delete_vm_cid(&vm.cid).await.is_ok() {
+                if self.delete_agent_vm(&vm.cid, &vm.agent_id).await.is_ok() {
                     let _ = self.write(Write::DeleteIntent(intent.id)).await;
                 }
                 Err(e)

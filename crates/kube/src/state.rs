@@ -47,6 +47,10 @@ pub const FIELD_MANAGER: &str = "kubosh";
 /// Annotation of a `Deployment` with the engine's deployment-wide facts (JSON).
 pub const STATE_ANNOTATION: &str = "kubosh.io/state";
 
+/// Annotation of a `Deployment` with the request annotations the controller handled last
+/// (JSON; the status says the same, but a status can be wiped or left out of a backup).
+pub const HANDLED_ANNOTATION: &str = "kubosh.io/handled-requests";
+
 /// The finalizer of orphaned `Disk`s: the disk in the cloud is deleted before the object.
 pub const DISK_FINALIZER: &str = "kubosh.io/disk";
 
@@ -103,8 +107,13 @@ struct Cache {
     attached: BTreeMap<String, DiskSpec>,
     /// `Stemcell` object names by `name/version`.
     stemcells: BTreeMap<String, String>,
+    /// The `Deployment` is gone (its orphaned disks outlive it): its state loads empty but
+    /// for the orphans, and nothing may write its annotations (an apply would create it).
+    deployment_gone: bool,
     /// The deployment-wide facts and intents as last written.
     meta: DeploymentMeta,
+    /// The [`HANDLED_ANNOTATION`] as last written.
+    handled: Option<String>,
     intents: BTreeMap<String, Intent>,
 }
 
@@ -215,10 +224,14 @@ impl KubeStore {
         let mut cache = Cache::default();
         let deployment = self
             .api::<Deployment>()
-            .get(&self.deployment)
+            .get_opt(&self.deployment)
             .await
             .map_err(|e| io(format!("deployment {}", self.deployment), e))?;
-        let annotations = deployment.annotations();
+        cache.deployment_gone = deployment.is_none();
+        let no_annotations = BTreeMap::new();
+        let annotations = deployment
+            .as_ref()
+            .map_or(&no_annotations, |d| d.annotations());
         if let Some(text) = annotations.get(STATE_ANNOTATION) {
             state.meta = serde_json::from_str(text).map_err(|e| {
                 corrupt(
@@ -236,6 +249,7 @@ impl KubeStore {
         }
         cache.meta = state.meta.clone();
         cache.intents = state.intents.clone();
+        cache.handled = annotations.get(HANDLED_ANNOTATION).cloned();
 
         let instances = self
             .api::<Instance>()
@@ -396,9 +410,18 @@ impl KubeStore {
     /// The deployment's annotations as the cache holds them: all of kubosh's, so one apply
     /// replaces the set (an intent left out is removed).
     async fn write_deployment_annotations(&self, cache: &Cache) -> Result<(), StoreError> {
+        if cache.deployment_gone {
+            return Err(io(
+                format!("deployment {}", self.deployment),
+                "it does not exist (deleted); only its orphaned disks are left",
+            ));
+        }
         let mut annotations = serde_json::Map::new();
         let meta = serde_json::to_string(&cache.meta).map_err(|e| io("state annotation", e))?;
         annotations.insert(STATE_ANNOTATION.into(), Value::String(meta));
+        if let Some(handled) = &cache.handled {
+            annotations.insert(HANDLED_ANNOTATION.into(), Value::String(handled.clone()));
+        }
         for intent in cache.intents.values() {
             let text = serde_json::to_string(intent).map_err(|e| io("intent annotation", e))?;
             annotations.insert(
@@ -672,6 +695,21 @@ impl KubeStore {
         });
         self.apply::<Stemcell>(&name, &patch).await?;
         Ok(())
+    }
+
+    /// Records which request annotations were handled ([`HANDLED_ANNOTATION`], `text`) with
+    /// the deployment's other kubosh annotations.
+    pub async fn record_handled_requests(&self, text: String) -> Result<(), StoreError> {
+        let mut guard = self.cache().await?;
+        if guard.handled.as_ref() == Some(&text) {
+            return Ok(());
+        }
+        let previous = guard.handled.replace(text);
+        let result = self.write_deployment_annotations(&guard).await;
+        if result.is_err() {
+            guard.handled = previous;
+        }
+        result
     }
 
     /// What this store holds, read from the apiserver first if it has read nothing yet.

@@ -361,6 +361,20 @@ impl SimAgents {
         }
     }
 
+    /// Puts an agent call on the shared timeline.
+    fn record(&self, agent_id: &str, name: &str, args: &[Value]) {
+        self.shared.record(|| super::Step {
+            side: super::Side::Agent,
+            method: name.to_string(),
+            target: agent_id.to_string(),
+            arg: args
+                .first()
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+
     async fn request_inner(
         &self,
         agent_id: &str,
@@ -369,6 +383,7 @@ impl SimAgents {
         timeout: Duration,
     ) -> Result<Reply, TransportError> {
         let entry = lock(&self.instruments).enter(name, agent_id);
+        self.record(agent_id, name, args);
         let failure = match entry.fault {
             Some(AgentEffect::NoReply) => {
                 tokio::time::sleep(timeout).await;
@@ -398,6 +413,7 @@ impl SimAgents {
 
     async fn notify_inner(&self, agent_id: &str, name: &str, args: &[Value]) {
         let entry = lock(&self.instruments).enter(name, agent_id);
+        self.record(agent_id, name, args);
         let failure = match entry.fault {
             Some(AgentEffect::NoReply) => return,
             Some(AgentEffect::Fail(cause)) => Some(cause),

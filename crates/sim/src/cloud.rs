@@ -63,6 +63,17 @@ impl SimCloud {
 
     super::instruments::forward_to_instruments!(CloudFault, "a CID or image path");
 
+    /// Both sides' calls in the order they arrived, oldest first; empty when
+    /// [`super::SimConfig::record_calls`] is off.
+    pub fn timeline(&self) -> Vec<super::Step> {
+        lock(&self.shared.timeline).clone()
+    }
+
+    /// Forgets the timeline.
+    pub fn reset_timeline(&self) {
+        lock(&self.shared.timeline).clear();
+    }
+
     /// Everything the cloud holds, sorted by CID.
     pub fn inventory(&self) -> SimInventory {
         self.shared.world().inventory()
@@ -155,6 +166,12 @@ impl SimCloud {
     /// Logs the call, waits its latency and applies an armed fault.
     async fn enter(&self, method: &str, target: &str) -> Result<(), CpiError> {
         let entry = lock(&self.instruments).enter(method, target);
+        self.shared.record(|| super::Step {
+            side: super::Side::Cloud,
+            method: method.to_string(),
+            target: target.to_string(),
+            arg: String::new(),
+        });
         if !entry.latency.is_zero() {
             tokio::time::sleep(entry.latency).await;
         }

@@ -26,6 +26,31 @@ impl Call {
     }
 }
 
+/// Which side of the simulation a call went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// A CPI method of [`super::SimCloud`].
+    Cloud,
+    /// An agent action of [`super::SimAgents`].
+    Agent,
+}
+
+/// One call on the timeline both sides share ([`super::SimCloud::timeline`]), so a test can
+/// check the order of cloud and agent calls together.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Step {
+    /// The side called.
+    pub side: Side,
+    /// The method, e.g. `attach_disk` or `mount_disk`.
+    pub method: String,
+    /// The call's target as [`Call::target`] has it (a CID for the cloud, the agent id for
+    /// an agent).
+    pub target: String,
+    /// An agent call's first argument when it is a string (e.g. the disk CID of
+    /// `mount_disk`); empty otherwise.
+    pub arg: String,
+}
+
 /// What an injected fault does to a cloud call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CloudEffect {

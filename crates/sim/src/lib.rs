@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use agents::{AgentView, SimAgents};
 pub use cloud::SimCloud;
-pub use instruments::{AgentEffect, AgentFault, Call, CloudEffect, CloudFault, Fault};
+pub use instruments::{AgentEffect, AgentFault, Call, CloudEffect, CloudFault, Fault, Side, Step};
 pub use world::{NewAgents, SimDisk, SimInventory, SimSnapshot, SimStemcell, SimVm};
 
 use kubosh_artifacts::blobstore::Blobstore;
@@ -90,11 +90,20 @@ pub enum SimError {
 pub struct Shared {
     pub config: SimConfig,
     pub world: Mutex<world::World>,
+    /// Both sides' calls in the order they arrived (when [`SimConfig::record_calls`]).
+    pub timeline: Mutex<Vec<Step>>,
 }
 
 impl Shared {
     pub fn world(&self) -> MutexGuard<'_, world::World> {
         lock(&self.world)
+    }
+
+    /// Appends a call to the timeline (when calls are recorded).
+    pub fn record(&self, step: impl FnOnce() -> Step) {
+        if self.config.record_calls {
+            lock(&self.timeline).push(step());
+        }
     }
 }
 
@@ -108,6 +117,7 @@ pub fn pair(config: SimConfig) -> (Arc<SimCloud>, Arc<SimAgents>) {
     let shared = Arc::new(Shared {
         config,
         world: Mutex::new(world::World::default()),
+        timeline: Mutex::new(Vec::new()),
     });
     (
         Arc::new(SimCloud::new(shared.clone())),

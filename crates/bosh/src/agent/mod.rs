@@ -4,7 +4,9 @@
 //! Transports and the client are in `kubosh-transport`.
 
 pub mod apply_spec;
+pub mod dummy;
 mod health;
+pub mod nats_auth;
 pub mod protocol;
 pub mod settings;
 

@@ -64,7 +64,10 @@ pub struct AgentConfig {
     /// Program and arguments. Placeholders: `{kubosh}` (this executable), `{settings}` (the
     /// agent settings file), `{agent_config}` (the `agent.json`), `{root}` (the VM's
     /// `/var/vcap`), `{vm_dir}`, `{vm_cid}`, `{agent_id}`, `{state_dir}`.
-    /// A real bosh-agent: `[bosh-agent, -b, "{root}", -P, dummy, -M, dummy, -C, "{agent_config}"]`.
+    /// A real bosh-agent (dummy platform) runs under `kubosh vm run`, which gives it a
+    /// private `/var/vcap` and makes its disk bookkeeping real:
+    /// `["{kubosh}", vm, run, --root, "{root}", --dummy-disks, "{vm_dir}/dummy-disks.json",
+    /// --, bosh-agent, -b, /var/vcap, -P, dummy, -M, dummy, -C, "{agent_config}"]`.
     #[serde(default = "default_agent_command")]
     pub command: Vec<String>,
     /// Environment variables added to the agent's (which is otherwise the CPI's).

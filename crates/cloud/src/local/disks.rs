@@ -159,10 +159,26 @@ impl Local {
         Ok(if self.v2 { hint } else { Value::Null })
     }
 
-    /// `detach_disk(vm_cid, disk_cid)`: `DiskNotAttached` unless attached to that VM.
+    /// `detach_disk(vm_cid, disk_cid)`: `DiskNotAttached` unless attached to that VM. A VM
+    /// whose agent runs under `kubosh vm run --dummy-disks` is first given time to apply the
+    /// agent's disk bookkeeping (`dummy.rs`).
     pub fn detach_disk(&self, args: &Args<'_>) -> Result<Value, Failure> {
         let vm_cid = args.string(0, "vm_cid")?;
         let disk_cid = args.string(1, "disk_cid")?;
+        // A bosh-agent VM's launcher finishes what the agent recorded (a migration's copy,
+        // an unmount) before the disk goes; waited for outside the lock.
+        if let Ok(vm) = self.vm(vm_cid)
+            && !super::dummy::wait_for_launcher(
+                &self.vm_paths(vm_cid),
+                vm.agent.as_ref(),
+                super::dummy::CATCH_UP,
+            )
+        {
+            return Err(Failure::cloud(format!(
+                "detach_disk: the launcher of VM '{vm_cid}' did not apply its agent's disk changes within {} s",
+                super::dummy::CATCH_UP.as_secs()
+            )));
+        }
         let _lock = self.store.lock()?;
         self.vm(vm_cid)?;
         let mut disk = self.disk(disk_cid)?;

@@ -18,6 +18,7 @@
 mod calls;
 mod config;
 mod disks;
+mod dummy;
 mod faults;
 mod inventory;
 mod process;

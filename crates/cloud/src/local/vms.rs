@@ -228,7 +228,9 @@ impl Local {
         ))
     }
 
-    /// `reboot_vm(vm_cid)`: stops the agent and starts it again.
+    /// `reboot_vm(vm_cid)`: stops the agent and starts it again. A bosh-agent's record of
+    /// the last mounted disk goes when that disk is no longer attached (`dummy.rs`), so the
+    /// agent comes back.
     pub fn reboot_vm(&self, args: &Args<'_>) -> Result<Value, Failure> {
         let cid = args.string(0, "vm_cid")?;
         let _lock = self.store.lock()?;
@@ -237,6 +239,15 @@ impl Local {
             process::stop_group(agent, self.stop_timeout());
         }
         record.agent = None;
+        let attached: Vec<String> = (self.store.list::<DiskRecord>(Kind::Disk)?.into_iter())
+            .filter(|(_, d)| d.attached_to.as_deref() == Some(cid))
+            .map(|(disk, _)| disk)
+            .collect();
+        if let Some(gone) =
+            super::dummy::forget_detached_managed_disk(&self.vm_paths(cid).root(), &attached)?
+        {
+            tracing::info!(vm = cid, disk = %gone, "the agent's last mounted disk is no longer attached; forgot it");
+        }
         let agent = self
             .start_agent(&record)
             .map_err(|e| Failure::cloud(format!("cannot restart the agent of VM '{cid}': {e}")));

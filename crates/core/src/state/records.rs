@@ -208,6 +208,15 @@ pub struct DiskRecord {
     pub snapshots: Vec<String>,
 }
 
+impl DiskRecord {
+    /// The agent manages it (the group's unnamed `persistent_disk`): it is mounted at
+    /// `/var/vcap/store` and migrated on a change. Named disks are only attached and handed
+    /// to the jobs through the agent's disk associations (the Director's `managed?`).
+    pub fn is_managed(&self) -> bool {
+        self.name.is_empty()
+    }
+}
+
 /// An IP address held by an instance on one network.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpRecord {

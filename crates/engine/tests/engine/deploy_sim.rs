@@ -26,7 +26,7 @@ use kubosh_engine::state::{
 };
 use kubosh_engine::{
     DeployRequest, Disposition, Engine, EngineConfig, EngineError, EventLog, LiteralRenderer,
-    StemcellSource,
+    Milestone, StemcellSource,
 };
 use kubosh_sim::{SimAgents, SimCloud, SimConfig};
 use kubosh_transport::agent::ClientOptions;
@@ -346,6 +346,53 @@ impl Sim {
         self.cloud.reset_calls();
         self.agents.reset_calls();
     }
+
+    /// The milestones since the start, as `(kind, instance display name, cids)`.
+    fn milestones(&self) -> Vec<(&'static str, String, Vec<String>)> {
+        (self.events.milestones().into_iter())
+            .map(|m| match m {
+                Milestone::VmCreated { instance, cid } => {
+                    ("VmCreated", instance.display, vec![cid])
+                }
+                Milestone::VmRecreated {
+                    instance,
+                    old_cid,
+                    new_cid,
+                } => ("VmRecreated", instance.display, vec![old_cid, new_cid]),
+                Milestone::VmDeleted { instance, cid } => {
+                    ("VmDeleted", instance.display, vec![cid])
+                }
+                Milestone::DiskCreated { instance, cid, .. } => {
+                    ("DiskCreated", instance.display, vec![cid])
+                }
+                Milestone::DiskMigrated {
+                    instance,
+                    old_cid,
+                    new_cid,
+                    ..
+                } => ("DiskMigrated", instance.display, vec![old_cid, new_cid]),
+                Milestone::DiskOrphaned { instance, cid } => {
+                    ("DiskOrphaned", instance.display, vec![cid])
+                }
+                Milestone::AgentUnresponsive { instance, .. } => {
+                    ("AgentUnresponsive", instance.display, vec![])
+                }
+                Milestone::DnsSynced { version, .. } => {
+                    ("DnsSynced", String::new(), vec![version.to_string()])
+                }
+            })
+            .collect()
+    }
+
+    /// The milestones of `kind` since the start, as `(instance, cids)`, sorted.
+    fn milestones_of(&self, kind: &str) -> Vec<(String, Vec<String>)> {
+        let mut v: Vec<_> = (self.milestones().into_iter())
+            .filter(|(k, _, _)| *k == kind)
+            .map(|(_, i, cids)| (i, cids))
+            .collect();
+        v.sort();
+        v
+    }
 }
 
 /// The `Updating instance` tasks of `group` as `(task, state)` in log order.
@@ -409,6 +456,23 @@ async fn a_fresh_deploy_creates_everything_and_a_second_one_calls_nothing() {
     // hello-server needs libhello: a chain, compiled on one reused worker.
     assert_eq!(sim.cloud.count("create_vm"), 7 + 1);
     assert_eq!(sim.cloud.count("delete_vm"), 1);
+    // Milestones: a VM per instance (compilation workers are not instances), a disk per
+    // instance with one, DNS once.
+    let mut vms: Vec<(String, Vec<String>)> = (sim.state().instances.values())
+        .map(|i| (i.display_name(), vec![Sim::vm_cid(i)]))
+        .collect();
+    vms.sort();
+    assert_eq!(sim.milestones_of("VmCreated"), vms);
+    let mut disks: Vec<(String, Vec<String>)> = (sim.state().instances.values())
+        .flat_map(|i| {
+            i.disks
+                .iter()
+                .map(|d| (i.display_name(), vec![d.cid.clone()]))
+        })
+        .collect();
+    disks.sort();
+    assert_eq!(sim.milestones_of("DiskCreated"), disks);
+    assert_eq!(sim.milestones_of("DnsSynced").len(), 1);
 
     let web = sim.group("web");
     let api = sim.group("api");
@@ -654,6 +718,19 @@ async fn a_new_stemcell_recreates_every_vm_and_a_subnet_change_recreates_its_ins
         "{report:?}"
     );
     let after = sim.state();
+    let mut recreated: Vec<(String, Vec<String>)> = (before.instances.values())
+        .map(|old| {
+            let new = &after.instances[&old.uuid];
+            (old.display_name(), vec![Sim::vm_cid(old), Sim::vm_cid(new)])
+        })
+        .collect();
+    recreated.sort();
+    assert_eq!(sim.milestones_of("VmRecreated"), recreated);
+    assert_eq!(
+        sim.milestones_of("VmCreated").len(),
+        7,
+        "only the first deploy's"
+    );
     for (uuid, old) in &before.instances {
         let new = &after.instances[uuid];
         let (old_vm, new_vm) = (old.vm.as_ref().unwrap(), new.vm.as_ref().unwrap());
@@ -772,6 +849,21 @@ async fn a_bigger_disk_carries_the_data_over_and_orphans_the_old_disk() {
         );
     }
     assert_eq!(state.orphaned_disks.len(), 3);
+    let mut migrated: Vec<(String, Vec<String>)> = (web.iter())
+        .map(|old| {
+            let new = &state.instances[&old.uuid].disks[0].cid;
+            (
+                old.display_name(),
+                vec![old.disks[0].cid.clone(), new.clone()],
+            )
+        })
+        .collect();
+    migrated.sort();
+    assert_eq!(sim.milestones_of("DiskMigrated"), migrated);
+    assert!(
+        sim.milestones_of("DiskOrphaned").is_empty(),
+        "a migration says where the data went"
+    );
     sim.assert_no_leak();
 }
 
@@ -882,6 +974,19 @@ async fn a_removed_group_loses_its_vms_and_its_disks_are_orphaned() {
         assert!(state.orphaned_disks.contains_key(&i.disks[0].cid));
         assert!(sim.agents.agent(&Sim::agent_id(i)).is_none());
     }
+    let gone = |cid: fn(&InstanceRecord) -> String| {
+        let mut v: Vec<_> = api
+            .iter()
+            .map(|i| (i.display_name(), vec![cid(i)]))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sim.milestones_of("VmDeleted"), gone(Sim::vm_cid));
+    assert_eq!(
+        sim.milestones_of("DiskOrphaned"),
+        gone(|i| i.disks[0].cid.clone())
+    );
     assert_eq!(sim.cloud.inventory().vms.len(), 5);
     sim.assert_no_leak();
 }
@@ -1278,6 +1383,10 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         "{err}"
     );
     assert_eq!(sim.group("web")[1].vm, web1.vm, "nothing changed");
+    assert_eq!(
+        sim.milestones_of("AgentUnresponsive"),
+        vec![(web1.display_name(), vec![])]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1336,13 +1445,15 @@ async fn new_vms_get_settings_metadata_env_and_calculated_cloud_properties() {
         let created = vm.metadata["created_at"].as_str().unwrap();
         assert_eq!(created.len(), 20, "{created}");
         assert!(created.ends_with('Z'), "{created}");
-        // update_settings came before the first apply, with the trusted certificates.
+        // update_settings came before the first apply, with the trusted certificates and
+        // the named disk the update made.
         let agent = sim.agents.agent(&Sim::agent_id(w)).unwrap();
         assert_eq!(
             agent.settings,
-            Some(
-                json!({"trusted_certs": "-----BEGIN CERTIFICATE-----\nCA\n", "disk_associations": []})
-            )
+            Some(json!({
+                "trusted_certs": "-----BEGIN CERTIFICATE-----\nCA\n",
+                "disk_associations": [{"name": "data", "cid": w.disks[0].cid}],
+            }))
         );
     }
 
@@ -1815,26 +1926,8 @@ async fn with_cpi_update_a_new_disk_type_is_changed_in_place() {
 /// written (no link group ids, no intent).
 #[tokio::test(start_paused = true)]
 async fn an_unusable_release_fails_before_anything_changes() {
-    use kubosh_artifacts::release::{PrecompiledPackage, StemcellRef};
     let mut sim = Sim::new();
-    let mut release = (*shared_release()).clone();
-    release.compiled_packages = release
-        .packages
-        .drain(..)
-        .map(|p| PrecompiledPackage {
-            name: p.name,
-            version: p.version,
-            fingerprint: p.fingerprint,
-            digest: p.digest,
-            stemcell: StemcellRef {
-                os: "windows2019".into(),
-                version: "1".into(),
-            },
-            dependencies: p.dependencies,
-            archive: p.archive,
-        })
-        .collect();
-    sim.release = Arc::new(release);
+    sim.release = unusable_release();
     let err = sim
         .engine
         .deploy(&sim.request(manifest()))
@@ -1850,6 +1943,100 @@ async fn an_unusable_release_fails_before_anything_changes() {
     assert!(state.meta.link_group_ids.is_empty(), "{:?}", state.meta);
     assert!(state.stemcells.is_empty() && state.intents.is_empty());
     assert!(state.instances.is_empty() && state.compiled_packages.is_empty());
+    sim.assert_no_leak();
+}
+
+/// The release made unusable for the sim's stemcell (its packages compiled for another OS
+/// only).
+fn unusable_release() -> Arc<Release> {
+    use kubosh_artifacts::release::{PrecompiledPackage, StemcellRef};
+    let mut release = (*shared_release()).clone();
+    release.compiled_packages = (release.packages.drain(..))
+        .map(|p| PrecompiledPackage {
+            name: p.name,
+            version: p.version,
+            fingerprint: p.fingerprint,
+            digest: p.digest,
+            stemcell: StemcellRef {
+                os: "windows2019".into(),
+                version: "1".into(),
+            },
+            dependencies: p.dependencies,
+            archive: p.archive,
+        })
+        .collect();
+    Arc::new(release)
+}
+
+/// An IP registry that remembers every claim.
+#[derive(Default)]
+struct Recording {
+    inner: MemoryIpRegistry,
+    claims: std::sync::Mutex<Vec<Vec<kubosh_engine::state::Reservation>>>,
+}
+
+impl kubosh_engine::state::IpRegistry for Recording {
+    fn held_elsewhere<'a>(
+        &'a self,
+        deployment: &'a str,
+    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
+        self.inner.held_elsewhere(deployment)
+    }
+
+    fn claim<'a>(
+        &'a self,
+        deployment: &'a str,
+        held: Vec<kubosh_engine::state::Reservation>,
+    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
+        self.claims.lock().unwrap().push(held.clone());
+        self.inner.claim(deployment, held)
+    }
+}
+
+/// On a deployment that exists, a scale-up onto a new stemcell line with a release that cannot
+/// be used there (compiled for another OS only) fails while planning: no address of the new
+/// instances is ever claimed among the director's deployments, no cloud call, no record
+/// changes.
+#[tokio::test(start_paused = true)]
+async fn an_unusable_release_on_a_scale_up_claims_no_address() {
+    let mut sim = Sim::new();
+    let registry = Arc::new(Recording::default());
+    sim.engine.config.ip_registry = Some(registry.clone());
+    sim.deploy(manifest()).await;
+    let before = sim.state();
+    let held_before: BTreeSet<String> = (registry.inner.held_elsewhere("other").await.unwrap())
+        .iter()
+        .map(|r| r.ip.to_string())
+        .collect();
+    registry.claims.lock().unwrap().clear();
+    sim.reset_calls();
+
+    sim.release = unusable_release();
+    // A new major version: no package compiled for 1.x is used on it.
+    let newer = stemcell(sim.dir.path(), "2.0");
+    sim.stemcells.push(newer);
+    let mut m = manifest();
+    group_mut(&mut m, "web")["instances"] = json!(5);
+    let err = sim.engine.deploy(&sim.request(m)).await.unwrap_err();
+    assert!(
+        err.to_string().contains("Can't use release 'hello/1.0.0'"),
+        "{err}"
+    );
+    assert!(sim.cloud.calls().is_empty(), "{:?}", sim.cloud.counts());
+    assert_eq!(sim.state(), before, "no record changed");
+    for claim in registry.claims.lock().unwrap().iter() {
+        let ips: BTreeSet<String> = claim.iter().map(|r| r.ip.to_string()).collect();
+        assert!(
+            ips.is_subset(&held_before),
+            "a claim of addresses the deployment did not hold: {:?}",
+            ips.difference(&held_before).collect::<Vec<_>>()
+        );
+    }
+    let held_after: BTreeSet<String> = (registry.inner.held_elsewhere("other").await.unwrap())
+        .iter()
+        .map(|r| r.ip.to_string())
+        .collect();
+    assert_eq!(held_after, held_before);
     sim.assert_no_leak();
 }
 
@@ -2197,4 +2384,285 @@ async fn compilation_addresses_taken_meanwhile_are_chosen_again_and_contention_i
         sim.cloud.inventory().vms.is_empty(),
         "no worker was made with an address held elsewhere"
     );
+}
+
+// ---- the Director's disk messages, in order ----
+
+/// A deployment of one `web` instance with a managed disk and one `worker` without disks.
+fn one_of_each() -> Value {
+    let mut m = manifest();
+    m["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["name"] != "api");
+    group_mut(&mut m, "web")["instances"] = json!(1);
+    group_mut(&mut m, "worker")["instances"] = json!(1);
+    m
+}
+
+impl Sim {
+    /// The disk-related calls (and `apply`, to see what came before it) of the instance of
+    /// `group`, on both sides, in order since the last reset: `"agent mount_disk <disk>"`,
+    /// `"cloud attach_disk <disk>"`, with disk CIDs replaced by the names in `names`.
+    fn disk_steps(&self, agent_id: &str, names: &[(&str, &str)]) -> Vec<String> {
+        self.disk_steps_of(&[agent_id], names)
+    }
+
+    /// [`Sim::disk_steps`] of the instance whose VM was `agent_ids[0]`, then the next, ....
+    fn disk_steps_of(&self, agent_ids: &[&str], names: &[(&str, &str)]) -> Vec<String> {
+        const METHODS: &[&str] = &[
+            "ping",
+            "list_disk",
+            "mount_disk",
+            "unmount_disk",
+            "migrate_disk",
+            "add_persistent_disk",
+            "remove_persistent_disk",
+            "update_settings",
+            "apply",
+            "create_disk",
+            "attach_disk",
+            "detach_disk",
+            "delete_vm",
+            "create_vm",
+        ];
+        let named = |cid: &str| {
+            (names.iter().find(|(c, _)| *c == cid)).map_or(cid.to_string(), |(_, n)| n.to_string())
+        };
+        (self.cloud.timeline().into_iter())
+            .filter(|s| METHODS.contains(&s.method.as_str()))
+            .filter_map(|s| match s.side {
+                kubosh_sim::Side::Agent if agent_ids.contains(&s.target.as_str()) => Some(
+                    format!("agent {} {}", s.method, named(&s.arg))
+                        .trim_end()
+                        .to_string(),
+                ),
+                kubosh_sim::Side::Cloud
+                    if s.method.ends_with("_vm") || s.method == "create_disk" =>
+                {
+                    Some(format!("cloud {}", s.method))
+                }
+                kubosh_sim::Side::Cloud => Some(
+                    format!("cloud {} {}", s.method, named(&s.target))
+                        .trim_end()
+                        .to_string(),
+                ),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The messages of each disk change match the Director's (`disk_manager.rb`,
+/// `update_procedure.rb#converge_vm`): only the managed disk is mounted, unmounted and
+/// migrated; a detached disk is first removed from the agent; every converge of a kept VM
+/// ends its disk changes with `update_settings` before `apply`.
+#[tokio::test(start_paused = true)]
+async fn disk_changes_send_the_directors_messages_in_the_directors_order() {
+    let sim = Sim::new();
+    sim.deploy(one_of_each()).await;
+    let web = sim.group("web")[0].clone();
+    let worker = sim.group("worker")[0].clone();
+    let (web_agent, worker_agent) = (Sim::agent_id(&web), Sim::agent_id(&worker));
+    let first = web.disks[0].cid.clone();
+
+    // Resize by copy.
+    sim.cloud.reset_timeline();
+    let mut m = one_of_each();
+    group_mut(&mut m, "web")["persistent_disk"] = json!(4096);
+    sim.deploy(m.clone()).await;
+    let bigger = sim.group("web")[0].disks[0].cid.clone();
+    let names = [(first.as_str(), "old"), (bigger.as_str(), "new")];
+    assert_eq!(
+        sim.disk_steps(&web_agent, &names),
+        [
+            "agent list_disk",
+            "cloud create_disk",
+            "cloud attach_disk new",
+            "agent ping",
+            "agent add_persistent_disk new",
+            "agent ping",
+            "agent mount_disk new",
+            "agent migrate_disk old",
+            // The migration unmounted the old disk (as a Linux agent's does): not listed, so
+            // not unmounted.
+            "agent list_disk",
+            "agent remove_persistent_disk old",
+            "cloud detach_disk old",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+
+    // A named disk added to a VM that stays: attached and associated, never mounted.
+    sim.cloud.reset_timeline();
+    group_mut(&mut m, "worker")["persistent_disks"] = json!([{"name": "data", "type": "small"}]);
+    sim.deploy(m.clone()).await;
+    let data = sim.group("worker")[0].disks[0].cid.clone();
+    assert_eq!(sim.group("worker")[0].vm, worker.vm, "the VM stays");
+    assert_eq!(
+        sim.disk_steps(&worker_agent, &[(data.as_str(), "data")]),
+        [
+            "cloud create_disk",
+            "cloud attach_disk data",
+            "agent ping",
+            "agent add_persistent_disk data",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+    let settings = sim.agents.agent(&worker_agent).unwrap().settings.unwrap();
+    assert_eq!(
+        settings["disk_associations"],
+        json!([{"name": "data", "cid": data}])
+    );
+    assert_eq!(sim.agents.agent(&worker_agent).unwrap().store, None);
+
+    // --recreate: the managed disk is unmounted and every disk detached before the VM goes;
+    // the new VM gets them attached, the managed one mounted, then its settings.
+    sim.cloud.reset_timeline();
+    let mut request = sim.request(m.clone());
+    request.requests.recreate = true;
+    sim.deploy_with(&sim.engine, &request).await;
+    let new_web_agent = Sim::agent_id(&sim.group("web")[0]);
+    let steps = sim.disk_steps_of(&[&web_agent, &new_web_agent], &names);
+    let web_done = steps.iter().position(|s| s == "agent apply").unwrap();
+    assert_eq!(
+        steps[..=web_done],
+        [
+            "agent list_disk",
+            "agent unmount_disk new",
+            "agent remove_persistent_disk new",
+            "cloud detach_disk new",
+            "cloud delete_vm",
+            "cloud create_vm",
+            "agent ping",
+            "cloud attach_disk new",
+            "agent ping",
+            "agent add_persistent_disk new",
+            "agent ping",
+            "agent mount_disk new",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+
+    // Removing the named disk: removed from the agent and detached, no unmount; the
+    // association goes with the next settings.
+    sim.cloud.reset_timeline();
+    let worker = sim.group("worker")[0].clone();
+    let worker_agent = Sim::agent_id(&worker);
+    group_mut(&mut m, "worker")
+        .as_object_mut()
+        .unwrap()
+        .remove("persistent_disks");
+    sim.deploy(m.clone()).await;
+    assert_eq!(
+        sim.disk_steps(&worker_agent, &[(data.as_str(), "data")]),
+        [
+            "agent remove_persistent_disk data",
+            "cloud detach_disk data",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+    let settings = sim.agents.agent(&worker_agent).unwrap().settings.unwrap();
+    assert_eq!(settings["disk_associations"], json!([]));
+
+    // Removing the managed disk: the sync check, then unmount and detach.
+    sim.cloud.reset_timeline();
+    group_mut(&mut m, "web")
+        .as_object_mut()
+        .unwrap()
+        .remove("persistent_disk");
+    sim.deploy(m).await;
+    assert_eq!(
+        sim.disk_steps(&new_web_agent, &names),
+        [
+            "agent list_disk",
+            "agent list_disk",
+            "agent unmount_disk new",
+            "agent remove_persistent_disk new",
+            "cloud detach_disk new",
+            "agent update_settings",
+            "agent apply",
+        ]
+    );
+    assert!(sim.group("web")[0].disks.is_empty());
+    sim.assert_no_leak();
+}
+
+/// What the engine told the message bus: every agent admitted, in order, and those revoked.
+#[derive(Default)]
+struct RecordedAccess {
+    cloud: std::sync::Mutex<Option<Arc<SimCloud>>>,
+    admitted: std::sync::Mutex<Vec<String>>,
+    revoked: std::sync::Mutex<Vec<String>>,
+    /// Agents admitted while the cloud already had their VM (must stay empty).
+    late: std::sync::Mutex<Vec<String>>,
+}
+
+impl kubosh_engine::agent_access::AgentAccess for RecordedAccess {
+    fn admit<'a>(
+        &'a self,
+        agent_ids: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<(), kubosh_engine::agent_access::AccessError>> {
+        let cloud = self.cloud.lock().unwrap().clone().unwrap();
+        let existing: BTreeSet<String> = cloud.inventory().agents.into_iter().collect();
+        for id in agent_ids {
+            let recorded_before = self.admitted.lock().unwrap().contains(id);
+            if existing.contains(id) && !recorded_before {
+                self.late.lock().unwrap().push(id.clone());
+            }
+            self.admitted.lock().unwrap().push(id.clone());
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        agent_ids: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<(), kubosh_engine::agent_access::AccessError>> {
+        self.revoked
+            .lock()
+            .unwrap()
+            .extend(agent_ids.iter().cloned());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Every agent is let onto the bus before its VM exists and locked out once the VM is gone
+/// (compilation workers, scaled-down and recreated instances alike), so what stays admitted
+/// is exactly the agents of the VMs that stay.
+#[tokio::test(start_paused = true)]
+async fn agents_are_admitted_before_their_vms_and_revoked_after() {
+    let mut sim = Sim::new();
+    let access = Arc::new(RecordedAccess::default());
+    *access.cloud.lock().unwrap() = Some(sim.cloud.clone());
+    sim.engine.config.agent_access = Some(access.clone());
+    sim.deploy(manifest()).await;
+    let mut m = manifest();
+    group_mut(&mut m, "web")["instances"] = json!(1);
+    sim.deploy(m.clone()).await;
+    let mut request = sim.request(m);
+    request.requests.recreate = true;
+    sim.deploy_with(&sim.engine, &request).await;
+
+    assert!(
+        access.late.lock().unwrap().is_empty(),
+        "admitted after create_vm"
+    );
+    let admitted: BTreeSet<String> = access.admitted.lock().unwrap().iter().cloned().collect();
+    let revoked: BTreeSet<String> = access.revoked.lock().unwrap().iter().cloned().collect();
+    let left: BTreeSet<String> = admitted.difference(&revoked).cloned().collect();
+    let agents: BTreeSet<String> = sim.cloud.inventory().agents.into_iter().collect();
+    assert_eq!(
+        left, agents,
+        "admitted and not revoked = the agents of the VMs left"
+    );
+    assert!(
+        revoked.len() > 6,
+        "compilation workers, scaled-down and recreated VMs: {revoked:?}"
+    );
+    sim.assert_no_leak();
 }

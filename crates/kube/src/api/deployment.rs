@@ -105,9 +105,10 @@ pub struct DeploymentSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 
-    /// What happens to the VMs and disks when this resource is deleted: `Delete` (the default)
-    /// deletes them like `bosh delete-deployment`; `Orphan` leaves them running in the IaaS and
-    /// only forgets them.
+    /// What happens to the persistent disks when this resource is deleted (the VMs are
+    /// deleted either way, like `bosh delete-deployment`): `Delete` (the default) deletes
+    /// them; `Orphan` keeps them as orphaned `Disk`s, with their data, until they expire
+    /// (`--orphaned-disk-max-age`) or their `Disk` is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 }
@@ -202,10 +203,11 @@ pub struct VarsKeyRef {
 /// What deleting a `Deployment` does to its VMs and disks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DeletionPolicy {
-    /// Delete the VMs and disks, like `bosh delete-deployment`.
+    /// Delete the VMs and the disks, like `bosh delete-deployment`.
     #[default]
     Delete,
-    /// Leave the VMs and disks in the IaaS and only forget them.
+    /// Delete the VMs; keep the disks as orphaned `Disk`s (with their data) until they
+    /// expire or are deleted.
     Orphan,
 }
 
@@ -298,6 +300,9 @@ pub struct Progress {
     /// Steps of the stage in total.
     #[serde(default)]
     pub total: i32,
+    /// What a human reads, e.g. `Updating instance group web: 3/10, canary done`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 /// A deploy task, in brief. Its full log is in the controller's log and in Events.
@@ -317,6 +322,9 @@ pub struct TaskSummary {
     /// When the task ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<Time>,
+    /// How long the task ran, in seconds (once it ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<i64>,
     /// Why the task failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

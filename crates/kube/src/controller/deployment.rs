@@ -26,9 +26,9 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use super::backoff::Backoffs;
-use super::inputs::{self, Inputs, Unready};
+use super::inputs::{self, Inputs, Unready, Watched};
 use super::progress::{DeployProgress, Milestone};
-use super::requests::{self, ActionRequest, Pending};
+use super::requests::{self, ActionRequest, Handled, Pending};
 use super::status;
 use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{
@@ -50,6 +50,10 @@ use tokio_util::task::TaskTracker;
 /// How often a settled deployment's inputs are read again (Secrets and ConfigMaps in
 /// `varsFrom` are not watched).
 pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// How soon a deployment with a new generation or request is looked at again while its
+/// previous task runs.
+const WAIT_FOR_TASK: Duration = Duration::from_secs(5);
 
 /// How often a running deploy's milestones are published (as Events).
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -84,6 +88,59 @@ pub struct DeploymentContext {
     pub process: Option<Process>,
     /// How long an orphaned disk is kept before it is deleted from the cloud.
     pub orphaned_disk_max_age: Duration,
+    /// Changes seen to the watched inputs of each namespace (cloud configs, releases,
+    /// stemcells).
+    pub inputs: Arc<InputChanges>,
+}
+
+/// A counter per namespace, moved by every change of a `CloudConfig`, `Release` or
+/// `Stemcell` there (the watches call [`InputChanges::changed`] before the reconciles they
+/// trigger run), and the namespace's [`Watched`] inputs as read at a counter value: read
+/// again only once the counter moved, so the deployments of a namespace share one read
+/// per change, and a resync reads only what is not watched (Secrets, ConfigMaps). A
+/// reconcile of a deployed deployment whose namespace's counter has not moved since it
+/// last read its inputs, less than [`RESYNC`] ago, reads nothing at all: its own
+/// `Instance`s' changes wake it too, and they change no input.
+#[derive(Debug, Default)]
+pub struct InputChanges {
+    counters: Mutex<HashMap<String, u64>>,
+    watched: Mutex<HashMap<String, (u64, Arc<Watched>)>>,
+}
+
+impl InputChanges {
+    /// Something changed in `namespace`.
+    pub fn changed(&self, namespace: Option<&str>) {
+        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        *counters
+            .entry(namespace.unwrap_or_default().to_string())
+            .or_default() += 1;
+    }
+
+    fn counter(&self, namespace: &str) -> u64 {
+        let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        counters.get(namespace).copied().unwrap_or_default()
+    }
+
+    /// The watched inputs of `namespace`, read no earlier than counter value `counter`
+    /// (read now unless they were then).
+    async fn watched(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        counter: u64,
+    ) -> Result<Arc<Watched>, kube::Error> {
+        let cached = (self.watched.lock().unwrap_or_else(PoisonError::into_inner))
+            .get(namespace)
+            .filter(|(c, _)| *c == counter)
+            .map(|(_, w)| w.clone());
+        if let Some(watched) = cached {
+            return Ok(watched);
+        }
+        let watched = Arc::new(Watched::read(client, namespace).await?);
+        (self.watched.lock().unwrap_or_else(PoisonError::into_inner))
+            .insert(namespace.to_string(), (counter, watched.clone()));
+        Ok(watched)
+    }
 }
 
 /// How long orphaned disks are kept by default (the Director's `max_orphaned_age_in_days`).
@@ -109,6 +166,7 @@ impl DeploymentContext {
             tasks: TaskTracker::new(),
             process: None,
             orphaned_disk_max_age: ORPHANED_DISK_MAX_AGE,
+            inputs: Arc::default(),
         }
     }
 
@@ -207,6 +265,11 @@ pub struct Ledger {
     outcomes: Mutex<HashMap<String, Outcome>>,
     backoff: Backoffs,
     releases: Mutex<HashMap<String, Arc<Release>>>,
+    /// When each deployment's last task ended (what agents said before is not news).
+    ended: Mutex<HashMap<String, Instant>>,
+    /// When each deployment last read its inputs, and its namespace's [`InputChanges`]
+    /// counter then.
+    read: Mutex<HashMap<String, (u64, Instant)>>,
 }
 
 impl Ledger {
@@ -283,9 +346,39 @@ impl Ledger {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
+        self.ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_string(), Instant::now());
     }
 
-    fn is_running(&self, uid: &str) -> bool {
+    /// Records that `uid` reads its inputs now, its namespace's counter at `counter`.
+    fn reading_inputs(&self, uid: &str, counter: u64) {
+        self.read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_string(), (counter, Instant::now()));
+    }
+
+    /// How long ago `uid` read its inputs, if none changed since (the namespace's counter
+    /// is still `counter`).
+    fn inputs_unchanged_for(&self, uid: &str, counter: u64) -> Option<Duration> {
+        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.get(uid)
+            .filter(|(c, _)| *c == counter)
+            .map(|(_, at)| at.elapsed())
+    }
+
+    /// When the last task on `uid` ended in this process, if one did.
+    pub(crate) fn ended(&self, uid: &str) -> Option<Instant> {
+        self.ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+            .copied()
+    }
+
+    pub(crate) fn is_running(&self, uid: &str) -> bool {
         self.running
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -349,7 +442,7 @@ fn set_trio(
     }
 }
 
-async fn write_status(
+pub(crate) async fn write_status(
     client: &kube::Client,
     deployment: &Deployment,
     status: &DeploymentStatus,
@@ -382,7 +475,7 @@ async fn publish(
 }
 
 /// Publishes an Event regarding `regarding` (and `secondary`), its note clipped.
-async fn publish_regarding(
+pub(crate) async fn publish_regarding(
     ctx: &DeploymentContext,
     regarding: &ObjectReference,
     secondary: Option<ObjectReference>,
@@ -424,11 +517,41 @@ pub async fn reconcile(
             );
         }
         // The task triggers the next reconcile with its status write; the resync is only a
-        // net (a shorter one would wake every deployment again once its deploy is done).
+        // net (a shorter one would wake every deployment again once its deploy is done). A
+        // new generation or request waits for the task's end: that write may be seen before
+        // the task is marked finished, so look again soon (no API call until then).
+        let observed = deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.observed_generation);
+        if observed != Some(generation) || !Pending::of(&deployment).is_empty() {
+            return Ok(Action::requeue(WAIT_FOR_TASK));
+        }
         return Ok(Action::requeue(RESYNC));
     }
+    // Deployed, nothing asked, no input changed and read recently: nothing to read again.
+    let namespace = deployment.namespace().unwrap_or_default();
+    let counter = ctx.inputs.counter(&namespace);
+    if let Some(Outcome::Succeeded { generation: g, .. }) = ctx.ledger.outcome(&uid)
+        && g == generation
+        && !deployment.spec.paused
+        && Pending::of(&deployment).is_empty()
+        && let Some(age) = ctx.ledger.inputs_unchanged_for(&uid, counter)
+        && age < RESYNC
+    {
+        return Ok(Action::requeue(RESYNC - age));
+    }
+    ctx.ledger.reading_inputs(&uid, counter);
     let mut status = deployment.status.clone().unwrap_or_default();
-    let gathered = match inputs::gather(&ctx.client, &deployment).await {
+    Handled::of(&deployment).fill(&mut status);
+    let read = async {
+        let watched = (ctx.inputs)
+            .watched(&ctx.client, &namespace, counter)
+            .await
+            .map_err(inputs::InputError::Kube)?;
+        inputs::gather(&ctx.client, &deployment, &watched).await
+    };
+    let gathered = match read.await {
         Ok(g) => g,
         Err(e) => {
             let message = format!("cannot read the deployment's inputs: {e}");
@@ -477,6 +600,14 @@ pub async fn reconcile(
         .await;
         status.last_handled_action = Some(value.clone());
         write_status(&ctx.client, &deployment, &status).await?;
+        let namespace = deployment.namespace().unwrap_or_default();
+        let store = KubeStore::new(ctx.client.clone(), &namespace, &deployment.name_any(), None);
+        if let Err(e) = store
+            .record_handled_requests(Handled::in_status(&status).to_annotation())
+            .await
+        {
+            tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot record the handled action");
+        }
         return Ok(Action::await_change());
     }
     let digest = inputs_digest(&inputs);
@@ -763,6 +894,7 @@ async fn run_deploy(
         .and_then(|s| s.last_task.as_ref())
         .is_none();
     let mut status = deployment.status.clone().unwrap_or_default();
+    Handled::of(deployment).fill(&mut status);
     let message = format!("Deploying generation {generation}");
     set_trio(
         &mut status,
@@ -787,8 +919,7 @@ async fn run_deploy(
         state: TaskState::Processing,
         description,
         started: Some(now()),
-        finished: None,
-        error: None,
+        ..TaskSummary::default()
     });
     if let Err(e) = write_status(&ctx.client, deployment, &status).await {
         tracing::warn!(deployment = %name, error = %e, "cannot write the status");
@@ -848,6 +979,7 @@ async fn run_deploy(
     }
     let task = status.last_task.get_or_insert_with(TaskSummary::default);
     task.finished = Some(now());
+    task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
     match result {
         Ok(report) => {
             task.state = TaskState::Succeeded;
@@ -948,6 +1080,7 @@ async fn run_deploy(
     }
     // A request is handled once a deploy ran for it; an action that may succeed on a
     // retry stays pending.
+    let handled_before = Handled::in_status(&status);
     if ran_to_an_end {
         if let Some(value) = pending.reconcile {
             status.last_handled_reconcile_request = Some(value);
@@ -960,6 +1093,12 @@ async fn run_deploy(
     }
     if let Err(e) = write_status(&ctx.client, deployment, &status).await {
         tracing::warn!(deployment = %name, error = %e, "cannot write the status");
+    }
+    let handled = Handled::in_status(&status);
+    if handled != handled_before
+        && let Err(e) = store.record_handled_requests(handled.to_annotation()).await
+    {
+        tracing::warn!(deployment = %name, error = %e, "cannot record the handled requests");
     }
 }
 
@@ -996,11 +1135,9 @@ async fn report_progress(
             written = Some((p.stage.clone(), tokio::time::Instant::now()));
             let mut s = status.lock().await;
             let message = format!(
-                "Deploying generation {}: {}: {}/{}",
+                "Deploying generation {}: {}",
                 s.observed_generation.unwrap_or_default(),
-                p.stage,
-                p.done,
-                p.total
+                p.message
             );
             let generation = s.observed_generation;
             status::set_condition(

@@ -71,25 +71,68 @@ pub enum InputError {
     Variables(String),
 }
 
-/// Reads everything `deployment` needs. The inner error is a deployment that must wait or is
-/// invalid.
+/// The watched inputs of one namespace: its cloud configs, releases and stemcells (what
+/// the controller is told of when they change; Secrets and ConfigMaps it is not).
+#[derive(Debug, Clone, Default)]
+pub struct Watched {
+    /// The `CloudConfig`s.
+    pub cloud_configs: Vec<CloudConfig>,
+    /// The `Release`s.
+    pub releases: Vec<ReleaseResource>,
+    /// The `Stemcell`s.
+    pub stemcells: Vec<StemcellResource>,
+}
+
+impl Watched {
+    /// Reads them (three lists).
+    pub async fn read(client: &kube::Client, namespace: &str) -> Result<Watched, kube::Error> {
+        let list = ListParams::default();
+        Ok(Watched {
+            cloud_configs: (Api::<CloudConfig>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
+            releases: (Api::<ReleaseResource>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
+            stemcells: (Api::<StemcellResource>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
+        })
+    }
+}
+
+/// Reads everything `deployment` needs, its namespace's watched inputs being `watched`
+/// (read no earlier than their last change). The inner error is a deployment that must
+/// wait or is invalid.
 pub async fn gather(
     client: &kube::Client,
     deployment: &Deployment,
+    watched: &Watched,
 ) -> Result<Result<Inputs, Unready>, InputError> {
     let namespace = deployment.namespace().unwrap_or_default();
     let name = deployment.name_any();
     let spec = &deployment.spec;
 
-    let cloud_configs: Api<CloudConfig> = Api::namespaced(client.clone(), &namespace);
+    // Everything missing is listed at once: the cloud config, Secrets and ConfigMaps, and
+    // the releases and stemcells.
+    let mut waiting = Vec::new();
     let cloud_config_name = spec.cloud_config_name();
-    let Some(cloud_config) = cloud_configs.get_opt(cloud_config_name).await? else {
-        return Ok(Err(Unready::Waiting(vec![format!(
-            "cloud config {cloud_config_name} (CloudConfig {namespace}/{cloud_config_name} does not exist)"
-        )])));
+    let found = (watched.cloud_configs.iter()).find(|c| c.name_any() == cloud_config_name);
+    let cloud_config = match found {
+        Some(c) => Some(
+            serde_json::to_value(&c.spec.config)
+                .map_err(|e| InputError::Variables(format!("cloud config: {e}")))?,
+        ),
+        None => {
+            waiting.push(format!(
+                "cloud config {cloud_config_name} (CloudConfig {namespace}/{cloud_config_name} does not exist)"
+            ));
+            None
+        }
     };
-    let cloud_config = serde_json::to_value(&cloud_config.spec.config)
-        .map_err(|e| InputError::Variables(format!("cloud config: {e}")))?;
 
     let mut manifest = serde_json::to_value(&spec.manifest)
         .map_err(|e| InputError::Variables(format!("manifest: {e}")))?;
@@ -111,12 +154,11 @@ pub async fn gather(
     }
 
     let mut vars = Vars::new();
-    let mut missing = Vec::new();
     let mut secrets = Vec::new();
     for (i, source) in spec.vars_from.iter().enumerate() {
         let before = vars.resolved();
         if let Some(line) = add_source(client, &namespace, i, source, &mut vars).await? {
-            missing.push(line);
+            waiting.push(line);
         }
         if source.secret_ref.is_some() {
             for (k, v) in vars.resolved() {
@@ -126,9 +168,19 @@ pub async fn gather(
             }
         }
     }
-    if !missing.is_empty() {
-        return Ok(Err(Unready::Waiting(missing)));
+    if !waiting.is_empty() {
+        // The releases and stemcells the manifest names literally are waited for too.
+        if let Ok(typed) = serde_json::from_value::<DeploymentManifest>(manifest) {
+            let literal = |line: &String| !line.contains("((");
+            waiting.extend(
+                waiting_for(&typed, &watched.releases, &watched.stemcells)
+                    .into_iter()
+                    .filter(literal),
+            );
+        }
+        return Ok(Err(Unready::Waiting(waiting)));
     }
+    let cloud_config = cloud_config.unwrap_or_default();
     if let Some(given) = &spec.vars {
         for (k, v) in given {
             vars.add_var(k, v.clone());
@@ -148,6 +200,12 @@ pub async fn gather(
     let mut store = SecretStore::new(client.clone(), &namespace, &name);
     if let Some(owner) = deployment.controller_owner_ref(&()) {
         store = store.with_owner(owner);
+    }
+    if !definitions.is_empty() {
+        store = store
+            .preloaded()
+            .await
+            .map_err(|e| InputError::Variables(e.to_string()))?;
     }
     let resolved = match crate::variables::resolve(&definitions, &vars, &store).await {
         Ok(r) => r,
@@ -182,15 +240,7 @@ pub async fn gather(
         Err(e) => return invalid("InvalidManifest", e.to_string()),
     };
 
-    let releases = Api::<ReleaseResource>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let stemcells = Api::<StemcellResource>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let (releases, stemcells) = match choose(&typed, &releases, &stemcells) {
+    let (releases, stemcells) = match choose(&typed, &watched.releases, &watched.stemcells) {
         Ok(chosen) => chosen,
         Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
     };
@@ -331,7 +381,17 @@ fn choose(
         let version = r.version.as_ref().map_or("latest", |v| v.as_str());
         match pick_release(releases, &r.name, version) {
             Some(found) => chosen_releases.push(found.clone()),
-            None => waiting.push(format!("release {}/{version}", r.name)),
+            None => {
+                let candidates = (releases.iter())
+                    .filter(|x| x.spec.name == r.name)
+                    .filter(|x| version == "latest" || x.spec.version.as_str() == version)
+                    .map(|x| {
+                        let conditions = x.status.as_ref().map(|s| s.conditions.as_slice());
+                        (x.name_any(), conditions, x.metadata.generation)
+                    });
+                let why = why_not_ready("Release", candidates);
+                waiting.push(format!("release {}/{version}{why}", r.name));
+            }
         }
     }
     let mut chosen_stemcells = Vec::new();
@@ -341,7 +401,15 @@ fn choose(
             None => {
                 let version = s.version.as_ref().map_or("latest", |v| v.as_str());
                 let what = s.name.as_deref().or(s.os.as_deref()).unwrap_or(&s.alias);
-                waiting.push(format!("stemcell {what}/{version}"));
+                let candidates = (stemcells.iter())
+                    .filter(|x| s.name.as_ref().is_some_and(|n| &x.spec.name == n))
+                    .filter(|x| version == "latest" || x.spec.version.as_str() == version)
+                    .map(|x| {
+                        let conditions = x.status.as_ref().map(|s| s.conditions.as_slice());
+                        (x.name_any(), conditions, x.metadata.generation)
+                    });
+                let why = why_not_ready("Stemcell", candidates);
+                waiting.push(format!("stemcell {what}/{version}{why}"));
             }
         }
     }
@@ -349,6 +417,26 @@ fn choose(
         Ok((chosen_releases, chosen_stemcells))
     } else {
         Err(waiting)
+    }
+}
+
+/// ` (Release ns/x is Stalled: InvalidTarball: ...)` for the resources of that name and
+/// version that exist but are not Ready, or nothing.
+fn why_not_ready<'a>(
+    kind: &str,
+    candidates: impl Iterator<Item = (String, Option<&'a [Condition]>, Option<i64>)>,
+) -> String {
+    let said: Vec<String> = candidates
+        .map(|(name, conditions, generation)| {
+            let why = conditions
+                .and_then(|c| status::not_ready_because(c, generation))
+                .unwrap_or_else(|| "not Ready yet".into());
+            format!("{kind} {name}: {why}")
+        })
+        .collect();
+    match said.as_slice() {
+        [] => String::new(),
+        _ => format!(" ({})", said.join("; ")),
     }
 }
 

@@ -7,6 +7,7 @@
 //! - [`fetch`] downloads `http(s)://` and `file://` URLs with optional Secret credentials.
 //! - [`deployment`] reconciles `Deployment`s: deploys, actions, deletion.
 //! - [`disk`] deletes orphaned `Disk`s once expired or when their resource is deleted.
+//! - [`health`] follows the agents' heartbeats into each `Instance`'s state between deploys.
 //! - [`requests`] reads the action and reconcile-request annotations.
 //! - [`status`] writes `Ready`/`Reconciling`/`Stalled` conditions.
 
@@ -15,6 +16,7 @@ pub mod backoff;
 pub mod deployment;
 pub mod disk;
 pub mod fetch;
+pub mod health;
 pub mod inputs;
 pub mod progress;
 pub mod requests;

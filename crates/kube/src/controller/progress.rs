@@ -1,11 +1,13 @@
 //! A deploy's event log turned into what a kubectl user sees: the current stage and its
-//! count in `status.progress`, and Events for the milestones (VM created, canary updated,
-//! instance updated or failed, instance deleted) regarding the `Instance` where one applies.
+//! count in `status.progress`, and Events for the milestones regarding the `Instance` where
+//! one applies: from the event log, a task's end (canary updated, instance updated or
+//! failed, instance deleted, VM creation failed); from the engine's typed milestones, what
+//! the log does not spell out (VM created, recreated or deleted, disk created, migrated or
+//! orphaned, agent unresponsive, DNS synced).
 //!
-//! The engine emits lines synchronously; [`DeployProgress`] keeps the latest stage and
-//! queues milestones, and [`DeployProgress::drain`] hands them to the async side (which
-//! publishes Events and writes the status at a bounded rate). Never one Event per line:
-//! only a task's end is a milestone.
+//! The engine emits synchronously; [`DeployProgress`] keeps the latest stage and queues
+//! milestones, and [`DeployProgress::drain`] hands them to the async side (which publishes
+//! Events and writes the status at a bounded rate). Never one Event per line or per poll.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -13,7 +15,7 @@ use kube::runtime::events::EventType;
 
 use crate::api::Progress;
 use kubosh_bosh::events::{EventLine, State};
-use kubosh_engine::EventSink;
+use kubosh_engine::{EventSink, InstanceName, Milestone as EngineMilestone};
 
 /// A milestone of a deploy, to publish as an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,11 +31,40 @@ pub struct Milestone {
     pub instance: Option<(String, u64)>,
 }
 
+/// One stage's count, and its canaries.
+#[derive(Debug, Default)]
+struct StageCount {
+    progress: Progress,
+    canaries_started: u32,
+    canaries_done: u32,
+}
+
+impl StageCount {
+    /// `Updating instance group web: 3/10, canary done`.
+    fn message(&self, stage: &str, tags: &[String]) -> String {
+        let what = match (stage, tags) {
+            ("Updating instance", [group]) => format!("Updating instance group {group}"),
+            _ => self.progress.stage.clone(),
+        };
+        let canaries = match (self.canaries_started, self.canaries_done) {
+            (0, _) => String::new(),
+            (1, 1) => ", canary done".into(),
+            (1, _) => ", canary updating".into(),
+            (n, d) if d == n => format!(", {n} canaries done"),
+            (n, d) => format!(", canaries {d}/{n}"),
+        };
+        format!(
+            "{what}: {}/{}{canaries}",
+            self.progress.done, self.progress.total
+        )
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Each stage seen, by its name with its tags (`Updating instance web`): groups updated
     /// side by side count apart.
-    stages: std::collections::BTreeMap<String, Progress>,
+    stages: std::collections::BTreeMap<String, StageCount>,
     /// The stage that moved last.
     progress: Option<Progress>,
     changed: bool,
@@ -79,11 +110,6 @@ impl DeployProgress {
 fn milestone(stage: &str, task: &str, state: State, error: Option<&str>) -> Option<Milestone> {
     let instance = instance_of(task);
     let (kind, reason, note) = match (stage, state) {
-        ("Creating missing vms", State::Finished) => (
-            EventType::Normal,
-            "VMCreated",
-            format!("Created the VM of {task}"),
-        ),
         ("Updating instance", State::Finished) if task.ends_with("(canary)") => (
             EventType::Normal,
             "CanaryUpdated",
@@ -135,7 +161,109 @@ fn milestone(stage: &str, task: &str, state: State, error: Option<&str>) -> Opti
     })
 }
 
+/// The Event of one of the engine's typed milestones.
+fn typed_milestone(m: EngineMilestone) -> Milestone {
+    let about = |i: &InstanceName| Some((i.group.clone(), i.index));
+    let (kind, reason, note, instance) = match m {
+        EngineMilestone::VmCreated { instance, cid } => (
+            EventType::Normal,
+            "VMCreated",
+            format!("Created VM {cid} for {}", instance.display),
+            about(&instance),
+        ),
+        EngineMilestone::VmRecreated {
+            instance,
+            old_cid,
+            new_cid,
+        } => (
+            EventType::Normal,
+            "VMRecreated",
+            format!(
+                "Replaced VM {old_cid} of {} with VM {new_cid}",
+                instance.display
+            ),
+            about(&instance),
+        ),
+        EngineMilestone::VmDeleted { instance, cid } => (
+            EventType::Normal,
+            "VMDeleted",
+            format!("Deleted VM {cid} of {}", instance.display),
+            about(&instance),
+        ),
+        EngineMilestone::DiskCreated {
+            instance,
+            cid,
+            size_mib,
+        } => (
+            EventType::Normal,
+            "DiskCreated",
+            format!(
+                "Created disk {cid} ({size_mib} MiB) for {}",
+                instance.display
+            ),
+            about(&instance),
+        ),
+        EngineMilestone::DiskMigrated {
+            instance,
+            old_cid,
+            new_cid,
+            size_mib,
+        } => (
+            EventType::Normal,
+            "DiskMigrated",
+            format!(
+                "Copied the data of {} from disk {old_cid} to disk {new_cid} ({size_mib} MiB); {old_cid} is kept as an orphaned disk",
+                instance.display
+            ),
+            about(&instance),
+        ),
+        EngineMilestone::DiskOrphaned { instance, cid } => (
+            EventType::Normal,
+            "DiskOrphaned",
+            format!(
+                "Disk {cid} of {} is orphaned: kept with its data until it expires or is deleted",
+                instance.display
+            ),
+            about(&instance),
+        ),
+        EngineMilestone::AgentUnresponsive { instance, error } => (
+            EventType::Warning,
+            "AgentUnresponsive",
+            format!("The agent of {} did not answer: {error}", instance.display),
+            about(&instance),
+        ),
+        EngineMilestone::DnsSynced {
+            version,
+            agents,
+            failed,
+        } => (
+            EventType::Normal,
+            "DNSSynced",
+            match failed {
+                0 => format!("Sent DNS records version {version} to {agents} agent(s)"),
+                _ => format!(
+                    "Sent DNS records version {version} to {agents} agent(s); {failed} did not acknowledge"
+                ),
+            },
+            None,
+        ),
+    };
+    Milestone {
+        kind,
+        reason,
+        note,
+        instance,
+    }
+}
+
 impl EventSink for DeployProgress {
+    fn milestone(&self, milestone: EngineMilestone) {
+        let m = typed_milestone(milestone);
+        (self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+            .milestones
+            .push(m);
+    }
+
     fn emit(&self, line: EventLine) {
         let EventLine::Stage(event) = line else {
             return;
@@ -146,18 +274,28 @@ impl EventSink for DeployProgress {
             [] => event.stage.clone(),
             tags => format!("{} {}", event.stage, tags.join(", ")),
         };
-        let progress = inner
+        let count = inner
             .stages
             .entry(stage.clone())
-            .or_insert_with(|| Progress {
-                stage,
-                done: 0,
-                total: i32::try_from(event.total).unwrap_or(i32::MAX),
+            .or_insert_with(|| StageCount {
+                progress: Progress {
+                    stage,
+                    total: i32::try_from(event.total).unwrap_or(i32::MAX),
+                    ..Progress::default()
+                },
+                ..StageCount::default()
             });
-        if done {
-            progress.done += 1;
+        let canary = event.task.ends_with("(canary)");
+        match event.state {
+            State::Started if canary => count.canaries_started += 1,
+            State::Finished if canary => count.canaries_done += 1,
+            _ => {}
         }
-        inner.progress = Some(progress.clone());
+        if done {
+            count.progress.done += 1;
+        }
+        count.progress.message = count.message(&event.stage, &event.tags);
+        inner.progress = Some(count.progress.clone());
         inner.changed = true;
         if done
             && let Some(m) = milestone(
@@ -219,6 +357,7 @@ mod tests {
             (progress.stage.as_str(), progress.done, progress.total),
             ("Updating instance", 2, 3)
         );
+        assert_eq!(progress.message, "Updating instance: 2/3, canary done");
         assert_eq!(p.take_progress(), None, "unchanged since");
         let m = p.drain();
         assert_eq!(m.len(), 2);
@@ -232,28 +371,92 @@ mod tests {
             ("InstanceUpdated", Some(("web".into(), 1)))
         );
         // Another group's stage of the same name counts apart.
-        let mut db = line(
-            "Updating instance",
-            "db/u3 (0) (canary)",
-            2,
-            State::Finished,
+        let db = |state| {
+            let mut l = line("Updating instance", "db/u3 (0) (canary)", 2, state);
+            if let EventLine::Stage(e) = &mut l {
+                e.tags = vec!["db".into()];
+            }
+            l
+        };
+        p.emit(db(State::Started));
+        assert_eq!(
+            p.take_progress().unwrap().message,
+            "Updating instance group db: 0/2, canary updating"
         );
-        if let EventLine::Stage(e) = &mut db {
-            e.tags = vec!["db".into()];
-        }
-        p.emit(db);
+        p.emit(db(State::Finished));
         let progress = p.take_progress().unwrap();
         assert_eq!(
             (progress.stage.as_str(), progress.done, progress.total),
             ("Updating instance db", 1, 2)
         );
+        assert_eq!(
+            progress.message,
+            "Updating instance group db: 1/2, canary done"
+        );
         p.drain();
         p.emit(line("Compiling packages", "pkg/1", 5, State::Finished));
-        assert_eq!(p.take_progress().unwrap().stage, "Compiling packages");
+        let progress = p.take_progress().unwrap();
+        assert_eq!(progress.stage, "Compiling packages");
+        assert_eq!(progress.message, "Compiling packages: 1/5");
         assert!(
             p.drain().is_empty(),
             "a compiled package is not an Event of its own"
         );
+    }
+
+    #[test]
+    fn typed_milestones_are_events_about_their_instance() {
+        let p = DeployProgress::new();
+        let web1 = InstanceName {
+            group: "web".into(),
+            index: 1,
+            display: "web/u2 (1)".into(),
+        };
+        p.milestone(EngineMilestone::VmRecreated {
+            instance: web1.clone(),
+            old_cid: "vm-a".into(),
+            new_cid: "vm-b".into(),
+        });
+        p.milestone(EngineMilestone::DiskMigrated {
+            instance: web1.clone(),
+            old_cid: "disk-a".into(),
+            new_cid: "disk-b".into(),
+            size_mib: 96,
+        });
+        p.milestone(EngineMilestone::AgentUnresponsive {
+            instance: web1,
+            error: "Timed out sending 'get_state' to agent-1 after 45 seconds".into(),
+        });
+        p.milestone(EngineMilestone::DnsSynced {
+            version: 7,
+            agents: 3,
+            failed: 1,
+        });
+        let m = p.drain();
+        let reasons: Vec<_> = m.iter().map(|m| (m.reason, m.kind)).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                ("VMRecreated", EventType::Normal),
+                ("DiskMigrated", EventType::Normal),
+                ("AgentUnresponsive", EventType::Warning),
+                ("DNSSynced", EventType::Normal),
+            ]
+        );
+        assert_eq!(m[0].note, "Replaced VM vm-a of web/u2 (1) with VM vm-b");
+        assert!(
+            m[1].note
+                .contains("from disk disk-a to disk disk-b (96 MiB)")
+        );
+        assert!(m[2].note.contains("Timed out sending 'get_state'"));
+        assert_eq!(
+            m[3].note,
+            "Sent DNS records version 7 to 3 agent(s); 1 did not acknowledge"
+        );
+        for about_web1 in &m[..3] {
+            assert_eq!(about_web1.instance, Some(("web".into(), 1)));
+        }
+        assert_eq!(m[3].instance, None, "DNS is the deployment's");
     }
 
     #[test]

@@ -10,11 +10,16 @@
 //!   cloud compared), as Flux's `reconcile.fluxcd.io/requestedAt`.
 //!
 //! A request is handled when its value is copied to the status (`lastHandledAction`,
-//! `lastHandledReconcileRequest`); one whose value equals the acknowledged one is done.
+//! `lastHandledReconcileRequest`); one whose value equals the acknowledged one is done. The
+//! same values are kept in kubosh's annotation [`HANDLED_ANNOTATION`], so a wiped status (or
+//! a restore without status) neither runs an action again nor loses the acknowledgement.
+
+use serde::{Deserialize, Serialize};
 
 use kubosh_engine::{InstanceAction, Scope};
 
-use crate::api::Deployment;
+use crate::api::{Deployment, DeploymentStatus};
+pub use crate::state::HANDLED_ANNOTATION;
 
 /// The annotation asking for an instance action.
 pub const ACTION_ANNOTATION: &str = "kubosh.io/action";
@@ -30,7 +35,62 @@ pub struct ActionRequest {
     pub parsed: Result<(InstanceAction, Option<Scope>), String>,
 }
 
-/// The requests of `deployment` that its status has not acknowledged.
+/// The request values a deployment acknowledged (its status, else [`HANDLED_ANNOTATION`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handled {
+    /// The last `kubosh.io/action` value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// The last `kubosh.io/reconcile-request` value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile_request: Option<String>,
+}
+
+impl Handled {
+    /// What `deployment` acknowledged: each value from the status, or from the annotation
+    /// where the status has none.
+    pub fn of(deployment: &Deployment) -> Handled {
+        let kept: Handled = (deployment.metadata.annotations.as_ref())
+            .and_then(|a| a.get(HANDLED_ANNOTATION))
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default();
+        let status = deployment.status.as_ref();
+        Handled {
+            action: status
+                .and_then(|s| s.last_handled_action.clone())
+                .or(kept.action),
+            reconcile_request: status
+                .and_then(|s| s.last_handled_reconcile_request.clone())
+                .or(kept.reconcile_request),
+        }
+    }
+
+    /// Copies the acknowledged values into `status` (where a wipe left none).
+    pub fn fill(&self, status: &mut DeploymentStatus) {
+        if status.last_handled_action.is_none() {
+            status.last_handled_action = self.action.clone();
+        }
+        if status.last_handled_reconcile_request.is_none() {
+            status.last_handled_reconcile_request = self.reconcile_request.clone();
+        }
+    }
+
+    /// What `status` acknowledges.
+    pub fn in_status(status: &DeploymentStatus) -> Handled {
+        Handled {
+            action: status.last_handled_action.clone(),
+            reconcile_request: status.last_handled_reconcile_request.clone(),
+        }
+    }
+
+    /// The annotation's value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The requests of `deployment` that it has not acknowledged.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pending {
     /// The instance action.
@@ -43,7 +103,7 @@ impl Pending {
     /// Of `deployment`.
     pub fn of(deployment: &Deployment) -> Pending {
         let annotations = &deployment.metadata.annotations;
-        let status = deployment.status.as_ref();
+        let handled = Handled::of(deployment);
         let value = |key: &str| {
             annotations
                 .as_ref()
@@ -52,13 +112,13 @@ impl Pending {
                 .cloned()
         };
         let action = value(ACTION_ANNOTATION)
-            .filter(|v| status.and_then(|s| s.last_handled_action.as_ref()) != Some(v))
+            .filter(|v| handled.action.as_ref() != Some(v))
             .map(|value| ActionRequest {
                 parsed: parse_action(&value),
                 value,
             });
-        let reconcile = value(RECONCILE_ANNOTATION)
-            .filter(|v| status.and_then(|s| s.last_handled_reconcile_request.as_ref()) != Some(v));
+        let reconcile =
+            value(RECONCILE_ANNOTATION).filter(|v| handled.reconcile_request.as_ref() != Some(v));
         Pending { action, reconcile }
     }
 
@@ -136,6 +196,62 @@ mod tests {
             group: group.into(),
             instance: instance.map(Into::into),
         })
+    }
+
+    fn deployment(annotations: &[(&str, &str)], status: Option<DeploymentStatus>) -> Deployment {
+        let mut d = Deployment::new(
+            "web",
+            serde_json::from_value(serde_json::json!({"manifest": {}})).unwrap(),
+        );
+        d.metadata.annotations = Some(
+            (annotations.iter())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        d.status = status;
+        d
+    }
+
+    #[test]
+    fn a_wiped_status_keeps_the_acknowledgement_in_the_annotation() {
+        let kept = Handled {
+            action: Some("recreate web/1".into()),
+            reconcile_request: Some("r1".into()),
+        }
+        .to_annotation();
+        let asked = [
+            (ACTION_ANNOTATION, "recreate web/1"),
+            (RECONCILE_ANNOTATION, "r1"),
+        ];
+        // Status wiped: the annotation still says both were handled.
+        let mut with_kept = asked.to_vec();
+        with_kept.push((HANDLED_ANNOTATION, &kept));
+        let d = deployment(&with_kept, None);
+        assert!(Pending::of(&d).is_empty());
+        let mut status = DeploymentStatus::default();
+        Handled::of(&d).fill(&mut status);
+        assert_eq!(
+            status.last_handled_action.as_deref(),
+            Some("recreate web/1")
+        );
+        assert_eq!(status.last_handled_reconcile_request.as_deref(), Some("r1"));
+        // Without either, both are pending; a newer value is pending whatever was kept.
+        assert_eq!(
+            Pending::of(&deployment(&asked, None)).reconcile.as_deref(),
+            Some("r1")
+        );
+        let mut newer = with_kept.clone();
+        newer[0] = (ACTION_ANNOTATION, "recreate web/1 @2");
+        let pending = Pending::of(&deployment(&newer, None));
+        assert_eq!(pending.action.unwrap().value, "recreate web/1 @2");
+        // The status wins over the annotation where both say something.
+        let status = DeploymentStatus {
+            last_handled_action: Some("stop web".into()),
+            ..DeploymentStatus::default()
+        };
+        let d = deployment(&with_kept, Some(status));
+        assert_eq!(Handled::of(&d).action.as_deref(), Some("stop web"));
+        assert_eq!(Handled::of(&d).reconcile_request.as_deref(), Some("r1"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The controllers of `kubosh controller`, run together in one process: `Deployment` (also
 //! woken by its `CloudConfig`, the `Release`s and `Stemcell`s of its namespace and its own
-//! `Instance`s), `Release`, `Stemcell` and (orphaned) `Disk`. Reconciles run with bounded concurrency; the
-//! deploys they start run beside them (see [`super::deployment`]).
+//! `Instance`s), `Release`, `Stemcell` and (orphaned) `Disk`, and, when the controller hears
+//! heartbeats, the instances' health ([`super::health`]). Reconciles run with bounded
+//! concurrency; the deploys they start run beside them (see [`super::deployment`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use super::artifacts::{
 use super::backoff::Backoffs;
 use super::deployment::{self, DeploymentContext};
 use super::disk;
+use super::health::{self, HealthWatch};
 use crate::api::{CloudConfig, Deployment, Disk, Instance, Release, Stemcell};
 
 /// How many reconciles of one kind run at once.
@@ -105,11 +107,13 @@ fn artifact_error<K: Resource + ResourceExt, E: std::fmt::Display>(
     Action::requeue(delay)
 }
 
-/// Runs the three controllers until `shutdown` completes (then in-flight reconciles finish).
+/// Runs the controllers (and the health watch, with `health`) until `shutdown` completes
+/// (then in-flight reconciles finish).
 pub async fn run(
     deployments: DeploymentContext,
     artifacts: ArtifactContext,
     scope: Scope,
+    health: Option<HealthWatch>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = deployments.client.clone();
@@ -119,6 +123,11 @@ pub async fn run(
 
     let controller = Controller::new(scope.api::<Deployment>(&client), watch.clone());
     let store = controller.store();
+    let (cloud_configs_changed, releases_changed, stemcells_changed) = (
+        deployments.inputs.clone(),
+        deployments.inputs.clone(),
+        deployments.inputs.clone(),
+    );
     let by_cloud_config = store.clone();
     let by_release = store.clone();
     let by_stemcell = store;
@@ -136,6 +145,7 @@ pub async fn run(
             scope.api::<CloudConfig>(&client),
             watch.clone(),
             move |cc: CloudConfig| {
+                cloud_configs_changed.changed(cc.namespace().as_deref());
                 let name = cc.name_any();
                 by_cloud_config
                     .state()
@@ -149,12 +159,18 @@ pub async fn run(
         .watches(
             scope.api::<Release>(&client),
             watch.clone(),
-            move |r: Release| in_namespace(&by_release, r.namespace()),
+            move |r: Release| {
+                releases_changed.changed(r.namespace().as_deref());
+                in_namespace(&by_release, r.namespace())
+            },
         )
         .watches(
             scope.api::<Stemcell>(&client),
             watch.clone(),
-            move |s: Stemcell| in_namespace(&by_stemcell, s.namespace()),
+            move |s: Stemcell| {
+                stemcells_changed.changed(s.namespace().as_deref());
+                in_namespace(&by_stemcell, s.namespace())
+            },
         )
         .with_config(config.clone())
         .graceful_shutdown_on(shutdown.clone())
@@ -193,12 +209,23 @@ pub async fn run(
         });
     let disk_loop = Controller::new(scope.api::<Disk>(&client), watch)
         .with_config(config)
-        .graceful_shutdown_on(shutdown)
-        .run(disk::reconcile, disk::error_policy, deployments)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(disk::reconcile, disk::error_policy, deployments.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "disk reconcile");
             }
         });
-    futures::join!(deployment_loop, release_loop, stemcell_loop, disk_loop);
+    let health_loop = async {
+        if let Some(watch) = health {
+            health::run(deployments, scope.api::<Instance>(&client), watch, shutdown).await;
+        }
+    };
+    futures::join!(
+        deployment_loop,
+        release_loop,
+        stemcell_loop,
+        disk_loop,
+        health_loop
+    );
 }

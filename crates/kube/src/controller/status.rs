@@ -89,6 +89,24 @@ pub fn is_ready(conditions: &[Condition], generation: Option<i64>) -> bool {
         .any(|c| c.type_ == READY && c.status == "True" && c.observed_generation == generation)
 }
 
+/// Why a resource is not Ready for `generation`, when its conditions say so: `Stalled:
+/// <reason>: <message>` or `<reason>: <message>` of a false `Ready`.
+pub fn not_ready_because(conditions: &[Condition], generation: Option<i64>) -> Option<String> {
+    let current = |kind: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == kind && c.observed_generation == generation)
+    };
+    let said = |c: &Condition| match c.message.trim() {
+        "" => c.reason.clone(),
+        message => format!("{}: {message}", c.reason),
+    };
+    if let Some(stalled) = current(STALLED).filter(|c| c.status == "True") {
+        return Some(format!("Stalled: {}", said(stalled)));
+    }
+    current(READY).filter(|c| c.status == "False").map(said)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +127,29 @@ mod tests {
         assert_ne!(conds[0].last_transition_time, long_ago);
         assert!(is_ready(&conds, Some(2)));
         assert!(!is_ready(&conds, Some(3)));
+    }
+
+    #[test]
+    fn a_resource_says_why_it_is_not_ready() {
+        let mut conds = Vec::new();
+        assert_eq!(not_ready_because(&conds, Some(1)), None);
+        set_condition(&mut conds, condition(READY, false, "Fetching", "", Some(1)));
+        assert_eq!(
+            not_ready_because(&conds, Some(1)).as_deref(),
+            Some("Fetching")
+        );
+        assert_eq!(
+            not_ready_because(&conds, Some(2)),
+            None,
+            "another generation"
+        );
+        set_condition(
+            &mut conds,
+            condition(STALLED, true, "InvalidTarball", "not a gzip file", Some(1)),
+        );
+        assert_eq!(
+            not_ready_because(&conds, Some(1)).as_deref(),
+            Some("Stalled: InvalidTarball: not a gzip file")
+        );
     }
 }

@@ -140,6 +140,22 @@ async fn bad_digests_and_names_stall_with_the_reason() {
     assert_eq!(reason(&status.conditions, "Ready").0, "False");
     assert!(status.jobs.is_empty());
     assert!(store.list().await.unwrap().is_empty(), "nothing stored");
+    // A deployment waiting for it is told why.
+    let manifest: kubosh_core::manifest::DeploymentManifest =
+        serde_json::from_value(serde_json::json!({
+            "name": "d", "releases": [{"name": "hello", "version": "1.0.0"}],
+            "stemcells": [], "instance_groups": [],
+            "update": {"canaries": 1, "max_in_flight": 1, "canary_watch_time": 1000, "update_watch_time": 1000},
+        }))
+        .unwrap();
+    let stored = api.get("bad-digest").await.unwrap();
+    let waiting = waiting_for(&manifest, &[stored], &[]);
+    assert_eq!(waiting.len(), 1);
+    assert!(
+        waiting[0]
+            .starts_with("release hello/1.0.0 (Release bad-digest: Stalled: DigestMismatch: "),
+        "{waiting:?}"
+    );
 
     let mut wrong = release("wrong-version", &file_url(&tarball), None);
     wrong.spec.version = "2.0.0".into();
@@ -324,7 +340,10 @@ async fn a_stemcell_becomes_ready_and_deployments_know_what_they_wait_for() {
         .unwrap();
     assert_eq!(
         waiting_for(&manifest, std::slice::from_ref(&r), &stemcells),
-        ["release hello/1.0.0", "release missing/3"],
+        [
+            "release hello/1.0.0 (Release hello-1.0.0: not Ready yet)",
+            "release missing/3"
+        ],
         "a Release that is not Ready yet is still waited for"
     );
     reconcile_release(&r, &ctx).await.unwrap();

@@ -321,10 +321,26 @@ async fn one_write_per_record_and_a_write_over_another_change_fails() {
         .await
         .unwrap();
 
-    // No Deployment: the store says so.
-    let orphan = KubeStore::new(client, &ns, "missing", None);
-    let err = orphan.load().await.unwrap_err().to_string();
+    // No Deployment: its state is empty but for the orphaned disks that outlive it, and
+    // nothing writes its annotations (an apply would create the resource again).
+    let gone = KubeStore::new(client.clone(), &ns, "missing", None);
+    let state = gone.load().await.unwrap();
+    assert!(state.instances.is_empty() && state.orphaned_disks.is_empty());
+    assert!(state.intents.is_empty());
+    assert_eq!(state.meta, DeploymentMeta::default());
+    let err = gone
+        .write(&Write::Meta(DeploymentMeta::default()))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("deployment missing"), "{err}");
+    assert!(
+        Api::<Deployment>::namespaced(client, &ns)
+            .get_opt("missing")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// A VM's `env` (the agent's password hash, mbus credentials, interpolated variables) is

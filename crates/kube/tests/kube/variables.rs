@@ -630,10 +630,18 @@ async fn kubernetes_secrets_generate_once() {
     for name in ["admin_password", "ca", "tls"] {
         assert_eq!(value(&first, name), value(&second, name), "{name}");
     }
-    // Another deployment in the same namespace has its own.
-    let other = variables::resolve(&d, &Vars::new(), &kube_store(&ns, "api").await)
-        .await
-        .unwrap();
+    // Read with one list: the same values.
+    let listed = kube_store(&ns, "web").await.preloaded().await.unwrap();
+    let third = variables::resolve(&d, &Vars::new(), &listed).await.unwrap();
+    assert!(third.sources.iter().all(|(_, s)| *s == Source::Stored));
+    for name in ["admin_password", "ca", "tls"] {
+        assert_eq!(value(&first, name), value(&third, name), "{name}");
+    }
+    // Another deployment in the same namespace has its own (its list finds none of web's;
+    // its leaf is signed by the CA it generated in the same pass).
+    let listed = kube_store(&ns, "api").await.preloaded().await.unwrap();
+    let other = variables::resolve(&d, &Vars::new(), &listed).await.unwrap();
+    assert!(other.sources.iter().all(|(_, s)| *s == Source::Generated));
     assert_ne!(
         value(&other, "admin_password"),
         value(&first, "admin_password")

@@ -175,13 +175,7 @@ fn redact_userinfo(text: &str, urls: &[String]) -> String {
     text
 }
 
-/// True if `s` can be one token of a NATS subject (no dots, wildcards or whitespace).
-pub fn is_subject_token(s: &str) -> bool {
-    !s.is_empty()
-        && !s
-            .chars()
-            .any(|c| c == '.' || c == '*' || c == '>' || c.is_whitespace() || c.is_control())
-}
+pub use kubosh_bosh::agent::nats_auth::is_subject_token;
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<async_nats::Message>>>>;
 

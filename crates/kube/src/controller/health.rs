@@ -1,0 +1,423 @@
+//! What the agents say between deploys: each `Instance`'s `processState` (the State column of
+//! `kubectl get instances`) and its deployment's `ready`/`failing` counters follow the
+//! agents' heartbeats, as BOSH's health monitor follows them. An agent silent for longer than
+//! the agent timeout (the health monitor's `agent_timeout`, 60 s) makes its instance
+//! `Unresponsive`; one reporting `failing` (or `stopped` jobs that should run) makes it
+//! `Failing`; each change is one status write and one Event (`AgentUnresponsive`,
+//! `JobsFailing`, `InstanceRecovered`), never one per heartbeat.
+//!
+//! A deployment whose deploy or deletion runs is left to that task (it stops and starts
+//! jobs on purpose, and writes every status when it ends), and so is an instance whose last
+//! update did not complete. Only heartbeats sent after the deployment's last task ended
+//! count (one sent while its jobs were being restarted says nothing about them now), and
+//! silence counts only once a whole agent timeout passed since then.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::deployment::{DeploymentContext, publish_regarding, write_status};
+use super::status;
+use crate::api::condition::READY;
+use crate::api::{
+    Deployment, Instance, InstanceState, InstanceStatus, ProcessState, RECORD_ANNOTATION,
+};
+use crate::state::FIELD_MANAGER;
+use kubosh_engine::AgentHealth;
+use kubosh_engine::state::InstanceRecord;
+
+/// The heartbeats the controller hears, and how long an agent may be silent.
+#[derive(Clone)]
+pub struct HealthWatch {
+    /// The heartbeats (the health monitor's ear on NATS).
+    pub health: Arc<dyn AgentHealth>,
+    /// How long an agent may be silent before its instance is `Unresponsive` (the health
+    /// monitor's `agent_timeout`).
+    pub agent_timeout: Duration,
+    /// When listening began: silence means nothing before one timeout has passed.
+    pub since: Instant,
+}
+
+impl HealthWatch {
+    /// Heartbeats from `health`, listened to from now on.
+    pub fn new(health: Arc<dyn AgentHealth>, agent_timeout: Duration) -> HealthWatch {
+        HealthWatch {
+            health,
+            agent_timeout,
+            since: Instant::now(),
+        }
+    }
+}
+
+/// The health monitor's `agent_timeout`.
+pub const AGENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the heartbeats say of an instance that should run: `None` when they say nothing
+/// new (not heard yet, a state in between, or the instance is not meant to run).
+pub fn observed_state(
+    desired: InstanceState,
+    has_vm: bool,
+    job_state: Option<&str>,
+    listened_long_enough: bool,
+) -> Option<ProcessState> {
+    if desired != InstanceState::Started || !has_vm {
+        return None;
+    }
+    match job_state {
+        Some("running") => Some(ProcessState::Running),
+        Some("failing" | "stopped") => Some(ProcessState::Failing),
+        Some(_) => None,
+        None if listened_long_enough => Some(ProcessState::Unresponsive),
+        None => None,
+    }
+}
+
+/// The Event of a change from `from` to `to`, if it is one worth telling.
+fn transition(
+    from: Option<ProcessState>,
+    to: ProcessState,
+    instance: &str,
+    agent_timeout: Duration,
+) -> Option<(EventType, &'static str, String)> {
+    match to {
+        ProcessState::Unresponsive => Some((
+            EventType::Warning,
+            "AgentUnresponsive",
+            format!(
+                "No heartbeat from the agent of {instance} for more than {}s",
+                agent_timeout.as_secs()
+            ),
+        )),
+        ProcessState::Failing => Some((
+            EventType::Warning,
+            "JobsFailing",
+            format!("The agent of {instance} reports jobs that are not running"),
+        )),
+        ProcessState::Running
+            if matches!(
+                from,
+                Some(ProcessState::Failing | ProcessState::Unresponsive)
+            ) =>
+        {
+            Some((
+                EventType::Normal,
+                "InstanceRecovered",
+                format!("The jobs of {instance} run again"),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// How often the instances are compared with the heartbeats.
+fn check_every(agent_timeout: Duration) -> Duration {
+    (agent_timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(15))
+}
+
+/// Follows the heartbeats until `shutdown`: watches the `Instance`s (of `api`'s scope) and
+/// writes what changed.
+pub async fn run(
+    ctx: Arc<DeploymentContext>,
+    api: Api<Instance>,
+    watch: HealthWatch,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (store, writer) = reflector::store();
+    // Without their managed fields, the cached instances take a fraction of the memory.
+    let instances = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|i: &mut Instance| i.managed_fields_mut().clear());
+    let reflect = reflector::reflector(writer, instances)
+        .applied_objects()
+        .for_each(|_| futures::future::ready(()));
+    let check = async {
+        let mut tick = tokio::time::interval(check_every(watch.agent_timeout));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            check(&ctx, &store, &watch).await;
+        }
+    };
+    tokio::select! {
+        () = reflect => {}
+        () = check => {}
+        () = shutdown => {}
+    }
+}
+
+/// One comparison of every instance with its agent's heartbeats.
+async fn check(ctx: &DeploymentContext, store: &Store<Instance>, watch: &HealthWatch) {
+    // Deployments whose counters move, by (namespace, name, uid).
+    let mut touched: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut states: BTreeMap<String, ProcessState> = BTreeMap::new();
+    for instance in store.state() {
+        let Some(owner) = instance
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "Deployment")
+        else {
+            continue;
+        };
+        if ctx.ledger.is_running(&owner.uid) {
+            continue;
+        }
+        // How long the agents of this deployment have had to say something new.
+        let quiet = match ctx.ledger.ended(&owner.uid) {
+            Some(ended) => ended.max(watch.since),
+            None => watch.since,
+        }
+        .elapsed();
+        let completed = (instance.annotations().get(RECORD_ANNOTATION))
+            .and_then(|text| serde_json::from_str::<InstanceRecord>(text).ok())
+            .is_some_and(|r| r.update_completed);
+        let current = instance.status.as_ref().and_then(|s| s.process_state);
+        let job_state = (instance.spec.agent_id.as_deref()).and_then(|agent| {
+            (watch.health).recent_job_state(agent, watch.agent_timeout.min(quiet))
+        });
+        let Some(next) = observed_state(
+            instance.spec.state,
+            instance.spec.vm_cid.is_some(),
+            job_state.as_deref(),
+            quiet > watch.agent_timeout,
+        )
+        .filter(|_| completed) else {
+            if let Some(state) = current {
+                states.insert(instance.name_any(), state);
+            }
+            continue;
+        };
+        states.insert(instance.name_any(), next);
+        if current == Some(next) {
+            continue;
+        }
+        let label = format!(
+            "{}/{} ({})",
+            instance.spec.instance_group, instance.spec.id, instance.spec.index
+        );
+        if write_process_state(ctx, &instance, next).await {
+            if let Some((kind, reason, note)) =
+                transition(current, next, &label, watch.agent_timeout)
+            {
+                let secondary = Some(owner_reference(&instance, owner));
+                publish_regarding(
+                    ctx,
+                    &instance.object_ref(&()),
+                    secondary,
+                    kind,
+                    reason,
+                    &note,
+                )
+                .await;
+            }
+            touched.insert((
+                instance.namespace().unwrap_or_default(),
+                owner.name.clone(),
+                owner.uid.clone(),
+            ));
+        }
+    }
+    for (namespace, name, uid) in touched {
+        let instances: Vec<Arc<Instance>> = (store.state().into_iter())
+            .filter(|i| i.namespace().as_deref() == Some(namespace.as_str()))
+            .filter(|i| i.spec.deployment == name)
+            .collect();
+        write_counters(ctx, &namespace, &name, &uid, &instances, &states).await;
+    }
+}
+
+fn owner_reference(
+    instance: &Instance,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(owner.api_version.clone()),
+        kind: Some(owner.kind.clone()),
+        name: Some(owner.name.clone()),
+        namespace: instance.namespace(),
+        uid: Some(owner.uid.clone()),
+        ..Default::default()
+    }
+}
+
+/// Writes `state` (and the matching `Ready`) to the instance's status; whether it did.
+async fn write_process_state(
+    ctx: &DeploymentContext,
+    instance: &Instance,
+    state: ProcessState,
+) -> bool {
+    let generation = instance.metadata.generation;
+    let current = instance.status.clone().unwrap_or_default();
+    let (ready, reason) = match state {
+        ProcessState::Running => (true, "Running"),
+        ProcessState::Failing => (false, "JobsFailing"),
+        ProcessState::Unresponsive => (false, "AgentUnresponsive"),
+        ProcessState::Stopped => (true, "Stopped"),
+        ProcessState::Unknown => (false, "Unknown"),
+    };
+    let mut next = InstanceStatus {
+        observed_generation: generation,
+        process_state: Some(state),
+        ..current
+    };
+    status::set_condition(
+        &mut next.conditions,
+        status::condition(READY, ready, reason, "", generation),
+    );
+    let patch = json!({
+        "apiVersion": Instance::api_version(&()),
+        "kind": Instance::kind(&()),
+        "status": next,
+    });
+    let api: Api<Instance> = Api::namespaced(
+        ctx.client.clone(),
+        &instance.namespace().unwrap_or_default(),
+    );
+    match api
+        .patch_status(
+            &instance.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(instance = %instance.name_any(), error = %e, "cannot write the instance's state");
+            false
+        }
+    }
+}
+
+/// Rewrites the `ready` and `failing` counters of deployment `name` from its instances'
+/// states (the other counters are the last deploy's).
+async fn write_counters(
+    ctx: &DeploymentContext,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    instances: &[Arc<Instance>],
+    states: &BTreeMap<String, ProcessState>,
+) {
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    let deployment = match api.get_opt(name).await {
+        Ok(Some(d)) if d.uid().as_deref() == Some(uid) => d,
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(deployment = name, error = %e, "cannot read the deployment");
+            return;
+        }
+    };
+    let mut status = deployment.status.clone().unwrap_or_default();
+    let before = status.clone();
+    for group in &mut status.instance_groups {
+        let of_group = || {
+            (instances.iter())
+                .filter(|i| i.spec.instance_group == group.name)
+                .filter_map(|i| states.get(&i.name_any()))
+        };
+        group.ready = i32::try_from(of_group().filter(|s| **s == ProcessState::Running).count())
+            .unwrap_or(i32::MAX);
+        group.failing = i32::try_from(
+            of_group()
+                .filter(|s| matches!(s, ProcessState::Failing | ProcessState::Unresponsive))
+                .count(),
+        )
+        .unwrap_or(i32::MAX);
+    }
+    let ready: i32 = status.instance_groups.iter().map(|g| g.ready).sum();
+    status.ready_instances = Some(ready);
+    if let Some(desired) = status.desired_instances {
+        status.instances = Some(format!("{ready}/{desired}"));
+    }
+    // A task started meanwhile writes every counter when it ends.
+    if status == before || ctx.ledger.is_running(uid) {
+        return;
+    }
+    if let Err(e) = write_status(&ctx.client, &deployment, &status).await {
+        tracing::warn!(deployment = name, error = %e, "cannot write the counters");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_say_running_failing_or_nothing_and_silence_is_unresponsive() {
+        use InstanceState::{Started, Stopped};
+        use ProcessState::{Failing, Running, Unresponsive};
+        assert_eq!(
+            observed_state(Started, true, Some("running"), false),
+            Some(Running)
+        );
+        assert_eq!(
+            observed_state(Started, true, Some("failing"), true),
+            Some(Failing)
+        );
+        assert_eq!(
+            observed_state(Started, true, Some("stopped"), true),
+            Some(Failing)
+        );
+        assert_eq!(observed_state(Started, true, Some("starting"), true), None);
+        assert_eq!(
+            observed_state(Started, true, None, false),
+            None,
+            "not listened long enough to say"
+        );
+        assert_eq!(
+            observed_state(Started, true, None, true),
+            Some(Unresponsive)
+        );
+        assert_eq!(
+            observed_state(Stopped, true, None, true),
+            None,
+            "stopped on purpose"
+        );
+        assert_eq!(observed_state(Started, false, None, true), None, "no VM");
+    }
+
+    #[test]
+    fn only_changes_worth_telling_are_events() {
+        let t = Duration::from_secs(60);
+        let (kind, reason, note) = transition(
+            Some(ProcessState::Running),
+            ProcessState::Unresponsive,
+            "web/u (0)",
+            t,
+        )
+        .unwrap();
+        assert_eq!((kind, reason), (EventType::Warning, "AgentUnresponsive"));
+        assert_eq!(
+            note,
+            "No heartbeat from the agent of web/u (0) for more than 60s"
+        );
+        assert_eq!(
+            transition(
+                Some(ProcessState::Unresponsive),
+                ProcessState::Running,
+                "w",
+                t
+            )
+            .map(|e| e.1),
+            Some("InstanceRecovered")
+        );
+        assert_eq!(
+            transition(Some(ProcessState::Unknown), ProcessState::Running, "w", t),
+            None,
+            "running after a deploy is no news"
+        );
+        assert_eq!(
+            check_every(Duration::from_secs(60)),
+            Duration::from_secs(15)
+        );
+        assert_eq!(check_every(Duration::from_secs(2)), Duration::from_secs(1));
+    }
+}

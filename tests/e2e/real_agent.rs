@@ -1,0 +1,449 @@
+//! The real bosh-agent (cloudfoundry/bosh-agent, dummy platform, built by tools/testbins.sh)
+//! as the local cloud's VMs under `kubosh deploy`: each VM's first process is `kubosh vm
+//! run`, which gives the agent a private `/var/vcap` and makes its disk bookkeeping real.
+//! With `-M dummy` the agent starts no job process, so what the jobs did is read from the
+//! lifecycle scripts' traces (hello's `pre-start` makes `/var/vcap/sys/run/hello` and prints
+//! the greeting into its log) and from the agent's own files in the VM's root.
+
+use crate::director_world;
+
+use std::path::{Path, PathBuf};
+
+use director_world::{
+    AgentKind, World, cloud_config, edit_json as edit, hello_deployment, write_json,
+};
+use kubosh_cloud::{Cloud as _, CpiCommand, ExternalCpi, VmCid};
+use kubosh_engine::state::{DeploymentState, InstanceRecord};
+use serde_json::{Value, json};
+
+/// `path` as the VM sees it, resolved on the host under the VM's root `root` (the agent's
+/// links are absolute `/var/vcap/...` paths, meaningful only inside the VM).
+fn in_vm(root: &Path, path: &str) -> PathBuf {
+    let mut at = root.to_path_buf();
+    let inside = path.strip_prefix("/var/vcap/").unwrap_or(path);
+    for part in inside.split('/').filter(|p| !p.is_empty()) {
+        at.push(part);
+        for _ in 0..8 {
+            let Ok(target) = std::fs::read_link(&at) else {
+                break;
+            };
+            at = match target.strip_prefix("/var/vcap") {
+                Ok(rest) => root.join(rest),
+                Err(_) if target.is_absolute() => target,
+                Err(_) => at.parent().unwrap().join(target),
+            };
+        }
+    }
+    at
+}
+
+fn deploy(w: &World) -> String {
+    deploy_with(w, &[])
+}
+
+fn deploy_with(w: &World, args: &[&str]) -> String {
+    let mut command = w.command("deploy");
+    command.args(args);
+    let (ok, stdout, stderr) = w.output(command);
+    assert!(ok, "deploy failed:\n{stdout}\n{stderr}\n{}", agent_logs(w));
+    assert_eq!(
+        stdout.trim_end().lines().last(),
+        Some("Succeeded"),
+        "{stdout}"
+    );
+    stdout
+}
+
+/// The tail of every VM's agent log, for failure messages.
+fn agent_logs(w: &World) -> String {
+    let mut out = String::new();
+    for vm in std::fs::read_dir(w.cloud().join("vms"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let log = std::fs::read_to_string(vm.path().join("agent.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        out.push_str(&format!("--- {}\n", vm.path().display()));
+        for line in tail.into_iter().rev() {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn instances<'a>(state: &'a DeploymentState, group: &str) -> Vec<&'a InstanceRecord> {
+    let mut v: Vec<_> = state
+        .instances
+        .values()
+        .filter(|i| i.group == group)
+        .collect();
+    v.sort_by_key(|i| i.index);
+    v
+}
+
+fn root_of(w: &World, i: &InstanceRecord) -> PathBuf {
+    w.vm_root(&i.vm.as_ref().expect("a VM").cid)
+}
+
+/// Everything under the host's `/var/vcap` (nothing a VM does may land there).
+fn host_var_vcap() -> Vec<PathBuf> {
+    walkdir(Path::new("/var/vcap"))
+}
+
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Deploys `manifest`; the state after.
+async fn apply(w: &World, manifest: &Value) -> DeploymentState {
+    w.write_manifest(manifest);
+    deploy(w);
+    w.state().await
+}
+
+/// The requests every agent handled so far (bosh-agent logs each one), over all VMs.
+fn agent_requests(w: &World) -> usize {
+    let vms = std::fs::read_dir(w.cloud().join("vms"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    vms.map(|vm| {
+        let log = std::fs::read_to_string(vm.path().join("agent.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("Received request with action"))
+            .count()
+    })
+    .sum()
+}
+
+/// The hello job's rendered configuration on an instance.
+fn hello_config(w: &World, i: &InstanceRecord) -> Value {
+    let path = in_vm(&root_of(w, i), "/var/vcap/jobs/hello/config/config.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// hello's pre-start ran on the instance (it makes its run directory).
+fn pre_start_ran(w: &World, i: &InstanceRecord) -> bool {
+    in_vm(&root_of(w, i), "/var/vcap/sys/run/hello").is_dir()
+}
+
+fn vm_count(w: &World) -> usize {
+    std::fs::read_dir(w.cloud().join("vms")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.path().join("meta.json").is_file())
+            .count()
+    })
+}
+
+/// A second group of the example job.
+fn api_group(port: u16) -> Value {
+    json!({
+        "name": "api", "instances": 1, "azs": ["z1"], "vm_type": "small",
+        "stemcell": "default", "networks": [{"name": "default"}],
+        "jobs": [{"name": "hello", "release": "hello", "consumes": {"peers": "nil"},
+                  "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
+    })
+}
+
+/// Fresh deploy (compiling libhello, then hello-server against it), a no-op that asks no
+/// agent anything because every heartbeat was heard, a property change, scaling 1 → 3 → 1
+/// and a group's removal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
+    let host_before = host_var_vcap();
+    let w = World::with_agent(31, AgentKind::Bosh);
+    let mut manifest = hello_deployment(w.port, "Hello");
+    manifest["instance_groups"][0]["instances"] = json!(1);
+    w.write_manifest(&manifest);
+    let stdout = deploy(&w);
+    for compiled in ["libhello/", "hello-server/"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains("Compiling packages") && l.contains(compiled)),
+            "{stdout}"
+        );
+    }
+    let state = w.state().await;
+    let web0 = instances(&state, "web")[0].clone();
+    assert!(pre_start_ran(&w, &web0));
+    assert_eq!(hello_config(&w, &web0)["greeting"], "Hello");
+    assert_eq!(vm_count(&w), 1, "the compilation VMs are gone");
+
+    // No-op: the director hears every agent's heartbeat (bosh-agent beats at start, then
+    // every 30 s), so it asks none of them anything and calls no CPI method.
+    let director = w.dir.path().join("director.yml");
+    edit(&director, |d| d["health"] = json!({"listen_for": 31}));
+    let (requests, calls) = (agent_requests(&w), w.calls());
+    let stdout = deploy(&w);
+    assert!(stdout.contains("No changes"), "{stdout}");
+    assert_eq!(
+        agent_requests(&w),
+        requests,
+        "a no-op deploy asked an agent"
+    );
+    assert_eq!(w.calls(), calls, "a no-op deploy called the cloud");
+    edit(&director, |d| {
+        d.as_object_mut().unwrap().remove("health");
+    });
+
+    // A property: the same VM, rendered again, its pre-start run again.
+    std::fs::remove_dir_all(in_vm(&root_of(&w, &web0), "/var/vcap/sys/run/hello")).unwrap();
+    manifest["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] = json!("Howdy");
+    let state = apply(&w, &manifest).await;
+    let now = instances(&state, "web")[0].clone();
+    assert_eq!(now.vm, web0.vm, "a property change keeps the VM");
+    assert_eq!(hello_config(&w, &now)["greeting"], "Howdy");
+    assert!(pre_start_ran(&w, &now));
+
+    // 1 → 3, and a second group.
+    manifest["instance_groups"][0]["instances"] = json!(3);
+    manifest["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .push(api_group(w.port));
+    let state = apply(&w, &manifest).await;
+    let web = instances(&state, "web");
+    assert_eq!(web.iter().map(|i| i.index).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(web[0].vm, web0.vm);
+    for i in &web {
+        assert!(pre_start_ran(&w, i), "{}", i.name());
+        // Every web instance's peers link lists the three.
+        let peers = std::fs::read_to_string(in_vm(
+            &root_of(&w, i),
+            "/var/vcap/jobs/hello/config/peers.txt",
+        ))
+        .unwrap();
+        assert_eq!(
+            peers.lines().filter(|l| l.contains(":")).count(),
+            3,
+            "{peers}"
+        );
+    }
+    assert_eq!(instances(&state, "api").len(), 1);
+    assert_eq!(vm_count(&w), 4);
+
+    // 3 → 1 and the api group removed: their VMs (and agents) are gone.
+    manifest["instance_groups"][0]["instances"] = json!(1);
+    manifest["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .truncate(1);
+    let state = apply(&w, &manifest).await;
+    assert_eq!(state.instances.len(), 1);
+    assert_eq!(instances(&state, "web")[0].vm, web0.vm);
+    assert_eq!(vm_count(&w), 1);
+    assert_eq!(
+        host_var_vcap(),
+        host_before,
+        "a VM wrote into the host's /var/vcap"
+    );
+}
+
+/// Reboots a VM through the CPI (`reboot_vm`), as `bosh cck` does.
+async fn reboot(w: &World, vm_cid: &str) {
+    let cpi = ExternalCpi::new(
+        CpiCommand::new(director_world::KUBOSH)
+            .args(["cpi", "--config", &w.path("cpi.json")])
+            .timeout(std::time::Duration::from_secs(60)),
+        "director-uuid",
+    );
+    cpi.reboot_vm(&VmCid(vm_cid.to_string())).await.unwrap();
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Every leaf of a JSON document with its path (`disks.ephemeral.path`); empty objects and
+/// arrays count as leaves.
+fn leaves(value: &Value, at: &str, out: &mut Vec<(String, Value)>) {
+    let key = |k: &str| {
+        if at.is_empty() {
+            k.to_string()
+        } else {
+            format!("{at}.{k}")
+        }
+    };
+    match value {
+        Value::Object(m) if !m.is_empty() => m.iter().for_each(|(k, v)| leaves(v, &key(k), out)),
+        Value::Array(a) if !a.is_empty() => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| leaves(v, &key(&i.to_string()), out)),
+        _ => out.push((at.to_string(), value.clone())),
+    }
+}
+
+/// A disk on a VM that stays, resized by copy with its data, a named disk on a VM that
+/// stays, `--recreate`, both disks removed and the VMs rebooted through the CPI; and the
+/// settings the CPI wrote as the agent read them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_after_removal() {
+    let w = World::with_agent(32, AgentKind::Bosh);
+    let mut cc = cloud_config(w.net);
+    cc["disk_types"] = json!([{"name": "small", "disk_size": 32, "cloud_properties": {}}]);
+    write_json(&w.dir.path().join("cloud-config.yml"), &cc);
+    let mut manifest = hello_deployment(w.port, "Hello");
+    manifest["instance_groups"][0]["instances"] = json!(1);
+    manifest["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .push(api_group(w.port));
+    let state = apply(&w, &manifest).await;
+    let (web0, api0) = (
+        instances(&state, "web")[0].clone(),
+        instances(&state, "api")[0].clone(),
+    );
+
+    // The settings round-trip: the agent re-serialises what it loaded into bosh/settings.json;
+    // every key the CPI wrote is in its model, with the same value.
+    let vm_dir = w.cloud().join("vms").join(&web0.vm.as_ref().unwrap().cid);
+    let (mut written, mut loaded) = (Vec::new(), Vec::new());
+    leaves(&read_json(&vm_dir.join("settings.json")), "", &mut written);
+    leaves(
+        &read_json(&vm_dir.join("root/bosh/settings.json")),
+        "",
+        &mut loaded,
+    );
+    // (A network's `cloud_properties` are the CPI's: the Director puts them in the network
+    // settings and every agent ignores them.)
+    let lost: Vec<_> = (written.iter())
+        .filter(|leaf| !loaded.contains(leaf))
+        .filter(|(key, _)| !(key.starts_with("networks.") && key.ends_with(".cloud_properties")))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "keys the agent's settings model lost or changed: {lost:#?}"
+    );
+
+    // A disk added to a VM that stays: mounted at /var/vcap/store.
+    manifest["instance_groups"][0]["persistent_disk"] = json!(64);
+    let state = apply(&w, &manifest).await;
+    let web = instances(&state, "web")[0].clone();
+    assert_eq!(web.vm, web0.vm);
+    let first_disk = web.disks[0].cid.clone();
+    let root = root_of(&w, &web);
+    let disk_dir = |cid: &str| w.cloud().join("disks").join(cid).join("data");
+    assert_eq!(
+        std::fs::read_link(root.join("store")).unwrap(),
+        disk_dir(&first_disk)
+    );
+    std::fs::write(root.join("store/marker"), "keep me").unwrap();
+
+    // Resized by copy: the data is on the new disk, the old one is orphaned with it.
+    manifest["instance_groups"][0]["persistent_disk"] = json!(128);
+    let state = apply(&w, &manifest).await;
+    let web = instances(&state, "web")[0].clone();
+    assert_eq!(web.vm, web0.vm);
+    let second_disk = web.disks[0].cid.clone();
+    assert_ne!(second_disk, first_disk);
+    assert_eq!(
+        std::fs::read_link(root.join("store")).unwrap(),
+        disk_dir(&second_disk)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("store/marker")).unwrap(),
+        "keep me"
+    );
+    assert!(state.orphaned_disks.contains_key(&first_disk));
+    assert_eq!(
+        std::fs::read_to_string(disk_dir(&first_disk).join("marker")).unwrap(),
+        "keep me"
+    );
+
+    // A named disk on a VM that stays: attached and associated, never mounted.
+    manifest["instance_groups"][1]["persistent_disks"] = json!([{"name": "data", "type": "small"}]);
+    let state = apply(&w, &manifest).await;
+    let api = instances(&state, "api")[0].clone();
+    assert_eq!(api.vm, api0.vm);
+    let data = api.disks[0].cid.clone();
+    let bosh = root_of(&w, &api).join("bosh");
+    assert_eq!(
+        read_json(&bosh.join("disk_associations.json")),
+        json!(["data"])
+    );
+    assert_eq!(
+        read_json(&bosh.join("update_settings.json"))["disk_associations"],
+        json!([{"name": "data", "cid": data}])
+    );
+    let mounts = std::fs::read_to_string(bosh.join("mounts.json")).unwrap_or_default();
+    assert!(
+        !mounts.contains(&data),
+        "a named disk was mounted: {mounts}"
+    );
+
+    // --recreate: new VMs, the disks come along, the data too.
+    deploy_with(&w, &["--recreate"]);
+    let state = w.state().await;
+    let web = instances(&state, "web")[0].clone();
+    let api = instances(&state, "api")[0].clone();
+    assert_ne!(web.vm, web0.vm);
+    assert_ne!(api.vm, api0.vm);
+    assert_eq!(web.disks[0].cid, second_disk);
+    let root = root_of(&w, &web);
+    assert_eq!(
+        std::fs::read_to_string(root.join("store/marker")).unwrap(),
+        "keep me"
+    );
+    let bosh = root_of(&w, &api).join("bosh");
+    assert_eq!(
+        read_json(&bosh.join("update_settings.json"))["disk_associations"],
+        json!([{"name": "data", "cid": data}])
+    );
+
+    // Both disks removed, then both VMs rebooted through the CPI: the agents come back
+    // (the next deploy asks each for its state and starts its jobs again).
+    manifest["instance_groups"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("persistent_disk");
+    manifest["instance_groups"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("persistent_disks");
+    let state = apply(&w, &manifest).await;
+    assert!(state.instances.values().all(|i| i.disks.is_empty()));
+    assert!(state.orphaned_disks.contains_key(&second_disk));
+    assert!(state.orphaned_disks.contains_key(&data));
+    assert_eq!(
+        std::fs::read_to_string(disk_dir(&second_disk).join("marker")).unwrap(),
+        "keep me"
+    );
+    // bosh-agent never forgets the last disk it mounted; at boot it would mount it again
+    // and, the disk being gone, never come up. The local cloud's reboot_vm forgets it.
+    let managed = root_of(&w, &web).join("bosh/managed_disk_settings.json");
+    assert_eq!(std::fs::read_to_string(&managed).unwrap(), second_disk);
+    for i in state.instances.values() {
+        reboot(&w, &i.vm.as_ref().unwrap().cid).await;
+    }
+    assert!(!managed.exists());
+    deploy(&w);
+    let after = w.state().await;
+    for i in after.instances.values() {
+        assert_eq!(
+            i.vm,
+            state.instances[&i.uuid].vm,
+            "{} kept its VM",
+            i.name()
+        );
+        let log =
+            std::fs::read_to_string(root_of(&w, i).parent().unwrap().join("agent.log")).unwrap();
+        assert!(!log.contains("Mounting last mounted disk"), "{log}");
+    }
+}
