@@ -14,6 +14,7 @@ use kubosh_cloud::local::{self, read_calls};
 use kubosh_core::createenv::EnvState;
 use serde_json::Value;
 
+use crate::cpi_local::run_cpi;
 use crate::crash_safety::{run_and_kill, runs_from_env, seeded_rng};
 use crate::director_world::{KUBOSH, StopAgents, free_port, http_get, text};
 
@@ -99,6 +100,31 @@ impl EnvWorld {
                 "creds.yml",
             ]);
         c
+    }
+
+    /// The real `bosh <command> env.yml -l vars.yml --vars-store creds.yml --tty` (HOME in
+    /// the world's directory); it must succeed. Answers stdout.
+    pub fn bosh(&self, bosh: &Path, command: &str) -> String {
+        let out = Command::new(bosh)
+            .current_dir(self.dir.path())
+            .env("HOME", self.path("home-dir"))
+            .args([
+                command,
+                "env.yml",
+                "-l",
+                "vars.yml",
+                "--vars-store",
+                "creds.yml",
+                "--tty",
+            ])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(
+            out.status.success(),
+            "bosh {command} failed:\n{stdout}\n{stderr}"
+        );
+        stdout
     }
 
     /// Runs a command: success, stdout, stderr; no generated secret appears in either.
@@ -452,22 +478,10 @@ fn cpi_call(w: &EnvWorld, method: &str, arguments: Value, request_id: &str) -> V
         "context": {"director_uuid": w.state().director_id, "request_id": request_id},
         "api_version": 2,
     });
-    let mut child = Command::new(KUBOSH)
-        .args(["cpi", "--config", config.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(request.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let response: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (response, _) = run_cpi(
+        &["cpi", "--config", config.to_str().unwrap()],
+        &request.to_string(),
+    );
     assert!(response["error"].is_null(), "{method}: {response}");
     response["result"].clone()
 }
@@ -549,28 +563,7 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     let w = EnvWorld::new(94);
     w.create_env();
     std::fs::write(w.store().join("marker"), "keep me").unwrap();
-    let bosh_create_env = || {
-        let out = Command::new(&bosh)
-            .current_dir(w.dir.path())
-            .env("HOME", w.path("home-dir"))
-            .args([
-                "create-env",
-                "env.yml",
-                "-l",
-                "vars.yml",
-                "--vars-store",
-                "creds.yml",
-                "--tty",
-            ])
-            .output()
-            .unwrap();
-        let (stdout, stderr) = text(&out);
-        assert!(
-            out.status.success(),
-            "bosh create-env failed:\n{stdout}\n{stderr}"
-        );
-        stdout
-    };
+    let bosh_create_env = || w.bosh(&bosh, "create-env");
     let skipping = "No deployment, stemcell or release changes. Skipping deploy.";
     let by_kubosh = w.state();
     let out = bosh_create_env();
@@ -626,25 +619,7 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     w.check_inventory_matches_state("after kubosh took over");
 
     // bosh deletes what kubosh deployed last; kubosh deletes a new one the same way.
-    let out = Command::new(&bosh)
-        .current_dir(w.dir.path())
-        .env("HOME", w.path("home-dir"))
-        .args([
-            "delete-env",
-            "env.yml",
-            "-l",
-            "vars.yml",
-            "--vars-store",
-            "creds.yml",
-            "--tty",
-        ])
-        .output()
-        .unwrap();
-    let (bosh_delete, stderr) = text(&out);
-    assert!(
-        out.status.success(),
-        "bosh delete-env:\n{bosh_delete}\n{stderr}"
-    );
+    let bosh_delete = w.bosh(&bosh, "delete-env");
     assert!(local::inventory(&w.cloud()).unwrap().is_empty());
     assert!(!w.state_path().exists());
     w.create_env();
