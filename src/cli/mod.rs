@@ -3,6 +3,7 @@
 mod agent;
 mod controller;
 mod cpi;
+mod create_env;
 mod deploy;
 mod dev;
 mod input;
@@ -40,6 +41,12 @@ enum Command {
     Controller(controller::ControllerArgs),
     /// What `kubosh deploy` would do, per instance and why; changes nothing.
     Plan(deploy::DeployArgs),
+    /// Create or update a single-VM environment from a bosh-init manifest, installing its CPI
+    /// on this machine (`bosh create-env`); the state is bosh-cli's state file.
+    CreateEnv(create_env::EnvArgs),
+    /// Delete the VM, disk and stemcell of a `create-env` environment, its CPI installation
+    /// and its state file (`bosh delete-env`).
+    DeleteEnv(create_env::EnvArgs),
     /// The local cloud as a CPI executable: a JSON request on stdin, a JSON response on stdout.
     Cpi(cpi::CpiArgs),
     /// kubosh's BOSH agent: serves a VM's agent settings over NATS (started by a CPI).
@@ -75,6 +82,8 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Cpi(args) => cpi::run(&args),
+        Command::CreateEnv(args) => create_env::run(create_env::EnvCommand::Create, &args),
+        Command::DeleteEnv(args) => create_env::run(create_env::EnvCommand::Delete, &args),
         Command::Deploy(args) => deploy::run_deploy(&args),
         Command::Plan(args) => deploy::run_plan(&args),
         Command::Controller(args) => controller::run_controller(&args),

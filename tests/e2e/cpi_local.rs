@@ -632,7 +632,8 @@ async fn fault_switches_fail_hang_and_freeze() {
     assert!(cloud.inventory().is_empty());
 }
 
-fn run_cpi(args: &[&str], stdin: &str) -> (Value, String) {
+/// Runs `kubosh <args>` with `stdin` as the request: the JSON response and stderr.
+pub(crate) fn run_cpi(args: &[&str], stdin: &str) -> (Value, String) {
     let mut child = Command::new(KUBOSH)
         .args(args)
         .env_remove("KUBOSH_CPI_CONFIG")

@@ -89,6 +89,28 @@ pub(crate) fn seeded_rng() -> (u64, Rng) {
     (seed, Rng(seed))
 }
 
+/// Starts `command` with its output appended to `log` and SIGKILLs it after `delay` (no
+/// destructor, no signal handler: whatever it was doing).
+pub(crate) fn run_and_kill(
+    mut command: std::process::Command,
+    log: &std::path::Path,
+    delay: Duration,
+) {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut child = command
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .expect("kubosh starts");
+    std::thread::sleep(delay);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// `count` seeds: `$var` (comma-separated, to replay a run), else from the clock; printed.
 pub(crate) fn seeds_from_env(var: &str, count: usize) -> Vec<u64> {
     let given: Vec<u64> = (std::env::var(var).ok().unwrap_or_default().split(','))
@@ -275,22 +297,11 @@ async fn a_deploy_killed_anywhere_converges_without_leaks_or_data_loss() {
     for n in 1..=runs {
         let (greeting, disk, instances) = variant(n);
         w.write_manifest(&manifest(w.net, w.port, greeting, disk, instances));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let mut child = w
-            .command("deploy")
-            .stdout(Stdio::from(out.try_clone().unwrap()))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("kubosh deploy starts");
-        let delay = Duration::from_millis(rng.below(3500));
-        std::thread::sleep(delay);
-        // SIGKILL: no destructor, no signal handler, whatever it was doing.
-        let _ = child.kill();
-        let _ = child.wait();
+        run_and_kill(
+            w.command("deploy"),
+            &log,
+            Duration::from_millis(rng.below(3500)),
+        );
         if n.is_multiple_of(5) || n == runs {
             converge(&w);
             let context = format!("after kill {n} (seed {seed})");

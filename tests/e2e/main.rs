@@ -15,6 +15,7 @@ mod controller_lifecycle;
 mod cpi_client;
 mod cpi_local;
 mod crash_safety;
+mod create_env;
 mod deploy_local;
 mod director_world;
 mod nats_confinement;

@@ -12,7 +12,7 @@ use tokio::sync::OnceCell;
 
 use super::protocol::{self, Request};
 use super::types::*;
-use crate::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_VM};
+use crate::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_STEMCELL, FIND_VM};
 use crate::{CpiError, ErrorKind};
 use kubosh_core::secret::{Secret, collect_strings, excerpt, scrub};
 
@@ -556,25 +556,33 @@ impl ExternalCpi {
     }
 
     /// `create_disk`, with the caller's request id when given.
+    async fn create_stemcell_call(
+        &self,
+        req: &CreateStemcell,
+        request_id: Option<&str>,
+    ) -> Result<StemcellCid, CpiError> {
+        let args = vec![
+            json!(req.image_path.to_string_lossy()),
+            Value::Object(req.cloud_properties.clone()),
+        ];
+        self.call_cid("create_stemcell", args, request_id)
+            .await
+            .map(StemcellCid)
+    }
+
     async fn create_disk_call(
         &self,
         req: &CreateDisk,
         request_id: Option<&str>,
     ) -> Result<DiskCid, CpiError> {
-        let method = "create_disk";
         let args = vec![
             json!(req.size_mib),
             Value::Object(req.cloud_properties.clone()),
             to_value(&req.vm_cid),
         ];
-        let api_version = self.api_version().await?;
-        let reply = self
-            .call_with_version(method, args, Safety::Once, Some(api_version), request_id)
-            .await?;
-        match &reply.result {
-            Value::String(cid) => Ok(DiskCid(cid.clone())),
-            _ => Err(unexpected(method, &reply, "a string")),
-        }
+        self.call_cid("create_disk", args, request_id)
+            .await
+            .map(DiskCid)
     }
 
     /// A kubosh `find` extension: the CID `method(key)` answers, or `None` for `null`.
@@ -624,13 +632,24 @@ impl ExternalCpi {
         self.call(method, arguments, safety).await.map(|_| ())
     }
 
-    async fn call_string(
+    /// A creating call that answers a CID, sent once, with `request_id` as the request's
+    /// `context.request_id` when given (so kubosh's `find` extensions can find its result).
+    async fn call_cid(
         &self,
         method: &'static str,
         arguments: Vec<Value>,
-        safety: Safety,
+        request_id: Option<&str>,
     ) -> Result<String, CpiError> {
-        let reply = self.call(method, arguments, safety).await?;
+        let api_version = self.api_version().await?;
+        let reply = self
+            .call_with_version(
+                method,
+                arguments,
+                Safety::Once,
+                Some(api_version),
+                request_id,
+            )
+            .await?;
         match &reply.result {
             Value::String(s) => Ok(s.clone()),
             _ => Err(unexpected(method, &reply, "a string")),
@@ -670,14 +689,26 @@ impl Cloud for ExternalCpi {
     }
 
     fn create_stemcell<'a>(&'a self, req: &'a CreateStemcell) -> CloudFuture<'a, StemcellCid> {
+        Box::pin(self.create_stemcell_call(req, None))
+    }
+
+    fn create_stemcell_with_request_id<'a>(
+        &'a self,
+        req: &'a CreateStemcell,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, StemcellCid> {
+        Box::pin(self.create_stemcell_call(req, Some(request_id)))
+    }
+
+    fn find_stemcell_by_request<'a>(
+        &'a self,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, Option<StemcellCid>> {
         Box::pin(async move {
-            let args = vec![
-                json!(req.image_path.to_string_lossy()),
-                Value::Object(req.cloud_properties.clone()),
-            ];
-            self.call_string("create_stemcell", args, Safety::Once)
-                .await
-                .map(StemcellCid)
+            let cid = self
+                .find_cid(FIND_STEMCELL, request_id, "a stemcell CID or null")
+                .await?;
+            Ok(cid.map(StemcellCid))
         })
     }
 

@@ -21,5 +21,6 @@ pub use nats::{BoshNats, BoshNatsError, ClientPem, NatsError, NatsServer, NatsTl
 pub use process::{ManagedChild, free_port, spawn_tied};
 pub use releases::{
     ExampleReleaseError, build_example_release, example_release, example_release_dir,
+    write_create_env_artifacts,
 };
 pub use s3::{S3Server, S3ServerError};

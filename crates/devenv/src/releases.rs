@@ -1,8 +1,8 @@
 //! The repository's example release (`examples/releases/hello`: a C library, a server
 //! depending on it, a job with ERB templates, a link and a drain script), for tests and
-//! benchmarks.
+//! benchmarks; and what the create-env example (`examples/create-env/hello.yml`) deploys.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kubosh_artifacts::release::{
     CreateError, CreateOptions, Release, ReleaseError, create::create,
@@ -17,6 +17,14 @@ pub enum ExampleReleaseError {
     /// Its tarball did not read back.
     #[error("reading the example release's tarball: {0}")]
     Tarball(#[from] ReleaseError),
+    /// A tarball could not be written.
+    #[error("writing {path}: {reason}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Where the example release's source is.
@@ -37,4 +45,44 @@ pub fn build_example_release() -> Result<Release, ExampleReleaseError> {
 pub fn example_release() -> Result<Release, ExampleReleaseError> {
     let built = build_example_release()?;
     Ok(Release::from_bytes(&built.to_tarball()?)?)
+}
+
+/// Writes the tarballs `examples/create-env/hello.yml` deploys into `dir`, as `kubosh release
+/// create` and `kubosh stemcell create` write them: `hello.tgz` (the example release,
+/// 1.0.0), `cpi.tgz` (`examples/releases/kubosh-cpi`, 1) and `stemcell.tgz`
+/// (`bosh-kubosh-local-ubuntu-jammy/1.0`, API version 3).
+pub fn write_create_env_artifacts(dir: &Path) -> Result<(), ExampleReleaseError> {
+    let write = |name: &str, bytes: Vec<u8>| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|e| ExampleReleaseError::Write {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    };
+    write("hello.tgz", build_example_release()?.to_tarball()?)?;
+    let cpi = create(
+        &example_release_dir().join("../kubosh-cpi"),
+        &CreateOptions {
+            name: None,
+            version: Some("1".into()),
+        },
+    )?;
+    write("cpi.tgz", cpi.to_tarball()?)?;
+    let stemcell = kubosh_artifacts::stemcell::CreateStemcellOptions {
+        name: "bosh-kubosh-local-ubuntu-jammy".into(),
+        version: "1.0".into(),
+        operating_system: "ubuntu-jammy".into(),
+        image: None,
+        stemcell_formats: vec!["warden-tar".into()],
+        api_version: 3,
+        cloud_properties: Default::default(),
+    };
+    let out = dir.join("stemcell.tgz");
+    kubosh_artifacts::stemcell::create(&stemcell, &out).map_err(|e| {
+        ExampleReleaseError::Write {
+            path: out.display().to_string(),
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(())
 }

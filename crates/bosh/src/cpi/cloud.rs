@@ -12,6 +12,11 @@ use super::types::*;
 /// CID of the disk a `create_disk` with that `context.request_id` made, or `null`.
 pub const FIND_DISK: &str = "kubosh_find_disk";
 
+/// The CPI method of [`Cloud::find_stemcell_by_request`]: `kubosh_find_stemcell(request_id)`
+/// ⇒ the CID of the stemcell a `create_stemcell` with that `context.request_id` made, or
+/// `null`.
+pub const FIND_STEMCELL: &str = "kubosh_find_stemcell";
+
 /// The CPI method of [`Cloud::find_vm_by_agent`]: `kubosh_find_vm(agent_id)` ⇒ the CID of
 /// the VM `create_vm` made for that agent id, or `null`.
 pub const FIND_VM: &str = "kubosh_find_vm";
@@ -86,6 +91,29 @@ pub trait Cloud: Send + Sync {
         &'a self,
         resources: &'a VmResources,
     ) -> CloudFuture<'a, Object>;
+
+    /// `create_stemcell` sent with `request_id` as the request's `context.request_id`
+    /// (kubosh extension): a run killed before the answer finds the stemcell again with
+    /// [`Cloud::find_stemcell_by_request`]. Clouds that cannot tell ids apart just create it.
+    fn create_stemcell_with_request_id<'a>(
+        &'a self,
+        req: &'a CreateStemcell,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, StemcellCid> {
+        let _ = request_id;
+        self.create_stemcell(req)
+    }
+
+    /// The stemcell a `create_stemcell` with this `context.request_id` made, if any (kubosh
+    /// extension, CPI method `kubosh_find_stemcell`). `NotImplemented` (the default) means
+    /// the cloud cannot tell.
+    fn find_stemcell_by_request<'a>(
+        &'a self,
+        request_id: &'a str,
+    ) -> CloudFuture<'a, Option<StemcellCid>> {
+        let _ = request_id;
+        not_implemented(FIND_STEMCELL)
+    }
 
     /// `create_disk(size, cloud_properties, vm_cid)`.
     fn create_disk<'a>(&'a self, req: &'a CreateDisk) -> CloudFuture<'a, DiskCid>;

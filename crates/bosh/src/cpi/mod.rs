@@ -10,7 +10,7 @@ pub mod ids;
 pub mod protocol;
 pub mod types;
 
-pub use cloud::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_VM};
+pub use cloud::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_STEMCELL, FIND_VM};
 pub use error::{CpiError, ErrorKind};
 pub use kubosh_core::secret::Secret;
 pub use types::*;

@@ -9,11 +9,11 @@
 //! Deviations from IaaS CPIs, all deliberate: a VM's agent settings are a file the agent reads
 //! with its `File` settings source (and `attach_disk` keeps `disks.persistent` in it up to
 //! date); the disk hint is `{"path": "<the disk's data directory>"}`; the network methods
-//! answer `NotImplemented`. Three extensions: `kubosh_find_disk(request_id)` and
-//! `kubosh_find_snapshot(request_id)` answer the disk or snapshot a `create_disk` or
-//! `snapshot_disk` with that `context.request_id` made, `kubosh_find_vm(agent_id)` the VM made
-//! for that agent (or null), so a director killed before the cloud answered can find what it
-//! made.
+//! answer `NotImplemented`. Four extensions: `kubosh_find_disk(request_id)`,
+//! `kubosh_find_snapshot(request_id)` and `kubosh_find_stemcell(request_id)` answer the disk,
+//! snapshot or stemcell a `create_disk`, `snapshot_disk` or `create_stemcell` with that
+//! `context.request_id` made, `kubosh_find_vm(agent_id)` the VM made for that agent (or null),
+//! so a director killed before the cloud answered can find what it made.
 
 mod calls;
 mod config;
@@ -328,6 +328,7 @@ impl Local {
             crate::FIND_DISK => self.find_disk(&args),
             crate::FIND_VM => self.find_vm(&args),
             crate::FIND_SNAPSHOT => self.find_snapshot(&args),
+            crate::FIND_STEMCELL => self.find_stemcell(&args),
             _ => Err(Failure::new(
                 ErrorKind::NotImplemented,
                 format!("Must call implemented method: Unknown method '{method}'"),

@@ -14,6 +14,9 @@ pub struct StemcellRecord {
     pub source: String,
     pub cloud_properties: Map<String, Value>,
     pub created_at: String,
+    /// The `context.request_id` of the `create_stemcell` call that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl Local {
@@ -41,6 +44,7 @@ impl Local {
                     source: image_path.to_string(),
                     cloud_properties,
                     created_at: now_rfc3339(),
+                    request_id: Some(self.request_id.clone()).filter(|id| !id.is_empty()),
                 },
             )
         })();
@@ -53,6 +57,19 @@ impl Local {
             return Err(e.into());
         }
         Ok(Value::String(cid))
+    }
+
+    /// `kubosh_find_stemcell(request_id)`: the stemcell `create_stemcell` made for that
+    /// request id, or null.
+    pub fn find_stemcell(&self, args: &Args<'_>) -> Result<Value, Failure> {
+        let request_id = args.string(0, "request_id")?;
+        let _lock = self.store.lock_shared()?;
+        Ok(self
+            .store
+            .list::<StemcellRecord>(Kind::Stemcell)?
+            .into_iter()
+            .find(|(_, s)| s.request_id.as_deref() == Some(request_id))
+            .map_or(Value::Null, |(cid, _)| Value::String(cid)))
     }
 
     /// `delete_stemcell(stemcell_cid)`: removes it; an unknown stemcell is not an error (as

@@ -129,6 +129,16 @@ pub fn check(m: &InitManifest, problems: &mut Problems) {
         }
     }
     check_networks(m, problems);
+    check_sources(m, problems);
+    for (pi, dp) in m.disk_pools.iter().enumerate() {
+        if dp.disk_size.unwrap_or(0) == 0 {
+            problems.error(
+                DOC,
+                root.key("disk_pools").index(pi).key("disk_size"),
+                "must be > 0",
+            );
+        }
+    }
     for (pi, p) in m.resource_pools.iter().enumerate() {
         if let Some(n) = &p.network {
             must_exist(
@@ -182,6 +192,54 @@ pub fn check(m: &InitManifest, problems: &mut Problems) {
                     ),
                 Some(_) => {}
             }
+        }
+    }
+}
+
+/// Where releases and the stemcell come from: a `file://` (relative to the manifest) or
+/// `http(s)://` URL, as bosh-cli requires (`must be a valid URL (file:// or http(s)://)`).
+fn check_sources(m: &InitManifest, problems: &mut Problems) {
+    let root = Path::root();
+    let valid = |url: &str| {
+        ["file://", "http://", "https://", "(("]
+            .iter()
+            .any(|scheme| url.trim().starts_with(scheme))
+    };
+    for (ri, r) in m.releases.iter().enumerate() {
+        let path = root.key("releases").index(ri).key("url");
+        match &r.url {
+            None => problems.error(
+                DOC,
+                path,
+                "is required: create-env reads every release from its tarball (file:// or http(s)://)",
+            ),
+            Some(url) if !valid(url) => problems.error(
+                DOC,
+                path,
+                format!("'{url}' must be a valid URL (file:// or http(s)://)"),
+            ),
+            Some(_) => {}
+        }
+    }
+    for (pi, p) in m.resource_pools.iter().enumerate() {
+        let path = root.key("resource_pools").index(pi).key("stemcell");
+        match p.stemcell.as_ref().map(|s| s.url.as_ref()) {
+            None => problems.error(
+                DOC,
+                path,
+                "is required: the stemcell tarball, {url: file://... or http(s)://...}",
+            ),
+            Some(None) => problems.error(
+                DOC,
+                path.key("url"),
+                "is required: the stemcell tarball (file:// or http(s)://)",
+            ),
+            Some(Some(url)) if !valid(url) => problems.error(
+                DOC,
+                path.key("url"),
+                format!("'{url}' must be a valid URL (file:// or http(s)://)"),
+            ),
+            Some(Some(_)) => {}
         }
     }
 }

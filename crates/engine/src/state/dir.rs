@@ -150,12 +150,18 @@ pub(super) fn replace_file(
     record: &impl Serialize,
 ) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec_pretty(record).map_err(|e| StoreError::Io(e.to_string()))?;
+    replace_bytes(dir, name, &bytes).map_err(io_error)
+}
+
+/// Replaces `dir/name` with `bytes` durably: a temporary file (`.name.tmp`) written and
+/// synced, renamed into place, the directory synced. A crash leaves the old file or the new.
+pub(crate) fn replace_bytes(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = fs::File::create(&tmp).map_err(io_error)?;
-    file.write_all(&bytes).map_err(io_error)?;
-    file.sync_all().map_err(io_error)?;
-    fs::rename(&tmp, dir.join(name)).map_err(io_error)?;
-    sync_dir(dir).map_err(io_error)
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, dir.join(name))?;
+    sync_dir(dir)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

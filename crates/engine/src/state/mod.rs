@@ -9,6 +9,7 @@
 //! Kubernetes objects.
 
 mod dir;
+pub(crate) use dir::replace_bytes;
 mod dns;
 mod ips;
 mod memory;
