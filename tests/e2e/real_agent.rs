@@ -1,6 +1,8 @@
 //! The real bosh-agent (cloudfoundry/bosh-agent, dummy platform, built by tools/testbins.sh)
-//! as the local cloud's VMs under `kubosh deploy`: each VM's first process is `kubosh vm
-//! run`, which gives the agent a private `/var/vcap` and makes its disk bookkeeping real.
+//! as the local cloud's VMs, each scenario run twice: under `kubosh deploy` and under
+//! `kubosh controller` (a `Deployment` applied; its agents confined on NATS). Each VM's first
+//! process is `kubosh vm run`, which gives the agent a private `/var/vcap` and makes its disk
+//! bookkeeping real.
 //! With `-M dummy` the agent starts no job process, so what the jobs did is read from the
 //! lifecycle scripts' traces (hello's `pre-start` makes `/var/vcap/sys/run/hello` and prints
 //! the greeting into its log) and from the agent's own files in the VM's root.
@@ -108,11 +110,147 @@ fn walkdir(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Deploys `manifest`; the state after.
-async fn apply(w: &World, manifest: &Value) -> DeploymentState {
-    w.write_manifest(manifest);
-    deploy(w);
-    w.state().await
+/// How a scenario deploys: `kubosh deploy`, or a `Deployment` applied to a running
+/// `kubosh controller`.
+enum Driver {
+    Cli,
+    Controller {
+        client: kube::Client,
+        namespace: String,
+        _controller: crate::controller::ControllerProcess,
+    },
+}
+
+impl Driver {
+    /// A controller for world `w` in a namespace of its own, its inputs applied.
+    async fn controller(w: &World, namespace: &str) -> Driver {
+        let cp = crate::controller::control_plane().await;
+        cp.create_namespace(namespace).await.unwrap();
+        let client = cp.client().await.unwrap();
+        crate::controller::apply_inputs(&client, namespace, w).await;
+        // The world's cloud config as the scenario set it (disk types included).
+        let cloud_config = read_json(&w.dir.path().join("cloud-config.yml"));
+        crate::controller::apply(
+            &client,
+            namespace,
+            json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+                   "metadata": {"name": "default"}, "spec": cloud_config}),
+        )
+        .await;
+        let controller = crate::controller::start_replica(w, cp, namespace, "real-agent");
+        Driver::Controller {
+            client,
+            namespace: namespace.into(),
+            _controller: controller,
+        }
+    }
+
+    fn deployments(&self) -> Option<kube::Api<kubosh_kube::api::Deployment>> {
+        match self {
+            Driver::Cli => None,
+            Driver::Controller {
+                client, namespace, ..
+            } => Some(kube::Api::namespaced(client.clone(), namespace)),
+        }
+    }
+
+    /// The deployment's state, wherever it is kept.
+    async fn state(&self, w: &World) -> DeploymentState {
+        match self {
+            Driver::Cli => w.state().await,
+            Driver::Controller {
+                client, namespace, ..
+            } => crate::controller::stored_state(client, namespace, "hello").await,
+        }
+    }
+
+    /// Deploys `manifest` to the end; the state after.
+    async fn apply(&self, w: &World, manifest: &Value) -> DeploymentState {
+        match self {
+            Driver::Cli => {
+                w.write_manifest(manifest);
+                deploy(w);
+            }
+            Driver::Controller {
+                client, namespace, ..
+            } => {
+                let object = crate::controller::deployment_object("hello", manifest.clone());
+                let generation =
+                    crate::controller::apply_deployment(client, namespace, &object).await;
+                let api = self.deployments().unwrap();
+                crate::controller::ready_at(&api, "hello", w, generation).await;
+            }
+        }
+        self.state(w).await
+    }
+
+    /// Deploys the same manifest again (`kubosh deploy`, or a reconcile request), with
+    /// `--recreate` (the `recreate` action) when asked; whether it did nothing.
+    async fn again(&self, w: &World, recreate: bool) -> bool {
+        match self {
+            Driver::Cli => {
+                let stdout = deploy_with(w, if recreate { &["--recreate"] } else { &[] });
+                stdout.contains("No changes")
+            }
+            Driver::Controller { .. } => {
+                let api = self.deployments().unwrap();
+                let (key, value) = if recreate {
+                    (
+                        "kubosh.io/action",
+                        format!("recreate @{}", kubosh_core::ids::uuid_v4()),
+                    )
+                } else {
+                    ("kubosh.io/reconcile-request", kubosh_core::ids::uuid_v4())
+                };
+                api.patch(
+                    "hello",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+                )
+                .await
+                .unwrap();
+                let field = if recreate {
+                    "lastHandledAction"
+                } else {
+                    "lastHandledReconcileRequest"
+                };
+                let d = crate::controller::wait_for(
+                    &api,
+                    "hello",
+                    std::time::Duration::from_secs(300),
+                    w,
+                    |d| serde_json::to_value(&d.status).unwrap()[field] == json!(value),
+                )
+                .await;
+                assert!(crate::controller::is_ready(&d), "{:?}", d.status);
+                crate::controller::condition(&d, "Ready")
+                    .is_some_and(|c| c.message.starts_with("No changes"))
+            }
+        }
+    }
+
+    /// Lets the director hear every agent's heartbeat (bosh-agent beats at start, then every
+    /// 30 s), so a deploy with nothing to do needs to ask no agent.
+    async fn hear_heartbeats(&self, w: &World) {
+        match self {
+            Driver::Cli => edit(&w.dir.path().join("director.yml"), |d| {
+                d["health"] = json!({"listen_for": 31})
+            }),
+            // The controller listens all the time.
+            Driver::Controller { .. } => {
+                tokio::time::sleep(std::time::Duration::from_secs(31)).await
+            }
+        }
+    }
+
+    /// Stops [`Driver::hear_heartbeats`]' listening where it costs time.
+    fn stop_hearing(&self, w: &World) {
+        if let Driver::Cli = self {
+            edit(&w.dir.path().join("director.yml"), |d| {
+                d.as_object_mut().unwrap().remove("health");
+            });
+        }
+    }
 }
 
 /// The requests every agent handled so far (bosh-agent logs each one), over all VMs.
@@ -164,51 +302,53 @@ fn api_group(port: u16) -> Value {
 /// and a group's removal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
-    let host_before = host_var_vcap();
     let w = World::with_agent(31, AgentKind::Bosh);
+    deployed_left_alone_updated_scaled_and_removed(&w, &Driver::Cli).await;
+}
+
+/// [`the_real_agent_is_deployed_left_alone_updated_scaled_and_removed`] under the
+/// controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_under_the_controller_is_deployed_left_alone_updated_scaled_and_removed() {
+    let w = World::confined(33, AgentKind::Bosh);
+    let driver = Driver::controller(&w, "real-agent-scale").await;
+    deployed_left_alone_updated_scaled_and_removed(&w, &driver).await;
+}
+
+async fn deployed_left_alone_updated_scaled_and_removed(w: &World, driver: &Driver) {
+    let host_before = host_var_vcap();
     let mut manifest = hello_deployment(w.port, "Hello");
     manifest["instance_groups"][0]["instances"] = json!(1);
-    w.write_manifest(&manifest);
-    let stdout = deploy(&w);
-    for compiled in ["libhello/", "hello-server/"] {
-        assert!(
-            stdout
-                .lines()
-                .any(|l| l.contains("Compiling packages") && l.contains(compiled)),
-            "{stdout}"
-        );
+    let state = driver.apply(w, &manifest).await;
+    // Both packages compiled (hello-server against libhello), on the agent.
+    let compiled: Vec<&str> = (state.compiled_packages.values())
+        .map(|p| p.name.as_str())
+        .collect();
+    for package in ["libhello", "hello-server"] {
+        assert!(compiled.contains(&package), "{compiled:?}");
     }
-    let state = w.state().await;
     let web0 = instances(&state, "web")[0].clone();
-    assert!(pre_start_ran(&w, &web0));
-    assert_eq!(hello_config(&w, &web0)["greeting"], "Hello");
-    assert_eq!(vm_count(&w), 1, "the compilation VMs are gone");
+    assert!(pre_start_ran(w, &web0), "{}", agent_logs(w));
+    assert_eq!(hello_config(w, &web0)["greeting"], "Hello");
+    assert_eq!(vm_count(w), 1, "the compilation VMs are gone");
 
     // No-op: the director hears every agent's heartbeat (bosh-agent beats at start, then
     // every 30 s), so it asks none of them anything and calls no CPI method.
-    let director = w.dir.path().join("director.yml");
-    edit(&director, |d| d["health"] = json!({"listen_for": 31}));
-    let (requests, calls) = (agent_requests(&w), w.calls());
-    let stdout = deploy(&w);
-    assert!(stdout.contains("No changes"), "{stdout}");
-    assert_eq!(
-        agent_requests(&w),
-        requests,
-        "a no-op deploy asked an agent"
-    );
+    driver.hear_heartbeats(w).await;
+    let (requests, calls) = (agent_requests(w), w.calls());
+    assert!(driver.again(w, false).await, "the deploy did nothing");
+    assert_eq!(agent_requests(w), requests, "a no-op deploy asked an agent");
     assert_eq!(w.calls(), calls, "a no-op deploy called the cloud");
-    edit(&director, |d| {
-        d.as_object_mut().unwrap().remove("health");
-    });
+    driver.stop_hearing(w);
 
     // A property: the same VM, rendered again, its pre-start run again.
-    std::fs::remove_dir_all(in_vm(&root_of(&w, &web0), "/var/vcap/sys/run/hello")).unwrap();
+    std::fs::remove_dir_all(in_vm(&root_of(w, &web0), "/var/vcap/sys/run/hello")).unwrap();
     manifest["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] = json!("Howdy");
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     let now = instances(&state, "web")[0].clone();
     assert_eq!(now.vm, web0.vm, "a property change keeps the VM");
-    assert_eq!(hello_config(&w, &now)["greeting"], "Howdy");
-    assert!(pre_start_ran(&w, &now));
+    assert_eq!(hello_config(w, &now)["greeting"], "Howdy");
+    assert!(pre_start_ran(w, &now));
 
     // 1 → 3, and a second group.
     manifest["instance_groups"][0]["instances"] = json!(3);
@@ -216,15 +356,15 @@ async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
         .as_array_mut()
         .unwrap()
         .push(api_group(w.port));
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     let web = instances(&state, "web");
     assert_eq!(web.iter().map(|i| i.index).collect::<Vec<_>>(), [0, 1, 2]);
     assert_eq!(web[0].vm, web0.vm);
     for i in &web {
-        assert!(pre_start_ran(&w, i), "{}", i.name());
+        assert!(pre_start_ran(w, i), "{}", i.name());
         // Every web instance's peers link lists the three.
         let peers = std::fs::read_to_string(in_vm(
-            &root_of(&w, i),
+            &root_of(w, i),
             "/var/vcap/jobs/hello/config/peers.txt",
         ))
         .unwrap();
@@ -235,7 +375,7 @@ async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
         );
     }
     assert_eq!(instances(&state, "api").len(), 1);
-    assert_eq!(vm_count(&w), 4);
+    assert_eq!(vm_count(w), 4);
 
     // 3 → 1 and the api group removed: their VMs (and agents) are gone.
     manifest["instance_groups"][0]["instances"] = json!(1);
@@ -243,10 +383,10 @@ async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
         .as_array_mut()
         .unwrap()
         .truncate(1);
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     assert_eq!(state.instances.len(), 1);
     assert_eq!(instances(&state, "web")[0].vm, web0.vm);
-    assert_eq!(vm_count(&w), 1);
+    assert_eq!(vm_count(w), 1);
     assert_eq!(
         host_var_vcap(),
         host_before,
@@ -296,16 +436,35 @@ fn leaves(value: &Value, at: &str, out: &mut Vec<(String, Value)>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_after_removal() {
     let w = World::with_agent(32, AgentKind::Bosh);
+    with_disk_types(&w);
+    keeps_disk_data_through_resize_and_recreate_and_reboots(&w, &Driver::Cli).await;
+}
+
+/// [`the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_after_removal`]
+/// under the controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_under_the_controller_keeps_disk_data_and_reboots_after_removal() {
+    let w = World::confined(34, AgentKind::Bosh);
+    with_disk_types(&w);
+    let driver = Driver::controller(&w, "real-agent-disks").await;
+    keeps_disk_data_through_resize_and_recreate_and_reboots(&w, &driver).await;
+}
+
+/// The world's cloud config with a disk type `small` (32 MiB), before anything reads it.
+fn with_disk_types(w: &World) {
     let mut cc = cloud_config(w.net);
     cc["disk_types"] = json!([{"name": "small", "disk_size": 32, "cloud_properties": {}}]);
     write_json(&w.dir.path().join("cloud-config.yml"), &cc);
+}
+
+async fn keeps_disk_data_through_resize_and_recreate_and_reboots(w: &World, driver: &Driver) {
     let mut manifest = hello_deployment(w.port, "Hello");
     manifest["instance_groups"][0]["instances"] = json!(1);
     manifest["instance_groups"]
         .as_array_mut()
         .unwrap()
         .push(api_group(w.port));
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     let (web0, api0) = (
         instances(&state, "web")[0].clone(),
         instances(&state, "api")[0].clone(),
@@ -334,11 +493,11 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
 
     // A disk added to a VM that stays: mounted at /var/vcap/store.
     manifest["instance_groups"][0]["persistent_disk"] = json!(64);
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     let web = instances(&state, "web")[0].clone();
     assert_eq!(web.vm, web0.vm);
     let first_disk = web.disks[0].cid.clone();
-    let root = root_of(&w, &web);
+    let root = root_of(w, &web);
     let disk_dir = |cid: &str| w.cloud().join("disks").join(cid).join("data");
     assert_eq!(
         std::fs::read_link(root.join("store")).unwrap(),
@@ -348,7 +507,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
 
     // Resized by copy: the data is on the new disk, the old one is orphaned with it.
     manifest["instance_groups"][0]["persistent_disk"] = json!(128);
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     let web = instances(&state, "web")[0].clone();
     assert_eq!(web.vm, web0.vm);
     let second_disk = web.disks[0].cid.clone();
@@ -369,11 +528,11 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
 
     // A named disk on a VM that stays: attached and associated, never mounted.
     manifest["instance_groups"][1]["persistent_disks"] = json!([{"name": "data", "type": "small"}]);
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     let api = instances(&state, "api")[0].clone();
     assert_eq!(api.vm, api0.vm);
     let data = api.disks[0].cid.clone();
-    let bosh = root_of(&w, &api).join("bosh");
+    let bosh = root_of(w, &api).join("bosh");
     assert_eq!(
         read_json(&bosh.join("disk_associations.json")),
         json!(["data"])
@@ -389,19 +548,19 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
     );
 
     // --recreate: new VMs, the disks come along, the data too.
-    deploy_with(&w, &["--recreate"]);
-    let state = w.state().await;
+    driver.again(w, true).await;
+    let state = driver.state(w).await;
     let web = instances(&state, "web")[0].clone();
     let api = instances(&state, "api")[0].clone();
     assert_ne!(web.vm, web0.vm);
     assert_ne!(api.vm, api0.vm);
     assert_eq!(web.disks[0].cid, second_disk);
-    let root = root_of(&w, &web);
+    let root = root_of(w, &web);
     assert_eq!(
         std::fs::read_to_string(root.join("store/marker")).unwrap(),
         "keep me"
     );
-    let bosh = root_of(&w, &api).join("bosh");
+    let bosh = root_of(w, &api).join("bosh");
     assert_eq!(
         read_json(&bosh.join("update_settings.json"))["disk_associations"],
         json!([{"name": "data", "cid": data}])
@@ -417,7 +576,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
         .as_object_mut()
         .unwrap()
         .remove("persistent_disks");
-    let state = apply(&w, &manifest).await;
+    let state = driver.apply(w, &manifest).await;
     assert!(state.instances.values().all(|i| i.disks.is_empty()));
     assert!(state.orphaned_disks.contains_key(&second_disk));
     assert!(state.orphaned_disks.contains_key(&data));
@@ -427,14 +586,14 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
     );
     // bosh-agent never forgets the last disk it mounted; at boot it would mount it again
     // and, the disk being gone, never come up. The local cloud's reboot_vm forgets it.
-    let managed = root_of(&w, &web).join("bosh/managed_disk_settings.json");
+    let managed = root_of(w, &web).join("bosh/managed_disk_settings.json");
     assert_eq!(std::fs::read_to_string(&managed).unwrap(), second_disk);
     for i in state.instances.values() {
-        reboot(&w, &i.vm.as_ref().unwrap().cid).await;
+        reboot(w, &i.vm.as_ref().unwrap().cid).await;
     }
     assert!(!managed.exists());
-    deploy(&w);
-    let after = w.state().await;
+    driver.again(w, false).await;
+    let after = driver.state(w).await;
     for i in after.instances.values() {
         assert_eq!(
             i.vm,
@@ -443,92 +602,7 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
             i.name()
         );
         let log =
-            std::fs::read_to_string(root_of(&w, i).parent().unwrap().join("agent.log")).unwrap();
+            std::fs::read_to_string(root_of(w, i).parent().unwrap().join("agent.log")).unwrap();
         assert!(!log.contains("Mounting last mounted disk"), "{log}");
     }
-}
-
-/// The same real agent under `kubosh controller`, each agent confined to its own subjects on
-/// NATS: a deployment applied, a property changed, scaled up with a bigger disk (the data
-/// moves with it), scaled down, then deleted with its disks.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_agent_under_the_controller_is_deployed_updated_resized_scaled_and_deleted() {
-    use crate::controller::{
-        apply_deployment, apply_inputs, control_plane, deployment_object, ready_at, start_replica,
-        stored_state,
-    };
-    use kube::api::Api;
-    use kubosh_kube::api::Deployment;
-
-    let cp = control_plane().await;
-    let w = World::confined(33, AgentKind::Bosh);
-    let ns = "real-agent-ctrl";
-    cp.create_namespace(ns).await.unwrap();
-    let client = cp.client().await.unwrap();
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    apply_inputs(&client, ns, &w).await;
-    let _controller = start_replica(&w, cp, ns, "real-agent");
-    let state = || stored_state(&client, ns, "hello");
-
-    let mut manifest = hello_deployment(w.port, "Hello");
-    manifest["instance_groups"][0]["instances"] = json!(1);
-    manifest["instance_groups"][0]["persistent_disk"] = json!(64);
-    let apply = |manifest: &Value| {
-        let object = deployment_object("hello", manifest.clone());
-        let client = client.clone();
-        async move { apply_deployment(&client, ns, &object).await }
-    };
-    let generation = apply(&manifest).await;
-    ready_at(&api, "hello", &w, generation).await;
-    let first = state().await;
-    let web0 = instances(&first, "web")[0].clone();
-    assert!(pre_start_ran(&w, &web0), "{}", agent_logs(&w));
-    assert_eq!(hello_config(&w, &web0)["greeting"], "Hello");
-    std::fs::write(root_of(&w, &web0).join("store/marker"), "keep me").unwrap();
-
-    // A property: the same VM, rendered again.
-    manifest["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] = json!("Howdy");
-    let generation = apply(&manifest).await;
-    ready_at(&api, "hello", &w, generation).await;
-    let now = instances(&state().await, "web")[0].clone();
-    assert_eq!(now.vm, web0.vm);
-    assert_eq!(hello_config(&w, &now)["greeting"], "Howdy");
-
-    // 1 → 2 with a bigger disk: web/0 keeps its VM, its data moves to the new disk.
-    manifest["instance_groups"][0]["instances"] = json!(2);
-    manifest["instance_groups"][0]["persistent_disk"] = json!(96);
-    let generation = apply(&manifest).await;
-    ready_at(&api, "hello", &w, generation).await;
-    let scaled = state().await;
-    let web = instances(&scaled, "web");
-    assert_eq!(web.len(), 2);
-    assert_eq!(web[0].vm, web0.vm);
-    assert_ne!(web[0].disks[0].cid, web0.disks[0].cid);
-    assert_eq!(web[0].disks[0].size_mib, 96);
-    assert_eq!(
-        std::fs::read_to_string(root_of(&w, web[0]).join("store/marker")).unwrap(),
-        "keep me"
-    );
-    assert!(pre_start_ran(&w, web[1]));
-    assert_eq!(vm_count(&w), 2);
-
-    // 2 → 1: web/1's VM goes.
-    manifest["instance_groups"][0]["instances"] = json!(1);
-    let generation = apply(&manifest).await;
-    ready_at(&api, "hello", &w, generation).await;
-    assert_eq!(state().await.instances.len(), 1);
-    assert_eq!(vm_count(&w), 1);
-
-    // Deleted (policy Delete): no VM, no disk left in the cloud.
-    api.delete("hello", &Default::default()).await.unwrap();
-    let start = std::time::Instant::now();
-    while api.get_opt("hello").await.unwrap().is_some() {
-        assert!(start.elapsed() < std::time::Duration::from_secs(180));
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
-    let inventory = kubosh_cloud::local::inventory(&w.cloud()).unwrap();
-    assert!(
-        inventory.vms.is_empty() && inventory.disks.is_empty(),
-        "{inventory:?}"
-    );
 }
