@@ -8,6 +8,10 @@
 #                              bosh-cli, for release tarball cross-checks)
 #   bosh-agent               - github.com/cloudfoundry/bosh-agent/v2 (the real agent, run
 #                              with its dummy platform as local-cloud VMs)
+#   gitops-health            - tools/gitops-health: Argo CD's Lua health evaluation
+#                              (github.com/argoproj/argo-cd/v3) and kstatus
+#                              (github.com/fluxcd/cli-utils), keyed by a hash of its
+#                              go.mod, go.sum and *.go
 #   moto_server              - moto[server] from PyPI in a Python venv (a real S3-compatible
 #                              server for the blobstore tests), in
 #                              ${KUBOSH_CACHE:-$HOME/.cache/kubosh}/venv-moto-<MOTO_VERSION>/,
@@ -31,11 +35,14 @@ BOSH_CLI_VERSION=${BOSH_CLI_VERSION:-7.9.12} # v7.10.x: the proxy serves .info b
 # answer 403), and the one bosh-cli 7.9.12's go.mod requires.
 BOSH_AGENT_VERSION=${BOSH_AGENT_VERSION:-2.759.0}
 MOTO_VERSION=${MOTO_VERSION:-5.2.1}
-GO_MIN=1.26.0 # go line of k8s.io/kubernetes 1.36, helm 4.3 and nats-server 2.15
+GO_MIN=1.26.3 # go line of argo-cd v3.5 (gitops-health); k8s.io/kubernetes 1.36, helm 4.3 and nats-server 2.15 need 1.26.0
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { printf '[testbins] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# Our own tool is keyed by its source: any change to it builds it again.
+GITOPS_HEALTH_SOURCE=$(cd "$here/gitops-health" && cat go.mod go.sum $(LC_ALL=C ls *.go) | sha256sum | cut -c1-16)
 
 K8S_VERSION=${K8S_VERSION:-$(awk '{ sub(/^require[ \t]+/, "") }
 	$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ { print substr($2, 2); exit }' "$here/k8s-testbins/go.mod")}
@@ -87,15 +94,16 @@ has() { # has NAME: 0 if $out/NAME exists and reports the wanted version
 	nats-server) v=$("$f" --version 2>/dev/null) && [[ $v == "nats-server: v${NATS_VERSION}" ]] ;;
 	bosh) v=$("$f" --version 2>/dev/null) && [[ $v == "version ${BOSH_CLI_VERSION}"* ]] ;;
 	bosh-agent) v=$("$f" -v 2>/dev/null) && [[ $v == *"${BOSH_AGENT_VERSION}"* ]] ;;
+	gitops-health) v=$("$f" version 2>/dev/null) && [[ $v == "gitops-health ${GITOPS_HEALTH_SOURCE} "* ]] ;;
 	*) return 1 ;;
 	esac
 }
-all=(kube-apiserver kubectl helm nats-server bosh bosh-agent)
+all=(kube-apiserver kubectl helm nats-server bosh bosh-agent gitops-health)
 missing() { local b; for b in "${all[@]}"; do has "$b" || echo "$b"; done; }
 
 todo=$(missing)
 if [[ -z $todo ]]; then
-	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION}, bosh v${BOSH_CLI_VERSION}, bosh-agent v${BOSH_AGENT_VERSION}, moto ${MOTO_VERSION})"
+	log "all present in $out (k8s v${K8S_VERSION}, helm v${HELM_VERSION}, nats-server v${NATS_VERSION}, bosh v${BOSH_CLI_VERSION}, bosh-agent v${BOSH_AGENT_VERSION}, gitops-health ${GITOPS_HEALTH_SOURCE}, moto ${MOTO_VERSION})"
 	echo "$out" >&3
 	exit 0
 fi
@@ -117,7 +125,7 @@ gov=${gov#go}
 	die "Go $gov is too old; need >= $GO_MIN (GOTOOLCHAIN=local: no automatic toolchain download)"
 # The Go proxy is HTTPS; a minimal Debian may lack the CA bundle.
 [[ -s /etc/ssl/certs/ca-certificates.crt || -n ${SSL_CERT_FILE:-} ]] || apt_install ca-certificates
-for t in awk sed sort comm cmp diff mktemp; do command -v "$t" >/dev/null || die "missing tool: $t"; done
+for t in awk sed sort comm cmp diff mktemp sha256sum; do command -v "$t" >/dev/null || die "missing tool: $t"; done
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GO111MODULE=on
 export GOFLAGS="-modcacherw -buildvcs=false"
@@ -182,6 +190,14 @@ for b in $todo; do
 			-X main.VersionLabel=${BOSH_AGENT_VERSION}" ./main </dev/null)
 		mv -f "$tmp/bosh-agent" "$out/bosh-agent"
 		log "built bosh-agent in $(($(date +%s) - start))s -> $out/bosh-agent" ;;
+	gitops-health) # Our module (argo-cd v3 + kstatus, pinned with its go.sum); built from the
+		# repository's source, read-only (-mod=readonly: a go.sum that does not match fails).
+		log "building gitops-health (tools/gitops-health, source ${GITOPS_HEALTH_SOURCE}) ..."
+		start=$(date +%s)
+		(cd "$here/gitops-health" && nice -n 10 go build -mod=readonly -trimpath -o "$tmp/gitops-health" \
+			-ldflags "-s -w -X main.source=${GITOPS_HEALTH_SOURCE}" . </dev/null)
+		mv -f "$tmp/gitops-health" "$out/gitops-health"
+		log "built gitops-health in $(($(date +%s) - start))s -> $out/gitops-health" ;;
 	esac
 done
 

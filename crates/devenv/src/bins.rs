@@ -14,7 +14,8 @@ pub struct BinError {
 }
 
 /// The directory holding kube-apiserver, kubectl, helm, nats-server, bosh (bosh-cli),
-/// bosh-agent (the real agent) and moto_server (a link into its venv).
+/// bosh-agent (the real agent), gitops-health (tools/gitops-health) and moto_server (a link
+/// into its venv).
 pub fn bin_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("KUBOSH_BIN_DIR") {
         return Some(PathBuf::from(dir));

@@ -1,12 +1,14 @@
 //! The Kubernetes layer against one real etcd + kube-apiserver per binary (a namespace per
 //! test): CRDs, Release/Stemcell reconcilers, Lease locks, Secret variables, the control
-//! plane's own setup and teardown.
+//! plane's own setup and teardown, and the GitOps health of a deployment as Argo CD and
+//! kstatus judge it.
 
 mod artifacts;
 mod client;
 mod control_plane;
 mod crd_apiserver;
 mod crds;
+mod gitops;
 mod lock;
 mod registry;
 mod state;
