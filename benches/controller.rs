@@ -35,7 +35,11 @@
 //!    the bench's own N patches, ÷ N × M; target ≤ 3. The "net" figure also takes off what
 //!    the apiserver writes by itself (its identity Lease), at the write rate seen idle;
 //! 3. peak RSS of the bench process (`getrusage` `ru_maxrss`): the controller, the
-//!    simulated cloud and agents, the engine-alone reference run, the bench; goal ≤ 256 MiB;
+//!    simulated cloud and agents, the engine-alone reference run, the bench; and of a
+//!    process of its own that deploys the same N × M through `Engine::deploy` alone
+//!    (MemoryStores, the same simulated world, `max_deploys` at once, fresh then update):
+//!    the difference is the controller's share (its client, caches, status and Events);
+//!    goal ≤ 256 MiB for that share;
 //! 4. apiserver requests per second once converged with nothing changing, all verbs, over
 //!    60 s (`BENCH_IDLE_SECS`), without the bench's own `/metrics` scrapes (what one scrape
 //!    adds is measured at start); goal ≤ 1.
@@ -487,6 +491,8 @@ struct Row {
     writes: f64,
     writes_net: f64,
     peak_rss_mib: f64,
+    /// Peak RSS of the same N × M deployed through the engine alone (its own process).
+    reference_rss_mib: f64,
     idle_rps: f64,
     idle_writes_per_sec: f64,
     scrape_cost: f64,
@@ -828,6 +834,8 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         writes,
         writes_net,
         peak_rss_mib,
+        // Measured by the parent, in a process of its own.
+        reference_rss_mib: 0.0,
         idle_rps,
         idle_writes_per_sec,
         scrape_cost,
@@ -859,8 +867,59 @@ fn sizes() -> Vec<(usize, usize)> {
 /// The environment variable that makes this process run one size (`NxM`) and print its row.
 const CHILD: &str = "BENCH_CONTROLLER_SIZE";
 
+/// The environment variable that makes this process deploy one size (`NxM`) through the
+/// engine alone and print its peak RSS (`RSS <MiB>`).
+const REFERENCE: &str = "BENCH_REFERENCE_SIZE";
+
+/// N deployments × M instances through `Engine::deploy` alone (a `MemoryStore` each, the
+/// same simulated world, `max_deploys` at once), fresh then updated: what the simulated
+/// cloud and agents and the engine hold at that size, without a controller.
+async fn reference_at_scale(n: usize, m: usize, settings: &Settings) {
+    let dir = tempfile::tempdir().expect("a tempdir");
+    let release = Arc::new(kubosh_devenv::example_release().expect("the example release"));
+    let stemcell_path = stemcell_tarball(dir.path());
+    let stemcell = StemcellSource::prepare(&dir.path().join("stemcells"), &stemcell_path, true)
+        .expect("the stemcell");
+    let (base, _agents) = base_engine(settings, dir.path());
+    let slots = Arc::new(tokio::sync::Semaphore::new(settings.max_deploys.max(1)));
+    for greeting in ["Hello", "Howdy"] {
+        let deploys = (0..n).map(|i| {
+            let engine = Engine {
+                store: Arc::new(MemoryStore::new()),
+                ..base.clone()
+            };
+            let (release, stemcell, slots) = (release.clone(), stemcell.clone(), slots.clone());
+            let name = deployment_name(i);
+            let watch_min_ms = settings.watch_min_ms;
+            async move {
+                let _slot = slots.acquire().await.expect("the slots stay open");
+                let request = DeployRequest {
+                    manifest: manifest(Some(&name), m, greeting, watch_min_ms),
+                    cloud_config: cloud_config(i),
+                    releases: vec![release],
+                    stemcells: vec![stemcell],
+                    ..DeployRequest::default()
+                };
+                (engine.deploy(&request).await).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        });
+        futures::future::join_all(deploys).await;
+    }
+}
+
 fn main() {
     let settings = Settings::from_env();
+    if let Ok(size) = std::env::var(REFERENCE) {
+        let (n, m) = size.split_once('x').expect("NxM");
+        let (n, m): (usize, usize) = (n.parse().expect("N"), m.parse().expect("M"));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(reference_at_scale(n, m, &settings));
+        println!("RSS {}", peak_rss_mib());
+        std::process::exit(0);
+    }
     if let Ok(size) = std::env::var(CHILD) {
         let filter = std::env::var("BENCH_LOG")
             .unwrap_or_else(|_| "warn,kube_client::client::builder=off".into());
@@ -923,25 +982,37 @@ fn main() {
             .expect("run one size");
         let stdout = String::from_utf8_lossy(&output.stdout);
         let row = stdout.lines().find_map(Row::from_line);
-        match row {
-            Some(row) if output.status.success() => rows.push(row),
+        let mut row = match row {
+            Some(row) if output.status.success() => row,
             _ => panic!("{n}x{m} failed ({}): {stdout}", output.status),
-        }
+        };
+        eprintln!("  the same through the engine alone (memory reference) ...");
+        let reference = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .env(REFERENCE, format!("{n}x{m}"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run the reference");
+        row.reference_rss_mib = String::from_utf8_lossy(&reference.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("RSS ")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{n}x{m}: the reference failed ({})", reference.status));
+        rows.push(row);
     }
 
     println!(
-        "{:>9} | {:>15} | {:>25} | {:>25} | {:>20} | {:>14} | {:>13} | {:>6}",
+        "{:>9} | {:>15} | {:>25} | {:>25} | {:>20} | {:>25} | {:>13} | {:>6}",
         "",
         "engine alone",
         "fresh deploy",
         "update (property)",
         "writes/inst (update)",
-        "peak RSS",
+        "peak RSS (MiB)",
         "idle",
         ""
     );
     println!(
-        "{:>9} | {:>7} {:>7} | {:>8} {:>7} {:>8} | {:>8} {:>7} {:>8} | {:>6} {:>6} {:>6} | {:>7} {:>6} | {:>6} {:>6} | {:>6}",
+        "{:>9} | {:>7} {:>7} | {:>8} {:>7} {:>8} | {:>8} {:>7} {:>8} | {:>6} {:>6} {:>6} | {:>5} {:>5} {:>6} {:>6} | {:>6} {:>6} | {:>6}",
         "N × M",
         "fresh",
         "update",
@@ -954,7 +1025,9 @@ fn main() {
         "gross",
         "net",
         "÷3",
-        "MiB",
+        "all",
+        "ref",
+        "ctrl",
         "÷256",
         "req/s",
         "÷1",
@@ -962,7 +1035,7 @@ fn main() {
     );
     for r in &rows {
         println!(
-            "{:>9} | {:>6.1}s {:>6.1}s | {:>7.1}s {:>6.1}s {:>8.2} | {:>7.1}s {:>6.1}s {:>8.2} | {:>6.2} {:>6.2} {:>6.2} | {:>7.0} {:>6.2} | {:>6.2} {:>6.2} | {:>5.0}s",
+            "{:>9} | {:>6.1}s {:>6.1}s | {:>7.1}s {:>6.1}s {:>8.2} | {:>7.1}s {:>6.1}s {:>8.2} | {:>6.2} {:>6.2} {:>6.2} | {:>5.0} {:>5.0} {:>6.0} {:>6.2} | {:>6.2} {:>6.2} | {:>5.0}s",
             format!("{} × {}", r.deployments, r.instances),
             r.engine_fresh,
             r.engine_update,
@@ -976,7 +1049,9 @@ fn main() {
             r.writes_net,
             r.writes_net / 3.0,
             r.peak_rss_mib,
-            r.peak_rss_mib / 256.0,
+            r.reference_rss_mib,
+            r.peak_rss_mib - r.reference_rss_mib,
+            (r.peak_rss_mib - r.reference_rss_mib) / 256.0,
             r.idle_rps,
             r.idle_rps / 1.0,
             r.wall,
@@ -987,8 +1062,10 @@ fn main() {
          M (same latencies, a MemoryStore); writes/inst: apiserver writes (POST, PUT, PATCH, \
          APPLY, DELETE) during the update minus the bench's N patches, ÷ N×M (net: also minus \
          the apiserver's own writes at the rate seen idle; target ≤ 3); peak RSS: ru_maxrss of \
-         the process running the size (controller, simulated cloud and agents, engine-alone \
-         run; goal ≤ 256 MiB); idle: apiserver requests/s over {} s with nothing changing, \
+         the process running the size (all: controller, simulated cloud and agents, engine-alone \
+         run), of a process deploying the same through the engine alone (ref: simulated \
+         cloud and agents, engine), their difference (ctrl: the controller's share; goal ≤ \
+         256 MiB); idle: apiserver requests/s over {} s with nothing changing, \
          the bench's /metrics scrapes excluded (goal ≤ 1); wall: the size's whole run.",
         settings.idle_secs,
     );

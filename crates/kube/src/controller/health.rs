@@ -131,10 +131,11 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (store, writer) = reflector::store();
-    // Without their managed fields, the cached instances take a fraction of the memory.
+    // Without their managed fields and records, the cached instances take a fraction of
+    // the memory.
     let instances = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|i: &mut Instance| i.managed_fields_mut().clear());
+        .modify(slim);
     let reflect = reflector::reflector(writer, instances)
         .applied_objects()
         .for_each(|_| futures::future::ready(()));
@@ -151,6 +152,22 @@ pub async fn run(
         () = check => {}
         () = shutdown => {}
     }
+}
+
+/// The annotation the cache keeps instead of an `Instance`'s record: whether its last update
+/// completed (all the health watch needs of the record, which is most of the object).
+const UPDATE_COMPLETED: &str = "kubosh.io/update-completed";
+
+/// `instance` as the health watch caches it: no managed fields, its record reduced to
+/// [`UPDATE_COMPLETED`].
+fn slim(instance: &mut Instance) {
+    instance.managed_fields_mut().clear();
+    let annotations = instance.annotations_mut();
+    let completed = (annotations.get(RECORD_ANNOTATION))
+        .and_then(|text| serde_json::from_str::<InstanceRecord>(text).ok())
+        .is_some_and(|r| r.update_completed);
+    annotations.clear();
+    annotations.insert(UPDATE_COMPLETED.into(), completed.to_string());
 }
 
 /// One comparison of every instance with its agent's heartbeats.
@@ -175,9 +192,11 @@ async fn check(ctx: &DeploymentContext, store: &Store<Instance>, watch: &HealthW
             None => watch.since,
         }
         .elapsed();
-        let completed = (instance.annotations().get(RECORD_ANNOTATION))
-            .and_then(|text| serde_json::from_str::<InstanceRecord>(text).ok())
-            .is_some_and(|r| r.update_completed);
+        let completed = instance
+            .annotations()
+            .get(UPDATE_COMPLETED)
+            .map(String::as_str)
+            == Some("true");
         let current = instance.status.as_ref().and_then(|s| s.process_state);
         let job_state = (instance.spec.agent_id.as_deref()).and_then(|agent| {
             (watch.health).recent_job_state(agent, watch.agent_timeout.min(quiet))
@@ -382,6 +401,26 @@ mod tests {
             "stopped on purpose"
         );
         assert_eq!(observed_state(Started, false, None, true), None, "no VM");
+    }
+
+    #[test]
+    fn the_cache_keeps_only_whether_the_update_completed() {
+        let mut instance = Instance::new("web-0", Default::default());
+        let record = serde_json::json!({"group": "web", "index": 0, "uuid": "u",
+                                        "update_completed": true, "applied": {"stemcell": "s/1"}});
+        instance
+            .annotations_mut()
+            .insert(RECORD_ANNOTATION.into(), record.to_string());
+        instance.metadata.managed_fields = Some(vec![Default::default()]);
+        slim(&mut instance);
+        assert_eq!(
+            instance.annotations().clone(),
+            [(UPDATE_COMPLETED.to_string(), "true".to_string())].into()
+        );
+        assert!(instance.managed_fields().is_empty());
+        let mut unreadable = Instance::new("web-1", Default::default());
+        slim(&mut unreadable);
+        assert_eq!(unreadable.annotations()[UPDATE_COMPLETED], "false");
     }
 
     #[test]
