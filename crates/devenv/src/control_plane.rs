@@ -6,7 +6,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -171,7 +172,11 @@ impl ControlPlane {
         let kubeconfig = d.join("kubeconfig");
         std::fs::write(
             &kubeconfig,
-            kubeconfig_yaml(&server, &ca.cert_pem(), &admin_token, &operator_token),
+            kubeconfig_yaml(
+                &server,
+                &ca.cert_pem(),
+                &[("admin", &admin_token), ("operator", &operator_token)],
+            ),
         )
         .map_err(io("write kubeconfig"))?;
         let cp = ControlPlane {
@@ -264,6 +269,32 @@ impl ControlPlane {
             .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))
     }
 
+    /// A token of ServiceAccount `name` in `namespace`, from the TokenRequest API (valid for
+    /// an hour): what a pod running as that account would get.
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, ControlPlaneError> {
+        let request: TokenRequest =
+            serde_json::from_value(serde_json::json!({"spec": {"audiences": []}}))
+                .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        Api::<ServiceAccount>::namespaced(self.client().await?, namespace)
+            .create_token_request(name, &PostParams::default(), &request)
+            .await?
+            .status
+            .and_then(|s| s.token)
+            .ok_or_else(|| ControlPlaneError::Kubeconfig(format!("no token for {namespace}/{name}")))
+    }
+
+    /// A kubeconfig (YAML) for this control plane whose only user authenticates with
+    /// `token`: for a process that must act as a ServiceAccount.
+    pub fn kubeconfig_for_token(&self, token: &str) -> Result<String, ControlPlaneError> {
+        let ca = std::fs::read_to_string(self.dir.path().join("pki/ca.crt"))
+            .map_err(io("read the cluster CA"))?;
+        Ok(kubeconfig_yaml(&self.server, &ca, &[("token", token)]))
+    }
+
     /// `kubectl` with this control plane's kubeconfig.
     pub fn kubectl(&self) -> Result<Command, ControlPlaneError> {
         let mut cmd = Command::new(binary("kubectl")?);
@@ -335,29 +366,21 @@ fn spawn_logged(mut cmd: Command, log: &Path) -> Result<ManagedChild, ControlPla
     spawn_tied(cmd).map_err(io(format!("start {program}")))
 }
 
-fn kubeconfig_yaml(server: &str, ca_pem: &str, admin_token: &str, operator_token: &str) -> String {
+/// A kubeconfig with one user and one context of its name per `(name, token)`, the first
+/// current.
+fn kubeconfig_yaml(server: &str, ca_pem: &str, users: &[(&str, &str)]) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: kubosh-test
-  cluster:
-    server: {server}
-    certificate-authority-data: {ca}
-users:
-- name: admin
-  user:
-    token: {admin_token}
-- name: operator
-  user:
-    token: {operator_token}
-contexts:
-- name: admin
-  context: {{cluster: kubosh-test, user: admin}}
-- name: operator
-  context: {{cluster: kubosh-test, user: operator}}
-current-context: admin
-"
-    )
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubosh-test\n  cluster:\n    \
+         server: {server}\n    certificate-authority-data: {ca}\nusers:\n"
+    );
+    for (name, token) in users {
+        yaml += &format!("- name: {name}\n  user:\n    token: {token}\n");
+    }
+    yaml += "contexts:\n";
+    for (name, _) in users {
+        yaml += &format!("- name: {name}\n  context: {{cluster: kubosh-test, user: {name}}}\n");
+    }
+    let current = users.first().map_or("", |(name, _)| name);
+    yaml + &format!("current-context: {current}\n")
 }

@@ -14,7 +14,8 @@
 //!
 //! [`SecretStore::preloaded`] reads all of a deployment's variable Secrets with one list (by
 //! label) instead of one read per variable: what a deployment with a hundred variables costs
-//! the apiserver each time its inputs are read.
+//! the apiserver each time its inputs are read; without the right to list Secrets it reads
+//! them one by one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -73,14 +74,23 @@ impl SecretStore {
 
     /// This store, with every variable Secret of the deployment read now in one list:
     /// reads answer from it (a variable whose Secret was not listed does not exist yet);
-    /// writes go to the apiserver as always.
+    /// writes go to the apiserver as always. Where listing Secrets is forbidden (a
+    /// controller granted only `get`, `create` and `update` on Secrets, as the chart's
+    /// cluster-wide RBAC does), the store stays as it was: one read per variable.
     pub async fn preloaded(mut self) -> Result<SecretStore, StoreError> {
         let selector = format!("{DEPLOYMENT_LABEL}={}", self.label_value());
-        let list = self
+        let list = match self
             .api
             .list(&ListParams::default().labels(&selector))
             .await
-            .map_err(|e| self.kube_error("Listing", "*", e))?;
+        {
+            Ok(list) => list,
+            Err(kube::Error::Api(status)) if status.is_forbidden() => {
+                tracing::debug!(namespace = %self.namespace, "listing Secrets is forbidden: one read per variable");
+                return Ok(self);
+            }
+            Err(e) => return Err(self.kube_error("Listing", "*", e)),
+        };
         let by_name = (list.items.into_iter())
             .filter_map(|s| Some((s.metadata.name.clone()?, s)))
             .collect();

@@ -725,6 +725,46 @@ fn needles(values: &[&Value]) -> Vec<String> {
     out
 }
 
+/// A controller that may read, create and update Secrets but not list them (the chart's
+/// cluster-wide RBAC) still keeps its variables: `preloaded` falls back to one read each.
+#[tokio::test(flavor = "multi_thread")]
+async fn secret_store_without_the_right_to_list_reads_variables_one_by_one() {
+    let ns = support::namespace("vars-nolist").await;
+    let rules = json!([
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}
+    ]);
+    let client = support::service_account_client(&ns, "controller", rules, ["get", "secrets"]).await;
+    let listing = Api::<Secret>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await;
+    assert!(
+        matches!(&listing, Err(kube::Error::Api(s)) if s.is_forbidden()),
+        "{listing:?}"
+    );
+    let d = defs("- {name: admin_password, type: password}\n- {name: api_key, type: password}\n");
+    let store = || async {
+        SecretStore::new(client.clone(), &ns, "web")
+            .preloaded()
+            .await
+            .expect("no list needed")
+    };
+    let first = variables::resolve(&d, &Vars::new(), &store().await)
+        .await
+        .unwrap();
+    assert!(first.sources.iter().all(|(_, s)| *s == Source::Generated));
+    let second = variables::resolve(&d, &Vars::new(), &store().await)
+        .await
+        .unwrap();
+    assert!(
+        second.sources.iter().all(|(_, s)| *s == Source::Stored),
+        "{:?}",
+        second.sources
+    );
+    for name in ["admin_password", "api_key"] {
+        assert_eq!(value(&first, name), value(&second, name), "{name}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn values_never_reach_logs_errors_or_debug() {
     let logs = kubosh_devenv::captured_logs();
