@@ -10,6 +10,8 @@
 //!   command: [kubosh, cpi, --config, cpi.yml]   # ExternalCpi (required)
 //!   timeout_seconds: 600        # per CPI call
 //!   properties: {}              # CPI context properties (secrets: never logged)
+//!   properties_path: cpi-properties.yml   # optional: a YAML map merged over `properties`
+//!                               #   (its keys win), e.g. the CPI's credentials from a mounted Secret
 //! nats:
 //!   url: nats://127.0.0.1:4222  # required; TLS is always used
 //!   ca_certificate: <PEM>       # or ca_certificate_path: the CA of the server and of every client
@@ -155,6 +157,8 @@ pub struct CpiFile {
     pub timeout_seconds: Option<u64>,
     /// CPI context properties.
     pub properties: Option<Secret<Map<String, Value>>>,
+    /// A YAML (or JSON) file with more properties, merged over `properties`.
+    pub properties_path: Option<String>,
 }
 
 /// `nats:`. Each PEM is given inline or as `<key>_path`, not both.
@@ -622,12 +626,28 @@ fn cpi_settings(file: CpiFile, base_dir: &Path) -> Result<CpiSettings, KeyError>
         return Err(key_error("cpi.command", "must name a program"));
     };
     let program = resolve_program(program, base_dir).map_err(|m| key_error("cpi.command", m))?;
+    let mut properties = (file.properties.as_ref()).map_or_else(Map::new, |p| p.expose().clone());
+    if let Some(path) = optional_text("cpi.properties_path", file.properties_path)? {
+        properties.extend(properties_file(&base_dir.join(path))?);
+    }
     Ok(CpiSettings {
         program,
         args: args.to_vec(),
         timeout: Duration::from_secs(file.timeout_seconds.unwrap_or(600)),
-        properties: file.properties.unwrap_or_default(),
+        properties: Secret::new(properties),
     })
+}
+
+/// The map of `cpi.properties_path`. Errors never quote the file's text.
+fn properties_file(path: &Path) -> Result<Map<String, Value>, KeyError> {
+    let fail = |m: String| key_error("cpi.properties_path", m);
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
+    match kubosh_core::yaml::parse_value(&text, &path.display().to_string()) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Null) => Ok(Map::new()),
+        _ => Err(fail(format!("{}: not a YAML map", path.display()))),
+    }
 }
 
 /// A program with a `/` is a path (relative to `base_dir`); otherwise it is looked up on
@@ -963,6 +983,33 @@ mod tests {
         assert!(!debug.contains("hunter22"), "{debug}");
         assert!(!debug.contains("PRIVATE KEY"), "{debug}");
         assert_eq!(c.trusted_certs, "", "no trusted certificates unless given");
+    }
+
+    #[test]
+    fn cpi_properties_from_a_file_are_merged_over_the_inline_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = valid(dir.path());
+        v["cpi"]["properties"] = json!({"region": "eu", "password": "hunter22"});
+        std::fs::write(
+            dir.path().join("creds.yml"),
+            "password: s3cr3t-from-file\ntoken: t0k3n\n",
+        )
+        .unwrap();
+        v["cpi"]["properties_path"] = json!("creds.yml");
+        let c = DirectorConfig::from_value(&v, dir.path()).unwrap();
+        assert_eq!(
+            c.cpi.properties.expose(),
+            json!({"region": "eu", "password": "s3cr3t-from-file", "token": "t0k3n"})
+                .as_object()
+                .unwrap()
+        );
+        assert!(!format!("{c:?}").contains("s3cr3t-from-file"));
+        std::fs::write(dir.path().join("creds.yml"), "- s3cr3t-in-a-list\n").unwrap();
+        let e = error(&v, dir.path());
+        assert!(e.starts_with("cpi.properties_path: "), "{e}");
+        assert!(!e.contains("s3cr3t"), "{e}");
+        v["cpi"]["properties_path"] = json!("missing.yml");
+        assert!(error(&v, dir.path()).starts_with("cpi.properties_path: cannot read"));
     }
 
     #[test]
