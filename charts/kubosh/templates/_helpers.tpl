@@ -42,10 +42,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/* The CPI command: the given one, or kubosh's local cloud. */}}
+{{/* The CPI command (strings, even where YAML or --set read a number or a boolean): the
+given one, or kubosh's local cloud. */}}
 {{- define "kubosh.cpiCommand" -}}
 {{- if .Values.cpi.command -}}
-{{- toJson .Values.cpi.command -}}
+{{- $command := list -}}
+{{- range .Values.cpi.command -}}
+{{- $command = append $command (toString .) -}}
+{{- end -}}
+{{- toJson $command -}}
 {{- else -}}
 {{- toJson (list "kubosh" "cpi" "--config" "/etc/kubosh/cpi/cpi.yml") -}}
 {{- end -}}

@@ -5,6 +5,8 @@
 //! to what the chart renders. That the RBAC is enough, and no more, is shown by the
 //! controller itself in `tests/e2e/chart_rbac.rs`.
 
+use std::path::Path;
+
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
@@ -132,9 +134,99 @@ fn the_director_configuration_mounts_what_it_names() {
     ] {
         assert!(rendered.contains(mount), "{mount}");
     }
-    // The local cloud's agents reach the same NATS server and blobstore.
-    assert!(rendered.contains("mbus: nats://nats.bosh:4222"), "{rendered}");
-    assert!(rendered.contains("blobstore_path: /var/lib/kubosh/blobs"));
+    // The local cloud's configuration: its agents reach the same NATS server and blobstore.
+    let cpi_yml = document(&rendered, "ConfigMap")["data"]["cpi.yml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let local: kubosh_cloud::local::Config =
+        serde_json::from_value(kubosh_core::yaml::parse_value(&cpi_yml, "cpi.yml").unwrap())
+            .unwrap();
+    assert_eq!(local.state_dir, Path::new("/var/lib/kubosh/state/cloud"));
+    assert_eq!(
+        local.mbus.as_ref().map(|m| m.expose().as_str()),
+        Some("nats://nats.bosh:4222")
+    );
+    assert_eq!(
+        local.blobstore.as_ref().map(|b| b.expose().clone()),
+        Some(serde_json::json!({"provider": "local",
+                                "options": {"blobstore_path": "/var/lib/kubosh/blobs"}}))
+    );
+}
+
+/// The first object of `kind` in `rendered`.
+fn document(rendered: &str, kind: &str) -> serde_json::Value {
+    rendered
+        .split("\n---\n")
+        .filter_map(|doc| kubosh_core::yaml::parse_value(doc, "chart").ok())
+        .find(|doc| doc["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in\n{rendered}"))
+}
+
+/// The generated director configuration is one `kubosh controller` loads: with its mounts
+/// laid out below a temporary directory (the NATS Secret's files, the CPI credentials'
+/// `properties.yml`), every key known, every file read, the CPI's properties merged.
+#[test]
+fn the_generated_director_configuration_loads() {
+    let rendered = render(
+        "kubosh",
+        "kubosh-system",
+        &[
+            "cpi.command={sh,-c,true}",
+            "cpi.credentialsSecret=cpi-creds",
+            "cpi.properties.region=eu-1",
+            "director.settings.snapshots.enabled=true",
+        ],
+    );
+    let secret = document(&rendered, "Secret");
+    let text = secret["stringData"]["director.yml"].as_str().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let text = text
+        .replace("/etc/kubosh/", &format!("{root}/etc/kubosh/"))
+        .replace("/var/lib/kubosh/", &format!("{root}/var/lib/kubosh/"));
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = params.self_signed(&key).unwrap().pem();
+    let ca = kubosh_core::pki::Ca::from_pem(&ca_cert, &key.serialize_pem()).unwrap();
+    let director = ca
+        .issue(&kubosh_core::pki::Leaf {
+            common_name: "default.director.bosh-internal",
+            client: true,
+            ..Default::default()
+        })
+        .unwrap();
+    let nats = dir.path().join("etc/kubosh/nats");
+    let creds = dir.path().join("etc/kubosh/cpi-credentials");
+    std::fs::create_dir_all(&nats).unwrap();
+    std::fs::create_dir_all(&creds).unwrap();
+    for (name, pem) in [
+        ("ca.crt", ca_cert.as_str()),
+        ("ca.key", &key.serialize_pem()),
+        ("director.crt", &director.cert_pem),
+        ("director.key", &director.key_pem),
+    ] {
+        std::fs::write(nats.join(name), pem).unwrap();
+    }
+    std::fs::write(creds.join("properties.yml"), "api_key: k3y\n").unwrap();
+
+    let value = kubosh_core::yaml::parse_value(&text, "director.yml").unwrap();
+    let config = kubosh_engine::director::DirectorConfig::from_value(&value, dir.path())
+        .unwrap_or_else(|e| panic!("{}: {}\n{text}", e.key, e.message));
+    assert_eq!(config.state_dir, dir.path().join("var/lib/kubosh/state"));
+    assert_eq!(
+        config.blobstore_dir,
+        dir.path().join("var/lib/kubosh/blobs")
+    );
+    assert_eq!(
+        config.cpi.properties.expose(),
+        serde_json::json!({"region": "eu-1", "api_key": "k3y"})
+            .as_object()
+            .unwrap()
+    );
+    assert!(config.disks.snapshots_enabled);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -150,8 +242,7 @@ async fn the_plain_manifests_are_the_rendered_chart_and_apply() {
     // dry run creates nothing), the CRDs already do.
     let client = support::control_plane().await.client().await.unwrap();
     let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "kubosh-system"}}))
-            .unwrap();
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "kubosh-system"}})).unwrap();
     match Api::<Namespace>::all(client)
         .create(&PostParams::default(), &ns)
         .await
