@@ -284,7 +284,9 @@ impl ControlPlane {
             .await?
             .status
             .and_then(|s| s.token)
-            .ok_or_else(|| ControlPlaneError::Kubeconfig(format!("no token for {namespace}/{name}")))
+            .ok_or_else(|| {
+                ControlPlaneError::Kubeconfig(format!("no token for {namespace}/{name}"))
+            })
     }
 
     /// A kubeconfig (YAML) for this control plane whose only user authenticates with

@@ -29,7 +29,8 @@ async fn least_privilege_service_account_gets_403_beyond_its_role() {
     let rules = serde_json::json!([
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}
     ]);
-    let sa_client = support::service_account_client(&ns, "reader", rules, ["list", "configmaps"]).await;
+    let sa_client =
+        support::service_account_client(&ns, "reader", rules, ["list", "configmaps"]).await;
     let pp = PostParams::default();
 
     // Granted: list config maps in its namespace.

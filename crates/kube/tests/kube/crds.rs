@@ -11,7 +11,9 @@ fn stale(label: &str, dir: &Path, expected: &[(String, String)]) -> Vec<String> 
     for (name, text) in expected {
         match std::fs::read_to_string(dir.join(name)) {
             Ok(found) if &found == text => {}
-            Ok(_) => problems.push(format!("{label}/{name} differs from what src/api generates")),
+            Ok(_) => problems.push(format!(
+                "{label}/{name} differs from what src/api generates"
+            )),
             Err(_) => problems.push(format!("{label}/{name} is missing")),
         }
     }
@@ -35,8 +37,8 @@ fn crds_directory_is_up_to_date() {
         problems.extend(stale(dir, &root.join(dir), &expected));
     }
     // Kustomize takes the files one by one.
-    let kustomization = std::fs::read_to_string(root.join("crds/kustomization.yaml"))
-        .unwrap_or_default();
+    let kustomization =
+        std::fs::read_to_string(root.join("crds/kustomization.yaml")).unwrap_or_default();
     let listed: Vec<&str> = (kustomization.lines())
         .filter_map(|l| l.trim().strip_prefix("- "))
         .collect();

@@ -50,7 +50,13 @@ pub fn succeeds(program: &str, args: &[&str], stdin: &str) -> (String, String) {
 /// `helm template` of `charts/kubosh` as release `release` in `namespace`, with `--set`
 /// values.
 pub fn render(release: &str, namespace: &str, set: &[&str]) -> String {
-    let mut args = vec!["template", release, "charts/kubosh", "--namespace", namespace];
+    let mut args = vec![
+        "template",
+        release,
+        "charts/kubosh",
+        "--namespace",
+        namespace,
+    ];
     for s in set {
         args.extend(["--set", s]);
     }

@@ -51,7 +51,10 @@ pub async fn service_account_client(
     let admin = cp.client().await.unwrap();
     let pp = PostParams::default();
     Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
-        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
         .await
         .unwrap();
     Api::<Role>::namespaced(admin.clone(), namespace)

@@ -733,7 +733,8 @@ async fn secret_store_without_the_right_to_list_reads_variables_one_by_one() {
     let rules = json!([
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}
     ]);
-    let client = support::service_account_client(&ns, "controller", rules, ["get", "secrets"]).await;
+    let client =
+        support::service_account_client(&ns, "controller", rules, ["get", "secrets"]).await;
     let listing = Api::<Secret>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())
         .await;
