@@ -76,16 +76,29 @@ pub(crate) fn start_replica_with(
     identity: &str,
     more: &[&str],
 ) -> ControllerProcess {
+    let mut args = vec!["-n", namespace, "--identity", identity];
+    args.extend(more);
+    start_replica_with_kubeconfig(w, cp.kubeconfig_path(), &args, &[])
+}
+
+/// `kubosh controller -d <the world's director.yml> <args>` as the user of `kubeconfig`,
+/// with `env` (its log appended to `controller.log`).
+pub(crate) fn start_replica_with_kubeconfig(
+    w: &World,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> ControllerProcess {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(w.dir.path().join("controller.log"))
         .unwrap();
     let child = Command::new(KUBOSH)
-        .args(["controller", "-d", &w.path("director.yml"), "-n", namespace])
-        .args(["--identity", identity])
-        .args(more)
-        .env("KUBECONFIG", cp.kubeconfig_path())
+        .args(["controller", "-d", &w.path("director.yml")])
+        .args(args)
+        .envs(env.iter().copied())
+        .env("KUBECONFIG", kubeconfig)
         .env(
             "KUBOSH_LOG",
             "kubosh=debug,kubosh_kube=debug,kubosh_engine=debug,kubosh_cloud=debug,kubosh_transport=debug",
@@ -156,7 +169,7 @@ pub(crate) fn deployment_object(name: &str, manifest: Value) -> Value {
 }
 
 /// `manifest` with a 64 MiB persistent disk on every instance.
-fn with_disk(mut manifest: Value) -> Value {
+pub(crate) fn with_disk(mut manifest: Value) -> Value {
     manifest["instance_groups"][0]["persistent_disk"] = json!(64);
     manifest
 }

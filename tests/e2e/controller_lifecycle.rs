@@ -118,14 +118,14 @@ where
 }
 
 /// Waits until `name` is gone (for at most `limit`).
-async fn gone<K>(client: &kube::Client, name: &str, limit: Duration)
+pub(crate) async fn gone<K>(client: &kube::Client, namespace: &str, name: &str, limit: Duration)
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let api = Api::<K>::namespaced(client.clone(), NS);
+    let api = Api::<K>::namespaced(client.clone(), namespace);
     let start = Instant::now();
     while let Some(object) = api.get_opt(name).await.unwrap() {
         assert!(start.elapsed() < limit, "{name} is still there: {object:?}");
@@ -248,7 +248,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
         .delete("jammy-1.0", &DeleteParams::default())
         .await
         .unwrap();
-    gone::<Stemcell>(&client, "jammy-1.0", Duration::from_secs(60)).await;
+    gone::<Stemcell>(&client, NS, "jammy-1.0", Duration::from_secs(60)).await;
     assert_eq!(cloud_stemcells(&w), BTreeSet::from([new_cid.clone()]));
     assert_eq!(compiled_for(&list(&client).await, "1.0"), 0);
     assert_eq!(compiled_for(&list(&client).await, "1.1"), 2);
@@ -346,7 +346,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
         .delete(&disk_object, &DeleteParams::default())
         .await
         .unwrap();
-    gone::<Disk>(&client, &disk_object, Duration::from_secs(60)).await;
+    gone::<Disk>(&client, NS, &disk_object, Duration::from_secs(60)).await;
     let inventory = local::inventory(&w.cloud()).unwrap();
     assert!(
         inventory.disks.iter().all(|d| d.cid != db_disk),
@@ -368,7 +368,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
         .await
         .unwrap();
     assert!(orphan.spec.orphaned);
-    gone::<Disk>(&client, &web1_object, Duration::from_secs(120)).await;
+    gone::<Disk>(&client, NS, &web1_object, Duration::from_secs(120)).await;
     let inventory = local::inventory(&w.cloud()).unwrap();
     assert!(
         inventory.disks.iter().all(|d| d.cid != web1_disk),
@@ -406,7 +406,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
         .delete("life", &DeleteParams::default())
         .await
         .unwrap();
-    gone::<Deployment>(&client, "life", Duration::from_secs(180)).await;
+    gone::<Deployment>(&client, NS, "life", Duration::from_secs(180)).await;
     let events = events_of(&client, NS).await;
     let cancelled = events
         .iter()
@@ -436,7 +436,7 @@ async fn a_deployment_lives_through_ip_moves_stemcell_bumps_group_removal_and_de
     assert!(shares.is_empty(), "{shares:?}");
 
     // Nothing uses stemcell 1.1 any more: it goes from the cloud and the namespace.
-    gone::<Stemcell>(&client, "jammy-1.1", Duration::from_secs(60)).await;
+    gone::<Stemcell>(&client, NS, "jammy-1.1", Duration::from_secs(60)).await;
     assert!(cloud_stemcells(&w).is_empty());
     assert!(list::<CompiledPackage>(&client).await.is_empty());
 }

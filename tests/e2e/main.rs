@@ -1,11 +1,12 @@
 //! End to end through the `kubosh` binary: the CPI client and the local cloud (`kubosh cpi`),
 //! kubosh's agent as a VM's process, release and stemcell commands, `kubosh deploy` on the
-//! local cloud, crash safety and the CLI.
+//! local cloud, crash safety, the CLI, and the controller under the Helm chart's RBAC.
 
 mod agent_e2e;
 mod agent_health;
 #[path = "../../crates/agentd/tests/agents/agentd_common.rs"]
 mod agentd_common;
+mod chart_rbac;
 mod cli;
 mod cli_deploy;
 mod cli_deploy_health;
@@ -18,6 +19,8 @@ mod crash_safety;
 mod create_env;
 mod deploy_local;
 mod director_world;
+#[path = "../../crates/kube/tests/kube/helm.rs"]
+mod helm;
 mod nats_confinement;
 mod real_agent;
 mod release;
