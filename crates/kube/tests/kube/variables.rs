@@ -607,6 +607,38 @@ async fn kube_store(ns: &str, deployment: &str) -> SecretStore {
     SecretStore::new(client, ns, deployment)
 }
 
+/// Resolves `d` with `first` (every variable generated), then with `second`, a fresh store
+/// as another controller process would have (every one found stored, with the same value);
+/// the first resolution.
+async fn generated_once(
+    d: &[Variable],
+    first: &dyn VariableStore,
+    second: &dyn VariableStore,
+) -> kubosh_kube::variables::Resolved {
+    let generated = variables::resolve(d, &Vars::new(), first).await.unwrap();
+    assert!(
+        generated
+            .sources
+            .iter()
+            .all(|(_, s)| *s == Source::Generated)
+    );
+    let stored = variables::resolve(d, &Vars::new(), second).await.unwrap();
+    assert!(
+        stored.sources.iter().all(|(_, s)| *s == Source::Stored),
+        "{:?}",
+        stored.sources
+    );
+    for v in d {
+        assert_eq!(
+            value(&generated, &v.name),
+            value(&stored, &v.name),
+            "{}",
+            v.name
+        );
+    }
+    generated
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kubernetes_secrets_generate_once() {
     let ns = support::namespace("vars").await;
@@ -614,22 +646,12 @@ async fn kubernetes_secrets_generate_once() {
         "- {name: admin_password, type: password}\n- {name: ca, type: certificate, options: {is_ca: true, common_name: ca, key_length: 2048}}\n\
          - {name: tls, type: certificate, options: {ca: ca, common_name: web, key_length: 2048}}\n",
     );
-    let first = variables::resolve(&d, &Vars::new(), &kube_store(&ns, "web").await)
-        .await
-        .unwrap();
-    assert!(first.sources.iter().all(|(_, s)| *s == Source::Generated));
-    // A fresh store (another controller process) finds them all.
-    let second = variables::resolve(&d, &Vars::new(), &kube_store(&ns, "web").await)
-        .await
-        .unwrap();
-    assert!(
-        second.sources.iter().all(|(_, s)| *s == Source::Stored),
-        "{:?}",
-        second.sources
-    );
-    for name in ["admin_password", "ca", "tls"] {
-        assert_eq!(value(&first, name), value(&second, name), "{name}");
-    }
+    let first = generated_once(
+        &d,
+        &kube_store(&ns, "web").await,
+        &kube_store(&ns, "web").await,
+    )
+    .await;
     // Read with one list: the same values.
     let listed = kube_store(&ns, "web").await.preloaded().await.unwrap();
     let third = variables::resolve(&d, &Vars::new(), &listed).await.unwrap();
@@ -749,21 +771,7 @@ async fn secret_store_without_the_right_to_list_reads_variables_one_by_one() {
             .await
             .expect("no list needed")
     };
-    let first = variables::resolve(&d, &Vars::new(), &store().await)
-        .await
-        .unwrap();
-    assert!(first.sources.iter().all(|(_, s)| *s == Source::Generated));
-    let second = variables::resolve(&d, &Vars::new(), &store().await)
-        .await
-        .unwrap();
-    assert!(
-        second.sources.iter().all(|(_, s)| *s == Source::Stored),
-        "{:?}",
-        second.sources
-    );
-    for name in ["admin_password", "api_key"] {
-        assert_eq!(value(&first, name), value(&second, name), "{name}");
-    }
+    generated_once(&d, &store().await, &store().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
