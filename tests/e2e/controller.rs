@@ -48,6 +48,47 @@ pub(crate) fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The value of metric `name` with (at least) `labels` in OpenMetrics text; 0 when absent.
+pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
+
+/// `/metrics` of the controller about to serve on `port` (waits for it to listen).
+pub(crate) fn scrape_when_up(port: u16) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some((200, body)) =
+            crate::director_world::http_request("127.0.0.1", port, "/metrics")
+        {
+            return body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "/metrics never served"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `/metrics` of the controller serving on `port`.
+pub(crate) fn scrape(port: u16) -> String {
+    match crate::director_world::http_request("127.0.0.1", port, "/metrics") {
+        Some((200, body)) => body,
+        other => panic!("GET /metrics: {other:?}"),
+    }
+}
+
 /// The world's agents heartbeat every second (BOSH: 30 s), so a controller with a short
 /// `--agent-timeout` notices a silent one quickly.
 fn with_fast_heartbeats(w: &World) {
@@ -81,9 +122,16 @@ pub(crate) fn start_replica_with(
         .append(true)
         .open(w.dir.path().join("controller.log"))
         .unwrap();
+    // Each process its own metrics port, unless the test chose one.
+    let metrics: &[&str] = if more.contains(&"--metrics-bind-address") {
+        &[]
+    } else {
+        &["--metrics-bind-address", "127.0.0.1:0"]
+    };
     let child = Command::new(KUBOSH)
         .args(["controller", "-d", &w.path("director.yml"), "-n", namespace])
         .args(["--identity", identity])
+        .args(metrics)
         .args(more)
         .env("KUBECONFIG", cp.kubeconfig_path())
         .env(
@@ -312,13 +360,42 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         .await
         .unwrap();
     with_fast_heartbeats(&w);
-    let _controller = start_replica_with(&w, cp, ns, "kubosh-e2e", &["--agent-timeout", "6s"]);
+    let metrics_port = crate::director_world::free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let _controller = start_replica_with(
+        &w,
+        cp,
+        ns,
+        "kubosh-e2e",
+        &[
+            "--agent-timeout",
+            "6s",
+            "--metrics-bind-address",
+            &metrics_addr,
+            "--log-format",
+            "json",
+        ],
+    );
 
     apply_inputs(&client, ns, &w).await;
     let mut hello = deployment_object("hello", with_disk(hello_deployment(w.port, "((greeting))")));
     hello["spec"]["varsFrom"] = json!([{"secretRef": {"name": "hello-vars"}}]);
     let file = w.dir.path().join("hello-deployment.json");
     write_json(&file, &hello);
+    let before = scrape_when_up(metrics_port);
+    // While the deploy runs, /metrics shows it running.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let running_seen = std::thread::spawn({
+        let watching = watching.clone();
+        move || {
+            let mut seen = false;
+            while watching.load(std::sync::atomic::Ordering::SeqCst) && !seen {
+                seen = metric(&scrape(metrics_port), "kubosh_deploys_running", &[]) >= 1.0;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            seen
+        }
+    });
     kubectl(
         cp,
         &[
@@ -340,6 +417,65 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
             "boshdeployment/hello",
             "--timeout=300s",
         ],
+    );
+    watching.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        running_seen.join().unwrap(),
+        "/metrics showed the deploy running"
+    );
+    // The counters moved: CPI and agent calls by method, the deploy, the reconciles; the
+    // instances by state; this process leads.
+    let after = scrape(metrics_port);
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        metric(&after, name, labels) - metric(&before, name, labels)
+    };
+    let calls = "kubosh_cpi_call_duration_seconds_count";
+    assert!(
+        moved(calls, &[("method", "create_vm"), ("result", "ok")]) >= 2.0,
+        "{after}"
+    );
+    assert!(moved(calls, &[("method", "create_disk"), ("result", "ok")]) >= 2.0);
+    let agent_calls = "kubosh_agent_call_duration_seconds_count";
+    assert!(
+        moved(agent_calls, &[("method", "apply"), ("result", "ok")]) >= 2.0,
+        "{after}"
+    );
+    assert_eq!(
+        moved(
+            "kubosh_deploy_duration_seconds_count",
+            &[("result", "succeeded")]
+        ),
+        1.0
+    );
+    assert!(
+        moved(
+            "kubosh_reconcile_duration_seconds_count",
+            &[("controller", "deployment")]
+        ) >= 1.0
+    );
+    assert_eq!(metric(&after, "kubosh_deploys_running", &[]), 0.0);
+    assert_eq!(metric(&after, "kubosh_leader", &[]), 1.0);
+    // JSON log lines, those of the deploy in its span, an instance's in the instance's.
+    let log = std::fs::read_to_string(w.dir.path().join("controller.log")).unwrap();
+    let lines: Vec<Value> = (log.lines())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let in_span = |name: &str, field: &str, value: &str| {
+        lines.iter().any(|l| {
+            l["spans"].as_array().is_some_and(|spans| {
+                spans.iter().any(|s| {
+                    s["name"] == name && s[field].as_str().is_some_and(|v| v.contains(value))
+                })
+            })
+        })
+    };
+    assert!(
+        in_span("deploy", "deployment", "hello"),
+        "a line of the deploy's span"
+    );
+    assert!(
+        in_span("instance", "instance", "web/"),
+        "a line of an instance's span"
     );
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -1052,4 +1188,57 @@ async fn missing_and_broken_inputs_are_one_status_listing_them_all_with_no_cloud
         "{message}"
     );
     assert_eq!(w.calls(), 0, "nothing was asked of the cloud");
+}
+
+/// `/healthz` answers as soon as the process serves; `/readyz` says no until leadership is
+/// settled (a standby once a Lease duration passed without leading, the leader once its
+/// caches are synced); `kubosh_leader` follows leadership, also when the standby takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_leadership_and_the_caches_and_metrics_follow_the_leader() {
+    use crate::director_world::{free_port, http_request};
+    let cp = control_plane().await;
+    let w = World::new(25);
+    let ns = "ctrl-ready";
+    cp.create_namespace(ns).await.unwrap();
+    let get = |port: u16, path: &str| http_request("127.0.0.1", port, path);
+    let until = |what: &str, check: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        while !check() {
+            assert!(start.elapsed() < Duration::from_secs(40), "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let addr_a = format!("127.0.0.1:{port_a}");
+    let mut a = start_replica_with(&w, cp, ns, "ready-a", &["--metrics-bind-address", &addr_a]);
+    until("a is ready", &|| {
+        get(port_a, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+    until("a leads", &|| {
+        metric(&scrape(port_a), "kubosh_leader", &[]) == 1.0
+    });
+
+    // The standby: alive at once, not ready while its leadership is unsettled, then ready.
+    let addr_b = format!("127.0.0.1:{port_b}");
+    let b = start_replica_with(&w, cp, ns, "ready-b", &["--metrics-bind-address", &addr_b]);
+    until("b serves", &|| get(port_b, "/healthz").is_some());
+    assert_eq!(get(port_b, "/healthz").map(|(s, _)| s), Some(200));
+    let (status, body) = get(port_b, "/readyz").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("leadership not settled"), "{body}");
+    until("b is ready as a standby", &|| {
+        get(port_b, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+    assert_eq!(metric(&scrape(port_b), "kubosh_leader", &[]), 0.0);
+
+    // The leader dies: the standby leads.
+    let _ = a.0.kill();
+    let _ = a.0.wait();
+    until("b leads", &|| {
+        metric(&scrape(port_b), "kubosh_leader", &[]) == 1.0
+    });
+    until("b is ready as the leader, its caches synced", &|| {
+        get(port_b, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+    drop(b);
 }
