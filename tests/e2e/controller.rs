@@ -48,6 +48,42 @@ pub(crate) fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// What Argo CD (our `health.lua` run by Argo CD's own Lua evaluation) and kstatus (what Flux
+/// waits on) say of `deployment` as the API server holds it: `(argo status, kstatus status)`,
+/// both computed by their upstream code (`gitops-health`, built by tools/testbins.sh).
+pub(crate) fn gitops_verdicts(deployment: &Deployment) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("deployment.json");
+    std::fs::write(&file, serde_json::to_vec(deployment).unwrap()).unwrap();
+    let check = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/argocd/kubosh.io/Deployment/health.lua");
+    let tool = kubosh_devenv::binary("gitops-health").expect("gitops-health is built");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(&tool).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let verdict: Value = serde_json::from_slice(&out.stdout).unwrap();
+        verdict["status"].as_str().unwrap().to_string()
+    };
+    let argo = run(&[
+        "argo".as_ref(),
+        "-o".as_ref(),
+        "json".as_ref(),
+        check.as_os_str(),
+        file.as_os_str(),
+    ]);
+    let kstatus = run(&[
+        "kstatus".as_ref(),
+        "-o".as_ref(),
+        "json".as_ref(),
+        file.as_os_str(),
+    ]);
+    (argo, kstatus)
+}
+
 /// The value of metric `name` with (at least) `labels` in OpenMetrics text; 0 when absent.
 pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
@@ -480,6 +516,9 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let d = deployments.get("hello").await.unwrap();
+    // GitOps health, by Argo CD's and kstatus' own code, at each phase of this scenario.
+    let healthy = || ("Healthy".to_string(), "Current".to_string());
+    assert_eq!(gitops_verdicts(&d), healthy(), "deployed");
     let status = d.status.clone().unwrap();
     assert_eq!(status.observed_generation, Some(1));
     assert_eq!(status.instances.as_deref(), Some("2/2"));
@@ -579,12 +618,16 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     );
     // Every state the status goes through, until Ready at generation 2.
     let mut seen = Vec::new();
+    let mut deploying_verdicts = None;
     let start = Instant::now();
     let d = loop {
         let d = deployments.get("hello").await.unwrap();
         let reconciling = condition(&d, "Reconciling").filter(|c| c.status == "True");
         if let Some(c) = reconciling {
             seen.push(c.message.clone());
+            if deploying_verdicts.is_none() {
+                deploying_verdicts = Some(gitops_verdicts(&d));
+            }
         }
         if d.metadata.generation == Some(2) && is_ready(&d) {
             break d;
@@ -596,6 +639,12 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         seen.iter().any(|m| m.starts_with("Deploying generation 2")),
         "Reconciling at generation 2 before Ready: {seen:?}"
     );
+    assert_eq!(
+        deploying_verdicts,
+        Some(("Progressing".to_string(), "InProgress".to_string())),
+        "deploying"
+    );
+    assert_eq!(gitops_verdicts(&d), healthy(), "deployed again");
     assert_eq!(d.status.as_ref().unwrap().observed_generation, Some(2));
     let ip = instances[0].spec.networks[0].ip.clone().unwrap();
     assert!(
@@ -842,6 +891,11 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     assert!(condition(&d, "Stalled").is_some_and(|c| c.status == "False"));
+    assert_eq!(
+        gitops_verdicts(&d),
+        ("Suspended".to_string(), "InProgress".to_string()),
+        "paused after an interrupted deploy"
+    );
     let now = [instance(0).await.spec.vm_cid, instance(1).await.spec.vm_cid];
     let recreated = (0..2).filter(|i| now[*i] != vms_before[*i]).count();
     assert_eq!(
@@ -978,6 +1032,11 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     let waiting = condition(&d, "Reconciling").unwrap().message.clone();
+    assert_eq!(
+        gitops_verdicts(&d),
+        ("Progressing".to_string(), "InProgress".to_string()),
+        "waiting for a Secret"
+    );
     assert!(
         waiting.contains("Secret ctrl-e2e/hello-vars (spec.varsFrom[0]) does not exist"),
         "{waiting}"
@@ -1013,6 +1072,11 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     let message = condition(&d, "Stalled").unwrap().message.clone();
+    assert_eq!(
+        gitops_verdicts(&d),
+        ("Degraded".to_string(), "Failed".to_string()),
+        "an invalid manifest"
+    );
     assert!(
         message.contains("huge") && message.contains("nope"),
         "{message}"
@@ -1079,10 +1143,16 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         .unwrap();
     let d = deployments.get("hello").await.unwrap();
     assert!(d.finalizers().contains(&"kubosh.io/deployment".to_string()));
-    deployments
+    let deleting = deployments
         .delete("hello", &Default::default())
         .await
         .unwrap();
+    let deleting = deleting.left().expect("held by its finalizer");
+    assert_eq!(
+        gitops_verdicts(&deleting),
+        ("Progressing".to_string(), "Terminating".to_string()),
+        "being deleted"
+    );
     let start = Instant::now();
     while deployments.get_opt("hello").await.unwrap().is_some() {
         assert!(
