@@ -882,12 +882,16 @@ async fn reference_at_scale(n: usize, m: usize, settings: &Settings) {
         .expect("the stemcell");
     let (base, _agents) = base_engine(settings, dir.path());
     let slots = Arc::new(tokio::sync::Semaphore::new(settings.max_deploys.max(1)));
+    // Each deployment keeps its store from the fresh deploy to the update.
+    let engines: Vec<Engine> = (0..n)
+        .map(|_| Engine {
+            store: Arc::new(MemoryStore::new()),
+            ..base.clone()
+        })
+        .collect();
     for greeting in ["Hello", "Howdy"] {
         let deploys = (0..n).map(|i| {
-            let engine = Engine {
-                store: Arc::new(MemoryStore::new()),
-                ..base.clone()
-            };
+            let engine = engines[i].clone();
             let (release, stemcell, slots) = (release.clone(), stemcell.clone(), slots.clone());
             let name = deployment_name(i);
             let watch_min_ms = settings.watch_min_ms;

@@ -26,6 +26,7 @@ use kubosh_kube::controller::deployment::DeploymentContext;
 use kubosh_kube::controller::health::HealthWatch;
 use kubosh_kube::controller::run::{Scope, run};
 use kubosh_kube::lock::Process;
+use kubosh_kube::metrics::{Endpoints, MeteredTransport, Metrics, Readiness};
 
 /// Arguments of `kubosh controller`.
 #[derive(Debug, Args)]
@@ -66,6 +67,9 @@ pub struct ControllerArgs {
     /// (the health monitor's `agent_timeout`): `60s`, `2m`.
     #[arg(long = "agent-timeout", default_value = "60s", value_parser = humantime::parse_duration)]
     pub agent_timeout: std::time::Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); empty: nowhere.
+    #[arg(long = "metrics-bind-address", default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: String,
 }
 
 /// The leader election Lease.
@@ -95,6 +99,23 @@ pub fn run_controller(args: &ControllerArgs) -> ExitCode {
 
 async fn serve(args: &ControllerArgs) -> Result<(), String> {
     let config = DirectorConfig::load(&args.director).map_err(|e| e.to_string())?;
+    // Served from the start: a standby answers its probes too.
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
+    let _endpoints = match args.metrics_bind_address.as_str() {
+        "" => None,
+        addr => Some(
+            kubosh_kube::metrics::serve(
+                addr,
+                Endpoints {
+                    metrics: metrics.clone(),
+                    readiness: readiness.clone(),
+                },
+            )
+            .await
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?,
+        ),
+    };
     let kube_config = kube::Config::infer()
         .await
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;
@@ -154,6 +175,21 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
             .map_err(|e| format!("leader election Lease {namespace}/{LEADER_LEASE}: {e}"))?;
         let (mut leader, task) = manager.watch().await;
         tracing::info!(%identity, lease = %format!("{namespace}/{LEADER_LEASE}"), "waiting to lead");
+        // Leadership is settled once this process leads or one Lease duration passed
+        // without: it stands by (and is ready as a standby).
+        let standing_by = {
+            let readiness = readiness.clone();
+            let mut leader = leader.clone();
+            tokio::spawn(async move {
+                let wait = std::time::Duration::from_secs(LEADER_LEASE_SECONDS);
+                if tokio::time::timeout(wait, leader.wait_for(|l| *l))
+                    .await
+                    .is_err()
+                {
+                    readiness.settle(false);
+                }
+            })
+        };
         tokio::select! {
             result = leader.wait_for(|l| *l) => {
                 if result.is_err() {
@@ -162,6 +198,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
             }
             () = shutdown.clone() => return Ok(()),
         }
+        standing_by.abort();
         tracing::info!(%identity, "leading");
         leadership = Some((leader, task));
     }
@@ -179,9 +216,17 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
         .shared()
     };
 
+    readiness.settle(true);
+    metrics.set_leader(true);
     let mut engine = config
-        .engine("controller", Arc::new(NoEvents), false)
+        .observed_engine(
+            "controller",
+            Arc::new(NoEvents),
+            false,
+            Some(metrics.clone() as Arc<dyn kubosh_cloud::CallObserver>),
+        )
         .await?;
+    engine.agents = Arc::new(MeteredTransport::new(engine.agents, metrics.clone()));
     // Heartbeats make a deploy with nothing to do free of agent calls, and show each
     // instance's state between deploys.
     let health = match config.heartbeat_monitor().await {
@@ -208,6 +253,8 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
         args.max_deploys,
     );
     deployments.process = Some(Process::new(identity));
+    deployments.metrics = metrics.clone();
+    deployments.readiness = readiness.clone();
     deployments.orphaned_disk_max_age = args.orphaned_disk_max_age;
     let cancel = deployments.cancel.clone();
     let tasks = deployments.tasks.clone();
@@ -250,6 +297,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
         drop(leader);
         let _ = task.await;
     }
+    metrics.set_leader(false);
     if lost_leadership {
         return Err("lost the leadership: stopped".into());
     }

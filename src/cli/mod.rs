@@ -23,6 +23,19 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines (stderr) are written: `text`, or `json` (one object a line, with the
+    /// deployment's and instance's span fields) for log collectors.
+    #[arg(long = "log-format", global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,7 +90,7 @@ struct CrdArgs {
 /// Entry point of the `kubosh` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
@@ -133,11 +146,18 @@ fn crd(args: &CrdArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 /// Logs go to stderr, filtered by `KUBOSH_LOG` (e.g. `KUBOSH_LOG=kubosh=debug`); warnings by
 /// default. stdout stays reserved for command output (a CPI's JSON response, YAML).
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KUBOSH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let lines = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => lines.try_init(),
+        LogFormat::Json => lines
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+    };
 }

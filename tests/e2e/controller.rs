@@ -48,6 +48,83 @@ pub(crate) fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// What Argo CD (our `health.lua` run by Argo CD's own Lua evaluation) and kstatus (what Flux
+/// waits on) say of `deployment` as the API server holds it: `(argo status, kstatus status)`,
+/// both computed by their upstream code (`gitops-health`, built by tools/testbins.sh).
+pub(crate) fn gitops_verdicts(deployment: &Deployment) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("deployment.json");
+    std::fs::write(&file, serde_json::to_vec(deployment).unwrap()).unwrap();
+    let check = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/argocd/kubosh.io/Deployment/health.lua");
+    let tool = kubosh_devenv::binary("gitops-health").expect("gitops-health is built");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(&tool).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let verdict: Value = serde_json::from_slice(&out.stdout).unwrap();
+        verdict["status"].as_str().unwrap().to_string()
+    };
+    let argo = run(&[
+        "argo".as_ref(),
+        "-o".as_ref(),
+        "json".as_ref(),
+        check.as_os_str(),
+        file.as_os_str(),
+    ]);
+    let kstatus = run(&[
+        "kstatus".as_ref(),
+        "-o".as_ref(),
+        "json".as_ref(),
+        file.as_os_str(),
+    ]);
+    (argo, kstatus)
+}
+
+/// The value of metric `name` with (at least) `labels` in OpenMetrics text; 0 when absent.
+pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
+
+/// `/metrics` of the controller about to serve on `port` (waits for it to listen).
+pub(crate) fn scrape_when_up(port: u16) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some((200, body)) =
+            crate::director_world::http_request("127.0.0.1", port, "/metrics")
+        {
+            return body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "/metrics never served"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `/metrics` of the controller serving on `port`.
+pub(crate) fn scrape(port: u16) -> String {
+    match crate::director_world::http_request("127.0.0.1", port, "/metrics") {
+        Some((200, body)) => body,
+        other => panic!("GET /metrics: {other:?}"),
+    }
+}
+
 /// The world's agents heartbeat every second (BOSH: 30 s), so a controller with a short
 /// `--agent-timeout` notices a silent one quickly.
 fn with_fast_heartbeats(w: &World) {
@@ -94,8 +171,15 @@ pub(crate) fn start_replica_with_kubeconfig(
         .append(true)
         .open(w.dir.path().join("controller.log"))
         .unwrap();
+    // Each process its own metrics port, unless the test chose one.
+    let metrics: &[&str] = if args.contains(&"--metrics-bind-address") {
+        &[]
+    } else {
+        &["--metrics-bind-address", "127.0.0.1:0"]
+    };
     let child = Command::new(KUBOSH)
         .args(["controller", "-d", &w.path("director.yml")])
+        .args(metrics)
         .args(args)
         .envs(env.iter().copied())
         .env("KUBECONFIG", kubeconfig)
@@ -325,13 +409,42 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         .await
         .unwrap();
     with_fast_heartbeats(&w);
-    let _controller = start_replica_with(&w, cp, ns, "kubosh-e2e", &["--agent-timeout", "6s"]);
+    let metrics_port = crate::director_world::free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let _controller = start_replica_with(
+        &w,
+        cp,
+        ns,
+        "kubosh-e2e",
+        &[
+            "--agent-timeout",
+            "6s",
+            "--metrics-bind-address",
+            &metrics_addr,
+            "--log-format",
+            "json",
+        ],
+    );
 
     apply_inputs(&client, ns, &w).await;
     let mut hello = deployment_object("hello", with_disk(hello_deployment(w.port, "((greeting))")));
     hello["spec"]["varsFrom"] = json!([{"secretRef": {"name": "hello-vars"}}]);
     let file = w.dir.path().join("hello-deployment.json");
     write_json(&file, &hello);
+    let before = scrape_when_up(metrics_port);
+    // While the deploy runs, /metrics shows it running.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let running_seen = std::thread::spawn({
+        let watching = watching.clone();
+        move || {
+            let mut seen = false;
+            while watching.load(std::sync::atomic::Ordering::SeqCst) && !seen {
+                seen = metric(&scrape(metrics_port), "kubosh_deploys_running", &[]) >= 1.0;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            seen
+        }
+    });
     kubectl(
         cp,
         &[
@@ -354,9 +467,71 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
             "--timeout=300s",
         ],
     );
+    watching.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        running_seen.join().unwrap(),
+        "/metrics showed the deploy running"
+    );
+    // The counters moved: CPI and agent calls by method, the deploy, the reconciles; the
+    // instances by state; this process leads.
+    let after = scrape(metrics_port);
+    let moved = |name: &str, labels: &[(&str, &str)]| {
+        metric(&after, name, labels) - metric(&before, name, labels)
+    };
+    let calls = "kubosh_cpi_call_duration_seconds_count";
+    assert!(
+        moved(calls, &[("method", "create_vm"), ("result", "ok")]) >= 2.0,
+        "{after}"
+    );
+    assert!(moved(calls, &[("method", "create_disk"), ("result", "ok")]) >= 2.0);
+    let agent_calls = "kubosh_agent_call_duration_seconds_count";
+    assert!(
+        moved(agent_calls, &[("method", "apply"), ("result", "ok")]) >= 2.0,
+        "{after}"
+    );
+    assert_eq!(
+        moved(
+            "kubosh_deploy_duration_seconds_count",
+            &[("result", "succeeded")]
+        ),
+        1.0
+    );
+    assert!(
+        moved(
+            "kubosh_reconcile_duration_seconds_count",
+            &[("controller", "deployment")]
+        ) >= 1.0
+    );
+    assert_eq!(metric(&after, "kubosh_deploys_running", &[]), 0.0);
+    assert_eq!(metric(&after, "kubosh_leader", &[]), 1.0);
+    // JSON log lines, those of the deploy in its span, an instance's in the instance's.
+    let log = std::fs::read_to_string(w.dir.path().join("controller.log")).unwrap();
+    let lines: Vec<Value> = (log.lines())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let in_span = |name: &str, field: &str, value: &str| {
+        lines.iter().any(|l| {
+            l["spans"].as_array().is_some_and(|spans| {
+                spans.iter().any(|s| {
+                    s["name"] == name && s[field].as_str().is_some_and(|v| v.contains(value))
+                })
+            })
+        })
+    };
+    assert!(
+        in_span("deploy", "deployment", "hello"),
+        "a line of the deploy's span"
+    );
+    assert!(
+        in_span("instance", "instance", "web/"),
+        "a line of an instance's span"
+    );
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let d = deployments.get("hello").await.unwrap();
+    // GitOps health, by Argo CD's and kstatus' own code, at each phase of this scenario.
+    let healthy = || ("Healthy".to_string(), "Current".to_string());
+    assert_eq!(gitops_verdicts(&d), healthy(), "deployed");
     let status = d.status.clone().unwrap();
     assert_eq!(status.observed_generation, Some(1));
     assert_eq!(status.instances.as_deref(), Some("2/2"));
@@ -456,12 +631,16 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     );
     // Every state the status goes through, until Ready at generation 2.
     let mut seen = Vec::new();
+    let mut deploying_verdicts = None;
     let start = Instant::now();
     let d = loop {
         let d = deployments.get("hello").await.unwrap();
         let reconciling = condition(&d, "Reconciling").filter(|c| c.status == "True");
         if let Some(c) = reconciling {
             seen.push(c.message.clone());
+            if deploying_verdicts.is_none() {
+                deploying_verdicts = Some(gitops_verdicts(&d));
+            }
         }
         if d.metadata.generation == Some(2) && is_ready(&d) {
             break d;
@@ -473,6 +652,12 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         seen.iter().any(|m| m.starts_with("Deploying generation 2")),
         "Reconciling at generation 2 before Ready: {seen:?}"
     );
+    assert_eq!(
+        deploying_verdicts,
+        Some(("Progressing".to_string(), "InProgress".to_string())),
+        "deploying"
+    );
+    assert_eq!(gitops_verdicts(&d), healthy(), "deployed again");
     assert_eq!(d.status.as_ref().unwrap().observed_generation, Some(2));
     let ip = instances[0].spec.networks[0].ip.clone().unwrap();
     assert!(
@@ -719,6 +904,11 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     assert!(condition(&d, "Stalled").is_some_and(|c| c.status == "False"));
+    assert_eq!(
+        gitops_verdicts(&d),
+        ("Suspended".to_string(), "InProgress".to_string()),
+        "paused after an interrupted deploy"
+    );
     let now = [instance(0).await.spec.vm_cid, instance(1).await.spec.vm_cid];
     let recreated = (0..2).filter(|i| now[*i] != vms_before[*i]).count();
     assert_eq!(
@@ -855,6 +1045,11 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     let waiting = condition(&d, "Reconciling").unwrap().message.clone();
+    assert_eq!(
+        gitops_verdicts(&d),
+        ("Progressing".to_string(), "InProgress".to_string()),
+        "waiting for a Secret"
+    );
     assert!(
         waiting.contains("Secret ctrl-e2e/hello-vars (spec.varsFrom[0]) does not exist"),
         "{waiting}"
@@ -890,6 +1085,11 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     let message = condition(&d, "Stalled").unwrap().message.clone();
+    assert_eq!(
+        gitops_verdicts(&d),
+        ("Degraded".to_string(), "Failed".to_string()),
+        "an invalid manifest"
+    );
     assert!(
         message.contains("huge") && message.contains("nope"),
         "{message}"
@@ -956,10 +1156,16 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         .unwrap();
     let d = deployments.get("hello").await.unwrap();
     assert!(d.finalizers().contains(&"kubosh.io/deployment".to_string()));
-    deployments
+    let deleting = deployments
         .delete("hello", &Default::default())
         .await
         .unwrap();
+    let deleting = deleting.left().expect("held by its finalizer");
+    assert_eq!(
+        gitops_verdicts(&deleting),
+        ("Progressing".to_string(), "Terminating".to_string()),
+        "being deleted"
+    );
     let start = Instant::now();
     while deployments.get_opt("hello").await.unwrap().is_some() {
         assert!(
@@ -1065,4 +1271,57 @@ async fn missing_and_broken_inputs_are_one_status_listing_them_all_with_no_cloud
         "{message}"
     );
     assert_eq!(w.calls(), 0, "nothing was asked of the cloud");
+}
+
+/// `/healthz` answers as soon as the process serves; `/readyz` says no until leadership is
+/// settled (a standby once a Lease duration passed without leading, the leader once its
+/// caches are synced); `kubosh_leader` follows leadership, also when the standby takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_leadership_and_the_caches_and_metrics_follow_the_leader() {
+    use crate::director_world::{free_port, http_request};
+    let cp = control_plane().await;
+    let w = World::new(25);
+    let ns = "ctrl-ready";
+    cp.create_namespace(ns).await.unwrap();
+    let get = |port: u16, path: &str| http_request("127.0.0.1", port, path);
+    let until = |what: &str, check: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        while !check() {
+            assert!(start.elapsed() < Duration::from_secs(40), "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let addr_a = format!("127.0.0.1:{port_a}");
+    let mut a = start_replica_with(&w, cp, ns, "ready-a", &["--metrics-bind-address", &addr_a]);
+    until("a is ready", &|| {
+        get(port_a, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+    until("a leads", &|| {
+        metric(&scrape(port_a), "kubosh_leader", &[]) == 1.0
+    });
+
+    // The standby: alive at once, not ready while its leadership is unsettled, then ready.
+    let addr_b = format!("127.0.0.1:{port_b}");
+    let b = start_replica_with(&w, cp, ns, "ready-b", &["--metrics-bind-address", &addr_b]);
+    until("b serves", &|| get(port_b, "/healthz").is_some());
+    assert_eq!(get(port_b, "/healthz").map(|(s, _)| s), Some(200));
+    let (status, body) = get(port_b, "/readyz").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("leadership not settled"), "{body}");
+    until("b is ready as a standby", &|| {
+        get(port_b, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+    assert_eq!(metric(&scrape(port_b), "kubosh_leader", &[]), 0.0);
+
+    // The leader dies: the standby leads.
+    let _ = a.0.kill();
+    let _ = a.0.wait();
+    until("b leads", &|| {
+        metric(&scrape(port_b), "kubosh_leader", &[]) == 1.0
+    });
+    until("b is ready as the leader, its caches synced", &|| {
+        get(port_b, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+    drop(b);
 }

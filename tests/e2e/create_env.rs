@@ -772,3 +772,85 @@ fn the_manifest_digest_is_bosh_cli_s() {
         }
     }
 }
+
+/// Releases and stemcells at `http(s)://` URLs are downloaded once into
+/// `~/.kubosh/downloads` (checked against their `sha1`) and read from there next time; a
+/// tarball whose digest differs is refused before anything is created.
+#[test]
+fn tarballs_at_http_urls_are_downloaded_once_and_checked() {
+    let w = EnvWorld::new(99);
+    let port = free_port();
+    let mut server = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(w.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 serves the tarballs");
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the HTTP server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let digest = |name: &str| kubosh_core::digest::sha1_hex(&std::fs::read(w.path(name)).unwrap());
+    let ops = |hello_sha1: &str| {
+        format!(
+            "- {{type: replace, path: /releases/name=hello/url, value: 'http://127.0.0.1:{port}/hello.tgz'}}\n\
+             - {{type: replace, path: /releases/name=hello/sha1?, value: '{hello_sha1}'}}\n\
+             - {{type: replace, path: /resource_pools/name=vms/stemcell/url, value: 'http://127.0.0.1:{port}/stemcell.tgz'}}\n\
+             - {{type: replace, path: /resource_pools/name=vms/stemcell/sha1?, value: '{}'}}\n",
+            digest("stemcell.tgz")
+        )
+    };
+    let with_ops = |command: &str, name: &str| {
+        let mut c = w.command(command);
+        c.args(["-o", name]);
+        c
+    };
+
+    // A wrong digest: refused, nothing created.
+    std::fs::write(w.path("bad.yml"), ops(&"0".repeat(40))).unwrap();
+    let (ok, stdout, stderr) = w.output(with_ops("create-env", "bad.yml"));
+    assert!(!ok, "{stdout}");
+    assert!(
+        format!("{stdout}{stderr}").contains("the tarball's digest is"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(w.calls(), 0, "nothing was asked of the cloud");
+
+    // The right one: downloaded, deployed.
+    std::fs::write(w.path("downloads.yml"), ops(&digest("hello.tgz"))).unwrap();
+    let (ok, stdout, stderr) = w.output(with_ops("create-env", "downloads.yml"));
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(w.greeting().starts_with("Hello"));
+    let downloads = w.home().join("downloads");
+    assert_eq!(
+        std::fs::read_dir(&downloads).unwrap().count(),
+        2,
+        "two tarballs kept"
+    );
+
+    // Again, with the server gone: read from the downloads, nothing to do.
+    let _ = server.kill();
+    let _ = server.wait();
+    let (ok, stdout, stderr) = w.output(with_ops("create-env", "downloads.yml"));
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("Skipping deploy"), "{stdout}");
+    let (ok, stdout, stderr) = w.output(with_ops("delete-env", "downloads.yml"));
+    assert!(ok, "{stdout}\n{stderr}");
+    let inventory = local::inventory(&w.cloud()).unwrap();
+    assert!(
+        inventory.vms.is_empty() && inventory.disks.is_empty() && inventory.stemcells.is_empty(),
+        "{inventory:?}"
+    );
+}

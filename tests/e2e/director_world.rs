@@ -415,11 +415,19 @@ pub fn cloud_config(net: u8) -> Value {
 
 /// `GET /` on `ip:port`, the body.
 pub fn http_get(ip: &str, port: u16) -> Option<String> {
+    http_request(ip, port, "/").map(|(_, body)| body)
+}
+
+/// `GET path` on `ip:port`: the status code and the body.
+pub fn http_request(ip: &str, port: u16, path: &str) -> Option<(u16, String)> {
     let addr = SocketAddr::new(ip.parse::<IpAddr>().ok()?, port);
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
-    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
 }

@@ -3,6 +3,7 @@
 //! templates rendered with Ruby's ERB ([`render`]). No Kubernetes, no CPI, no agent calls.
 
 pub mod blobstore;
+pub mod fetch;
 pub mod install;
 pub mod release;
 pub mod render;

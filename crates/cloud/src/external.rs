@@ -244,6 +244,13 @@ struct Reply {
     request_id: String,
 }
 
+/// Told of every CPI process as it ends (metrics): the method, how long it took, and its
+/// error, if it failed.
+pub trait CallObserver: Send + Sync {
+    /// One call of `method` ended after `elapsed`.
+    fn cpi_call(&self, method: &str, elapsed: Duration, error: Option<&CpiError>);
+}
+
 /// A [`Cloud`] that runs a CPI executable per call (`bosh-protocols.md` §1.1).
 ///
 /// Before the first call it runs `info` and uses `api_version = min(CPI's, 2)` in every
@@ -258,6 +265,7 @@ pub struct ExternalCpi {
     min_api_version: u32,
     negotiated: Arc<OnceCell<u32>>,
     secrets: Arc<Vec<String>>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl std::fmt::Debug for ExternalCpi {
@@ -295,7 +303,14 @@ impl ExternalCpi {
             min_api_version: MAX_API_VERSION,
             negotiated: Arc::new(OnceCell::new()),
             secrets: Arc::new(secrets),
+            observer: None,
         }
+    }
+
+    /// Tells `observer` of every CPI process as it ends.
+    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The same CPI, sending `context.vm.stemcell.api_version` (the director makes one cloud
@@ -403,7 +418,7 @@ impl ExternalCpi {
             .with_max_times(self.retry.max_attempts.saturating_sub(1))
             .with_jitter();
         let arguments = &arguments;
-        (|| self.invoke(method, arguments, api_version, request_id))
+        (|| self.observed_invoke(method, arguments, api_version, request_id))
             .retry(backoff)
             .sleep(tokio::time::sleep)
             .when(|e| should_retry(e, safety))
@@ -411,6 +426,24 @@ impl ExternalCpi {
                 tracing::warn!(method, "CPI call failed, retrying in {delay:?}: {e}");
             })
             .await
+    }
+
+    /// [`ExternalCpi::invoke`], its duration and outcome told to the observer.
+    async fn observed_invoke(
+        &self,
+        method: &str,
+        arguments: &[Value],
+        api_version: Option<u32>,
+        request_id: Option<&str>,
+    ) -> Result<Reply, CpiError> {
+        let started = std::time::Instant::now();
+        let result = self
+            .invoke(method, arguments, api_version, request_id)
+            .await;
+        if let Some(observer) = &self.observer {
+            observer.cpi_call(method, started.elapsed(), result.as_ref().err());
+        }
+        result
     }
 
     /// One CPI process: write the request, read the response, within the time limit.

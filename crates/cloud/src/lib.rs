@@ -19,5 +19,5 @@
 mod external;
 pub mod local;
 
-pub use external::{CpiCommand, EnvMode, ExternalCpi, MAX_API_VERSION, RetryPolicy};
+pub use external::{CallObserver, CpiCommand, EnvMode, ExternalCpi, MAX_API_VERSION, RetryPolicy};
 pub use kubosh_bosh::cpi::*;

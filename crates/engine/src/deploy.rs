@@ -1000,7 +1000,13 @@ impl Engine {
                         target.record.index,
                         step.canary,
                     ));
-                    let result = self.update_instance(&stage, &task, target).await;
+                    // Its log lines carry the instance (`--log-format json` shows the span).
+                    let span = tracing::info_span!("instance", instance = %task.name);
+                    let result = tracing::Instrument::instrument(
+                        self.update_instance(&stage, &task, target),
+                        span,
+                    )
+                    .await;
                     stage.end(&task, &result);
                     result.map(|r| (step.key, r))
                 }

@@ -520,6 +520,17 @@ impl DirectorConfig {
         events: Arc<dyn EventSink>,
         parallel_azs: bool,
     ) -> Result<Engine, String> {
+        self.observed_engine(name, events, parallel_azs, None).await
+    }
+
+    /// [`DirectorConfig::engine`], its CPI telling `observer` of every call (metrics).
+    pub async fn observed_engine(
+        &self,
+        name: &str,
+        events: Arc<dyn EventSink>,
+        parallel_azs: bool,
+        observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
+    ) -> Result<Engine, String> {
         let cpi = CpiCommand::new(&self.cpi.program)
             .args(self.cpi.args.clone())
             .timeout(self.cpi.timeout)
@@ -552,7 +563,10 @@ impl DirectorConfig {
             EngineConfig::default().lock_wait,
         );
         Ok(Engine {
-            cloud: Arc::new(ExternalCpi::new(cpi, DIRECTOR_UUID)),
+            cloud: Arc::new(match observer {
+                Some(observer) => ExternalCpi::new(cpi, DIRECTOR_UUID).with_observer(observer),
+                None => ExternalCpi::new(cpi, DIRECTOR_UUID),
+            }),
             agents: Arc::new(transport),
             blobstore: Arc::new(blobstore),
             renderer: Arc::new(renderer),

@@ -68,6 +68,7 @@ impl Engine {
     ) -> Result<InstanceRecord, EngineError> {
         let record = &mut target.record;
         let name = record.display_name();
+        tracing::debug!(changes = ?target.changes.names(), "updating the instance");
         record.update_completed = false;
         if !target.announced {
             self.persist(record).await?;

@@ -6,6 +6,7 @@ pub mod api;
 pub mod client;
 pub mod controller;
 pub mod lock;
+pub mod metrics;
 pub mod names;
 pub mod registry;
 pub mod state;

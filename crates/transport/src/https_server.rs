@@ -1,6 +1,6 @@
 //! A small HTTPS server (hyper over tokio-rustls) shared by kubosh's HTTPS endpoints: the
 //! agent's HTTPS mbus (`agentd::mbus::https`) and the blobstore's signed-URL endpoint
-//! (`blobstore::endpoint`).
+//! (`blobstore::endpoint`); without TLS, the controller's metrics and health endpoints.
 //!
 //! Each connection gets its own task; the TLS handshake has a time limit; HTTP/1.1 only.
 //! Stopping stops accepting, winds down idle connections and lets requests in flight finish
@@ -102,6 +102,24 @@ impl HttpsServer {
         routes: Arc<R>,
         name: &'static str,
     ) -> std::io::Result<HttpsServer> {
+        HttpsServer::start(listener, Some(acceptor), routes, name)
+    }
+
+    /// Serves `routes` on `listener` over plain HTTP (what probes and Prometheus scrape).
+    pub fn spawn_plain<R: Routes>(
+        listener: TcpListener,
+        routes: Arc<R>,
+        name: &'static str,
+    ) -> std::io::Result<HttpsServer> {
+        HttpsServer::start(listener, None, routes, name)
+    }
+
+    fn start<R: Routes>(
+        listener: TcpListener,
+        acceptor: Option<TlsAcceptor>,
+        routes: Arc<R>,
+        name: &'static str,
+    ) -> std::io::Result<HttpsServer> {
         let local_addr = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, acceptor, routes, stopped, name));
@@ -139,7 +157,7 @@ impl Drop for HttpsServer {
 
 async fn accept_loop<R: Routes>(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    acceptor: Option<TlsAcceptor>,
     routes: Arc<R>,
     mut stopped: watch::Receiver<bool>,
     name: &'static str,
@@ -165,25 +183,38 @@ async fn accept_loop<R: Routes>(
         // (and immediately winds down) this connection.
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(server = name, %peer, "TLS handshake timed out");
-                    return;
-                }
-            };
             let service = hyper::service::service_fn(move |req| {
                 let routes = routes.clone();
                 async move { Ok::<_, Infallible>(routes.route(req).await) }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
+            let http = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .serve_connection(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn).await {
+                .clone();
+            let served = match acceptor {
+                None => {
+                    watcher
+                        .watch(http.serve_connection(TokioIo::new(tcp), service))
+                        .await
+                }
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+                    let tls = match handshake.await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(server = name, %peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(server = name, %peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    watcher
+                        .watch(http.serve_connection(TokioIo::new(tls), service))
+                        .await
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(server = name, %peer, error = %e, "connection error");
             }
         });

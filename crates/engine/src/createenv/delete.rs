@@ -33,7 +33,7 @@ pub async fn delete_env(input: &EnvInput, ui: &Ui) -> Result<bool, EnvError> {
                 let release = run(
                     ui,
                     &format!("Validating release '{}'", source.name),
-                    async { read_release(input, source) },
+                    read_release(input, source),
                 )
                 .await?;
                 releases.push(release);

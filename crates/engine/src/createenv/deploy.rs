@@ -65,17 +65,20 @@ pub(super) fn validate_manifest(input: &EnvInput) -> Result<(EnvManifest, String
     Ok((env, manifest_sha(&input.manifest)))
 }
 
-/// A `file://` URL or a path, relative to the manifest's directory.
-pub(super) fn local_path(input: &EnvInput, url: &str, what: &str) -> Result<PathBuf, EnvError> {
-    let rest = if let Some(rest) = url.strip_prefix("file://") {
-        rest
-    } else if url.starts_with("http://") || url.starts_with("https://") {
-        return Err(EnvError::Unsupported(format!(
-            "{what}: kubosh create-env reads tarballs from local files; download {url} and give its path as a file:// URL"
-        )));
-    } else {
-        url
-    };
+/// The local file of a tarball: a `file://` URL or a path (relative to the manifest's
+/// directory), or an `http(s)://` URL downloaded once into `~/.kubosh/downloads` (named by
+/// the URL's and the digest's SHA-1, as bosh-cli's `~/.bosh/downloads`) and checked against
+/// `sha1`, which such a URL needs.
+pub(super) async fn local_path(
+    input: &EnvInput,
+    url: &str,
+    sha1: Option<&str>,
+    what: &str,
+) -> Result<PathBuf, EnvError> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return download(input, url, sha1, what).await;
+    }
+    let rest = url.strip_prefix("file://").unwrap_or(url);
     let path = Path::new(rest);
     Ok(if path.is_absolute() {
         path.to_path_buf()
@@ -84,14 +87,55 @@ pub(super) fn local_path(input: &EnvInput, url: &str, what: &str) -> Result<Path
     })
 }
 
+/// [`local_path`] of an `http(s)://` URL.
+async fn download(
+    input: &EnvInput,
+    url: &str,
+    sha1: Option<&str>,
+    what: &str,
+) -> Result<PathBuf, EnvError> {
+    let failed = |reason: String| EnvError::Artifact {
+        what: what.to_string(),
+        reason,
+    };
+    let Some(sha1) = sha1 else {
+        return Err(failed(format!(
+            "{url} is downloaded, so the manifest must give its sha1"
+        )));
+    };
+    let dir = input.home.join("downloads");
+    let cached = dir.join(format!(
+        "{}-{}",
+        kubosh_core::digest::sha1_hex(url.as_bytes()),
+        kubosh_core::digest::sha1_hex(sha1.as_bytes())
+    ));
+    if cached.is_file() {
+        return Ok(cached);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+    let fetched = kubosh_artifacts::fetch::fetch(url, &Default::default(), &dir)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if let Err(e) = fetched.check(sha1) {
+        let _ = std::fs::remove_file(&fetched.path);
+        return Err(failed(format!("{url}: {e}")));
+    }
+    std::fs::rename(&fetched.path, &cached)
+        .map_err(|e| failed(format!("{}: {e}", cached.display())))?;
+    Ok(cached)
+}
+
 /// Reads one release tarball.
-pub(super) fn read_release(input: &EnvInput, source: &ReleaseSource) -> Result<Release, EnvError> {
+pub(super) async fn read_release(
+    input: &EnvInput,
+    source: &ReleaseSource,
+) -> Result<Release, EnvError> {
     let what = format!("Validating release '{}'", source.name);
     let url = source.url.as_deref().ok_or_else(|| EnvError::Artifact {
         what: what.clone(),
         reason: "the release has no url".into(),
     })?;
-    let path = local_path(input, url, &what)?;
+    let path = local_path(input, url, source.sha1.as_deref(), &what).await?;
     let release = Release::read(&path).map_err(|e| EnvError::Artifact {
         what: what.clone(),
         reason: format!("{}: {e}", path.display()),
@@ -181,7 +225,7 @@ pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError>
                 let release = run(
                     ui,
                     &format!("Validating release '{}'", source.name),
-                    async { read_release(input, source) },
+                    read_release(input, source),
                 )
                 .await?;
                 releases.push(release);
@@ -192,8 +236,15 @@ pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError>
             .await?;
             run(ui, manifest_step, async { Ok(()) }).await?;
             let stemcell_url = env.deployment.stemcell.url.clone().unwrap_or_default();
+            let stemcell_sha1 = env.deployment.stemcell.sha1.clone();
             let (path, manifest) = run(ui, "Validating stemcell", async {
-                let path = local_path(input, &stemcell_url, "Validating stemcell")?;
+                let path = local_path(
+                    input,
+                    &stemcell_url,
+                    stemcell_sha1.as_deref(),
+                    "Validating stemcell",
+                )
+                .await?;
                 let stemcell = Stemcell::read(&path).map_err(|e| EnvError::Artifact {
                     what: "Validating stemcell".into(),
                     reason: e.to_string(),

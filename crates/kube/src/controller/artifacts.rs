@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::fetch::{self, Credentials, FetchError, Fetched};
+use super::fetch::{self, Credentials, DigestCheck, FetchError, Fetched};
 use super::status;
 use crate::api::{
     Release as ReleaseResource, ReleaseItem, ReleaseStatus, Stemcell as StemcellResource,
@@ -25,7 +25,6 @@ use crate::api::{
 use kubosh_artifacts::blobstore::Blobstore;
 use kubosh_artifacts::release::PackageArchive;
 use kubosh_cloud::{Cloud, CpiError, StemcellCid};
-use kubosh_core::digest::MultiDigest;
 
 /// The field manager of kubosh's status writes.
 pub const FIELD_MANAGER: &str = "kubosh";
@@ -124,19 +123,10 @@ fn check_digest(fetched: &Fetched, expected: Option<&str>) -> Result<(), Stall> 
     let Some(expected) = expected.filter(|e| !e.is_empty()) else {
         return Ok(());
     };
-    let digest: MultiDigest = expected
-        .parse()
-        .map_err(|e| ("InvalidDigest", format!("spec.sha1 {expected:?}: {e}")))?;
-    let file = std::fs::File::open(&fetched.path)
-        .map_err(|e| ("DownloadFailed", format!("reading the download: {e}")))?;
-    digest.verify_reader(file).map_err(|_| {
-        (
-            "DigestMismatch",
-            format!(
-                "the tarball's digest is {}, not {expected}",
-                fetched.multi_digest()
-            ),
-        )
+    fetched.check(expected).map_err(|e| match e {
+        DigestCheck::Invalid(what) => ("InvalidDigest", format!("spec.sha1 {what}")),
+        DigestCheck::Unreadable(what) => ("DownloadFailed", what),
+        DigestCheck::Mismatch(what) => ("DigestMismatch", what),
     })
 }
 

@@ -91,6 +91,10 @@ pub struct DeploymentContext {
     /// Changes seen to the watched inputs of each namespace (cloud configs, releases,
     /// stemcells).
     pub inputs: Arc<InputChanges>,
+    /// What `/metrics` shows.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// What `/readyz` says (told when the caches are synced).
+    pub readiness: Arc<crate::metrics::Readiness>,
 }
 
 /// A counter per namespace, moved by every change of a `CloudConfig`, `Release` or
@@ -167,6 +171,8 @@ impl DeploymentContext {
             process: None,
             orphaned_disk_max_age: ORPHANED_DISK_MAX_AGE,
             inputs: Arc::default(),
+            metrics: Arc::default(),
+            readiness: Arc::default(),
         }
     }
 
@@ -638,11 +644,21 @@ pub async fn reconcile(
     };
     let task_ctx = ctx.clone();
     let task_deployment = deployment.clone();
-    ctx.tasks.spawn(async move {
-        let uid = task_deployment.uid().unwrap_or_default();
-        run_deploy(&task_ctx, &task_deployment, inputs, digest, pending, cancel).await;
-        task_ctx.ledger.finish(&uid);
-    });
+    // The task's log lines carry the deployment (`--log-format json` shows the span).
+    let span = tracing::info_span!(
+        "deploy",
+        namespace = %deployment.namespace().unwrap_or_default(),
+        deployment = %deployment.name_any(),
+        generation,
+    );
+    ctx.tasks.spawn(tracing::Instrument::instrument(
+        async move {
+            let uid = task_deployment.uid().unwrap_or_default();
+            run_deploy(&task_ctx, &task_deployment, inputs, digest, pending, cancel).await;
+            task_ctx.ledger.finish(&uid);
+        },
+        span,
+    ));
     Ok(Action::requeue(RESYNC))
 }
 
@@ -721,13 +737,21 @@ async fn delete(
     };
     let task_ctx = ctx.clone();
     let task_deployment = deployment.clone();
-    ctx.tasks.spawn(async move {
-        let outcome = run_delete(&task_ctx, &task_deployment, disposal, status, cancel).await;
-        if let Err(e) = outcome {
-            tracing::warn!(deployment = %task_deployment.name_any(), error = %e, "deleting");
-        }
-        task_ctx.ledger.finish(&uid);
-    });
+    let span = tracing::info_span!(
+        "delete",
+        namespace = %deployment.namespace().unwrap_or_default(),
+        deployment = %deployment.name_any(),
+    );
+    ctx.tasks.spawn(tracing::Instrument::instrument(
+        async move {
+            let outcome = run_delete(&task_ctx, &task_deployment, disposal, status, cancel).await;
+            if let Err(e) = outcome {
+                tracing::warn!(deployment = %task_deployment.name_any(), error = %e, "deleting");
+            }
+            task_ctx.ledger.finish(&uid);
+        },
+        span,
+    ));
     Ok(Action::requeue(Duration::from_secs(5)))
 }
 
@@ -882,12 +906,30 @@ async fn run_deploy(
     pending: Pending,
     cancel: CancellationToken,
 ) {
+    ctx.metrics.deploys_waiting(1);
+    let _permit = ctx.deploys.acquire().await;
+    ctx.metrics.deploys_waiting(-1);
+    ctx.metrics.deploys_running(1);
+    let started = Instant::now();
+    let outcome = run_deploy_slot(ctx, deployment, inputs, digest, pending, cancel, started).await;
+    ctx.metrics.deploys_running(-1);
+    ctx.metrics.deployed(outcome, started.elapsed());
+}
+
+/// [`run_deploy`] once it has a slot; the outcome's metric label.
+async fn run_deploy_slot(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    inputs: Inputs,
+    digest: String,
+    pending: Pending,
+    cancel: CancellationToken,
+    started: Instant,
+) -> &'static str {
     let uid = deployment.uid().unwrap_or_default();
     let generation = deployment.metadata.generation.unwrap_or_default();
     let name = deployment.name_any();
     let namespace = deployment.namespace().unwrap_or_default();
-    let _permit = ctx.deploys.acquire().await;
-    let started = Instant::now();
     let first = deployment
         .status
         .as_ref()
@@ -980,6 +1022,12 @@ async fn run_deploy(
     let task = status.last_task.get_or_insert_with(TaskSummary::default);
     task.finished = Some(now());
     task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
+    let label = match &result {
+        Ok(_) => "succeeded",
+        Err(Failure::Cancelled) => "cancelled",
+        Err(Failure::Failed { retry: true, .. }) => "retrying",
+        Err(Failure::Failed { retry: false, .. }) => "failed",
+    };
     match result {
         Ok(report) => {
             task.state = TaskState::Succeeded;
@@ -1100,6 +1148,7 @@ async fn run_deploy(
     {
         tracing::warn!(deployment = %name, error = %e, "cannot record the handled requests");
     }
+    label
 }
 
 /// Publishes milestones as they come and writes the running stage to the status (a new

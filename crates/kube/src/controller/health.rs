@@ -122,12 +122,12 @@ fn check_every(agent_timeout: Duration) -> Duration {
     (agent_timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(15))
 }
 
-/// Follows the heartbeats until `shutdown`: watches the `Instance`s (of `api`'s scope) and
-/// writes what changed.
+/// Watches the `Instance`s (of `api`'s scope) until `shutdown`: counts them by state for
+/// the metrics and, with heartbeats (`watch`), writes what the agents say changed.
 pub async fn run(
     ctx: Arc<DeploymentContext>,
     api: Api<Instance>,
-    watch: HealthWatch,
+    watch: Option<HealthWatch>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (store, writer) = reflector::store();
@@ -140,11 +140,15 @@ pub async fn run(
         .applied_objects()
         .for_each(|_| futures::future::ready(()));
     let check = async {
-        let mut tick = tokio::time::interval(check_every(watch.agent_timeout));
+        let timeout = watch.as_ref().map_or(AGENT_TIMEOUT, |w| w.agent_timeout);
+        let mut tick = tokio::time::interval(check_every(timeout));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            check(&ctx, &store, &watch).await;
+            if let Some(watch) = &watch {
+                check(&ctx, &store, watch).await;
+            }
+            ctx.metrics.set_instances(&count_by_state(&store));
         }
     };
     tokio::select! {
@@ -152,6 +156,17 @@ pub async fn run(
         () = check => {}
         () = shutdown => {}
     }
+}
+
+/// The instances in `store` by process state (`None` when no state is known yet).
+fn count_by_state(store: &Store<Instance>) -> Vec<(String, i64)> {
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for instance in store.state() {
+        let state = (instance.status.as_ref().and_then(|s| s.process_state))
+            .map_or_else(|| "None".to_string(), |s| format!("{s:?}"));
+        *counts.entry(state).or_default() += 1;
+    }
+    counts.into_iter().collect()
 }
 
 /// The annotation the cache keeps instead of an `Instance`'s record: whether its last update

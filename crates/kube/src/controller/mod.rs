@@ -15,7 +15,7 @@ pub mod artifacts;
 pub mod backoff;
 pub mod deployment;
 pub mod disk;
-pub mod fetch;
+pub use kubosh_artifacts::fetch;
 pub mod health;
 pub mod inputs;
 pub mod progress;

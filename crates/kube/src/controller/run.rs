@@ -54,9 +54,26 @@ impl Scope {
 struct Artifacts {
     ctx: ArtifactContext,
     backoffs: Backoffs,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// Runs `reconcile`, timing it into the metrics as a reconcile of `controller`.
+async fn timed<T, E>(
+    metrics: &crate::metrics::Metrics,
+    controller: &str,
+    reconcile: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let started = std::time::Instant::now();
+    let result = reconcile.await;
+    metrics.reconciled(controller, started.elapsed(), result.is_ok());
+    result
 }
 
 async fn release(r: Arc<Release>, a: Arc<Artifacts>) -> Result<Action, ReconcileError> {
+    timed(&a.metrics, "release", release_untimed(r, a.clone())).await
+}
+
+async fn release_untimed(r: Arc<Release>, a: Arc<Artifacts>) -> Result<Action, ReconcileError> {
     reconcile_release(&r, &a.ctx).await?;
     a.backoffs.reset(&r.uid().unwrap_or_default());
     Ok(Action::await_change())
@@ -65,6 +82,13 @@ async fn release(r: Arc<Release>, a: Arc<Artifacts>) -> Result<Action, Reconcile
 /// Reconciles a `Stemcell`; with a cloud, under the finalizer that deletes the cloud's
 /// copy with the resource.
 async fn stemcell(
+    s: Arc<Stemcell>,
+    a: Arc<Artifacts>,
+) -> Result<Action, FinalizerError<ReconcileError>> {
+    timed(&a.metrics, "stemcell", stemcell_untimed(s, a.clone())).await
+}
+
+async fn stemcell_untimed(
     s: Arc<Stemcell>,
     a: Arc<Artifacts>,
 ) -> Result<Action, FinalizerError<ReconcileError>> {
@@ -130,7 +154,8 @@ pub async fn run(
     );
     let by_cloud_config = store.clone();
     let by_release = store.clone();
-    let by_stemcell = store;
+    let by_stemcell = store.clone();
+    let synced_store = store;
     let in_namespace = |store: &kube::runtime::reflector::Store<Deployment>, ns: Option<String>| {
         store
             .state()
@@ -175,7 +200,10 @@ pub async fn run(
         .with_config(config.clone())
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            deployment::reconcile,
+            |d, ctx| async move {
+                let metrics = ctx.metrics.clone();
+                timed(&metrics, "deployment", deployment::reconcile(d, ctx)).await
+            },
             deployment::error_policy,
             deployments.clone(),
         )
@@ -188,6 +216,7 @@ pub async fn run(
     let artifacts = Arc::new(Artifacts {
         ctx: artifacts,
         backoffs: Backoffs::default(),
+        metrics: deployments.metrics.clone(),
     });
     let release_loop = Controller::new(scope.api::<Release>(&client), watch.clone())
         .with_config(config.clone())
@@ -210,15 +239,29 @@ pub async fn run(
     let disk_loop = Controller::new(scope.api::<Disk>(&client), watch)
         .with_config(config)
         .graceful_shutdown_on(shutdown.clone())
-        .run(disk::reconcile, disk::error_policy, deployments.clone())
+        .run(
+            |d, ctx| async move {
+                let metrics = ctx.metrics.clone();
+                timed(&metrics, "disk", disk::reconcile(d, ctx)).await
+            },
+            disk::error_policy,
+            deployments.clone(),
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "disk reconcile");
             }
         });
-    let health_loop = async {
-        if let Some(watch) = health {
-            health::run(deployments, scope.api::<Instance>(&client), watch, shutdown).await;
+    let health_loop = health::run(
+        deployments.clone(),
+        scope.api::<Instance>(&client),
+        health,
+        shutdown,
+    );
+    // Ready once the deployments' cache holds them all.
+    let synced = async {
+        if synced_store.wait_until_ready().await.is_ok() {
+            deployments.readiness.synced();
         }
     };
     futures::join!(
@@ -226,6 +269,7 @@ pub async fn run(
         release_loop,
         stemcell_loop,
         disk_loop,
-        health_loop
+        health_loop,
+        synced
     );
 }

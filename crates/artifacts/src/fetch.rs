@@ -1,6 +1,7 @@
-//! Downloading what a `Release` or `Stemcell` names: `http(s)://` (optionally with
-//! credentials from a Secret) or `file://`, streamed to a file and hashed on the way so the
-//! digest can be checked before anything is read.
+//! Downloading a release or stemcell tarball: `http(s)://` (optionally with credentials, e.g.
+//! from the Secret a `Release` names) or `file://`, streamed to a file and hashed on the way
+//! so the digest can be checked before anything is read. The controller's `Release` and
+//! `Stemcell` reconcilers and `kubosh create-env` use it.
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,36 @@ impl Fetched {
     pub fn multi_digest(&self) -> String {
         format!("{};sha256:{}", self.sha1, self.sha256)
     }
+
+    /// Checks the file against `expected`, any BOSH multi-digest (its strongest digest).
+    pub fn check(&self, expected: &str) -> Result<(), DigestCheck> {
+        let digest: kubosh_core::digest::MultiDigest = expected
+            .parse()
+            .map_err(|e| DigestCheck::Invalid(format!("{expected:?}: {e}")))?;
+        let file = std::fs::File::open(&self.path).map_err(|e| {
+            DigestCheck::Unreadable(format!("reading {}: {e}", self.path.display()))
+        })?;
+        digest.verify_reader(file).map_err(|_| {
+            DigestCheck::Mismatch(format!(
+                "the tarball's digest is {}, not {expected}",
+                self.multi_digest()
+            ))
+        })
+    }
+}
+
+/// Why a download does not match its digest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DigestCheck {
+    /// The expected digest is not one.
+    #[error("invalid digest {0}")]
+    Invalid(String),
+    /// The file could not be read back.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The file has another digest.
+    #[error("{0}")]
+    Mismatch(String),
 }
 
 struct Hasher {
