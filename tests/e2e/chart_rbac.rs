@@ -36,6 +36,9 @@ struct Install {
     watched: Option<String>,
     /// A kubeconfig whose user is the chart's ServiceAccount.
     kubeconfig: PathBuf,
+    /// The arguments of the chart's controller container but `controller`, `--director`
+    /// and `--metrics-bind-address` (the world's file, a free port).
+    args: Vec<String>,
 }
 
 /// Installs the chart (`helm template | kubectl apply`) as `release` in a new namespace
@@ -61,11 +64,27 @@ async fn install(
     let token = cp.service_account_token(release_ns, release).await.unwrap();
     let path = w.dir.path().join(format!("kubeconfig-{release}"));
     std::fs::write(&path, cp.kubeconfig_for_token(&token).unwrap()).unwrap();
+    let deployment = (rendered.split("\n---\n"))
+        .filter_map(|doc| kubosh_core::yaml::parse_value(doc, "chart").ok())
+        .find(|doc| doc["kind"] == "Deployment")
+        .expect("the chart's Deployment");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("the controller's arguments")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .filter(|a| {
+            a != "controller"
+                && !a.starts_with("--director=")
+                && !a.starts_with("--metrics-bind-address=")
+        })
+        .collect();
     let install = Install {
         release: release.into(),
         release_ns: release_ns.into(),
         watched: watched.map(String::from),
         kubeconfig: path,
+        args,
     };
     // One grant of each binding.
     let namespace = install.watched.as_deref().unwrap_or("default");
@@ -138,13 +157,11 @@ impl Install {
         }
     }
 
-    /// The controller as this ServiceAccount, as the chart's pod runs it.
+    /// The controller as this ServiceAccount, with the arguments and the environment of the
+    /// chart's pod.
     fn start(&self, w: &World) -> ControllerProcess {
         let identity = format!("{}-0", self.release);
-        let mut args = vec!["--identity", &identity];
-        if let Some(ns) = &self.watched {
-            args.extend(["-n", ns]);
-        }
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         start_replica_with_kubeconfig(
             w,
             &self.kubeconfig,
@@ -388,7 +405,8 @@ async fn without_one_verb_of_the_charts_role_the_controller_fails_and_says_why()
         let deadline = Instant::now() + Duration::from_secs(120);
         let said = loop {
             let said: Vec<String> = (forbidden_said(&w, &admin, &watched).await.into_iter())
-                .filter(|l| l.contains(&named))
+                // JSON log lines escape the quotes.
+                .filter(|l| l.replace('\\', "").contains(&named))
                 .collect();
             if !said.is_empty() {
                 break said;
