@@ -813,16 +813,18 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     }
 
     // A group-wide restart: every instance of the group, VMs kept.
-    let updated_before = events_of(&client, ns)
-        .await
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.reason.as_deref(),
-                Some("InstanceUpdated" | "CanaryUpdated")
-            )
-        })
-        .count();
+    let updates = || async {
+        let events = events_of(&client, ns).await;
+        (events.iter())
+            .filter(|e| {
+                matches!(
+                    e.reason.as_deref(),
+                    Some("InstanceUpdated" | "CanaryUpdated")
+                )
+            })
+            .count()
+    };
+    let updated_before = updates().await;
     let d = ask("kubosh.io/action", "restart web").await;
     assert_eq!(
         d.status
@@ -834,16 +836,7 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
             .description,
         "restart web"
     );
-    let updated_after = events_of(&client, ns)
-        .await
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.reason.as_deref(),
-                Some("InstanceUpdated" | "CanaryUpdated")
-            )
-        })
-        .count();
+    let updated_after = updates().await;
     assert_eq!(
         updated_after - updated_before,
         2,

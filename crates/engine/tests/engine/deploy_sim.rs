@@ -2015,31 +2015,6 @@ fn unusable_release() -> Arc<Release> {
     Arc::new(release)
 }
 
-/// An IP registry that remembers every claim.
-#[derive(Default)]
-struct Recording {
-    inner: MemoryIpRegistry,
-    claims: std::sync::Mutex<Vec<Vec<kubosh_engine::state::Reservation>>>,
-}
-
-impl kubosh_engine::state::IpRegistry for Recording {
-    fn held_elsewhere<'a>(
-        &'a self,
-        deployment: &'a str,
-    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
-        self.inner.held_elsewhere(deployment)
-    }
-
-    fn claim<'a>(
-        &'a self,
-        deployment: &'a str,
-        held: Vec<kubosh_engine::state::Reservation>,
-    ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
-        self.claims.lock().unwrap().push(held.clone());
-        self.inner.claim(deployment, held)
-    }
-}
-
 /// On a deployment that exists, a scale-up onto a new stemcell line with a release that cannot
 /// be used there (compiled for another OS only) fails while planning: no address of the new
 /// instances is ever claimed among the director's deployments, no cloud call, no record
@@ -2047,7 +2022,7 @@ impl kubosh_engine::state::IpRegistry for Recording {
 #[tokio::test(start_paused = true)]
 async fn an_unusable_release_on_a_scale_up_claims_no_address() {
     let mut sim = Sim::new();
-    let registry = Arc::new(Recording::default());
+    let registry = Arc::new(TestRegistry::default());
     sim.engine.config.ip_registry = Some(registry.clone());
     sim.deploy(manifest()).await;
     let before = sim.state();
@@ -2334,15 +2309,26 @@ async fn a_deploy_that_loses_its_lock_stops_between_steps_without_leaks() {
     assert!(sim.state().instances.values().all(|i| i.update_completed));
 }
 
-/// An IP registry where deployment `intruder` claims the addresses of this deploy's
-/// compilation workers just before this deploy claims them, `times` times (deploys of one
-/// director planning at once).
-struct Intruding {
+/// An IP registry that remembers every claim and, `intrusions` times, lets deployment
+/// `intruder` claim the addresses of this deploy's compilation workers just before this
+/// deploy claims them (deploys of one director planning at once).
+#[derive(Default)]
+struct TestRegistry {
     inner: MemoryIpRegistry,
-    times: std::sync::atomic::AtomicUsize,
+    intrusions: std::sync::atomic::AtomicUsize,
+    claims: std::sync::Mutex<Vec<Vec<kubosh_engine::state::Reservation>>>,
 }
 
-impl kubosh_engine::state::IpRegistry for Intruding {
+impl TestRegistry {
+    fn intruded(times: usize) -> TestRegistry {
+        TestRegistry {
+            intrusions: times.into(),
+            ..TestRegistry::default()
+        }
+    }
+}
+
+impl kubosh_engine::state::IpRegistry for TestRegistry {
     fn held_elsewhere<'a>(
         &'a self,
         deployment: &'a str,
@@ -2355,13 +2341,15 @@ impl kubosh_engine::state::IpRegistry for Intruding {
         deployment: &'a str,
         held: Vec<kubosh_engine::state::Reservation>,
     ) -> kubosh_engine::state::StoreFuture<'a, Vec<kubosh_engine::state::Reservation>> {
+        self.claims.lock().unwrap().push(held.clone());
         Box::pin(async move {
             let workers: Vec<_> = (held.iter())
                 .filter(|r| r.group.starts_with("compilation-"))
                 .collect();
-            let left = self.times.load(std::sync::atomic::Ordering::SeqCst);
+            let left = self.intrusions.load(std::sync::atomic::Ordering::SeqCst);
             if deployment != "intruder" && !workers.is_empty() && left > 0 {
-                self.times.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                self.intrusions
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 let mut theirs: Vec<_> = (self.inner.held_elsewhere(deployment).await?)
                     .into_iter()
                     .filter(|r| r.deployment == "intruder")
@@ -2386,10 +2374,7 @@ impl kubosh_engine::state::IpRegistry for Intruding {
 #[tokio::test(start_paused = true)]
 async fn compilation_addresses_taken_meanwhile_are_chosen_again_and_contention_is_retried() {
     let mut sim = Sim::new();
-    let registry = Arc::new(Intruding {
-        inner: MemoryIpRegistry::default(),
-        times: 2.into(),
-    });
+    let registry = Arc::new(TestRegistry::intruded(2));
     sim.engine.config.ip_registry = Some(registry.clone());
     sim.deploy(manifest()).await;
     let intruders: BTreeSet<String> = (registry.inner.held_elsewhere("sim").await.unwrap())
@@ -2410,10 +2395,7 @@ async fn compilation_addresses_taken_meanwhile_are_chosen_again_and_contention_i
     // Taken at every attempt: retried later, with what happened said.
     let sim = {
         let mut sim = Sim::new();
-        sim.engine.config.ip_registry = Some(Arc::new(Intruding {
-            inner: MemoryIpRegistry::default(),
-            times: 100.into(),
-        }));
+        sim.engine.config.ip_registry = Some(Arc::new(TestRegistry::intruded(100)));
         sim
     };
     let err = sim

@@ -32,7 +32,7 @@ use super::requests::{self, ActionRequest, Handled, Pending};
 use super::status;
 use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{
-    Deployment, DeploymentStatus, Instance, InstanceGroupStatus, InstanceStatus, ProcessState,
+    Deployment, DeploymentStatus, Instance, InstanceGroupStatus, ProcessState,
     Release as ReleaseResource, Stemcell as StemcellResource, TaskState, TaskSummary,
 };
 use crate::lock::{LeaseLocks, Process};
@@ -1424,28 +1424,8 @@ async fn write_instance_statuses(
         if current.observed_generation == generation && current.process_state == Some(process) {
             continue;
         }
-        let mut next = InstanceStatus {
-            observed_generation: generation,
-            conditions: current.conditions.clone(),
-            process_state: Some(process),
-            ..current
-        };
-        status::set_condition(
-            &mut next.conditions,
-            status::condition(READY, ready, reason, "", generation),
-        );
-        let patch = json!({
-            "apiVersion": Instance::api_version(&()),
-            "kind": Instance::kind(&()),
-            "status": next,
-        });
-        if let Err(e) = api
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
+        if let Err(e) =
+            status::write_instance_state(&ctx.client, object, process, ready, reason).await
         {
             tracing::warn!(instance = %name, error = %e, "cannot write the instance status");
         }

@@ -17,20 +17,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::deployment::{DeploymentContext, publish_regarding, write_status};
 use super::status;
-use crate::api::condition::READY;
-use crate::api::{
-    Deployment, Instance, InstanceState, InstanceStatus, ProcessState, RECORD_ANNOTATION,
-};
-use crate::state::FIELD_MANAGER;
+use crate::api::{Deployment, Instance, InstanceState, ProcessState, RECORD_ANNOTATION};
 use kubosh_engine::AgentHealth;
 use kubosh_engine::state::InstanceRecord;
 
@@ -287,8 +282,6 @@ async fn write_process_state(
     instance: &Instance,
     state: ProcessState,
 ) -> bool {
-    let generation = instance.metadata.generation;
-    let current = instance.status.clone().unwrap_or_default();
     let (ready, reason) = match state {
         ProcessState::Running => (true, "Running"),
         ProcessState::Failing => (false, "JobsFailing"),
@@ -296,33 +289,8 @@ async fn write_process_state(
         ProcessState::Stopped => (true, "Stopped"),
         ProcessState::Unknown => (false, "Unknown"),
     };
-    let mut next = InstanceStatus {
-        observed_generation: generation,
-        process_state: Some(state),
-        ..current
-    };
-    status::set_condition(
-        &mut next.conditions,
-        status::condition(READY, ready, reason, "", generation),
-    );
-    let patch = json!({
-        "apiVersion": Instance::api_version(&()),
-        "kind": Instance::kind(&()),
-        "status": next,
-    });
-    let api: Api<Instance> = Api::namespaced(
-        ctx.client.clone(),
-        &instance.namespace().unwrap_or_default(),
-    );
-    match api
-        .patch_status(
-            &instance.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-    {
-        Ok(_) => true,
+    match status::write_instance_state(&ctx.client, instance, state, ready, reason).await {
+        Ok(()) => true,
         Err(e) => {
             tracing::warn!(instance = %instance.name_any(), error = %e, "cannot write the instance's state");
             false

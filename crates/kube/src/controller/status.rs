@@ -82,6 +82,42 @@ pub fn outcome(
     );
 }
 
+/// Writes `instance`'s process state and its `Ready` condition (`ready`, `reason`) for its
+/// generation, keeping the rest of its status (server-side apply, field manager `kubosh`).
+pub async fn write_instance_state(
+    client: &kube::Client,
+    instance: &crate::api::Instance,
+    state: crate::api::ProcessState,
+    ready: bool,
+    reason: &str,
+) -> Result<(), kube::Error> {
+    use kube::{Resource, ResourceExt};
+    let generation = instance.metadata.generation;
+    let mut next = crate::api::InstanceStatus {
+        observed_generation: generation,
+        process_state: Some(state),
+        ..instance.status.clone().unwrap_or_default()
+    };
+    set_condition(
+        &mut next.conditions,
+        condition(READY, ready, reason, "", generation),
+    );
+    let patch = serde_json::json!({
+        "apiVersion": crate::api::Instance::api_version(&()),
+        "kind": crate::api::Instance::kind(&()),
+        "status": next,
+    });
+    let api: kube::Api<crate::api::Instance> =
+        kube::Api::namespaced(client.clone(), &instance.namespace().unwrap_or_default());
+    api.patch_status(
+        &instance.name_any(),
+        &kube::api::PatchParams::apply(crate::state::FIELD_MANAGER).force(),
+        &kube::api::Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
 /// True when `conditions` say Ready for `generation`.
 pub fn is_ready(conditions: &[Condition], generation: Option<i64>) -> bool {
     conditions
