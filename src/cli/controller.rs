@@ -245,7 +245,9 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
     tasks.wait().await;
     let lost_leadership = lost.peek().is_some();
     // Dropping the receiver makes the election task release the Lease: a standby takes
-    // over at once.
+    // over at once. `lost` holds a clone of it (until leadership is lost), so it goes
+    // first, or the task never ends and a SIGTERM never ends the process.
+    drop(lost);
     if let Some((leader, task)) = leadership {
         drop(leader);
         let _ = task.await;
