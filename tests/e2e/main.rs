@@ -22,3 +22,4 @@ mod nats_confinement;
 mod real_agent;
 mod release;
 mod stemcell;
+mod up;
