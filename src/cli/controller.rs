@@ -115,24 +115,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
                 .map(|h| h.trim().to_string())
         })
         .unwrap_or_else(|| "kubosh-controller".into());
-    let shutdown = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let terminated = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => futures::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated => {}
-        }
-    }
-    .boxed()
-    .shared();
+    let shutdown = super::signals::stop_requested().boxed().shared();
 
     // Leadership first: a standby does nothing else.
     let mut leadership = None;

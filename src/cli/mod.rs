@@ -9,6 +9,7 @@ mod dev;
 mod input;
 mod interpolate;
 mod release;
+mod signals;
 mod stemcell;
 mod up;
 mod validate;

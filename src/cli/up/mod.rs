@@ -64,8 +64,8 @@ impl Say {
 
 /// How a run ended.
 enum Outcome {
-    /// Converged; what to print.
-    Ready(report::Report),
+    /// Converged; what to print (boxed: the other variant is empty).
+    Ready(Box<report::Report>),
     /// Ctrl-C or SIGTERM before it converged.
     Interrupted,
 }
@@ -114,8 +114,8 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
     let mut stack: Option<Stack> = None;
     let outcome = runtime.block_on(async {
         tokio::select! {
-            result = converge(args, &layout, &kubosh, &mut stack, say) => result.map(Outcome::Ready),
-            () = stop_signal() => Ok(Outcome::Interrupted),
+            result = converge(args, &layout, &kubosh, &mut stack, say) => result.map(|report| Outcome::Ready(Box::new(report))),
+            () = super::signals::stop_requested() => Ok(Outcome::Interrupted),
         }
     });
     let code = match outcome {
@@ -125,7 +125,7 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
                 say.line("--exit-when-ready: stopping everything");
             } else {
                 say.line("running; Ctrl-C stops everything (the next `kubosh up` starts where this one stops)");
-                runtime.block_on(stop_signal());
+                runtime.block_on(follow_until_stopped(stack.as_ref(), say));
                 say.line("stopping everything");
             }
             ExitCode::SUCCESS
@@ -145,6 +145,25 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
         say.line("stopped: nothing of this run is running any more");
     }
     Ok(code)
+}
+
+/// Prints the deployment's changes (an edited example applied again, an instance that
+/// fails) until SIGINT or SIGTERM.
+async fn follow_until_stopped(stack: Option<&Stack>, say: Say) {
+    let client = match stack.and_then(Stack::control_plane) {
+        Some(cp) => cp.client().await.ok(),
+        None => None,
+    };
+    let follow = async {
+        match &client {
+            Some(client) => progress::follow(client, NAMESPACE, DEPLOYMENT, say).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = follow => {}
+        () = super::signals::stop_requested() => {}
+    }
 }
 
 /// Starts the stack into `stack`, applies the examples and follows the deploy until it
@@ -218,23 +237,6 @@ async fn converge(
         .control_plane()
         .ok_or("the control plane is not running")?;
     Ok(report::Report::new(cp, NAMESPACE, converged))
-}
-
-/// SIGINT (Ctrl-C) or SIGTERM.
-async fn stop_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let terminated = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminated => {}
-    }
 }
 
 /// What the example needs on this machine besides kubosh: `ruby` renders job templates

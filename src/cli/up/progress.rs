@@ -53,13 +53,7 @@ pub(super) async fn converge(
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let instances: Api<Instance> = Api::namespaced(client.clone(), namespace);
     let deadline = Instant::now() + limit;
-    let mut printed: BTreeMap<String, String> = BTreeMap::new();
-    let mut show = |key: &str, line: String| {
-        if printed.get(key) != Some(&line) {
-            say.line(&line);
-            printed.insert(key.to_string(), line);
-        }
-    };
+    let mut lines = Lines::new(say);
     loop {
         if Instant::now() > deadline {
             return Err(format!(
@@ -76,34 +70,16 @@ pub(super) async fn converge(
                 tail(&log)
             ));
         }
-        let Some(d) = deployments.get_opt(name).await.map_err(|e| e.to_string())? else {
-            show(name, format!("{name}: waiting for the Deployment"));
+        let Some((d, mine)) = lines.observe(&deployments, &instances, name).await? else {
             tokio::time::sleep(POLL).await;
             continue;
         };
         let status = d.status.clone().unwrap_or_default();
         let generation = d.metadata.generation;
-        show(name, format!("{name}: {}", describe(&d)));
         if let Some(why) = not_ready_because(&status.conditions, generation)
             && why.starts_with("Stalled")
         {
             return Err(format!("deployment {name} is {why}"));
-        }
-        let mut mine: Vec<Instance> = instances
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .into_iter()
-            .filter(|i| i.spec.deployment == name)
-            .collect();
-        mine.sort_by_key(|i| (i.spec.instance_group.clone(), i.spec.index));
-        for i in &mine {
-            let label = format!("{}/{}", i.spec.instance_group, i.spec.index);
-            show(
-                &format!("instance {label}"),
-                format!("  {label}: {}", describe_instance(i)),
-            );
         }
         let ready = status.observed_generation == generation
             && is_ready(&status.conditions, generation)
@@ -122,12 +98,79 @@ pub(super) async fn converge(
                     answers,
                 });
             }
-            show(
+            lines.show(
                 name,
                 format!("{name}: Ready; waiting for every instance to answer on port {port}"),
             );
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Keeps following deployment `name` once it converged, a line per change (a deploy of an
+/// edited example, an instance that fails), until the future is dropped.
+pub(super) async fn follow(client: &kube::Client, namespace: &str, name: &str, say: Say) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let instances: Api<Instance> = Api::namespaced(client.clone(), namespace);
+    let mut lines = Lines::new(say);
+    // The state the report showed is not news.
+    lines.quiet = true;
+    loop {
+        let _ = lines.observe(&deployments, &instances, name).await;
+        lines.quiet = false;
+        tokio::time::sleep(POLL * 2).await;
+    }
+}
+
+/// The lines printed so far, one per subject (the deployment, each instance): a subject's
+/// line is printed again only when it changes.
+struct Lines {
+    say: Say,
+    printed: BTreeMap<String, String>,
+    /// Remember without printing.
+    quiet: bool,
+}
+
+impl Lines {
+    fn new(say: Say) -> Lines {
+        Lines {
+            say,
+            printed: BTreeMap::new(),
+            quiet: false,
+        }
+    }
+
+    fn show(&mut self, subject: &str, line: String) {
+        if self.printed.get(subject) != Some(&line) {
+            if !self.quiet {
+                self.say.line(&line);
+            }
+            self.printed.insert(subject.to_string(), line);
+        }
+    }
+
+    /// Reads deployment `name` and its instances and shows their state; `None` while the
+    /// deployment does not exist.
+    async fn observe(
+        &mut self,
+        deployments: &Api<Deployment>,
+        instances: &Api<Instance>,
+        name: &str,
+    ) -> Result<Option<(Deployment, Vec<Instance>)>, String> {
+        let Some(d) = deployments.get_opt(name).await.map_err(|e| e.to_string())? else {
+            self.show(name, format!("{name}: waiting for the Deployment"));
+            return Ok(None);
+        };
+        self.show(name, format!("{name}: {}", describe(&d)));
+        let mine = instances_of(instances, name).await?;
+        for i in &mine {
+            let label = format!("{}/{}", i.spec.instance_group, i.spec.index);
+            self.show(
+                &format!("instance {label}"),
+                format!("  {label}: {}", describe_instance(i)),
+            );
+        }
+        Ok(Some((d, mine)))
     }
 }
 
@@ -259,13 +302,7 @@ pub(super) async fn wait_for_jobs(
         return Ok(());
     };
     let port = hello_port(&d);
-    let instances: Api<Instance> = Api::namespaced(client.clone(), namespace);
-    let mine: Vec<Instance> = (instances.list(&ListParams::default()).await)
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .filter(|i| i.spec.deployment == name)
-        .collect();
+    let mine = instances_of(&Api::namespaced(client.clone(), namespace), name).await?;
     say.line(&format!(
         "waiting for the booted VMs' jobs to answer on port {port} again"
     ));
@@ -282,4 +319,16 @@ pub(super) async fn wait_for_jobs(
     }
     say.line("not every instance answers yet; the controller takes over from here");
     Ok(())
+}
+
+/// The instances of deployment `name`, by group and index.
+async fn instances_of(api: &Api<Instance>, name: &str) -> Result<Vec<Instance>, String> {
+    let mut mine: Vec<Instance> = (api.list(&ListParams::default()).await)
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter(|i| i.spec.deployment == name)
+        .collect();
+    mine.sort_by_key(|i| (i.spec.instance_group.clone(), i.spec.index));
+    Ok(mine)
 }

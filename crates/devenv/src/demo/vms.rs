@@ -19,8 +19,8 @@ pub enum VmError {
     Reboot {
         /// The VM.
         vm: String,
-        /// What the CPI said.
-        source: CpiError,
+        /// What the CPI said (boxed: it is large, and this error is rare).
+        source: Box<CpiError>,
     },
 }
 
@@ -55,7 +55,7 @@ pub async fn power_on_vms(director: &LocalDirector, kubosh: &Path) -> Result<Vec
             .await
             .map_err(|source| VmError::Reboot {
                 vm: vm.cid.clone(),
-                source,
+                source: Box::new(source),
             })?;
         booted.push(vm.cid);
     }
