@@ -136,24 +136,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
                 .map(|h| h.trim().to_string())
         })
         .unwrap_or_else(|| "kubosh-controller".into());
-    let shutdown = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let terminated = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => futures::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated => {}
-        }
-    }
-    .boxed()
-    .shared();
+    let shutdown = super::signals::stop_requested().boxed().shared();
 
     // Leadership first: a standby does nothing else.
     let mut leadership = None;
@@ -292,7 +275,9 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
     tasks.wait().await;
     let lost_leadership = lost.peek().is_some();
     // Dropping the receiver makes the election task release the Lease: a standby takes
-    // over at once.
+    // over at once. `lost` holds a clone of it (until leadership is lost), so it goes
+    // first, or the task never ends and a SIGTERM never ends the process.
+    drop(lost);
     if let Some((leader, task)) = leadership {
         drop(leader);
         let _ = task.await;

@@ -9,7 +9,9 @@ mod dev;
 mod input;
 mod interpolate;
 mod release;
+mod signals;
 mod stemcell;
+mod up;
 mod validate;
 mod vm;
 
@@ -40,6 +42,10 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The one-command demo: start a control plane, NATS, the local cloud and the controller
+    /// on this machine, deploy the example `hello` release, show it answering, run until
+    /// Ctrl-C (state kept in `--state-dir` for the next run).
+    Up(up::UpArgs),
     /// Check a deployment manifest against a cloud config; print every problem.
     Validate(validate::ValidateArgs),
     /// Apply ops files and variables to a YAML document and print it (`bosh interpolate`).
@@ -90,8 +96,17 @@ struct CrdArgs {
 /// Entry point of the `kubosh` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // `kubosh up` polls an apiserver that is starting: the client's errors while it does are
+    // expected, and the demo prints its own progress.
+    init_logging(
+        cli.log_format,
+        match cli.command {
+            Command::Up(_) => "warn,kube_client=off",
+            _ => "warn",
+        },
+    );
     match cli.command {
+        Command::Up(args) => up::run(&args),
         Command::Validate(args) => validate::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Cpi(args) => cpi::run(&args),
@@ -144,11 +159,12 @@ fn crd(args: &CrdArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Logs go to stderr, filtered by `KUBOSH_LOG` (e.g. `KUBOSH_LOG=kubosh=debug`); warnings by
-/// default. stdout stays reserved for command output (a CPI's JSON response, YAML).
-fn init_logging(format: LogFormat) {
+/// Logs go to stderr, filtered by `KUBOSH_LOG` (e.g. `KUBOSH_LOG=kubosh=debug`), else by
+/// `default` (warnings), as text or JSON lines. stdout stays reserved for command output (a
+/// CPI's JSON response, YAML).
+fn init_logging(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KUBOSH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let lines = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -5,8 +5,6 @@
 //! `cc` on compilation VMs, its ERB templates rendered by Ruby, and its job started by the
 //! agent's supervisor. Each instance listens on its own loopback address.
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +12,12 @@ use std::time::Duration;
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{Renderer, RendererConfig};
-use kubosh_artifacts::stemcell::CreateStemcellOptions;
 use kubosh_artifacts::stemcell::Stemcell;
 use kubosh_cloud::local::{self, read_calls};
 use kubosh_cloud::{CpiCommand, ExternalCpi};
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
-use kubosh_devenv::BoshNats;
+use kubosh_devenv::{BoshNats, http_get};
 use kubosh_engine::deploy::DeployReport;
 use kubosh_engine::state::{DeploymentState, DirStore, StateStore};
 use kubosh_engine::vm::mbus_cert_env;
@@ -198,19 +195,7 @@ impl World {
 
 fn stemcell(dir: &Path) -> StemcellSource {
     let tarball = dir.join("stemcell.tgz");
-    kubosh_artifacts::stemcell::create(
-        &CreateStemcellOptions {
-            name: "bosh-kubosh-local-ubuntu-jammy".into(),
-            version: "1.0".into(),
-            operating_system: "ubuntu-jammy".into(),
-            image: None,
-            stemcell_formats: vec!["warden-tar".into()],
-            api_version: 3,
-            cloud_properties: Default::default(),
-        },
-        &tarball,
-    )
-    .unwrap();
+    kubosh_devenv::write_local_stemcell(&tarball).unwrap();
     let extracted = Stemcell::extract(&tarball, &dir.join("stemcell")).unwrap();
     StemcellSource {
         info: StemcellInfo {
@@ -289,17 +274,6 @@ fn manifest(net: u8, port: u16, web_greeting: &str, disk: u64, with_api: bool) -
         },
         "instance_groups": groups,
     })
-}
-
-/// `GET /` on `ip:port`, the body.
-fn http_get(ip: &str, port: u16) -> Option<String> {
-    let addr = SocketAddr::new(ip.parse::<IpAddr>().ok()?, port);
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
 }
 
 fn ip_of(state: &DeploymentState, group: &str, index: u64) -> String {

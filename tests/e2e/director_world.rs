@@ -6,15 +6,13 @@
 //! `kubosh release create` and `kubosh stemcell create`.
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use kubosh_cloud::local::{self, read_calls};
-use kubosh_core::pki::{Ca, Leaf};
-use kubosh_devenv::{NatsServer, NatsTls};
+use kubosh_devenv::{DirectorSettings, LocalDirector, NatsPki, NatsServer, NatsTls};
+pub use kubosh_devenv::{http_get, http_request};
 use kubosh_engine::state::{DeploymentState, DirStore, StateStore};
 use serde_json::{Value, json};
 
@@ -42,24 +40,8 @@ pub struct World {
     pub net: u8,
 }
 
-/// A CA whose key we hold as PEM (`pki::Ca` keeps its own).
-fn ca_pem() -> (String, String) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "nats-ca");
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    kubosh_devenv::free_port().unwrap()
 }
 
 pub fn run(args: &[&str]) -> Output {
@@ -87,22 +69,14 @@ pub enum AgentKind {
 }
 
 /// The local cloud's agent command for `kind`.
-pub fn agent_command(kind: AgentKind) -> Value {
+pub fn agent_command(kind: AgentKind) -> Vec<String> {
     match kind {
-        AgentKind::Kubosh => json!([
-            "{kubosh}",
-            "agent",
-            "--bind-base",
-            "{root}",
-            "-b",
-            "/var/vcap",
-            "-C",
-            "{agent_config}"
-        ]),
+        AgentKind::Kubosh => kubosh_devenv::kubosh_agent_command(),
         AgentKind::Bosh => {
             let agent = kubosh_devenv::binary("bosh-agent")
                 .expect("bosh-agent is built (tools/testbins.sh)");
-            json!([
+            let agent = agent.display().to_string();
+            [
                 "{kubosh}",
                 "vm",
                 "run",
@@ -111,7 +85,7 @@ pub fn agent_command(kind: AgentKind) -> Value {
                 "--dummy-disks",
                 "{vm_dir}/dummy-disks.json",
                 "--",
-                agent,
+                &agent,
                 "-b",
                 "/var/vcap",
                 "-P",
@@ -119,8 +93,10 @@ pub fn agent_command(kind: AgentKind) -> Value {
                 "-M",
                 "dummy",
                 "-C",
-                "{agent_config}"
-            ])
+                "{agent_config}",
+            ]
+            .map(String::from)
+            .to_vec()
         }
     }
 }
@@ -146,112 +122,36 @@ impl World {
     fn build(net: u8, agent: AgentKind, confined: bool) -> World {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
-        let (ca_cert, ca_key) = ca_pem();
-        let ca = Ca::from_pem(&ca_cert, &ca_key).unwrap();
-        let server = ca
-            .issue(&Leaf::loopback_server("default.nats.bosh-internal"))
-            .unwrap();
-        let director = ca
-            .issue(&Leaf {
-                common_name: "default.director.bosh-internal",
-                client: true,
-                ..Leaf::default()
-            })
-            .unwrap();
+        let director = LocalDirector::new(p);
+        let pki = NatsPki::generate().unwrap();
+        pki.write(p).unwrap();
         let nats = if confined {
-            std::fs::create_dir_all(p.join("nats")).unwrap();
-            for (name, text) in [
-                ("server.crt", &server.cert_pem),
-                ("server.key", &server.key_pem),
-                ("ca.crt", &ca_cert),
-            ] {
-                std::fs::write(p.join("nats").join(name), text).unwrap();
-            }
-            // What the director's subjects may do, before any agent exists.
-            let subject = kubosh_core::pki::subject_dn(&director.cert_pem).unwrap();
-            let seed = kubosh_bosh::agent::nats_auth::authorization(
-                &subject,
-                "CN=default.hm.bosh-internal",
-                &[],
-            )
-            .unwrap();
-            write_json(&p.join("nats/authorization.json"), &seed);
-            // nats-server resolves `include` against its configuration's directory (its
-            // own temporary directory, `$TMPDIR/kubosh-nats-*`), even for absolute paths.
-            let up = "../".repeat(std::env::temp_dir().components().count());
-            let include = format!(
-                "{up}{}",
-                p.join("nats/authorization.json")
-                    .display()
-                    .to_string()
-                    .trim_start_matches('/')
-            );
-            let config = format!(
-                "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify_and_map: true\n  timeout: 5\n}}\npid_file: {:?}\ninclude {include:?}\n",
-                p.join("nats/server.crt"),
-                p.join("nats/server.key"),
-                p.join("nats/ca.crt"),
-                p.join("nats/nats.pid"),
-            );
-            NatsServer::start(None, &config)
+            director.start_confined_nats(free_port(), &pki)
         } else {
             NatsServer::start(
                 Some(&NatsTls {
-                    ca_pem: ca_cert.clone(),
-                    cert_pem: server.cert_pem,
-                    key_pem: server.key_pem,
+                    ca_pem: pki.ca_cert_pem().to_string(),
+                    cert_pem: pki.server().cert_pem.clone(),
+                    key_pem: pki.server().key_pem.clone(),
                     verify_clients: true,
                 }),
                 "",
             )
+            .map_err(Into::into)
         }
         .expect("nats-server starts");
-        let url = format!("nats://127.0.0.1:{}", nats.port());
-        let cloud = p.join("cloud");
-        let blobs = p.join("blobs");
-        write_json(
-            &p.join("cpi.json"),
-            &json!({
-                "state_dir": cloud,
-                "mbus": url,
-                "blobstore": {"provider": "local", "options": {"blobstore_path": blobs}},
-                "agent": {
-                    "command": agent_command(agent),
-                    "env": {"KUBOSH_LOG": "kubosh=info"},
-                    "stop_timeout_seconds": 20,
-                },
-            }),
-        );
-        std::fs::write(p.join("ca.crt"), &ca_cert).unwrap();
-        std::fs::write(p.join("ca.key"), &ca_key).unwrap();
-        // Relative paths: against the file's directory (the CPI runs there too).
-        write_json(
-            &p.join("director.yml"),
-            &json!({
-                "state_dir": "state",
-                "cpi": {
-                    "command": [KUBOSH, "cpi", "--config", "cpi.json"],
-                    "timeout_seconds": 60,
-                    "properties": {},
-                },
-                "nats": {
-                    "url": url,
-                    "ca_certificate_path": "ca.crt",
-                    "ca_private_key_path": "ca.key",
-                    "director_certificate": director.cert_pem,
-                    "director_private_key": director.key_pem,
-                },
-                "blobstore": {"local": {"path": "blobs"}},
-                "engine": {"agent_wait_timeout_seconds": 60, "recovery_wait_seconds": 5},
-            }),
-        );
-        if confined {
-            edit_json(&p.join("director.yml"), |d| {
-                d["nats"]["authorization"] = json!({
-                    "file": "nats/authorization.json", "pid_file": "nats/nats.pid",
-                });
-            });
-        }
+        director
+            .write_configs(&DirectorSettings {
+                kubosh: KUBOSH.into(),
+                nats_url: format!("nats://127.0.0.1:{}", nats.port()),
+                agent_command: agent_command(agent),
+                agent_log: "kubosh=info".into(),
+                confined,
+                cpi_timeout_seconds: 60,
+                agent_wait_timeout_seconds: 60,
+                recovery_wait_seconds: 5,
+            })
+            .unwrap();
         write_json(&p.join("cloud-config.yml"), &cloud_config(net));
         let port = free_port();
 
@@ -281,10 +181,10 @@ impl World {
         ]);
         assert!(out.status.success(), "{:?}", text(&out));
         World {
-            _stop_agents: StopAgents(cloud),
+            _stop_agents: StopAgents(director.cloud()),
+            ca_key: pki.ca_key_pem().to_string(),
             dir,
             _nats: nats,
-            ca_key,
             port,
             net,
         }
@@ -411,23 +311,4 @@ pub fn cloud_config(net: u8) -> Value {
             "reuse_compilation_vms": true,
         },
     })
-}
-
-/// `GET /` on `ip:port`, the body.
-pub fn http_get(ip: &str, port: u16) -> Option<String> {
-    http_request(ip, port, "/").map(|(_, body)| body)
-}
-
-/// `GET path` on `ip:port`: the status code and the body.
-pub fn http_request(ip: &str, port: u16, path: &str) -> Option<(u16, String)> {
-    let addr = SocketAddr::new(ip.parse::<IpAddr>().ok()?, port);
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let (head, body) = out.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_string()))
 }

@@ -25,3 +25,4 @@ mod nats_confinement;
 mod real_agent;
 mod release;
 mod stemcell;
+mod up;

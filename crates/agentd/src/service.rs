@@ -233,9 +233,10 @@ impl Agent {
         })
     }
 
-    /// Stops every job process (the agent is going away).
+    /// Stops every job process (the agent is going away, as when its VM shuts down): the
+    /// jobs start again when it comes back, unless they were stopped on purpose.
     pub async fn shutdown(&self) {
-        if let Err(e) = self.inner.supervisor.stop().await {
+        if let Err(e) = self.inner.supervisor.power_off().await {
             tracing::warn!("stopping jobs on shutdown: {e}");
         }
     }

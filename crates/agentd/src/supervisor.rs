@@ -575,6 +575,14 @@ impl Supervisor {
         self.stop_services(&services).await
     }
 
+    /// Stops every service as a machine going down does: the processes stop, dependents
+    /// first, and the stopped marker is left as it is, so the jobs start again when the
+    /// agent comes back ([`crate::service::Agent::resume`]) unless they were stopped on purpose.
+    pub async fn power_off(&self) -> Result<(), SupervisorError> {
+        let services = self.services();
+        self.stop_services(&services).await
+    }
+
     /// Stops everything gracefully ([`Supervisor::stop`]), then ends the supervisor.
     pub async fn shutdown(self) -> Result<(), SupervisorError> {
         self.stop().await

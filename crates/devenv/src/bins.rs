@@ -1,7 +1,10 @@
 //! Where the control-plane binaries are: `$KUBOSH_BIN_DIR`, else the newest build under
 //! `~/.cache/kubosh/bin/` (made by `tools/testbins.sh`). etcd comes from its crates.io crate.
 
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 /// A binary that is not installed.
 #[derive(Debug, thiserror::Error)]
@@ -13,10 +16,16 @@ pub struct BinError {
     pub looked: String,
 }
 
+/// The directory [`install_bins`] chose for this process, before anything else.
+static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
+
 /// The directory holding kube-apiserver, kubectl, helm, nats-server, bosh (bosh-cli),
 /// bosh-agent (the real agent), gitops-health (tools/gitops-health) and moto_server (a link
 /// into its venv).
 pub fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = CHOSEN.get() {
+        return Some(dir.clone());
+    }
     if let Some(dir) = std::env::var_os("KUBOSH_BIN_DIR") {
         return Some(PathBuf::from(dir));
     }
@@ -51,4 +60,79 @@ pub fn binary(name: &str) -> Result<PathBuf, BinError> {
             |d| d.display().to_string(),
         ),
     })
+}
+
+/// The control-plane binaries could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The build script is not where the source tree had it.
+    #[error("{0} not found: run kubosh from its source tree, or set KUBOSH_BIN_DIR")]
+    NoScript(PathBuf),
+    /// The build script could not run.
+    #[error("running {script}: {source}")]
+    Run {
+        /// The script.
+        script: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The build script failed.
+    #[error("{script} failed ({status}); its output is above")]
+    Failed {
+        /// The script.
+        script: PathBuf,
+        /// How it exited.
+        status: std::process::ExitStatus,
+    },
+}
+
+/// Where the binaries come from: `$KUBOSH_BIN_DIR` as it is, or the cached build of
+/// `<source tree>/tools/testbins.sh` (the one the tests use: it builds what is missing and
+/// prints the directory), made this process's [`bin_dir`]. Each line of the script's
+/// progress goes to `progress` as it comes: a first build takes minutes.
+pub fn install_bins(
+    source_tree: &Path,
+    mut progress: impl FnMut(&str),
+) -> Result<PathBuf, InstallError> {
+    if let Some(dir) = std::env::var_os("KUBOSH_BIN_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let script = source_tree.join("tools/testbins.sh");
+    if !script.is_file() {
+        return Err(InstallError::NoScript(script));
+    }
+    let run = |source| InstallError::Run {
+        script: script.clone(),
+        source,
+    };
+    let mut child = Command::new(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(run)?;
+    // The script's stdout is one line, the directory; its progress is on stderr.
+    let stdout = child.stdout.take().map(|out| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(out), &mut text);
+            text
+        })
+    });
+    if let Some(err) = child.stderr.take() {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            progress(&line);
+        }
+    }
+    let status = child.wait().map_err(run)?;
+    let printed = stdout
+        .and_then(|reader| reader.join().ok())
+        .unwrap_or_default();
+    let dir = printed.lines().last().map(str::trim).unwrap_or_default();
+    if !status.success() || dir.is_empty() {
+        return Err(InstallError::Failed { script, status });
+    }
+    let dir = PathBuf::from(dir);
+    let _ = CHOSEN.set(dir.clone());
+    Ok(dir)
 }

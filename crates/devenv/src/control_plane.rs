@@ -14,7 +14,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use super::bins::{BinError, binary};
-use super::process::{ManagedChild, free_port, spawn_tied};
+use super::files;
+use super::process::{self, ManagedChild, free_port};
 use kubosh_core::pki::{Ca, Leaf, PkiError, key_pair_pem};
 
 /// Why a control plane could not be started or used.
@@ -57,10 +58,52 @@ pub struct ControlPlane {
     etcd: ManagedChild,
     server: String,
     kubeconfig: PathBuf,
-    dir: tempfile::TempDir,
+    dir: PathBuf,
+    /// Removed when dropped, for a control plane started in a directory of its own.
+    _temporary: Option<tempfile::TempDir>,
+}
+
+/// The loopback ports a control plane listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlPlanePorts {
+    /// etcd's client port.
+    pub etcd_client: u16,
+    /// etcd's peer port (a single member, but etcd always listens for peers).
+    pub etcd_peer: u16,
+    /// kube-apiserver's secure port.
+    pub apiserver: u16,
+}
+
+impl ControlPlanePorts {
+    /// Three ports that were free a moment ago.
+    pub fn free() -> std::io::Result<ControlPlanePorts> {
+        Ok(ControlPlanePorts {
+            etcd_client: free_port()?,
+            etcd_peer: free_port()?,
+            apiserver: free_port()?,
+        })
+    }
+}
+
+/// What clients need to know of a control plane's credentials: its CA and the tokens of
+/// the two identities. The keys stay in their files.
+struct Credentials {
+    ca_pem: String,
+    admin_token: String,
+    operator_token: String,
 }
 
 const READY_WITHIN: Duration = Duration::from_secs(90);
+
+/// The files a control plane's credentials live in, relative to its directory.
+const CREDENTIAL_FILES: [&str; 6] = [
+    "pki/ca.crt",
+    "pki/apiserver.crt",
+    "pki/apiserver.key",
+    "pki/sa.key",
+    "pki/sa.pub",
+    "tokens.csv",
+];
 
 impl ControlPlane {
     /// The control plane of this process (one per test binary), started on first use with
@@ -78,51 +121,43 @@ impl ControlPlane {
             .await
     }
 
-    /// Starts etcd and kube-apiserver on free loopback ports and waits until `/readyz` is ok.
+    /// Starts etcd and kube-apiserver on free loopback ports, everything in a temporary
+    /// directory removed with it, and waits until `/readyz` is ok.
     pub async fn start() -> Result<ControlPlane, ControlPlaneError> {
-        let etcd_bin = binary("etcd")?;
-        let apiserver_bin = binary("kube-apiserver")?;
-        let dir = tempfile::Builder::new()
+        let temporary = tempfile::Builder::new()
             .prefix("kubosh-cp-")
             .tempdir()
             .map_err(io("create temp dir"))?;
-        let d = dir.path();
+        let ports = ControlPlanePorts::free().map_err(io("find free ports"))?;
+        let mut cp = ControlPlane::start_in(temporary.path(), ports).await?;
+        cp._temporary = Some(temporary);
+        Ok(cp)
+    }
+
+    /// Starts etcd and kube-apiserver on `ports` with everything in `dir`, which outlives
+    /// them: the credentials (CA, serving certificate, service-account key, tokens) and
+    /// etcd's data found there are used again, so a second start serves the same objects to
+    /// the same kubeconfig (`<dir>/kubeconfig`, rewritten for the ports). Waits until
+    /// `/readyz` is ok.
+    pub async fn start_in(
+        dir: &Path,
+        ports: ControlPlanePorts,
+    ) -> Result<ControlPlane, ControlPlaneError> {
+        let etcd_bin = binary("etcd")?;
+        let apiserver_bin = binary("kube-apiserver")?;
+        let d = dir;
         let pki = d.join("pki");
         std::fs::create_dir_all(&pki).map_err(io("create pki dir"))?;
+        let credentials = match read_credentials(d) {
+            Some(existing) => existing,
+            None => write_credentials(d)?,
+        };
 
-        let ca = Ca::new("kubosh-test-ca")?;
-        let serving = ca.issue(&Leaf {
-            common_name: "kube-apiserver",
-            alternative_names: &[
-                "localhost",
-                "127.0.0.1",
-                "kubernetes",
-                "kubernetes.default.svc",
-            ],
-            server: true,
-            ..Leaf::default()
-        })?;
-        let (sa_key, sa_pub) = key_pair_pem()?;
-        let admin_token = kubosh_core::ids::random_hex(24);
-        let operator_token = kubosh_core::ids::random_hex(24);
-        let files = [
-            ("pki/ca.crt", ca.cert_pem()),
-            ("pki/apiserver.crt", serving.cert_pem),
-            ("pki/apiserver.key", serving.key_pem),
-            ("pki/sa.key", sa_key),
-            ("pki/sa.pub", sa_pub),
-            (
-                "tokens.csv",
-                format!(
-                    "{admin_token},kubosh-admin,u-admin,\"system:masters\"\n{operator_token},kubosh-operator,u-operator\n"
-                ),
-            ),
-        ];
-        for (name, content) in &files {
-            std::fs::write(d.join(name), content).map_err(io(format!("write {name}")))?;
-        }
-
-        let (client_port, peer_port, api_port) = (port()?, port()?, port()?);
+        let ControlPlanePorts {
+            etcd_client: client_port,
+            etcd_peer: peer_port,
+            apiserver: api_port,
+        } = ports;
         let etcd_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let mut etcd_cmd = Command::new(&etcd_bin);
@@ -170,24 +205,34 @@ impl ControlPlane {
 
         let server = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = d.join("kubeconfig");
-        std::fs::write(
+        write_private(
             &kubeconfig,
-            kubeconfig_yaml(
+            &kubeconfig_yaml(
                 &server,
-                &ca.cert_pem(),
-                &[("admin", &admin_token), ("operator", &operator_token)],
+                &credentials.ca_pem,
+                &[
+                    ("admin", &credentials.admin_token),
+                    ("operator", &credentials.operator_token),
+                ],
             ),
-        )
-        .map_err(io("write kubeconfig"))?;
+        )?;
         let cp = ControlPlane {
             apiserver,
             etcd,
             server,
             kubeconfig,
-            dir,
+            dir: d.to_path_buf(),
+            _temporary: None,
         };
         cp.wait_ready().await?;
         Ok(cp)
+    }
+
+    /// Stops kube-apiserver, then etcd (SIGTERM, then SIGKILL after a few seconds each);
+    /// dropping it does the same.
+    pub fn stop(&mut self) {
+        self.apiserver.stop(Duration::from_secs(10));
+        self.etcd.stop(Duration::from_secs(10));
     }
 
     async fn wait_ready(&self) -> Result<(), ControlPlaneError> {
@@ -206,7 +251,7 @@ impl ControlPlane {
                 return Err(ControlPlaneError::NotReady(
                     "kube-apiserver",
                     READY_WITHIN,
-                    self.dir.path().join("kube-apiserver.log"),
+                    self.dir.join("kube-apiserver.log"),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -225,7 +270,7 @@ impl ControlPlane {
 
     /// The directory holding certificates, logs and etcd data.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     /// A client with the admin identity.
@@ -292,7 +337,7 @@ impl ControlPlane {
     /// A kubeconfig (YAML) for this control plane whose only user authenticates with
     /// `token`: for a process that must act as a ServiceAccount.
     pub fn kubeconfig_for_token(&self, token: &str) -> Result<String, ControlPlaneError> {
-        let ca = std::fs::read_to_string(self.dir.path().join("pki/ca.crt"))
+        let ca = std::fs::read_to_string(self.dir.join("pki/ca.crt"))
             .map_err(io("read the cluster CA"))?;
         Ok(kubeconfig_yaml(&self.server, &ca, &[("token", token)]))
     }
@@ -335,7 +380,7 @@ impl ControlPlane {
                     ControlPlaneError::NotReady(
                         "CRD",
                         Duration::from_secs(30),
-                        self.dir.path().join("kube-apiserver.log"),
+                        self.dir.join("kube-apiserver.log"),
                     )
                 })?
                 .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
@@ -354,18 +399,77 @@ impl ControlPlane {
     }
 }
 
-fn port() -> Result<u16, ControlPlaneError> {
-    free_port().map_err(io("find a free port"))
+/// The credentials `dir` holds from an earlier start, if all of them are there.
+fn read_credentials(dir: &Path) -> Option<Credentials> {
+    if !CREDENTIAL_FILES.iter().all(|f| dir.join(f).is_file()) {
+        return None;
+    }
+    let ca_pem = std::fs::read_to_string(dir.join("pki/ca.crt")).ok()?;
+    let tokens = std::fs::read_to_string(dir.join("tokens.csv")).ok()?;
+    // `token,user,uid[,"groups"]`, one identity per line, as `write_credentials` wrote them.
+    let token_of = |user: &str| {
+        tokens.lines().find_map(|line| {
+            let mut cells = line.split(',');
+            let token = cells.next()?;
+            (cells.next()? == user).then(|| token.to_string())
+        })
+    };
+    Some(Credentials {
+        ca_pem,
+        admin_token: token_of("kubosh-admin")?,
+        operator_token: token_of("kubosh-operator")?,
+    })
 }
 
-fn spawn_logged(mut cmd: Command, log: &Path) -> Result<ManagedChild, ControlPlaneError> {
-    let file = std::fs::File::create(log).map_err(io(format!("create {}", log.display())))?;
-    let err = file.try_clone().map_err(io("clone log handle"))?;
-    cmd.stdout(file)
-        .stderr(err)
-        .stdin(std::process::Stdio::null());
+/// Generates a CA, the apiserver's serving certificate, a service-account signing key and
+/// the identities' tokens, and writes them into `dir` (see [`CREDENTIAL_FILES`]).
+fn write_credentials(dir: &Path) -> Result<Credentials, ControlPlaneError> {
+    let ca = Ca::new("kubosh-test-ca")?;
+    let serving = ca.issue(&Leaf {
+        common_name: "kube-apiserver",
+        alternative_names: &[
+            "localhost",
+            "127.0.0.1",
+            "kubernetes",
+            "kubernetes.default.svc",
+        ],
+        server: true,
+        ..Leaf::default()
+    })?;
+    let (sa_key, sa_pub) = key_pair_pem()?;
+    let admin_token = kubosh_core::ids::random_hex(24);
+    let operator_token = kubosh_core::ids::random_hex(24);
+    let files = [
+        ("pki/ca.crt", ca.cert_pem()),
+        ("pki/apiserver.crt", serving.cert_pem),
+        ("pki/apiserver.key", serving.key_pem),
+        ("pki/sa.key", sa_key),
+        ("pki/sa.pub", sa_pub),
+        (
+            "tokens.csv",
+            format!(
+                "{admin_token},kubosh-admin,u-admin,\"system:masters\"\n{operator_token},kubosh-operator,u-operator\n"
+            ),
+        ),
+    ];
+    // The token file last: its presence says the set is complete.
+    for (name, content) in &files {
+        write_private(&dir.join(name), content)?;
+    }
+    Ok(Credentials {
+        ca_pem: ca.cert_pem(),
+        admin_token,
+        operator_token,
+    })
+}
+
+fn write_private(path: &Path, content: &str) -> Result<(), ControlPlaneError> {
+    files::write_private(path, content).map_err(io(format!("write {}", path.display())))
+}
+
+fn spawn_logged(cmd: Command, log: &Path) -> Result<ManagedChild, ControlPlaneError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
-    spawn_tied(cmd).map_err(io(format!("start {program}")))
+    process::spawn_logged(cmd, log).map_err(io(format!("start {program}")))
 }
 
 /// A kubeconfig with one user and one context of its name per `(name, token)`, the first

@@ -39,22 +39,39 @@ pub struct NatsServer {
     child: ManagedChild,
     port: u16,
     tls: bool,
-    dir: tempfile::TempDir,
+    dir: PathBuf,
+    /// Removed when the server is dropped, for a server started in a directory of its own.
+    _temporary: Option<tempfile::TempDir>,
     /// The generated part of the configuration (listen address, TLS), before the caller's.
     base_config: String,
 }
 
 impl NatsServer {
-    /// Starts nats-server. `extra_config` is appended to the generated configuration file
-    /// (for `authorization` blocks and the like).
+    /// Starts nats-server on a free port, its configuration and log in a temporary directory
+    /// removed with it. `extra_config` is appended to the generated configuration file (for
+    /// `authorization` blocks and the like).
     pub fn start(tls: Option<&NatsTls>, extra_config: &str) -> Result<NatsServer, NatsError> {
+        let temporary = tempfile::Builder::new().prefix("kubosh-nats-").tempdir()?;
+        let mut server = NatsServer::start_in(temporary.path(), free_port()?, tls, extra_config)?;
+        server._temporary = Some(temporary);
+        Ok(server)
+    }
+
+    /// Starts nats-server on `port` with its configuration (`nats.conf`) and log
+    /// (`nats.log`, appended) in `dir`, which outlives it: relative paths in `extra_config`
+    /// (an `include`, a `pid_file`) are relative to `dir`.
+    pub fn start_in(
+        dir: &Path,
+        port: u16,
+        tls: Option<&NatsTls>,
+        extra_config: &str,
+    ) -> Result<NatsServer, NatsError> {
         let bin = binary("nats-server")?;
-        let dir = tempfile::Builder::new().prefix("kubosh-nats-").tempdir()?;
-        let port = free_port()?;
+        std::fs::create_dir_all(dir)?;
         let mut conf = format!("listen: 127.0.0.1:{port}\n");
         if let Some(t) = tls {
             let write = |name: &str, text: &str| -> std::io::Result<String> {
-                let p = dir.path().join(name);
+                let p = dir.join(name);
                 std::fs::write(&p, text)?;
                 Ok(p.display().to_string())
             };
@@ -68,10 +85,13 @@ impl NatsServer {
         }
         let base_config = conf.clone();
         conf.push_str(extra_config);
-        let conf_path = dir.path().join("nats.conf");
+        let conf_path = dir.join("nats.conf");
         std::fs::write(&conf_path, conf)?;
-        let log = dir.path().join("nats.log");
-        let out = std::fs::File::create(&log)?;
+        let log = dir.join("nats.log");
+        let out = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log)?;
         let mut cmd = Command::new(bin);
         cmd.arg("-c")
             .arg(&conf_path)
@@ -83,7 +103,8 @@ impl NatsServer {
             child,
             port,
             tls: tls.is_some(),
-            dir,
+            dir: dir.to_path_buf(),
+            _temporary: None,
             base_config,
         };
         server.wait_listening(&log)?;
@@ -93,7 +114,7 @@ impl NatsServer {
     /// Replaces the caller's part of the configuration and has the server reload it
     /// (SIGHUP), waiting until it says it did.
     pub fn reload(&self, extra_config: &str) -> Result<(), NatsError> {
-        let log = self.dir.path().join("nats.log");
+        let log = self.dir.join("nats.log");
         let reloads = |log: &Path| {
             std::fs::read_to_string(log)
                 .map(|t| t.matches("Reloaded server configuration").count())
@@ -101,7 +122,7 @@ impl NatsServer {
         };
         let before = reloads(&log);
         std::fs::write(
-            self.dir.path().join("nats.conf"),
+            self.dir.join("nats.conf"),
             format!("{}{extra_config}", self.base_config),
         )?;
         let pid = libc::pid_t::try_from(self.child.id())
@@ -146,12 +167,17 @@ impl NatsServer {
 
     /// The directory with the configuration and log.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     /// True while the server runs.
     pub fn is_running(&mut self) -> bool {
         self.child.is_running()
+    }
+
+    /// Stops the server (SIGTERM, then SIGKILL after a few seconds); dropping it does the same.
+    pub fn stop(&mut self) {
+        self.child.stop(Duration::from_secs(5));
     }
 }
 

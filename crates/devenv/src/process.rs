@@ -3,6 +3,7 @@
 use std::io;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::sync::{LazyLock, Mutex};
@@ -18,10 +19,16 @@ static SPAWNER: LazyLock<Mutex<mpsc::Sender<SpawnRequest>>> = LazyLock::new(|| {
         .name("kubosh-spawner".into())
         .spawn(move || {
             for (mut cmd, reply) in rx {
-                // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+                // SAFETY: prctl and setpgid are async-signal-safe and touch no memory of
+                // the parent.
                 unsafe {
                     cmd.pre_exec(|| {
                         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        // A process group of its own: a terminal's Ctrl-C reaches only the
+                        // process that started it, which stops its children in order.
+                        if libc::setpgid(0, 0) != 0 {
                             return Err(io::Error::last_os_error());
                         }
                         Ok(())
@@ -34,7 +41,8 @@ static SPAWNER: LazyLock<Mutex<mpsc::Sender<SpawnRequest>>> = LazyLock::new(|| {
     Mutex::new(tx)
 });
 
-/// Spawns `cmd` so that it gets SIGKILL when this process dies.
+/// Spawns `cmd` so that it gets SIGKILL when this process dies, in a process group of its
+/// own.
 pub fn spawn_tied(cmd: Command) -> io::Result<ManagedChild> {
     let (tx, rx) = mpsc::channel();
     SPAWNER
@@ -46,6 +54,19 @@ pub fn spawn_tied(cmd: Command) -> io::Result<ManagedChild> {
         .recv()
         .map_err(|_| io::Error::other("spawner thread is gone"))??;
     Ok(ManagedChild { child: Some(child) })
+}
+
+/// Spawns `cmd` as [`spawn_tied`] does, its stdin empty and its stdout and stderr appended
+/// to `log` (so a log kept across restarts keeps every run's lines).
+pub fn spawn_logged(mut cmd: Command, log: &Path) -> io::Result<ManagedChild> {
+    let file = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    cmd.stdout(file.try_clone()?)
+        .stderr(file)
+        .stdin(std::process::Stdio::null());
+    spawn_tied(cmd)
 }
 
 /// A child process stopped (SIGTERM, then SIGKILL) when dropped.

@@ -68,7 +68,14 @@ pub fn write_create_env_artifacts(dir: &Path) -> Result<(), ExampleReleaseError>
         },
     )?;
     write("cpi.tgz", cpi.to_tarball()?)?;
-    let stemcell = kubosh_artifacts::stemcell::CreateStemcellOptions {
+    write_local_stemcell(&dir.join("stemcell.tgz"))
+}
+
+/// The local cloud's stemcell, as `kubosh stemcell create --name
+/// bosh-kubosh-local-ubuntu-jammy --version 1.0 --os ubuntu-jammy` makes it (API version 3,
+/// no image: the local cloud's VMs are processes).
+pub fn local_stemcell_options() -> kubosh_artifacts::stemcell::CreateStemcellOptions {
+    kubosh_artifacts::stemcell::CreateStemcellOptions {
         name: "bosh-kubosh-local-ubuntu-jammy".into(),
         version: "1.0".into(),
         operating_system: "ubuntu-jammy".into(),
@@ -76,9 +83,13 @@ pub fn write_create_env_artifacts(dir: &Path) -> Result<(), ExampleReleaseError>
         stemcell_formats: vec!["warden-tar".into()],
         api_version: 3,
         cloud_properties: Default::default(),
-    };
-    let out = dir.join("stemcell.tgz");
-    kubosh_artifacts::stemcell::create(&stemcell, &out).map_err(|e| {
+    }
+}
+
+/// Writes the stemcell of [`local_stemcell_options`] to `out` (byte for byte the same every
+/// time).
+pub fn write_local_stemcell(out: &Path) -> Result<(), ExampleReleaseError> {
+    kubosh_artifacts::stemcell::create(&local_stemcell_options(), out).map_err(|e| {
         ExampleReleaseError::Write {
             path: out.display().to_string(),
             reason: e.to_string(),

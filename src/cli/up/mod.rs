@@ -1,0 +1,275 @@
+//! `kubosh up`: the one-command demo. Everything a BOSH deployment needs, on this machine,
+//! from one state directory: the control-plane binaries (the cached build of
+//! `tools/testbins.sh`), etcd + kube-apiserver, nats-server with mutual TLS and per-agent
+//! permissions, a local blobstore, the local cloud (`kubosh cpi`, whose VMs are `kubosh
+//! agent` processes) and `kubosh controller`; then the example release and a stemcell
+//! built, `examples/local/` applied with `kubectl apply --server-side`, the deploy followed
+//! until the `hello` deployment is Ready and its job answers on its port, and the result
+//! printed. It runs until Ctrl-C (SIGINT or SIGTERM), or with `--exit-when-ready` until
+//! then, and stops everything it started. The stack itself is `kubosh_devenv::demo`; this
+//! module applies, follows and prints.
+
+mod apply;
+mod progress;
+mod report;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use kubosh_devenv::demo::{DemoLayout, Stack, example_release_artifact, local_stemcell_artifact};
+
+/// Arguments of `kubosh up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Where everything is kept between runs: etcd's data, certificates, the VMs, the built
+    /// release and stemcell, logs (default: `$HOME/.kubosh/demo`).
+    #[arg(long = "state-dir", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Stop everything and exit once the deployment is Ready and its job answers (for
+    /// scripts and tests).
+    #[arg(long = "exit-when-ready")]
+    pub exit_when_ready: bool,
+    /// Give up when the deployment is not Ready and answering within this long: `15m`.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// The namespace the demo deploys into (the examples' namespace).
+const NAMESPACE: &str = "bosh";
+/// The example deployment.
+const DEPLOYMENT: &str = "hello";
+
+/// Prints the demo's progress lines to stdout, each with the time since the start.
+#[derive(Clone, Copy)]
+pub(super) struct Say {
+    started: Instant,
+}
+
+impl Say {
+    /// One line.
+    pub(super) fn line(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "[{:>6.1}s] {text}",
+            self.started.elapsed().as_secs_f64()
+        );
+        let _ = out.flush();
+    }
+}
+
+/// How a run ended.
+enum Outcome {
+    /// Converged; what to print (boxed: the other variant is empty).
+    Ready(Box<report::Report>),
+    /// Ctrl-C or SIGTERM before it converged.
+    Interrupted,
+}
+
+/// Runs `kubosh up`.
+pub fn run(args: &UpArgs) -> ExitCode {
+    let say = Say {
+        started: Instant::now(),
+    };
+    match up(args, say) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kubosh up: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::var_os("HOME")
+            .map(|home| PathBuf::from(home).join(".kubosh/demo"))
+            .ok_or("HOME is not set: give --state-dir")?,
+    };
+    let layout =
+        DemoLayout::new(&state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    say.line(&format!("kubosh up: state in {}", layout.root().display()));
+    check_privileges(say)?;
+    check_tools()?;
+    let kubosh =
+        std::env::current_exe().map_err(|e| format!("cannot find the kubosh executable: {e}"))?;
+
+    // Before the runtime: the script takes minutes on a fresh machine, and Ctrl-C during it
+    // simply ends both.
+    let source_tree = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("KUBOSH_BIN_DIR").is_none() {
+        say.line("installing or reusing the control-plane binaries (tools/testbins.sh; a first build takes minutes)");
+    }
+    let bins = kubosh_devenv::install_bins(&source_tree, |line| eprintln!("    {line}"))
+        .map_err(|e| e.to_string())?;
+    say.line(&format!("control-plane binaries: {}", bins.display()));
+
+    let runtime = tokio::runtime::Runtime::new()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let mut stack: Option<Stack> = None;
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            result = converge(args, &layout, &kubosh, &mut stack, say) => result.map(|report| Outcome::Ready(Box::new(report))),
+            () = super::signals::stop_requested() => Ok(Outcome::Interrupted),
+        }
+    });
+    let code = match outcome {
+        Ok(Outcome::Ready(report)) => {
+            report.print(&layout);
+            if args.exit_when_ready {
+                say.line("--exit-when-ready: stopping everything");
+            } else {
+                say.line("running; Ctrl-C stops everything (the next `kubosh up` starts where this one stops)");
+                runtime.block_on(follow_until_stopped(stack.as_ref(), say));
+                say.line("stopping everything");
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::Interrupted) => {
+            say.line("interrupted: stopping everything");
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            eprintln!("kubosh up: {e}");
+            say.line("stopping everything");
+            ExitCode::FAILURE
+        }
+    };
+    if let Some(mut stack) = stack.take() {
+        stack.stop(&mut |text| say.line(text));
+        say.line("stopped: nothing of this run is running any more");
+    }
+    Ok(code)
+}
+
+/// Prints the deployment's changes (an edited example applied again, an instance that
+/// fails) until SIGINT or SIGTERM.
+async fn follow_until_stopped(stack: Option<&Stack>, say: Say) {
+    let client = match stack.and_then(Stack::control_plane) {
+        Some(cp) => cp.client().await.ok(),
+        None => None,
+    };
+    let follow = async {
+        match &client {
+            Some(client) => progress::follow(client, NAMESPACE, DEPLOYMENT, say).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = follow => {}
+        () = super::signals::stop_requested() => {}
+    }
+}
+
+/// Starts the stack into `stack`, applies the examples and follows the deploy until it
+/// converged.
+async fn converge(
+    args: &UpArgs,
+    layout: &DemoLayout,
+    kubosh: &std::path::Path,
+    stack: &mut Option<Stack>,
+    say: Say,
+) -> Result<report::Report, String> {
+    let release = example_release_artifact(&layout.artifacts()).map_err(|e| e.to_string())?;
+    say.line(&if release.built {
+        format!(
+            "built the example release hello/1.0.0: {}",
+            release.path.display()
+        )
+    } else {
+        format!(
+            "reusing the example release hello/1.0.0 (source unchanged): {}",
+            release.path.display()
+        )
+    });
+    let stemcell = local_stemcell_artifact(&layout.artifacts()).map_err(|e| e.to_string())?;
+    say.line(&if stemcell.built {
+        format!("built the stemcell: {}", stemcell.path.display())
+    } else {
+        format!("reusing the stemcell: {}", stemcell.path.display())
+    });
+
+    let started = Stack::start(
+        layout.clone(),
+        kubosh,
+        &kubosh_kube::api::crds(),
+        &mut |text| say.line(text),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let stack = stack.insert(started);
+    let cp = stack
+        .control_plane()
+        .ok_or("the control plane is not running")?;
+    apply::apply_namespace(cp, layout, NAMESPACE, say)?;
+    let client = cp.client().await.map_err(|e| e.to_string())?;
+    if !stack.booted_vms().is_empty() {
+        progress::wait_for_jobs(&client, NAMESPACE, DEPLOYMENT, say).await?;
+    }
+    let controller_started = std::time::SystemTime::now();
+    stack
+        .start_controller(NAMESPACE)
+        .map_err(|e| e.to_string())?;
+    say.line(&format!(
+        "started kubosh controller (namespace {NAMESPACE}; log: {})",
+        layout.controller_log().display()
+    ));
+    let cp = stack
+        .control_plane()
+        .ok_or("the control plane is not running")?;
+    apply::apply_examples(cp, layout, &release, &stemcell, NAMESPACE, say)?;
+    let converged = progress::converge(
+        &client,
+        NAMESPACE,
+        DEPLOYMENT,
+        controller_started,
+        args.timeout,
+        stack,
+        say,
+    )
+    .await?;
+    let cp = stack
+        .control_plane()
+        .ok_or("the control plane is not running")?;
+    Ok(report::Report::new(cp, NAMESPACE, converged))
+}
+
+/// What the example needs on this machine besides kubosh: `ruby` renders job templates
+/// (the Director's ERB), `cc` compiles the release's packages on the VMs. Checked first, so
+/// a missing one fails in a second rather than as a failed deploy minutes later.
+fn check_tools() -> Result<(), String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<&str> = [("ruby", "ruby"), ("cc", "build-essential")]
+        .into_iter()
+        .filter(|(tool, _)| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+        .map(|(_, package)| package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the example needs ruby (job templates) and a C compiler (its packages): apt-get install {}",
+        missing.join(" ")
+    ))
+}
+
+/// The hello job's scripts use `/var/vcap` literally, so each VM's agent mounts its VM
+/// directory there in a mount namespace of its own (`--bind-base`): as root that needs
+/// nothing; any other user's agent enters a user namespace first (unprivileged), and then
+/// `/var/vcap` must exist, which only root can create.
+fn check_privileges(say: Say) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    if !std::path::Path::new("/var/vcap").is_dir() {
+        return Err("not running as root: the VMs' agents mount their directories on /var/vcap inside user namespaces of their own, and /var/vcap must exist for that; create it once (sudo mkdir -p /var/vcap) or run as root".into());
+    }
+    say.line("not running as root: each VM's agent runs in a user namespace of its own (its VM directory mounted on /var/vcap there)");
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! What the demo prints once the deployment converged: the resources as `kubectl get`
+//! shows them, each instance's answer, and how to reach the cluster.
+
+use kubosh_devenv::ControlPlane;
+use kubosh_devenv::demo::DemoLayout;
+
+use super::apply::kubectl;
+use super::progress::Converged;
+
+/// The final report.
+pub(super) struct Report {
+    namespace: String,
+    table: String,
+    converged: Converged,
+}
+
+impl Report {
+    /// Reads `kubectl get boshdeployments,instances` now.
+    pub(super) fn new(cp: &ControlPlane, namespace: &str, converged: Converged) -> Report {
+        let table = kubectl(cp, &["get", "boshdeployments,instances", "-n", namespace])
+            .unwrap_or_else(|e| format!("{e}\n"));
+        Report {
+            namespace: namespace.to_string(),
+            table,
+            converged,
+        }
+    }
+
+    /// Prints it to stdout.
+    pub(super) fn print(&self, layout: &DemoLayout) {
+        let mut text = String::from("\n$ kubectl get boshdeployments,instances\n");
+        text.push_str(&self.table);
+        if let Some(task) = &self.converged.last_task {
+            text.push_str(&format!(
+                "\nLast deploy task: {} ({:?}{})\n",
+                task.id,
+                task.state,
+                task.duration_seconds
+                    .map(|s| format!(", {s}s"))
+                    .unwrap_or_default()
+            ));
+        }
+        for a in &self.converged.answers {
+            text.push_str(&format!(
+                "\n$ curl http://{}:{}/      # {}\n{}",
+                a.ip, a.port, a.name, a.body
+            ));
+            if !a.body.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        text.push_str(&format!(
+            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
+            self.namespace,
+            layout.kubeconfig().display(),
+            layout.controller_log().display(),
+            layout.director().cloud().display(),
+        ));
+        print!("{text}");
+    }
+}
