@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kubosh_devenv::demo::{DemoLayout, DemoPorts};
-use kubosh_devenv::http_get;
+use kubosh_devenv::{http_get, http_request};
 
 use crate::director_world::{KUBOSH, StopAgents};
 
@@ -256,10 +256,27 @@ fn kubosh_up_converges_from_a_clean_state_dir_leaves_nothing_running_and_a_secon
     // Second run, until it runs; then Ctrl-C: everything is reused, nothing deployed.
     let second = Up::start(&state, &[]);
     let running = second.wait_for_line(RUNNING, Duration::from_secs(300));
+    // The controller serves its metrics on the port the report names, on loopback only:
+    // never on 8080, where the example's jobs listen.
+    let ports: DemoPorts = serde_json::from_slice(&std::fs::read(layout.ports()).unwrap()).unwrap();
+    let metrics = running
+        .then(|| http_request("127.0.0.1", ports.metrics, "/metrics"))
+        .flatten();
     second.interrupt();
     let second = second.wait(Duration::from_secs(180));
     assert!(running, "{}\n{}", second.stdout, second.stderr);
     second.assert_converged(&layout);
+    let (status, metrics) = metrics.expect("the controller's /metrics answers");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("kubosh_leader 1"), "{metrics}");
+    assert!(
+        second.stdout.contains(&format!(
+            "The controller's metrics: curl http://127.0.0.1:{}/metrics",
+            ports.metrics
+        )),
+        "{}",
+        second.stdout
+    );
     for reused in [
         "reusing the example release hello/1.0.0 (source unchanged)",
         "reusing the stemcell",

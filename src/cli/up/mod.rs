@@ -236,7 +236,12 @@ async fn converge(
     let cp = stack
         .control_plane()
         .ok_or("the control plane is not running")?;
-    Ok(report::Report::new(cp, NAMESPACE, converged))
+    Ok(report::Report::new(
+        cp,
+        NAMESPACE,
+        converged,
+        stack.ports().metrics,
+    ))
 }
 
 /// What the example needs on this machine besides kubosh: `ruby` renders job templates

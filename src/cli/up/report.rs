@@ -12,17 +12,24 @@ pub(super) struct Report {
     namespace: String,
     table: String,
     converged: Converged,
+    metrics_port: u16,
 }
 
 impl Report {
     /// Reads `kubectl get boshdeployments,instances` now.
-    pub(super) fn new(cp: &ControlPlane, namespace: &str, converged: Converged) -> Report {
+    pub(super) fn new(
+        cp: &ControlPlane,
+        namespace: &str,
+        converged: Converged,
+        metrics_port: u16,
+    ) -> Report {
         let table = kubectl(cp, &["get", "boshdeployments,instances", "-n", namespace])
             .unwrap_or_else(|e| format!("{e}\n"));
         Report {
             namespace: namespace.to_string(),
             table,
             converged,
+            metrics_port,
         }
     }
 
@@ -50,9 +57,10 @@ impl Report {
             }
         }
         text.push_str(&format!(
-            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
+            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n\nThe controller's metrics: curl http://127.0.0.1:{}/metrics\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
             self.namespace,
             layout.kubeconfig().display(),
+            self.metrics_port,
             layout.controller_log().display(),
             layout.director().cloud().display(),
         ));

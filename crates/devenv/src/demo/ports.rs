@@ -22,6 +22,11 @@ pub struct DemoPorts {
     pub apiserver: u16,
     /// nats-server's port, written into every VM's agent settings.
     pub nats: u16,
+    /// The controller's `/metrics`, `/healthz` and `/readyz` (0 in a file of a run before
+    /// it had one: then a fresh one). Never its default, port 8080 on every address, which
+    /// the example's jobs listen on.
+    #[serde(default)]
+    pub metrics: u16,
 }
 
 /// Why the ports could not be chosen.
@@ -64,6 +69,7 @@ impl DemoPorts {
             last.map(|l| l.etcd_client),
             last.map(|l| l.etcd_peer),
             last.map(|l| l.apiserver),
+            last.map(|l| l.metrics),
         ];
         for port in previous {
             let port = match port.filter(|&p| is_free(p) && !chosen.contains(&p)) {
@@ -77,6 +83,7 @@ impl DemoPorts {
             etcd_client: chosen[1],
             etcd_peer: chosen[2],
             apiserver: chosen[3],
+            metrics: chosen[4],
         };
         let json = serde_json::to_vec_pretty(&ports).map_err(|e| failed(e.into()))?;
         std::fs::write(file, json).map_err(failed)?;
@@ -93,8 +100,14 @@ impl DemoPorts {
     }
 
     /// All of them, for checks that nothing listens any more.
-    pub fn all(&self) -> [u16; 4] {
-        [self.etcd_client, self.etcd_peer, self.apiserver, self.nats]
+    pub fn all(&self) -> [u16; 5] {
+        [
+            self.etcd_client,
+            self.etcd_peer,
+            self.apiserver,
+            self.nats,
+            self.metrics,
+        ]
     }
 }
 

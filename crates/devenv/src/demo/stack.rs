@@ -158,6 +158,8 @@ impl Stack {
             .arg("-d")
             .arg(self.layout.director().director_config())
             .args(["-n", namespace, "--identity", "kubosh-up"])
+            .arg("--metrics-bind-address")
+            .arg(format!("127.0.0.1:{}", self.ports.metrics))
             .env("KUBECONFIG", self.layout.kubeconfig())
             .env(
                 "KUBOSH_LOG",
