@@ -2,7 +2,7 @@
 //! stemcell deleted, the unused ones too, then the CPI installation and the state file
 //! removed, as bosh-cli leaves an environment: no state file at all.
 
-use super::deploy::{header, open_state, read_release, transport, validate_manifest};
+use super::deploy::{header, open_state, read_releases, transport, validate_manifest};
 use super::install::{api_version_of, cloud, install_cpi, renderer, validate_cpi_release};
 use super::instance::Session;
 use super::store::StateFile;
@@ -24,20 +24,11 @@ pub async fn delete_env(input: &EnvInput, ui: &Ui) -> Result<bool, EnvError> {
         .stage("validating", async {
             let (env, _) = validate_manifest(input)?;
             // Only the CPI's releases are read: the deployment's are not needed to delete.
-            let mut releases = Vec::new();
-            for source in env
+            let cpi_releases = env
                 .releases
                 .iter()
-                .filter(|r| env.installation.jobs.iter().any(|j| j.release == r.name))
-            {
-                let release = run(
-                    ui,
-                    &format!("Validating release '{}'", source.name),
-                    read_release(input, source),
-                )
-                .await?;
-                releases.push(release);
-            }
+                .filter(|r| env.installation.jobs.iter().any(|j| j.release == r.name));
+            let releases = read_releases(ui, input, cpi_releases).await?;
             let cpi_job = run(ui, "Validating cpi release", async {
                 validate_cpi_release(&env.installation, &releases).cloned()
             })

@@ -125,11 +125,22 @@ async fn download(
     Ok(cached)
 }
 
-/// Reads one release tarball.
-pub(super) async fn read_release(
+/// Reads each release tarball of `sources`, a `Validating release '<name>'` step each.
+pub(super) async fn read_releases(
+    ui: &Ui,
     input: &EnvInput,
-    source: &ReleaseSource,
-) -> Result<Release, EnvError> {
+    sources: impl IntoIterator<Item = &ReleaseSource>,
+) -> Result<Vec<Release>, EnvError> {
+    let mut releases = Vec::new();
+    for source in sources {
+        let step = format!("Validating release '{}'", source.name);
+        releases.push(run(ui, &step, read_release(input, source)).await?);
+    }
+    Ok(releases)
+}
+
+/// Reads one release tarball.
+async fn read_release(input: &EnvInput, source: &ReleaseSource) -> Result<Release, EnvError> {
     let what = format!("Validating release '{}'", source.name);
     let url = source.url.as_deref().ok_or_else(|| EnvError::Artifact {
         what: what.clone(),
@@ -220,16 +231,7 @@ pub async fn create_env(input: &EnvInput, ui: &Ui) -> Result<Deployed, EnvError>
                 Ok(valid) => valid,
                 Err(e) => return run(ui, manifest_step, async { Err(e) }).await,
             };
-            let mut releases = Vec::new();
-            for source in &env.releases {
-                let release = run(
-                    ui,
-                    &format!("Validating release '{}'", source.name),
-                    read_release(input, source),
-                )
-                .await?;
-                releases.push(release);
-            }
+            let releases = read_releases(ui, input, &env.releases).await?;
             run(ui, "Validating cpi release", async {
                 validate_cpi_release(&env.installation, &releases).map(|_| ())
             })
