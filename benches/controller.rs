@@ -846,6 +846,17 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
     }
 }
 
+/// This bench again, told by `role` (an environment variable) which part of size n × m to
+/// run, in a process of its own so that its peak RSS is that part's alone.
+fn run_child(exe: &Path, role: &str, n: usize, m: usize) -> std::process::Output {
+    std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(role, format!("{n}x{m}"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {role}={n}x{m}: {e}"))
+}
+
 /// `NxM` pairs from `BENCH_SIZES`.
 fn sizes() -> Vec<(usize, usize)> {
     let spec = std::env::var("BENCH_SIZES").unwrap_or_else(|_| "20x50".into());
@@ -978,12 +989,7 @@ fn main() {
     let mut rows = Vec::new();
     for (n, m) in sizes() {
         eprintln!("{n} deployments × {m} instances:");
-        let output = std::process::Command::new(&exe)
-            .args(std::env::args_os().skip(1))
-            .env(CHILD, format!("{n}x{m}"))
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("run one size");
+        let output = run_child(&exe, CHILD, n, m);
         let stdout = String::from_utf8_lossy(&output.stdout);
         let row = stdout.lines().find_map(Row::from_line);
         let mut row = match row {
@@ -991,12 +997,7 @@ fn main() {
             _ => panic!("{n}x{m} failed ({}): {stdout}", output.status),
         };
         eprintln!("  the same through the engine alone (memory reference) ...");
-        let reference = std::process::Command::new(&exe)
-            .args(std::env::args_os().skip(1))
-            .env(REFERENCE, format!("{n}x{m}"))
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("run the reference");
+        let reference = run_child(&exe, REFERENCE, n, m);
         row.reference_rss_mib = String::from_utf8_lossy(&reference.stdout)
             .lines()
             .find_map(|l| l.strip_prefix("RSS ")?.trim().parse().ok())
