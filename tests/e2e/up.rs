@@ -221,7 +221,7 @@ fn assert_nothing_running(layout: &DemoLayout) {
             assert_eq!(http_get(ip, 8080), None, "{ip}:8080 still answers");
         }
     }
-    let ports: DemoPorts = serde_json::from_slice(&std::fs::read(layout.ports()).unwrap()).unwrap();
+    let ports = DemoPorts::read(&layout.ports()).expect("the run wrote its ports");
     for port in ports.all() {
         assert!(
             std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
@@ -258,7 +258,7 @@ fn kubosh_up_converges_from_a_clean_state_dir_leaves_nothing_running_and_a_secon
     let running = second.wait_for_line(RUNNING, Duration::from_secs(300));
     // The controller serves its metrics on the port the report names, on loopback only:
     // never on 8080, where the example's jobs listen.
-    let ports: DemoPorts = serde_json::from_slice(&std::fs::read(layout.ports()).unwrap()).unwrap();
+    let ports = DemoPorts::read(&layout.ports()).expect("the run wrote its ports");
     let metrics = running
         .then(|| http_request("127.0.0.1", ports.metrics, "/metrics"))
         .flatten();

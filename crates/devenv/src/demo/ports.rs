@@ -56,9 +56,7 @@ impl DemoPorts {
             path: file.display().to_string(),
             source,
         };
-        let last: Option<DemoPorts> = std::fs::read(file)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let last = DemoPorts::read(file);
         let nats = match last.map(|l| l.nats) {
             Some(p) if !is_free(p) => return Err(PortsError::NatsPortTaken(p)),
             Some(p) => p,
@@ -88,6 +86,12 @@ impl DemoPorts {
         let json = serde_json::to_vec_pretty(&ports).map_err(|e| failed(e.into()))?;
         std::fs::write(file, json).map_err(failed)?;
         Ok(ports)
+    }
+
+    /// The ports `file` holds (as [`DemoPorts::choose`] wrote them), if it holds any.
+    pub fn read(file: &Path) -> Option<DemoPorts> {
+        let bytes = std::fs::read(file).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// The control plane's share.
