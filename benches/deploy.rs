@@ -458,7 +458,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         // A property of every group changes: each instance is updated in place.
         let changed = world.request(manifest(total, "Howdy", timing.watch_min_ms));
         let plan_start = std::time::Instant::now();
-        let plan = world.engine.plan(&changed).await.expect("plan");
+        let plan = world.engine.prepare(&changed).await.expect("plan").report();
         let plan_secs = plan_start.elapsed().as_secs_f64();
         assert!(plan.plan.iter().all(|p| p.action == "update"), "{plan}");
         let (virtual_secs, real_secs, report) = measure(&world.engine, &changed).await;

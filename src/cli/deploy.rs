@@ -168,7 +168,9 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
             let task = std::process::id();
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stderr()), task));
             let engine = config.engine(&name, events, args.parallel_azs).await?;
-            let report = engine.plan(&request).await.map_err(|e| e.to_string())?;
+            let report = (engine.prepare(&request).await)
+                .map_err(|e| e.to_string())?
+                .report();
             Ok(report.to_string())
         }
     }

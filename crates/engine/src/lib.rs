@@ -8,16 +8,17 @@
 
 pub mod agent_access;
 pub mod cancel;
-pub mod compile;
 pub mod createenv;
 pub mod delete;
 pub mod deploy;
 pub mod director;
 pub mod disks;
+mod error;
+pub mod execute;
 pub mod instance;
 pub mod lock;
-pub mod network;
 pub mod pool;
+pub mod prepare;
 pub mod progress;
 pub mod recover;
 pub mod resources;
@@ -37,15 +38,14 @@ use serde_json::{Map as JsonMap, Value};
 
 use crate::lock::Lock;
 use crate::state::{StateStore, Write};
-use kubosh_artifacts::blobstore::{Blobstore, BlobstoreError};
+use kubosh_artifacts::blobstore::Blobstore;
 use kubosh_artifacts::release::Release;
-use kubosh_cloud::{Cloud, CpiError};
+use kubosh_cloud::Cloud;
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
-use kubosh_core::validate::Problems;
-use kubosh_transport::agent::AgentError;
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
+pub use error::{Disposition, EngineError, PlanError};
 pub use progress::{EventLog, EventSink, InstanceName, Milestone, NoEvents};
 pub use templates::{LiteralRenderer, TemplateRenderer};
 
@@ -243,145 +243,6 @@ impl Scope {
     }
 }
 
-/// A deploy failed.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    /// The documents are invalid (every problem, nothing was changed).
-    #[error("{0}")]
-    Invalid(Problems),
-    /// Another task holds the deployment.
-    #[error("{0}")]
-    Lock(#[from] crate::lock::LockError),
-    /// The state store failed.
-    #[error("{0}")]
-    Store(#[from] crate::state::StoreError),
-    /// A cloud call failed (boxed: CPI errors are large and deploys return them rarely).
-    #[error("{0}")]
-    Cloud(Box<CpiError>),
-    /// An agent call failed.
-    #[error("{0}")]
-    Agent(#[from] AgentError),
-    /// Agents did not answer `get_state` before anything changed (each error, by text).
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
-    AgentsUnanswered(Vec<AgentError>),
-    /// The blobstore failed.
-    #[error("{0}")]
-    Blobstore(#[from] BlobstoreError),
-    /// The message bus's permissions could not be changed for a new agent.
-    #[error("{0}")]
-    AgentAccess(#[from] agent_access::AccessError),
-    /// Package archives a release references are not in the blobstore (one line each);
-    /// whatever uploaded the release stores them again.
-    #[error("{}", .0.join("\n"))]
-    MissingArchives(Vec<String>),
-    /// An instance's update ended without a VM record (a bug or a concurrent writer).
-    #[error("instance {instance} has no VM after its update")]
-    NoVmAfterUpdate {
-        /// `group/uuid (index)`.
-        instance: String,
-    },
-    /// Planning failed (IPs, stemcells, links, templates, packages): nothing was changed.
-    #[error("{}", .0.join("\n"))]
-    Plan(Vec<String>),
-    /// The agent has a different persistent disk mounted than the record says (BOSH error
-    /// 400010, `AgentDiskOutOfSync`).
-    #[error(
-        "'{instance}' has invalid disks: agent reports '{agent}' while director record shows '{recorded}'"
-    )]
-    AgentDiskOutOfSync {
-        /// `group/uuid (index)`.
-        instance: String,
-        /// The disk the agent reports.
-        agent: String,
-        /// The disk the record shows.
-        recorded: String,
-    },
-    /// Addresses this deploy chose were claimed by other deployments of the director in the
-    /// meantime, at every attempt (many deploys planning at once): retried later.
-    #[error(
-        "{0}; other deployments of this director claimed addresses at the same time, so the deploy tries again later"
-    )]
-    AddressesContended(String),
-    /// The task was cancelled, or lost its deployment lock, and stopped between steps (the
-    /// Director's "Task cancelled").
-    #[error("Task cancelled{}", if *.lock_lost { ": the deployment lock was lost (its renewal failed)" } else { "" })]
-    Cancelled {
-        /// The lock was lost (rather than the token cancelled).
-        lock_lost: bool,
-    },
-    /// An instance did not reach running in its watch time (BOSH error 400007).
-    #[error("'{instance}' is not running after update. Review logs for failed jobs: {}", .failing.join(", "))]
-    NotRunning {
-        /// `group/uuid (index)`.
-        instance: String,
-        /// Processes not running.
-        failing: Vec<String>,
-    },
-}
-
-impl EngineError {
-    /// The Director's error code for the task's error line.
-    pub fn code(&self) -> u32 {
-        match self {
-            EngineError::NotRunning { .. } => 400_007,
-            EngineError::AgentDiskOutOfSync { .. } => 400_010,
-            EngineError::Lock(_) => 100_001,
-            EngineError::Invalid(_) => 190_000,
-            EngineError::Agent(AgentError::Timeout { .. }) => 450_002,
-            EngineError::AgentsUnanswered(errors)
-                if matches!(errors.first(), Some(AgentError::Timeout { .. })) =>
-            {
-                450_002
-            }
-            _ => 100,
-        }
-    }
-
-    /// What whoever drives the engine should do about this error: try again later (a fault
-    /// of the cloud, an agent, the network, the store, or a lock another task holds), or
-    /// stall until the input changes (invalid documents, an unsatisfiable plan, a failed
-    /// canary, a disk the agent disagrees about, a CPI that refuses the request).
-    pub fn disposition(&self) -> Disposition {
-        match self {
-            EngineError::Invalid(_)
-            | EngineError::Plan(_)
-            | EngineError::NotRunning { .. }
-            | EngineError::AgentDiskOutOfSync { .. } => Disposition::Stall,
-            EngineError::Cloud(e) => match e.as_ref() {
-                CpiError::Cloud { kind, .. } if kind.is_refusal() => Disposition::Stall,
-                CpiError::NoDiskHint { .. } | CpiError::ApiVersion(_) => Disposition::Stall,
-                _ => Disposition::Retry,
-            },
-            EngineError::Agent(AgentError::Unsupported { .. }) => Disposition::Stall,
-            EngineError::Lock(_)
-            | EngineError::Store(_)
-            | EngineError::Agent(_)
-            | EngineError::AgentsUnanswered(_)
-            | EngineError::Blobstore(_)
-            | EngineError::AgentAccess(_)
-            | EngineError::MissingArchives(_)
-            | EngineError::NoVmAfterUpdate { .. }
-            | EngineError::AddressesContended(_)
-            | EngineError::Cancelled { .. } => Disposition::Retry,
-        }
-    }
-}
-
-impl From<CpiError> for EngineError {
-    fn from(e: CpiError) -> EngineError {
-        EngineError::Cloud(Box::new(e))
-    }
-}
-
-/// What to do about a failed deploy ([`EngineError::disposition`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// A fault that may pass: try the same input again later, with backoff.
-    Retry,
-    /// The same input will fail the same way: wait until it changes.
-    Stall,
-}
-
 impl Engine {
     /// Makes one state write durable.
     pub async fn write(&self, write: Write) -> Result<(), EngineError> {
@@ -400,79 +261,6 @@ pub fn releases_by_name(releases: &[Arc<Release>]) -> BTreeMap<String, Arc<Relea
         .iter()
         .map(|r| (r.name().to_string(), r.clone()))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kubosh_cloud::ErrorKind;
-
-    fn cpi(kind: ErrorKind) -> EngineError {
-        EngineError::from(CpiError::Cloud {
-            error_type: kind.to_string(),
-            kind,
-            message: "m".into(),
-            ok_to_retry: false,
-            method: "create_vm".into(),
-            request_id: "r".into(),
-        })
-    }
-
-    fn timeout(agent_id: &str) -> AgentError {
-        AgentError::Timeout {
-            method: "get_state".into(),
-            instance: "web/0".into(),
-            agent_id: agent_id.into(),
-            after: Duration::from_secs(45),
-        }
-    }
-
-    #[test]
-    fn refusals_and_bad_input_stall_faults_are_retried() {
-        assert_eq!(
-            cpi(ErrorKind::NotSupported).disposition(),
-            Disposition::Stall
-        );
-        assert_eq!(cpi(ErrorKind::CpiError).disposition(), Disposition::Stall);
-        assert_eq!(cpi(ErrorKind::CloudError).disposition(), Disposition::Retry);
-        assert_eq!(
-            cpi(ErrorKind::VmCreationFailed).disposition(),
-            Disposition::Retry
-        );
-        assert_eq!(
-            EngineError::Plan(vec!["no".into()]).disposition(),
-            Disposition::Stall
-        );
-        let canary = EngineError::NotRunning {
-            instance: "web/0".into(),
-            failing: vec!["hello".into()],
-        };
-        assert_eq!(canary.disposition(), Disposition::Stall);
-        assert_eq!(
-            EngineError::Agent(timeout("a")).disposition(),
-            Disposition::Retry
-        );
-        assert_eq!(
-            EngineError::Agent(AgentError::Unsupported {
-                method: "sync_dns".into()
-            })
-            .disposition(),
-            Disposition::Stall
-        );
-    }
-
-    #[test]
-    fn codes_come_from_the_error_not_its_text() {
-        let timed_out = EngineError::Agent(timeout("a"));
-        assert_eq!(timed_out.code(), 450_002);
-        let several = EngineError::AgentsUnanswered(vec![timeout("a"), timeout("b")]);
-        assert_eq!(several.code(), 450_002);
-        assert_eq!(
-            several.to_string(),
-            format!("{}\n{}", timeout("a"), timeout("b"))
-        );
-        assert_eq!(cpi(ErrorKind::CloudError).code(), 100);
-    }
 }
 
 /// The controller spawns deploys: their future must stay `Send` (a borrowing closure in a

@@ -1,12 +1,13 @@
-//! Step 4 of the seed: every planned instance's addresses and network settings, decided
-//! before anything changes (`bosh-protocols.md` §4.9).
+//! Step 4 of the seed, planned: every planned instance's addresses and network settings,
+//! decided before anything changes (`bosh-protocols.md` §4.9). Claiming them among the
+//! director's deployments is the executor's first change (`execute::addresses`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::deploy::Planned;
-use super::{Engine, EngineError};
+use super::instances::Planned;
 use crate::state::{DeploymentState, InstanceRecord, IpRecord};
+use crate::{Engine, EngineError, PlanError};
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::desired::GroupSpec;
 use kubosh_core::plan::ip::{self, IpRequest, Reservation};
@@ -23,7 +24,7 @@ pub fn static_ip_azs(
     };
     let ips = parse_ips(&group.name, &net.static_ips)?;
     let azs = ip::static_ip_azs(cloud, &group.name, &net.name, &ips)
-        .map_err(|e| EngineError::Plan(vec![e.to_string()]))?;
+        .map_err(|e| PlanError::Ip(vec![e]))?;
     Ok(Some(
         azs.into_iter()
             .map(|(ip, azs)| StaticIpAz {
@@ -80,10 +81,10 @@ pub fn plan_networks(
         }
     }
     if !errors.is_empty() {
-        return Err(EngineError::Plan(errors));
+        return Err(PlanError::all(errors).into());
     }
-    let allocation = ip::allocate(&deployment, cloud, &requests, &existing, elsewhere)
-        .map_err(|e| EngineError::Plan(e.iter().map(ToString::to_string).collect()))?;
+    let allocation =
+        ip::allocate(&deployment, cloud, &requests, &existing, elsewhere).map_err(PlanError::Ip)?;
     for p in planned.iter_mut() {
         p.networks.clear();
         p.record.ips.clear();
@@ -104,10 +105,6 @@ pub fn plan_networks(
     }
     Ok(())
 }
-
-/// How often a deploy plans again when a concurrent deploy of another deployment claimed
-/// an address first.
-pub(crate) const CLAIM_ATTEMPTS: usize = 3;
 
 /// The addresses step 4 decided around: this deployment's during the deploy (see
 /// [`held_during_deploy`]) and the other deployments' (empty without an IP registry).
@@ -139,71 +136,6 @@ impl Engine {
         let held = held_during_deploy(&deployment, state, planned)?;
         Ok(Addresses { held, elsewhere })
     }
-
-    /// Claims what [`Engine::plan_addresses`] planned (this deployment's current
-    /// reservations included, as their holders keep them until they are updated or
-    /// deleted), before anything changes. `Ok(None)` when claimed; `Ok(Some(error))` when
-    /// another deployment claimed one of them since it was planned (plan again).
-    pub async fn claim_addresses(
-        &self,
-        deployment: &str,
-        addresses: &Addresses,
-    ) -> Result<Option<EngineError>, EngineError> {
-        let Some(registry) = &self.config.ip_registry else {
-            return Ok(None);
-        };
-        let conflicts = registry.claim(deployment, addresses.held.clone()).await?;
-        Ok(conflicts
-            .first()
-            .map(|first| claim_conflict(&addresses.held, first)))
-    }
-
-    /// After a deploy (or a failed one): the deployment holds exactly the addresses of
-    /// `instances`, its recorded instances (deleted instances, compilation workers and
-    /// instances never made let theirs go).
-    pub async fn release_unused_ips(
-        &self,
-        deployment: &str,
-        instances: Vec<&InstanceRecord>,
-    ) -> Result<(), EngineError> {
-        let Some(registry) = &self.config.ip_registry else {
-            return Ok(());
-        };
-        let held = reservations(deployment, instances)?;
-        let conflicts = registry.claim(deployment, held).await?;
-        if !conflicts.is_empty() {
-            tracing::warn!(
-                deployment,
-                ?conflicts,
-                "addresses the deployment kept are held elsewhere"
-            );
-        }
-        Ok(())
-    }
-}
-
-/// The error of a claim of `ours` that another deployment's reservation `other` overlaps
-/// after every attempt: the Director's error when it is one of our static IPs (the
-/// manifests disagree), else contention (the address was free when planned).
-pub(crate) fn claim_conflict(ours: &[Reservation], other: &Reservation) -> EngineError {
-    if ours.iter().any(|r| r.is_static && r.ip == other.ip) {
-        return taken_elsewhere(other);
-    }
-    match taken_elsewhere(other) {
-        EngineError::Plan(mut lines) => EngineError::AddressesContended(lines.remove(0)),
-        e => e,
-    }
-}
-
-/// The error of a claim another deployment's reservation `other` overlaps.
-pub fn taken_elsewhere(other: &Reservation) -> EngineError {
-    EngineError::Plan(vec![format!(
-        "Failed to reserve IP '{}/{}': already reserved by instance '{}' from deployment '{}'",
-        other.ip,
-        other.prefix,
-        other.holder_name(),
-        other.deployment
-    )])
 }
 
 /// Which static IP each member of a group gets on `net`: an instance keeps its address when
@@ -215,13 +147,14 @@ fn static_assignment(
     net: &kubosh_core::manifest::NetworkRef,
     members: &[usize],
     planned: &[Planned],
-) -> Result<BTreeMap<usize, IpAddr>, String> {
+) -> Result<BTreeMap<usize, IpAddr>, PlanError> {
     let mut out = BTreeMap::new();
     if net.static_ips.is_empty() {
         return Ok(out);
     }
-    let ips = parse_ips(&group.name, &net.static_ips).map_err(|e| e.to_string())?;
-    let azs = ip::static_ip_azs(cloud, &group.name, &net.name, &ips).map_err(|e| e.to_string())?;
+    let ips = parse_ips(&group.name, &net.static_ips)?;
+    let azs = ip::static_ip_azs(cloud, &group.name, &net.name, &ips)
+        .map_err(|e| PlanError::Ip(vec![e]))?;
     let mut free: BTreeSet<IpAddr> = ips.iter().copied().collect();
     for &i in members {
         let kept = planned[i]
@@ -281,12 +214,10 @@ pub fn reservations<'a>(
     let mut out = Vec::new();
     for inst in instances {
         for (network, r) in &inst.ips {
-            let ip: IpAddr = r.ip.parse().map_err(|_| {
-                EngineError::Plan(vec![format!(
-                    "instance {} holds an unreadable address '{}' on network '{network}'",
-                    inst.display_name(),
-                    r.ip
-                )])
+            let ip: IpAddr = r.ip.parse().map_err(|_| PlanError::UnreadableAddress {
+                instance: inst.display_name(),
+                ip: r.ip.clone(),
+                network: network.clone(),
             })?;
             out.push(Reservation {
                 ip,
@@ -303,13 +234,14 @@ pub fn reservations<'a>(
 }
 
 /// Static IP entries (single addresses or `a - b` ranges) as addresses.
-fn parse_ips(group: &str, entries: &[String]) -> Result<Vec<IpAddr>, EngineError> {
+fn parse_ips(group: &str, entries: &[String]) -> Result<Vec<IpAddr>, PlanError> {
     let (ranges, bad) = kubosh_core::manifest::parse_ip_ranges(entries);
     if let Some((i, e)) = bad.first() {
-        return Err(EngineError::Plan(vec![format!(
-            "Instance group '{group}' has an invalid static IP '{}': {e}",
-            entries[*i]
-        )]));
+        return Err(PlanError::InvalidStaticIp {
+            group: group.to_string(),
+            entry: entries[*i].clone(),
+            reason: e.to_string(),
+        });
     }
     Ok(ranges.iter().flat_map(|r| r.addresses()).collect())
 }

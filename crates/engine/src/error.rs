@@ -1,0 +1,414 @@
+//! Why a deploy failed, with the Director's error codes (`errors.rb`) for the task's error
+//! line, and what whoever drives the engine should do about it ([`Disposition`]).
+
+use kubosh_artifacts::blobstore::BlobstoreError;
+use kubosh_artifacts::render::RenderError;
+use kubosh_cloud::CpiError;
+use kubosh_core::plan::compile::{self, CompileProblem};
+use kubosh_core::plan::desired::DesiredError;
+use kubosh_core::plan::ip::IpError;
+use kubosh_core::validate::Problems;
+use kubosh_transport::agent::AgentError;
+
+use crate::templates::TemplateError;
+
+/// A deploy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The documents are invalid (every problem, nothing was changed).
+    #[error("{0}")]
+    Invalid(Problems),
+    /// Another task holds the deployment.
+    #[error("{0}")]
+    Lock(#[from] crate::lock::LockError),
+    /// The state store failed.
+    #[error("{0}")]
+    Store(#[from] crate::state::StoreError),
+    /// A cloud call failed (boxed: CPI errors are large and deploys return them rarely).
+    #[error("{0}")]
+    Cloud(Box<CpiError>),
+    /// An agent call failed.
+    #[error("{0}")]
+    Agent(#[from] AgentError),
+    /// Agents did not answer `get_state` before anything changed (each error, by text).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    AgentsUnanswered(Vec<AgentError>),
+    /// The blobstore failed.
+    #[error("{0}")]
+    Blobstore(#[from] BlobstoreError),
+    /// The message bus's permissions could not be changed for a new agent.
+    #[error("{0}")]
+    AgentAccess(#[from] crate::agent_access::AccessError),
+    /// Package archives a release references are not in the blobstore (one line each);
+    /// whatever uploaded the release stores them again.
+    #[error("{}", .0.join("\n"))]
+    MissingArchives(Vec<String>),
+    /// An instance's update ended without a VM record (a bug or a concurrent writer).
+    #[error("instance {instance} has no VM after its update")]
+    NoVmAfterUpdate {
+        /// `group/uuid (index)`.
+        instance: String,
+    },
+    /// Planning failed (IPs, stemcells, links, templates, packages): nothing was changed.
+    #[error("{0}")]
+    Plan(#[from] PlanError),
+    /// The agent has a different persistent disk mounted than the record says (BOSH error
+    /// 400010, `AgentDiskOutOfSync`).
+    #[error(
+        "'{instance}' has invalid disks: agent reports '{agent}' while director record shows '{recorded}'"
+    )]
+    AgentDiskOutOfSync {
+        /// `group/uuid (index)`.
+        instance: String,
+        /// The disk the agent reports.
+        agent: String,
+        /// The disk the record shows.
+        recorded: String,
+    },
+    /// Addresses this deploy chose were claimed by other deployments of the director in the
+    /// meantime, at every attempt (many deploys planning at once): retried later.
+    #[error(
+        "{0}; other deployments of this director claimed addresses at the same time, so the deploy tries again later"
+    )]
+    AddressesContended(PlanError),
+    /// The task was cancelled, or lost its deployment lock, and stopped between steps (the
+    /// Director's "Task cancelled").
+    #[error("Task cancelled{}", if *.lock_lost { ": the deployment lock was lost (its renewal failed)" } else { "" })]
+    Cancelled {
+        /// The lock was lost (rather than the token cancelled).
+        lock_lost: bool,
+    },
+    /// An instance did not reach running in its watch time (BOSH error 400007).
+    #[error("'{instance}' is not running after update. Review logs for failed jobs: {}", .failing.join(", "))]
+    NotRunning {
+        /// `group/uuid (index)`.
+        instance: String,
+        /// Processes not running.
+        failing: Vec<String>,
+    },
+}
+
+impl EngineError {
+    /// The Director's error code for the task's error line.
+    pub fn code(&self) -> u32 {
+        match self {
+            EngineError::NotRunning { .. } => 400_007,
+            EngineError::AgentDiskOutOfSync { .. } => 400_010,
+            EngineError::Lock(_) => 100_001,
+            EngineError::Invalid(_) => 190_000,
+            EngineError::Plan(e) | EngineError::AddressesContended(e) => e.code(),
+            EngineError::Agent(AgentError::Timeout { .. }) => 450_002,
+            EngineError::AgentsUnanswered(errors)
+                if matches!(errors.first(), Some(AgentError::Timeout { .. })) =>
+            {
+                450_002
+            }
+            _ => 100,
+        }
+    }
+
+    /// What whoever drives the engine should do about this error: try again later (a fault
+    /// of the cloud, an agent, the network, the store, or a lock another task holds), or
+    /// stall until the input changes (invalid documents, an unsatisfiable plan, a failed
+    /// canary, a disk the agent disagrees about, a CPI that refuses the request).
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            EngineError::Invalid(_)
+            | EngineError::Plan(_)
+            | EngineError::NotRunning { .. }
+            | EngineError::AgentDiskOutOfSync { .. } => Disposition::Stall,
+            EngineError::Cloud(e) => match e.as_ref() {
+                CpiError::Cloud { kind, .. } if kind.is_refusal() => Disposition::Stall,
+                CpiError::NoDiskHint { .. } | CpiError::ApiVersion(_) => Disposition::Stall,
+                _ => Disposition::Retry,
+            },
+            EngineError::Agent(AgentError::Unsupported { .. }) => Disposition::Stall,
+            EngineError::Lock(_)
+            | EngineError::Store(_)
+            | EngineError::Agent(_)
+            | EngineError::AgentsUnanswered(_)
+            | EngineError::Blobstore(_)
+            | EngineError::AgentAccess(_)
+            | EngineError::MissingArchives(_)
+            | EngineError::NoVmAfterUpdate { .. }
+            | EngineError::AddressesContended(_)
+            | EngineError::Cancelled { .. } => Disposition::Retry,
+        }
+    }
+}
+
+impl From<CpiError> for EngineError {
+    fn from(e: CpiError) -> EngineError {
+        EngineError::Cloud(Box::new(e))
+    }
+}
+
+/// What to do about a failed deploy ([`EngineError::disposition`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// A fault that may pass: try the same input again later, with backoff.
+    Retry,
+    /// The same input will fail the same way: wait until it changes.
+    Stall,
+}
+
+/// Why a deploy cannot be planned (or a step found its plan unusable): every problem of one
+/// kind at once, in the Director's words. Nothing was changed when planning fails.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The instance groups cannot be resolved against the cloud config and the stemcells.
+    #[error("{}", lines(.0))]
+    Desired(Vec<DesiredError>),
+    /// Addresses cannot be reserved or described (§4.9).
+    #[error("{}", lines(.0))]
+    Ip(Vec<IpError>),
+    /// A group's static IP entry is not an address or a range.
+    #[error("Instance group '{group}' has an invalid static IP '{entry}': {reason}")]
+    InvalidStaticIp {
+        /// Instance group.
+        group: String,
+        /// The entry as the manifest has it.
+        entry: String,
+        /// Why it cannot be read.
+        reason: String,
+    },
+    /// An instance record holds an address that is not one (a damaged record).
+    #[error("instance {instance} holds an unreadable address '{ip}' on network '{network}'")]
+    UnreadableAddress {
+        /// `group/uuid (index)`.
+        instance: String,
+        /// What the record holds.
+        ip: String,
+        /// The network.
+        network: String,
+    },
+    /// Another deployment of the director holds an address this deploy wants.
+    #[error(
+        "Failed to reserve IP '{ip}/{prefix}': already reserved by instance '{holder}' from deployment '{deployment}'"
+    )]
+    TakenElsewhere {
+        /// The address.
+        ip: std::net::IpAddr,
+        /// Its prefix.
+        prefix: u8,
+        /// The holder, `group/uuid`.
+        holder: String,
+        /// The holder's deployment.
+        deployment: String,
+    },
+    /// Links cannot be resolved (every problem, with its manifest path).
+    #[error("{0}")]
+    Links(Problems),
+    /// Templates cannot be prepared for rendering (jobs, properties, link contents).
+    #[error("{}", lines(.0))]
+    Templates(Vec<TemplateError>),
+    /// Templates failed to render (each failing job).
+    #[error("{}", lines(.0))]
+    Render(Vec<RenderError>),
+    /// The rendered templates archive cannot be written.
+    #[error("{0}")]
+    Archive(#[from] kubosh_artifacts::render::archive::ArchiveError),
+    /// A job's packages cannot be provided: unknown releases, jobs or packages, broken
+    /// dependency graphs, packages without source that nothing compiled.
+    #[error("{}", compilation_lines(.0))]
+    Compilation(Vec<CompileProblem>),
+    /// A package to compile is not in its release.
+    #[error("Package '{package}' is missing from release '{release}'")]
+    PackageMissing {
+        /// Package name.
+        package: String,
+        /// Release name.
+        release: String,
+    },
+    /// The compilation tasks cannot be ordered.
+    #[error("{0}")]
+    CompileOrder(#[from] crate::pool::PoolError),
+    /// The rollout names an instance it has no update for (a bug).
+    #[error("no update planned for instance #{0}")]
+    Unplanned(usize),
+    /// Problems of different kinds, found together (one line or more each).
+    #[error("{}", lines(.0))]
+    All(Vec<PlanError>),
+}
+
+impl PlanError {
+    /// One error for every problem found: the problem itself when there is one.
+    pub fn all(mut problems: Vec<PlanError>) -> PlanError {
+        if problems.len() == 1 {
+            problems.remove(0)
+        } else {
+            PlanError::All(problems)
+        }
+    }
+
+    /// The Director's error code (`errors.rb`) of the problem, or of the first problem of a
+    /// list (the Director raises on the first).
+    pub fn code(&self) -> u32 {
+        match self {
+            PlanError::Desired(errors) => match errors.first() {
+                // InstanceGroupUnknownStemcell
+                Some(DesiredError::UnknownStemcellAlias { .. }) => 140_005,
+                // StemcellNotFound
+                Some(DesiredError::StemcellMissing { .. }) => 50_003,
+                // InstanceGroupUnknownVmType, InstanceGroupUnknownDiskType; VM extensions
+                // have no code of their own.
+                Some(DesiredError::UnknownType { kind, .. }) => match *kind {
+                    "vm_type" => 140_004,
+                    "disk_type" => 140_012,
+                    _ => 100,
+                },
+                None => 100,
+            },
+            PlanError::Ip(errors) => errors.first().map_or(100, IpError::code),
+            PlanError::All(problems) => problems.first().map_or(100, PlanError::code),
+            // JobInvalidStaticIPs
+            PlanError::InvalidStaticIp { .. } => 150_009,
+            // NetworkReservationAlreadyInUse
+            PlanError::TakenElsewhere { .. } => 130_008,
+            // DeploymentInvalidLink
+            PlanError::Links(_) => 190_016,
+            // JobTemplateBindingFailed
+            PlanError::Templates(_) | PlanError::Render(_) => 80_006,
+            // PackageMissingSourceCode, when a package without source is not compiled.
+            PlanError::Compilation(problems)
+                if problems
+                    .iter()
+                    .any(|p| matches!(p, CompileProblem::NotCompiled { .. })) =>
+            {
+                60_001
+            }
+            PlanError::UnreadableAddress { .. }
+            | PlanError::Archive(_)
+            | PlanError::Compilation(_)
+            | PlanError::PackageMissing { .. }
+            | PlanError::CompileOrder(_)
+            | PlanError::Unplanned(_) => 100,
+        }
+    }
+}
+
+/// One line per problem.
+fn lines<T: std::fmt::Display>(problems: &[T]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Compilation problems as the Director reports them: each problem but the packages not
+/// compiled, then those in one "Can't use release" message.
+fn compilation_lines(problems: &[CompileProblem]) -> String {
+    let mut out: Vec<String> = problems
+        .iter()
+        .filter(|p| !matches!(p, CompileProblem::NotCompiled { .. }))
+        .map(ToString::to_string)
+        .collect();
+    out.extend(compile::not_compiled_message(problems));
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubosh_cloud::ErrorKind;
+    use std::time::Duration;
+
+    fn cpi(kind: ErrorKind) -> EngineError {
+        EngineError::from(CpiError::Cloud {
+            error_type: kind.to_string(),
+            kind,
+            message: "m".into(),
+            ok_to_retry: false,
+            method: "create_vm".into(),
+            request_id: "r".into(),
+        })
+    }
+
+    fn timeout(agent_id: &str) -> AgentError {
+        AgentError::Timeout {
+            method: "get_state".into(),
+            instance: "web/0".into(),
+            agent_id: agent_id.into(),
+            after: Duration::from_secs(45),
+        }
+    }
+
+    #[test]
+    fn refusals_and_bad_input_stall_faults_are_retried() {
+        assert_eq!(
+            cpi(ErrorKind::NotSupported).disposition(),
+            Disposition::Stall
+        );
+        assert_eq!(cpi(ErrorKind::CpiError).disposition(), Disposition::Stall);
+        assert_eq!(cpi(ErrorKind::CloudError).disposition(), Disposition::Retry);
+        assert_eq!(
+            cpi(ErrorKind::VmCreationFailed).disposition(),
+            Disposition::Retry
+        );
+        assert_eq!(
+            EngineError::Plan(PlanError::Unplanned(0)).disposition(),
+            Disposition::Stall
+        );
+        let canary = EngineError::NotRunning {
+            instance: "web/0".into(),
+            failing: vec!["hello".into()],
+        };
+        assert_eq!(canary.disposition(), Disposition::Stall);
+        assert_eq!(
+            EngineError::Agent(timeout("a")).disposition(),
+            Disposition::Retry
+        );
+        assert_eq!(
+            EngineError::Agent(AgentError::Unsupported {
+                method: "sync_dns".into()
+            })
+            .disposition(),
+            Disposition::Stall
+        );
+    }
+
+    #[test]
+    fn codes_come_from_the_error_not_its_text() {
+        let timed_out = EngineError::Agent(timeout("a"));
+        assert_eq!(timed_out.code(), 450_002);
+        let several = EngineError::AgentsUnanswered(vec![timeout("a"), timeout("b")]);
+        assert_eq!(several.code(), 450_002);
+        assert_eq!(
+            several.to_string(),
+            format!("{}\n{}", timeout("a"), timeout("b"))
+        );
+        assert_eq!(cpi(ErrorKind::CloudError).code(), 100);
+    }
+
+    #[test]
+    fn plan_errors_carry_the_directors_codes() {
+        let exhausted = IpError::NoMoreAvailable {
+            instance: "web/0".into(),
+            network_type: "manual",
+            network: "private".into(),
+        };
+        let plan = EngineError::Plan(PlanError::Ip(vec![exhausted.clone()]));
+        assert_eq!(plan.code(), 130_011);
+        assert_eq!(plan.to_string(), exhausted.to_string());
+        let taken = PlanError::TakenElsewhere {
+            ip: "10.0.0.5".parse().unwrap(),
+            prefix: 32,
+            holder: "web/abc".into(),
+            deployment: "other".into(),
+        };
+        assert_eq!(taken.code(), 130_008);
+        assert_eq!(
+            taken.to_string(),
+            "Failed to reserve IP '10.0.0.5/32': already reserved by instance 'web/abc' from deployment 'other'"
+        );
+        let missing = PlanError::Desired(vec![DesiredError::StemcellMissing {
+            wanted: "ubuntu/1".into(),
+        }]);
+        assert_eq!(missing.code(), 50_003);
+        assert_eq!(missing.to_string(), "Stemcell 'ubuntu/1' doesn't exist");
+        let contended = EngineError::AddressesContended(taken);
+        assert_eq!(contended.code(), 130_008);
+        assert_eq!(contended.disposition(), Disposition::Retry);
+    }
+}

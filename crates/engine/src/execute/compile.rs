@@ -1,0 +1,482 @@
+//! Steps 6–8 of the seed, carried out: compilation VMs, `compile_package` for every missing
+//! package in dependency order (critical path first, work-conserving), and the VMs deleted
+//! again — also when compilation fails (`bosh-protocols.md` §4.12).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use crate::prepare::{
+    CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
+};
+use crate::progress::StageRun;
+use crate::state::{DeploymentState, Write};
+use crate::vm::{NewVm, VmRequest};
+use crate::{Engine, EngineError, PlanError};
+use kubosh_artifacts::blobstore::BlobstoreError;
+use kubosh_artifacts::release::{PackageArchive, Release};
+use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
+use kubosh_core::plan::compile::{self, CompilePlan, CompiledPackage, Provision, ReuseSource};
+use kubosh_core::plan::ip::Reservation;
+use kubosh_transport::agent::protocol::{CompilePackageArgs, PackageRef};
+
+/// A reusable compilation VM, the stemcell (`name/version`) it runs and its pending
+/// intent (settled when the VM is deleted).
+type WorkerVm = (String, NewVm, String);
+
+impl Engine {
+    /// Carries out a [`PlannedCompilation`]: stores compiled releases' packages, claims the
+    /// workers' addresses, compiles on compilation VMs, records each compiled package, and
+    /// returns every needed package.
+    pub async fn compile(
+        &self,
+        inputs: CompileInputs<'_>,
+        planned: PlannedCompilation,
+        stemcell_cids: &BTreeMap<String, String>,
+        state: &mut DeploymentState,
+    ) -> Result<Packages, EngineError> {
+        let CompileInputs {
+            manifest,
+            cloud,
+            releases,
+            held,
+            calculated,
+            ..
+        } = inputs;
+        let PlannedCompilation {
+            plan,
+            packages: mut out,
+            workers,
+        } = planned;
+        // Packages of compiled releases go into the blobstore under their own id.
+        for reused in &plan.reused {
+            if let ReuseSource::CompiledRelease { release } = &reused.source {
+                self.store_compiled_release_package(releases, release, &reused.record)
+                    .await?;
+            }
+        }
+        let compilation = cloud.compilation.clone();
+        let mut workers = workers;
+        if !workers.is_empty() {
+            let deployment = manifest.name.clone().unwrap_or_default();
+            workers = self
+                .claim_worker_ips(&deployment, cloud, held, workers)
+                .await?;
+        }
+        let calculated = calculated
+            .get(crate::resources::compilation_resources(cloud.compilation.as_ref()).as_ref());
+        let workers = Workers {
+            slots: workers,
+            cloud_properties: compilation
+                .as_ref()
+                .map(|c| compilation_cloud_properties(cloud, c, calculated))
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        };
+        let results = if plan.tasks.is_empty() {
+            Vec::new()
+        } else {
+            self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest, &workers)
+                .await?
+        };
+        out.compiled = results.len();
+        // Each was made durable as its task ended (`compile_tasks`).
+        for record in &results {
+            state.apply(&Write::CompiledPackage(record.clone()));
+        }
+        out.provide(&plan, &results);
+        Ok(out)
+    }
+
+    async fn store_compiled_release_package(
+        &self,
+        releases: &BTreeMap<String, Arc<Release>>,
+        release: &str,
+        record: &CompiledPackage,
+    ) -> Result<(), EngineError> {
+        let exists = self
+            .blobstore
+            .exists(&record.blob_id)
+            .await
+            .map_err(EngineError::Blobstore)?;
+        if exists {
+            return Ok(());
+        }
+        let compiled = releases.get(release).and_then(|r| {
+            r.compiled_packages.iter().find(|cp| {
+                cp.name == record.name
+                    && cp.version == record.version
+                    && cp.stemcell.os == record.stemcell_os
+            })
+        });
+        let Some(compiled) = compiled else {
+            return Err(BlobstoreError::NotFound(record.blob_id.clone()).into());
+        };
+        self.stored_archive(&compiled.archive).await?;
+        Ok(())
+    }
+
+    /// The blobstore id of a package archive: stored now when its bytes are here, checked
+    /// when only its id is (a release by reference).
+    async fn stored_archive(&self, archive: &PackageArchive) -> Result<String, EngineError> {
+        match archive {
+            PackageArchive::Bytes(bytes) => {
+                let stored = (self.blobstore)
+                    .put_bytes(bytes::Bytes::from(bytes.clone()))
+                    .await?;
+                Ok(stored.id)
+            }
+            PackageArchive::Stored(id) if self.blobstore.exists(id).await? => Ok(id.clone()),
+            PackageArchive::Stored(id) => Err(BlobstoreError::NotFound(id.clone()).into()),
+        }
+    }
+
+    /// Runs the compile tasks on compilation VMs; the records in task order.
+    async fn compile_tasks(
+        &self,
+        cloud: &CloudConfig,
+        plan: &CompilePlan,
+        releases: &BTreeMap<String, Arc<Release>>,
+        stemcell_cids: &BTreeMap<String, String>,
+        manifest: &DeploymentManifest,
+        workers_spec: &Workers,
+    ) -> Result<Vec<CompiledPackage>, EngineError> {
+        let worker_slots = &workers_spec.slots;
+        let compilation = cloud.compilation.clone().unwrap_or_default();
+        // One slot per reserved worker address: a slot's VMs follow one another, so they
+        // share its address.
+        let workers = worker_slots.len().max(1);
+        let reuse = compilation.reuse_compilation_vms.unwrap_or(false);
+        let preparing = StageRun::new(
+            self.events.clone(),
+            "Preparing package compilation",
+            vec![],
+            1,
+        );
+        let task = preparing.start("Finding packages to compile");
+        // Source packages into the blobstore (content-addressed: a stored one is kept).
+        let mut sources: Vec<(String, String)> = Vec::new();
+        for t in &plan.tasks {
+            let package = releases
+                .get(&t.release)
+                .and_then(|r| r.package(&t.package.name));
+            let Some(package) = package else {
+                let e = EngineError::from(PlanError::PackageMissing {
+                    package: t.package.name.clone(),
+                    release: t.release.clone(),
+                });
+                preparing.end(&task, &Err::<(), _>(&e));
+                return Err(e);
+            };
+            let id = self.stored_archive(&package.archive).await?;
+            sources.push((id, package.digest.to_string()));
+        }
+        preparing.end(&task, &Ok::<(), EngineError>(()));
+
+        let stage = StageRun::new(
+            self.events.clone(),
+            "Compiling packages",
+            vec![],
+            plan.tasks.len(),
+        );
+        let results: Arc<Mutex<Vec<Option<CompiledPackage>>>> =
+            Arc::new(Mutex::new(vec![None; plan.tasks.len()]));
+        // With reuse, one VM per worker slot, kept until the end of the stage.
+        let slots: Arc<Mutex<Vec<Option<WorkerVm>>>> = Arc::new(Mutex::new(vec![None; workers]));
+        let deployment = manifest.name.clone().unwrap_or_default();
+        let tags = manifest.tags.clone().unwrap_or_default();
+        let dag: Vec<crate::pool::DagTask> = plan
+            .tasks
+            .iter()
+            .map(|t| crate::pool::DagTask {
+                depends_on: t.depends_on.clone(),
+                priority: t.priority,
+            })
+            .collect();
+        let outcome = crate::pool::run_dag(&dag, workers, |i: usize, slot: usize| {
+            let t = plan.tasks[i].clone();
+            let stage = stage.clone();
+            let results = results.clone();
+            let slots = slots.clone();
+            let (blob, sha1) = sources[i].clone();
+            let compilation = compilation.clone();
+            let deployment = deployment.clone();
+            let tags = tags.clone();
+            let (identity, networks) = worker_slots
+                .get(slot)
+                .cloned()
+                .unwrap_or_else(|| (WorkerIdentity::default(), Value::Object(Default::default())));
+            async move {
+                let name = format!("{}/{}", t.package.name, t.package.version);
+                stage
+                    .task(name, async {
+                        self.checkpoint()?;
+                        let key = format!("{}/{}", t.stemcell.name, t.stemcell.version);
+                        let kept = if reuse {
+                            slots.lock().unwrap_or_else(PoisonError::into_inner)[slot].take()
+                        } else {
+                            None
+                        };
+                        let reused_vm = match kept {
+                            Some((k, vm, intent)) if k == key => Some((vm, intent)),
+                            Some((_, other, intent)) => {
+                                // A worker of another stemcell makes room.
+                                self.delete_unowned_vm(&other, intent).await?;
+                                None
+                            }
+                            None => None,
+                        };
+                        let (vm, intent) = match reused_vm {
+                            Some(worker) => worker,
+                            None => {
+                                let request = VmRequest {
+                                    instance: None,
+                                    display_name: format!(
+                                        "{}/{} (0)",
+                                        identity.group, identity.uuid
+                                    ),
+                                    stemcell_cid: stemcell_cids
+                                        .get(&key)
+                                        .cloned()
+                                        .unwrap_or_default(),
+                                    stemcell: key.clone(),
+                                    cloud_properties: workers_spec.cloud_properties.clone(),
+                                    networks: networks.clone(),
+                                    env: Value::Object(compilation.env.clone().unwrap_or_default()),
+                                    disk_cids: vec![],
+                                    metadata: worker_metadata(
+                                        &tags,
+                                        &deployment,
+                                        &identity,
+                                        &t.package.name,
+                                    ),
+                                };
+                                let (vm, intent) = self.create_unowned_vm(&request).await?;
+                                if let Err(e) = self
+                                    .send_vm_settings(&vm.agent_id, &request.display_name, &[])
+                                    .await
+                                {
+                                    self.delete_unowned_vm(&vm, intent).await?;
+                                    return Err(e);
+                                }
+                                (vm, intent)
+                            }
+                        };
+                        let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
+                        if reuse && compiled.is_ok() {
+                            slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
+                                Some((key, vm, intent));
+                        } else {
+                            self.delete_unowned_vm(&vm, intent).await?;
+                        }
+                        let record = compiled?;
+                        // Recorded at once: a compile that succeeded is kept (its blob
+                        // referenced, reused next time) whatever happens to the others.
+                        self.write(Write::CompiledPackage(record.clone())).await?;
+                        results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(record);
+                        Ok::<(), EngineError>(())
+                    })
+                    .await
+            }
+        })
+        .await;
+        // The workers go, whatever happened.
+        let leftovers: Vec<WorkerVm> = slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+            .flatten()
+            .collect();
+        for (_, vm, intent) in leftovers {
+            self.delete_unowned_vm(&vm, intent).await?;
+        }
+        outcome
+            .map_err(PlanError::CompileOrder)?
+            .into_result()
+            .map_err(|(_, e)| e)?;
+        let results = results
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// One `compile_package` call.
+    async fn compile_on(
+        &self,
+        vm: &NewVm,
+        t: &compile::CompileTask,
+        blob: &str,
+        sha1: &str,
+        plan: &CompilePlan,
+        results: &Mutex<Vec<Option<CompiledPackage>>>,
+    ) -> Result<CompiledPackage, EngineError> {
+        let mut dependencies: IndexMap<String, PackageRef> = IndexMap::new();
+        for d in &t.dependencies {
+            let record = match d {
+                Provision::Compile(j) => results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(*j)
+                    .cloned()
+                    .flatten(),
+                Provision::Reuse(j) => plan.reused.get(*j).map(|r| r.record.clone()),
+            };
+            if let Some(r) = record {
+                dependencies.insert(
+                    r.name.clone(),
+                    PackageRef {
+                        name: r.name.clone(),
+                        version: r.agent_version(),
+                        sha1: r.sha1.clone(),
+                        blobstore_id: r.blob_id.clone(),
+                        ..PackageRef::default()
+                    },
+                );
+            }
+        }
+        let agent = self.agent(&vm.agent_id, &format!("compilation/{}", t.package.name));
+        let result = agent
+            .compile_package(&CompilePackageArgs {
+                blobstore_id: blob.to_string(),
+                sha1: sha1.to_string(),
+                name: t.package.name.clone(),
+                version: format!("{}.{}", t.package.version, t.build),
+                dependencies,
+            })
+            .await
+            .map_err(EngineError::Agent)?;
+        Ok(t.record(&result.result.blobstore_id, &result.result.sha1))
+    }
+
+    /// Claims the workers' addresses in the IP registry, with the deployment's own (which
+    /// it keeps while the deploy runs); they go back when the deploy ends. An address
+    /// another deployment claimed since it was planned is replaced by one free now (a few
+    /// times); the workers as claimed.
+    async fn claim_worker_ips(
+        &self,
+        deployment: &str,
+        cloud: &CloudConfig,
+        held: &[Reservation],
+        mut workers: Vec<(WorkerIdentity, Value)>,
+    ) -> Result<Vec<(WorkerIdentity, Value)>, EngineError> {
+        let Some(registry) = &self.config.ip_registry else {
+            return Ok(workers);
+        };
+        let compilation = cloud.compilation.clone().unwrap_or_default();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let claim = worker_claim(deployment, held, &workers);
+            let conflicts = registry.claim(deployment, claim.clone()).await?;
+            let Some(first) = conflicts.first() else {
+                return Ok(workers);
+            };
+            if attempt >= super::addresses::CLAIM_ATTEMPTS {
+                return Err(super::addresses::claim_conflict(&claim, first));
+            }
+            let mut taken = held.to_vec();
+            taken.extend(registry.held_elsewhere(deployment).await?);
+            let identities: Vec<WorkerIdentity> = workers.into_iter().map(|(w, _)| w).collect();
+            let networks = worker_networks(deployment, cloud, &compilation, &taken, &identities)?;
+            workers = identities.into_iter().zip(networks).collect();
+        }
+    }
+}
+
+/// The workers' cloud properties: the AZ's, then the calculated `vm_resources` ones, then
+/// the VM type's and extensions' over them, then the compilation block's own.
+fn compilation_cloud_properties(
+    cloud: &CloudConfig,
+    compilation: &kubosh_core::manifest::Compilation,
+    calculated: Option<&serde_json::Map<String, Value>>,
+) -> Value {
+    let mut out = compilation
+        .az
+        .as_ref()
+        .and_then(|az| cloud.azs.iter().find(|a| &a.name == az))
+        .and_then(|a| a.cloud_properties.clone())
+        .unwrap_or_default();
+    if let Some(calculated) = calculated {
+        crate::desired_merge(&mut out, calculated);
+    }
+    if let Some(t) = compilation
+        .vm_type
+        .as_ref()
+        .and_then(|t| cloud.vm_types.iter().find(|v| &v.name == t))
+    {
+        crate::desired_merge(&mut out, &t.cloud_properties.clone().unwrap_or_default());
+    }
+    for name in &compilation.vm_extensions {
+        if let Some(e) = cloud.vm_extensions.iter().find(|e| &e.name == name) {
+            crate::desired_merge(&mut out, &e.cloud_properties.clone().unwrap_or_default());
+        }
+    }
+    crate::desired_merge(
+        &mut out,
+        &compilation.cloud_properties.clone().unwrap_or_default(),
+    );
+    Value::Object(out)
+}
+
+/// A worker's VM metadata: the manifest's tags, then the director's keys as for an
+/// instance (the worker's group, index 0), and the package it compiles first.
+fn worker_metadata(
+    tags: &serde_json::Map<String, Value>,
+    deployment: &str,
+    worker: &WorkerIdentity,
+    package: &str,
+) -> serde_json::Map<String, Value> {
+    let mut out = tags.clone();
+    for (k, v) in [
+        ("director", "kubosh".to_string()),
+        ("deployment", deployment.to_string()),
+        ("id", worker.uuid.clone()),
+        ("job", worker.group.clone()),
+        ("index", "0".to_string()),
+        ("name", format!("{}/{}", worker.group, worker.uuid)),
+        ("compiling", package.to_string()),
+    ] {
+        out.insert(k.to_string(), Value::String(v));
+    }
+    out
+}
+
+/// The compilation workers of one deploy: one slot per reserved address, and their cloud
+/// properties.
+pub struct Workers {
+    /// Each slot's identity and network settings.
+    pub slots: Vec<(WorkerIdentity, Value)>,
+    /// Merged cloud properties.
+    pub cloud_properties: Value,
+}
+
+/// What a deploy claims while its workers exist: its own addresses and the workers'.
+fn worker_claim(
+    deployment: &str,
+    held: &[Reservation],
+    workers: &[(WorkerIdentity, Value)],
+) -> Vec<Reservation> {
+    let mut claim = held.to_vec();
+    for (worker, settings) in workers {
+        for (network, s) in settings.as_object().into_iter().flatten() {
+            let Some(ip) = s.get("ip").and_then(Value::as_str) else {
+                continue;
+            };
+            let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+                continue;
+            };
+            claim.push(Reservation {
+                ip,
+                prefix: if ip.is_ipv4() { 32 } else { 128 },
+                network: network.clone(),
+                group: worker.group.clone(),
+                instance_id: worker.uuid.clone(),
+                deployment: deployment.to_string(),
+                is_static: false,
+            });
+        }
+    }
+    claim
+}

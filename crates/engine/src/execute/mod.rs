@@ -1,0 +1,345 @@
+//! A [`DeployPlan`] carried out: the seed's steps from the first change on (the planned
+//! addresses are claimed before [`Engine::execute`] runs). Stemcells uploaded, packages
+//! compiled (`compile`), obsolete instances deleted, missing VMs created, the rollout
+//! (`rollout`), DNS published (`dns`), unused addresses released (`addresses`), `post-deploy`.
+
+pub(crate) mod addresses;
+mod compile;
+mod dns;
+mod rollout;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::PoisonError;
+
+use futures::StreamExt;
+use serde_json::Value;
+
+pub use dns::DNS_SYNC_WAIT;
+
+use crate::deploy::DeployReport;
+use crate::prepare::{
+    CompileInputs, DeployPlan, Desire, Planned, Resolved, desire, instance_plans, vm_request,
+};
+use crate::progress::StageRun;
+use crate::state::{
+    DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind, StemcellRecord,
+    Write,
+};
+use crate::{Engine, EngineError, PlanError};
+use kubosh_bosh::events::instance_task;
+use kubosh_cloud::CreateStemcell;
+use kubosh_core::manifest::DeploymentManifest;
+use kubosh_core::plan::desired::{DesiredError, GroupSpec};
+use rollout::Rollout;
+
+impl Engine {
+    /// Carries out a plan whose addresses are claimed: the deploy's changes, in the seed's
+    /// order. Packages compiled now decide the instances' final desired specs and changes
+    /// (planning knew all but their blobs).
+    pub(crate) async fn execute(&self, plan: DeployPlan<'_>) -> Result<DeployReport, EngineError> {
+        let DeployPlan {
+            request,
+            resolved,
+            inputs,
+            mut state,
+            vanished,
+            instances: mut planned,
+            obsolete,
+            addresses,
+            link_group_ids,
+            compilation,
+        } = plan;
+        let Resolved {
+            manifest,
+            cloud,
+            groups,
+            calculated,
+            releases,
+        } = &resolved;
+        // Instances whose VM vanished are recorded without it: whatever happens next, no one
+        // asks that VM again.
+        for uuid in &vanished {
+            if let Some(record) = state.instances.get(uuid) {
+                self.persist(record).await?;
+            }
+        }
+        // New link groups keep their ids from now on, whatever happens to this deploy.
+        if link_group_ids != state.meta.link_group_ids {
+            state.meta.link_group_ids = link_group_ids;
+            self.write(Write::Meta(state.meta.clone())).await?;
+        }
+        let stemcells = self
+            .upload_stemcells(&request.stemcells, groups, &planned, &mut state)
+            .await?;
+        let compile_inputs = CompileInputs {
+            manifest,
+            cloud,
+            groups,
+            releases,
+            held: &addresses.held,
+            elsewhere: &addresses.elsewhere,
+            calculated,
+        };
+        let packages = self
+            .compile(compile_inputs, compilation, &stemcells, &mut state)
+            .await?;
+        desire(
+            &mut planned,
+            &Desire {
+                manifest,
+                cloud,
+                groups,
+                packages: &packages,
+                calculated,
+                config: &self.config,
+                requests: request.requests,
+                action: request.action.as_ref(),
+            },
+        );
+        let mut report = DeployReport {
+            compiled: packages.compiled,
+            plan: instance_plans(&planned),
+            obsolete: obsolete
+                .iter()
+                .filter_map(|u| state.instances.get(u))
+                .map(InstanceRecord::display_name)
+                .collect(),
+            to_compile: packages.to_compile.clone(),
+            ..DeployReport::default()
+        };
+        self.delete_obsolete(&state, &obsolete, &mut report).await?;
+        self.create_missing_vms(manifest, groups, &mut planned, &stemcells)
+            .await?;
+        let initial_deploy = state.meta.deployed_inputs.is_none();
+        let announced = self.announce_updates(&planned, &mut state).await?;
+        let started = std::sync::Mutex::new(BTreeSet::new());
+        let updated = self
+            .update_groups(
+                manifest,
+                groups,
+                &mut planned,
+                &stemcells,
+                Rollout {
+                    initial_deploy,
+                    announced: &announced,
+                    started: &started,
+                },
+                &mut report.updated,
+            )
+            .await;
+        if let Err(e) = updated {
+            let started = started.into_inner().unwrap_or_else(PoisonError::into_inner);
+            self.withdraw_announcements(&started, &mut state).await;
+            return Err(e);
+        }
+        self.publish_dns(manifest, &planned, &mut state).await?;
+        let held: Vec<&InstanceRecord> = planned.iter().map(|p| &p.record).collect();
+        self.release_unused_ips(manifest.name.as_deref().unwrap_or_default(), held)
+            .await?;
+        if !report.updated.is_empty() || !report.deleted.is_empty() {
+            self.run_post_deploy(&planned).await?;
+        }
+        let mut meta = DeploymentMeta {
+            deployed_inputs: Some(inputs),
+            ..state.meta.clone()
+        };
+        // Announcements end with the updates: only instances still dirty keep theirs.
+        meta.updating.retain(|uuid, _| {
+            planned
+                .iter()
+                .any(|p| &p.record.uuid == uuid && !p.record.update_completed)
+        });
+        self.write(Write::Meta(meta)).await?;
+        Ok(report)
+    }
+
+    /// Step 5: deletes instances no longer wanted, disks orphaned.
+    async fn delete_obsolete(
+        &self,
+        state: &DeploymentState,
+        obsolete: &[String],
+        report: &mut DeployReport,
+    ) -> Result<(), EngineError> {
+        if obsolete.is_empty() {
+            return Ok(());
+        }
+        // Collected first: a lazy iterator with a borrowing closure would make the deploy
+        // future not `Send` (rust-lang/rust#102211), and the controller spawns it.
+        let records: Vec<InstanceRecord> = obsolete
+            .iter()
+            .filter_map(|uuid| state.instances.get(uuid).cloned())
+            .collect();
+        report.deleted = self
+            .delete_instances("Deleting unneeded instances", records)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes `records` as the tasks of stage `stage`, `create_vm_concurrency` at a time,
+    /// none started once the task is cancelled; their names, sorted.
+    pub(crate) async fn delete_instances(
+        &self,
+        stage: &str,
+        records: Vec<InstanceRecord>,
+    ) -> Result<Vec<String>, EngineError> {
+        let stage = StageRun::new(self.events.clone(), stage, vec![], records.len());
+        let work = records.into_iter().map(|r| {
+            let stage = stage.clone();
+            async move {
+                self.checkpoint()?;
+                let name = r.display_name();
+                stage
+                    .task(name.clone(), self.delete_instance(r))
+                    .await
+                    .map(|()| name)
+            }
+        });
+        let results: Vec<Result<String, EngineError>> = futures::stream::iter(work)
+            .buffer_unordered(self.config.create_vm_concurrency.max(1))
+            .collect()
+            .await;
+        let mut deleted = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        deleted.sort();
+        Ok(deleted)
+    }
+
+    /// Uploads the stemcells in use that the cloud does not have yet; their CIDs by
+    /// `name/version`.
+    async fn upload_stemcells(
+        &self,
+        sources: &[crate::StemcellSource],
+        groups: &[GroupSpec],
+        planned: &[Planned],
+        state: &mut DeploymentState,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        let used: BTreeSet<String> = planned
+            .iter()
+            .map(|p| groups[p.group].stemcell.key())
+            .collect();
+        let mut out = BTreeMap::new();
+        for key in used {
+            if let Some(s) = state.stemcells.get(&key) {
+                out.insert(key, s.cid.clone());
+                continue;
+            }
+            let Some(source) = sources.iter().find(|s| s.info.key() == key) else {
+                return Err(PlanError::Desired(vec![DesiredError::StemcellMissing {
+                    wanted: key,
+                }])
+                .into());
+            };
+            let intent = crate::state::Intent {
+                id: kubosh_core::ids::uuid_v4(),
+                kind: IntentKind::CreateStemcell {
+                    stemcell: key.clone(),
+                },
+                cid: None,
+            };
+            self.write(Write::Intent(intent.clone())).await?;
+            let cid = self
+                .cloud
+                .create_stemcell(&CreateStemcell {
+                    image_path: source.image_path.clone(),
+                    cloud_properties: source.cloud_properties.clone(),
+                })
+                .await
+                .map_err(EngineError::from)?;
+            let record = StemcellRecord {
+                name: source.info.name.clone(),
+                version: source.info.version.clone(),
+                os: source.info.os.clone(),
+                cid: cid.0.clone(),
+            };
+            self.write(Write::Stemcell(record.clone())).await?;
+            state.apply(&Write::Stemcell(record));
+            self.settle(intent.id).await?;
+            out.insert(key, cid.0);
+        }
+        Ok(out)
+    }
+
+    /// Steps 9–10: VMs for instances that have none ("Creating missing vms").
+    async fn create_missing_vms(
+        &self,
+        manifest: &DeploymentManifest,
+        groups: &[GroupSpec],
+        planned: &mut [Planned],
+        stemcells: &BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
+        let missing: Vec<usize> = planned
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.record.vm.is_none() && p.record.state != InstanceState::Detached)
+            .map(|(i, _)| i)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let stage = StageRun::new(
+            self.events.clone(),
+            "Creating missing vms",
+            vec![],
+            missing.len(),
+        );
+        let deployment = manifest.name.clone().unwrap_or_default();
+        let tags = manifest.tags.clone().unwrap_or_default();
+        let tag_value = Value::Object(tags.clone());
+        let labels = crate::disks::DiskLabels {
+            deployment: &deployment,
+            tags: &tag_value,
+        };
+        let work = missing.clone().into_iter().map(|i| {
+            let p = &planned[i];
+            let request = vm_request(&deployment, &tags, &groups[p.group], p, stemcells);
+            let mut record = p.record.clone();
+            let stage = stage.clone();
+            async move {
+                let task = instance_task(&record.group, &record.uuid, record.index, false);
+                let created = stage
+                    .task(task, async {
+                        self.checkpoint()?;
+                        self.persist(&record).await?;
+                        let vm = self.create_instance_vm(&mut record, &request, None).await?;
+                        // A detached instance coming back keeps its disks.
+                        self.attach_disks(&record, &vm, &labels).await?;
+                        self.send_vm_settings(&vm.agent_id, &record.display_name(), &record.disks)
+                            .await
+                    })
+                    .await;
+                (i, created.map(|_| record))
+            }
+        });
+        let results: Vec<(usize, Result<InstanceRecord, EngineError>)> =
+            futures::stream::iter(work)
+                .buffer_unordered(self.config.create_vm_concurrency.max(1))
+                .collect()
+                .await;
+        let mut first_error = None;
+        for (i, result) in results {
+            match result {
+                Ok(record) => planned[i].record = record,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// §4.1 step 6: `post-deploy` on every running instance, once anything changed.
+    async fn run_post_deploy(&self, planned: &[Planned]) -> Result<(), EngineError> {
+        let vms: Vec<_> = planned
+            .iter()
+            .filter(|p| p.record.state == InstanceState::Started)
+            .filter_map(|p| Some((p.record.vm.clone()?, p.record.display_name())))
+            .collect();
+        let runs = vms.into_iter().map(|(vm, name)| async move {
+            crate::instance::run_script(&self.agent(&vm.agent_id, &name), "post-deploy", None).await
+        });
+        let results: Vec<Result<(), EngineError>> = futures::stream::iter(runs)
+            .buffer_unordered(self.config.get_state_concurrency.max(1))
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+}

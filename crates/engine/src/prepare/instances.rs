@@ -1,0 +1,365 @@
+//! One planned instance from placement to the specs it gets: identity and placement of every
+//! group (`place_all`), the desired spec and its changes (`desire`), and what the executor
+//! sends for it (the VM request, the apply spec, the update target). Pure: no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use super::compile::Packages;
+use super::network::static_ip_azs;
+use crate::instance::InstanceTarget;
+use crate::state::{AppliedSpec, DeploymentState, InstanceRecord, InstanceState, JobVersion};
+use crate::vm::VmRequest;
+use crate::{EngineConfig, EngineError, InstanceAction, Scope};
+use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
+use kubosh_core::plan::changes::{self, Changes, Observed, Requests};
+use kubosh_core::plan::desired::GroupSpec;
+use kubosh_core::plan::dns::{self, DnsInstance};
+use kubosh_core::plan::placement::{self, GroupDemand, Placed};
+use kubosh_transport::agent::protocol::{
+    ApplySpec, JobSpec, JobTemplateSpec, PackageSpec, RenderedTemplatesArchive,
+};
+
+/// One desired instance while a deploy is planned and carried out.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Index of its group in the resolved groups.
+    pub group: usize,
+    /// Identity and placement.
+    pub placed: Placed,
+    /// Its record (new instances get a fresh one).
+    pub record: InstanceRecord,
+    /// What its agent said.
+    pub observed: Observed,
+    /// Network settings by network name, IPs included.
+    pub networks: IndexMap<String, Value>,
+    /// Rendered templates.
+    pub rendered: Option<crate::templates::RenderedInstance>,
+    /// The desired spec.
+    pub desired: AppliedSpec,
+    /// Why it is touched.
+    pub changes: Changes,
+}
+
+/// Places every group; the planned instances and the uuids of obsolete instances (those
+/// of groups no longer in the manifest included).
+pub(crate) fn place_all(
+    cloud: &CloudConfig,
+    groups: &[GroupSpec],
+    state: &DeploymentState,
+    observed: &BTreeMap<String, Observed>,
+) -> Result<(Vec<Planned>, Vec<String>), EngineError> {
+    let existing: Vec<&InstanceRecord> = state.instances.values().collect();
+    let mut planned = Vec::new();
+    let mut obsolete = Vec::new();
+    let mut claimed: BTreeSet<String> = BTreeSet::new();
+    for (gi, group) in groups.iter().enumerate() {
+        let demand = GroupDemand {
+            name: group.name.clone(),
+            instances: if group.errand { 0 } else { group.instances },
+            azs: group.azs.clone(),
+            static_ip_azs: static_ip_azs(cloud, group)?,
+            migrated_from: group.migrated_from.clone(),
+        };
+        let placement = placement::place(&demand, &existing, &mut kubosh_core::ids::uuid_v4);
+        obsolete.extend(placement.obsolete);
+        for placed in placement.instances {
+            claimed.insert(placed.uuid.clone());
+            let record = match state.instances.get(&placed.uuid) {
+                Some(r) => InstanceRecord {
+                    group: group.name.clone(),
+                    index: placed.index,
+                    az: placed.az.clone(),
+                    bootstrap: placed.bootstrap,
+                    ..r.clone()
+                },
+                None => InstanceRecord {
+                    group: group.name.clone(),
+                    index: placed.index,
+                    uuid: placed.uuid.clone(),
+                    az: placed.az.clone(),
+                    bootstrap: placed.bootstrap,
+                    state: InstanceState::Started,
+                    update_completed: false,
+                    vm: None,
+                    disks: vec![],
+                    ips: BTreeMap::new(),
+                    applied: None,
+                },
+            };
+            planned.push(Planned {
+                group: gi,
+                observed: observed
+                    .get(&placed.uuid)
+                    .cloned()
+                    .unwrap_or(Observed::NoVm),
+                placed,
+                record,
+                networks: IndexMap::new(),
+                rendered: None,
+                desired: AppliedSpec::default(),
+                changes: Changes::default(),
+            });
+        }
+    }
+    // Instances of groups that left the manifest.
+    for r in state.instances.values() {
+        if !claimed.contains(&r.uuid) && !obsolete.contains(&r.uuid) {
+            obsolete.push(r.uuid.clone());
+        }
+    }
+    Ok((planned, obsolete))
+}
+
+/// What decides each instance's desired spec and changes besides the instance itself.
+pub(crate) struct Desire<'a> {
+    pub manifest: &'a DeploymentManifest,
+    pub cloud: &'a CloudConfig,
+    pub groups: &'a [GroupSpec],
+    pub packages: &'a Packages,
+    pub calculated: &'a crate::resources::CalculatedProperties,
+    pub config: &'a EngineConfig,
+    /// `--recreate`, `restart`, ...
+    pub requests: Requests,
+    /// An instance command and the instances it is for.
+    pub action: Option<&'a (InstanceAction, Option<Scope>)>,
+}
+
+/// Sets each planned instance's desired spec and its changes: the instance command applied
+/// to the instances in its scope (those outside it keep what they have), change detection
+/// (§4.3) for the rest. Running it again with the same packages gives the same result.
+pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
+    for p in planned.iter_mut() {
+        let group = &d.groups[p.group];
+        let calculated = d.calculated.get(group.vm_resources.as_ref());
+        p.desired = desired_spec(
+            d.manifest, d.cloud, group, p, d.packages, calculated, d.config,
+        );
+        let mut requests = d.requests;
+        let mut in_scope = true;
+        if let Some((action, scope)) = d.action {
+            in_scope = scope.as_ref().is_none_or(|s| s.contains(&p.record));
+            if in_scope {
+                match action {
+                    InstanceAction::Start => p.record.state = InstanceState::Started,
+                    InstanceAction::Stop => p.record.state = InstanceState::Stopped,
+                    InstanceAction::StopHard => p.record.state = InstanceState::Detached,
+                    InstanceAction::Restart => requests.restart = true,
+                    InstanceAction::Recreate => requests.recreate = true,
+                }
+            }
+        }
+        p.changes = match &p.record.applied {
+            _ if !in_scope => Changes::default(),
+            None => Changes(BTreeSet::from([changes::Change::Dirty])),
+            Some(_) => {
+                changes::detect(&p.record, &p.desired, p.record.state, &p.observed, requests)
+            }
+        };
+    }
+}
+
+/// The desired spec of a planned instance.
+fn desired_spec(
+    manifest: &DeploymentManifest,
+    cloud: &CloudConfig,
+    group: &GroupSpec,
+    p: &Planned,
+    packages: &Packages,
+    calculated: Option<&serde_json::Map<String, Value>>,
+    config: &EngineConfig,
+) -> AppliedSpec {
+    let deployment = manifest.name.clone().unwrap_or_default();
+    let jobs = crate::templates::group_jobs(manifest, &group.name);
+    let mut job_versions: Vec<JobVersion> = jobs
+        .iter()
+        .map(|j| JobVersion {
+            name: j.name.clone(),
+            release: j.release.clone(),
+            version: packages.job_version(&j.release, &j.name),
+        })
+        .collect();
+    job_versions.sort();
+    AppliedSpec {
+        stemcell: group.stemcell.key(),
+        cloud_properties: group.cloud_properties(cloud, p.placed.az.as_deref(), calculated),
+        env: group.env.clone(),
+        networks: Value::Object(p.networks.clone().into_iter().collect()),
+        disks: group.disks.clone(),
+        jobs: job_versions,
+        packages: packages.for_jobs(&group.stemcell, &jobs),
+        configuration_hash: p.rendered.as_ref().map(|r| r.configuration_hash.clone()),
+        dns: Some(dns::instance_digest(
+            &deployment,
+            &config.dns_root_domain,
+            &dns_instance(p, false),
+        )),
+        tags: manifest
+            .tags
+            .clone()
+            .map(Value::Object)
+            .unwrap_or(Value::Null),
+        trusted_certs: (!config.trusted_certs.is_empty())
+            .then(|| kubosh_core::digest::sha1_hex(config.trusted_certs.as_bytes())),
+    }
+}
+
+/// The instance as DNS sees it; with `reported`, a dynamic network's address is the one the
+/// agent reported for the VM (for the records), without, only planned addresses count (for
+/// change detection, which must not see a dynamic address appear once the VM exists).
+pub(crate) fn dns_instance(p: &Planned, reported: bool) -> DnsInstance {
+    DnsInstance {
+        uuid: p.placed.uuid.clone(),
+        index: p.placed.index,
+        group: p.record.group.clone(),
+        az: p.placed.az.clone(),
+        addresses: p
+            .networks
+            .iter()
+            .filter_map(|(net, s)| {
+                let from_agent = || {
+                    let vm = p.record.vm.as_ref().filter(|_| reported)?;
+                    vm.networks.get(net)?.get("ip")
+                };
+                let ip = s.get("ip").or_else(from_agent)?.as_str()?;
+                Some((net.clone(), ip.to_string()))
+            })
+            .collect(),
+        agent_id: p.record.vm.as_ref().map(|vm| vm.agent_id.clone()),
+    }
+}
+
+/// How a planned instance's VM is made.
+pub(crate) fn vm_request(
+    deployment: &str,
+    tags: &serde_json::Map<String, Value>,
+    group: &GroupSpec,
+    p: &Planned,
+    stemcells: &BTreeMap<String, String>,
+) -> VmRequest {
+    // The manifest's tags, then the director's own keys over them (`metadata_updater.rb`);
+    // `created_at` is added when the VM exists.
+    let mut metadata = tags.clone();
+    for (k, v) in [
+        ("director", "kubosh".to_string()),
+        ("deployment", deployment.to_string()),
+        ("instance_group", group.name.clone()),
+        ("job", group.name.clone()),
+        ("id", p.placed.uuid.clone()),
+        ("index", p.placed.index.to_string()),
+        ("name", format!("{}/{}", group.name, p.placed.uuid)),
+    ] {
+        metadata.insert(k.into(), Value::String(v));
+    }
+    VmRequest {
+        instance: Some(p.placed.uuid.clone()),
+        display_name: p.record.display_name(),
+        stemcell_cid: stemcells
+            .get(&group.stemcell.key())
+            .cloned()
+            .unwrap_or_default(),
+        stemcell: group.stemcell.key(),
+        cloud_properties: p.desired.cloud_properties.clone(),
+        networks: Value::Object(p.networks.clone().into_iter().collect()),
+        env: group.env.clone(),
+        disk_cids: p.record.disks.iter().map(|d| d.cid.clone()).collect(),
+        metadata,
+    }
+}
+
+/// What one changed instance gets (canary and watch time are the rollout's to set).
+pub(crate) fn target(
+    deployment: &str,
+    tags: &serde_json::Map<String, Value>,
+    group: &GroupSpec,
+    p: &Planned,
+    stemcells: &BTreeMap<String, String>,
+    dns_root_domain: &str,
+) -> InstanceTarget {
+    let watch = group
+        .update
+        .update_watch_time
+        .unwrap_or(kubosh_core::manifest::WatchTime {
+            min_ms: 30_000,
+            max_ms: 30_000,
+        });
+    InstanceTarget {
+        record: p.record.clone(),
+        desired: p.desired.clone(),
+        desired_state: p.record.state,
+        changes: p.changes.clone(),
+        apply: apply_spec(deployment, group, p, dns_root_domain),
+        vm: vm_request(deployment, tags, group, p, stemcells),
+        watch,
+        canary: false,
+        // A VM made by this deploy (the instance had none when asked) runs nothing to
+        // stop, as the Director's stopper skips new instances.
+        responsive: matches!(p.observed, Observed::Answered { .. }),
+        was_running: matches!(&p.observed, Observed::Answered { job_state } if job_state != "stopped"),
+        announced: false,
+    }
+}
+
+/// The full apply spec (§2.5) of a planned instance.
+fn apply_spec(deployment: &str, group: &GroupSpec, p: &Planned, root: &str) -> ApplySpec {
+    let templates: Vec<JobTemplateSpec> = p
+        .desired
+        .jobs
+        .iter()
+        .map(|j| JobTemplateSpec {
+            name: j.name.clone(),
+            version: j.version.clone(),
+            ..JobTemplateSpec::default()
+        })
+        .collect();
+    let packages: IndexMap<String, PackageSpec> = p
+        .desired
+        .packages
+        .iter()
+        .map(|(name, v)| {
+            (
+                name.clone(),
+                PackageSpec {
+                    name: name.clone(),
+                    version: v.version.clone(),
+                    sha1: v.sha1.clone(),
+                    blobstore_id: v.blobstore_id.clone(),
+                    ..PackageSpec::default()
+                },
+            )
+        })
+        .collect();
+    let rendered = p.rendered.as_ref();
+    ApplySpec {
+        deployment: Some(deployment.to_string()),
+        job: Some(Some(JobSpec {
+            name: Some(Some(group.name.clone())),
+            template: templates.first().map(|t| t.name.clone()),
+            version: templates.first().map(|t| t.version.clone()),
+            templates: Some(Some(templates)),
+            ..JobSpec::default()
+        })),
+        index: Some(Some(p.placed.index)),
+        name: Some(group.name.clone()),
+        id: Some(p.placed.uuid.clone()),
+        az: Some(p.placed.az.clone()),
+        networks: Some(p.networks.clone().into_iter().collect()),
+        packages: Some(packages),
+        dns_domain_name: Some(root.to_string()),
+        persistent_disk: Some(
+            group
+                .disks
+                .iter()
+                .find(|d| d.name.is_empty())
+                .map_or(0, |d| d.size_mib),
+        ),
+        template_hashes: rendered.map(|r| r.template_hashes.clone()),
+        rendered_templates_archive: rendered
+            .and_then(|r| r.archive.clone())
+            .map(|(blobstore_id, sha1)| Some(RenderedTemplatesArchive { blobstore_id, sha1 })),
+        configuration_hash: rendered.map(|r| r.configuration_hash.clone()),
+        extra: serde_json::Map::new(),
+    }
+}

@@ -1,0 +1,396 @@
+//! A deploy planned before anything changes (`bosh deploy` up to its first change): what
+//! the agents say, where every instance goes, its addresses, templates and packages, and
+//! what changes for it. Planning reads — the state, the agents (`get_state`), the other
+//! deployments' reservations, the blobstore (archives a release references), the renderer,
+//! the CPI's `calculate_vm_cloud_properties` — and writes nothing; [`Engine::execute`]
+//! carries a [`DeployPlan`] out. `kubosh deploy --dry-run` prints a plan's
+//! [`DeployPlan::report`].
+
+mod compile;
+mod instances;
+mod network;
+mod render;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+pub use compile::{CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks};
+pub(crate) use instances::{Desire, Planned, desire, dns_instance, target, vm_request};
+pub use network::{Addresses, plan_networks, reservations, static_ip_azs};
+
+use crate::deploy::{DeployReport, InstancePlan};
+use crate::progress::{self, InstanceName, Milestone, StageRun};
+use crate::resources::CalculatedProperties;
+use crate::state::{DeploymentState, InstanceRecord};
+use crate::{DeployRequest, Engine, EngineError, PlanError, releases_by_name};
+use kubosh_artifacts::release::Release;
+use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
+use kubosh_core::plan::changes::Observed;
+use kubosh_core::plan::desired::{self, GroupSpec, StemcellInfo};
+use kubosh_transport::agent::AgentError;
+
+/// What a deploy found before planning: the deployment's state and what each agent said.
+pub struct Observation {
+    /// The state; instances whose VM vanished have lost their VM record (in memory only:
+    /// [`Engine::execute`] writes them first).
+    pub(crate) state: DeploymentState,
+    /// What each instance's agent said, by uuid.
+    pub(crate) observed: BTreeMap<String, Observed>,
+    /// Instances whose VM the cloud says is gone (cck's `missing_vm`), sorted.
+    pub(crate) vanished: Vec<String>,
+    /// The "Preparing deployment" stage; rendering is its second task.
+    preparing: Arc<StageRun>,
+}
+
+impl Observation {
+    /// Whether every instance meant to run answered `running`.
+    pub(crate) fn all_running(&self) -> bool {
+        self.state.instances.values().all(|i| {
+            i.state != crate::state::InstanceState::Started
+                || matches!(self.observed.get(&i.uuid), Some(Observed::Answered { job_state }) if job_state == "running")
+        })
+    }
+}
+
+/// The request's documents resolved: what every planning attempt starts from.
+#[derive(Clone)]
+pub struct Resolved {
+    /// The manifest, typed.
+    pub(crate) manifest: DeploymentManifest,
+    /// The cloud config, typed.
+    pub(crate) cloud: CloudConfig,
+    /// Every instance group resolved against the cloud config and the stemcells.
+    pub(crate) groups: Vec<GroupSpec>,
+    /// `vm_resources` as the CPI's cloud properties (the compilation workers' included).
+    pub(crate) calculated: CalculatedProperties,
+    /// Releases by name.
+    pub(crate) releases: BTreeMap<String, Arc<Release>>,
+}
+
+/// What a deploy will do, decided before anything changes.
+pub struct DeployPlan<'r> {
+    /// What was asked.
+    pub(crate) request: &'r DeployRequest,
+    /// The documents it was planned from.
+    pub(crate) resolved: Resolved,
+    /// The digest recorded once the deploy succeeds.
+    pub(crate) inputs: String,
+    /// The deployment's state as planned from.
+    pub(crate) state: DeploymentState,
+    /// Instances whose VM vanished (their records lost the VM).
+    pub(crate) vanished: Vec<String>,
+    /// Every desired instance, with its desired spec and changes as far as planning knows
+    /// them (the blobs of packages still to compile are known once compiled).
+    pub(crate) instances: Vec<Planned>,
+    /// Uuids of the instances to delete.
+    pub(crate) obsolete: Vec<String>,
+    /// The addresses planned (claimed by [`Engine::claim_addresses`]).
+    pub(crate) addresses: Addresses,
+    /// Link group ids, new groups included.
+    pub(crate) link_group_ids: BTreeMap<String, u64>,
+    /// What compilation will do.
+    pub(crate) compilation: PlannedCompilation,
+}
+
+impl DeployPlan<'_> {
+    /// What the deploy would do, and why (nothing is compiled yet: `compiled` is 0).
+    pub fn report(&self) -> DeployReport {
+        let mut report = DeployReport {
+            plan: self.instances.iter().map(instance_plan).collect(),
+            obsolete: self
+                .obsolete
+                .iter()
+                .filter_map(|u| self.state.instances.get(u))
+                .map(InstanceRecord::display_name)
+                .collect(),
+            to_compile: self.compilation.packages.to_compile.clone(),
+            ..DeployReport::default()
+        };
+        report.noop = report.obsolete.is_empty()
+            && report.to_compile.is_empty()
+            && self.instances.iter().all(|p| p.changes.is_empty());
+        report
+    }
+}
+
+impl Engine {
+    /// What a deploy would do, without changing anything: validation, the agents' state,
+    /// placement, addresses, rendering, compilation and change detection, as `bosh deploy
+    /// --dry-run` (which stops after rendering) and a little more (what would be compiled,
+    /// created, updated and deleted, and why).
+    pub async fn prepare<'r>(
+        &self,
+        request: &'r DeployRequest,
+    ) -> Result<DeployPlan<'r>, EngineError> {
+        let (manifest, cloud) = self.documents(request)?;
+        let state = self.store.load().await?;
+        let observation = self.observe_deployment(state).await?;
+        let resolved = self.resolve(request, manifest, cloud).await?;
+        self.plan_deploy(request, &resolved, &observation).await
+    }
+
+    /// The request's documents, typed (invalid ⇒ every problem, before any call); their
+    /// warnings go to the event log.
+    pub(crate) fn documents(
+        &self,
+        request: &DeployRequest,
+    ) -> Result<(DeploymentManifest, CloudConfig), EngineError> {
+        let validated = kubosh_core::validate::deployment(&request.manifest, &request.cloud_config)
+            .map_err(EngineError::Invalid)?;
+        for w in validated.warnings.all() {
+            progress::warn(self.events.as_ref(), w.to_string());
+        }
+        Ok(validated.document)
+    }
+
+    /// Step 3: asks every VM for its state (the "Preparing deployment" task); instances whose
+    /// VM vanished lose their VM record (in memory) and are dirty, so the deploy makes them a
+    /// new VM and re-attaches their disks.
+    pub(crate) async fn observe_deployment(
+        &self,
+        mut state: DeploymentState,
+    ) -> Result<Observation, EngineError> {
+        let preparing = StageRun::new(self.events.clone(), "Preparing deployment", vec![], 2);
+        let (observed, vanished) = preparing
+            .task("Preparing deployment", self.observe(&state))
+            .await?;
+        for uuid in &vanished {
+            let Some(record) = state.instances.get_mut(uuid) else {
+                continue;
+            };
+            let Some(vm) = record.vm.take() else {
+                continue;
+            };
+            record.update_completed = false;
+            progress::warn(
+                self.events.as_ref(),
+                format!(
+                    "VM for '{}' with cloud ID '{}' missing.",
+                    record.display_name(),
+                    vm.cid
+                ),
+            );
+        }
+        Ok(Observation {
+            state,
+            observed,
+            vanished,
+            preparing,
+        })
+    }
+
+    /// The groups resolved and `vm_resources` turned into cloud properties, before anything
+    /// is made or compared.
+    pub(crate) async fn resolve(
+        &self,
+        request: &DeployRequest,
+        manifest: DeploymentManifest,
+        cloud: CloudConfig,
+    ) -> Result<Resolved, EngineError> {
+        let infos: Vec<StemcellInfo> = request.stemcells.iter().map(|s| s.info.clone()).collect();
+        let groups = desired::groups(&manifest, &cloud, &infos).map_err(PlanError::Desired)?;
+        let calculated = self
+            .calculate_vm_resources(groups.iter().filter_map(|g| g.vm_resources).chain(
+                crate::resources::compilation_resources(cloud.compilation.as_ref()),
+            ))
+            .await?;
+        Ok(Resolved {
+            releases: releases_by_name(&request.releases),
+            manifest,
+            cloud,
+            groups,
+            calculated,
+        })
+    }
+
+    /// One planning attempt: placement, addresses around what the other deployments hold
+    /// now, templates, compilation (an unusable release fails here, before any address is
+    /// claimed, any stemcell uploaded or any record written), and each instance's desired
+    /// spec and changes.
+    pub(crate) async fn plan_deploy<'r>(
+        &self,
+        request: &'r DeployRequest,
+        resolved: &Resolved,
+        observation: &Observation,
+    ) -> Result<DeployPlan<'r>, EngineError> {
+        let Resolved {
+            manifest,
+            cloud,
+            groups,
+            calculated,
+            releases,
+        } = resolved;
+        let state = observation.state.clone();
+        let (mut planned, obsolete) =
+            instances::place_all(cloud, groups, &state, &observation.observed)?;
+        let addresses = self
+            .plan_addresses(manifest, cloud, groups, &mut planned, &state)
+            .await?;
+        let mut link_group_ids = state.meta.link_group_ids.clone();
+        observation
+            .preparing
+            .task(
+                "Rendering templates",
+                self.render_all(
+                    manifest,
+                    groups,
+                    releases,
+                    &mut link_group_ids,
+                    &mut planned,
+                ),
+            )
+            .await?;
+        let compile_inputs = CompileInputs {
+            manifest,
+            cloud,
+            groups,
+            releases,
+            held: &addresses.held,
+            elsewhere: &addresses.elsewhere,
+            calculated,
+        };
+        let compilation = self.plan_compile(&compile_inputs, &state)?;
+        self.check_stored_archives(&compilation, releases).await?;
+        let packages = compilation.tentative_packages();
+        desire(
+            &mut planned,
+            &Desire {
+                manifest,
+                cloud,
+                groups,
+                packages: &packages,
+                calculated,
+                config: &self.config,
+                requests: request.requests,
+                action: request.action.as_ref(),
+            },
+        );
+        Ok(DeployPlan {
+            request,
+            resolved: resolved.clone(),
+            inputs: self.inputs_digest(request),
+            vanished: observation.vanished.clone(),
+            state,
+            instances: planned,
+            obsolete,
+            addresses,
+            link_group_ids,
+            compilation,
+        })
+    }
+
+    /// The digest of what a deploy reads, with what the director adds to every deployment
+    /// (new trusted certificates must reach every VM).
+    pub(crate) fn inputs_digest(&self, request: &DeployRequest) -> String {
+        match self.config.trusted_certs.as_str() {
+            "" => request.inputs_digest(),
+            certs => kubosh_core::digest::sha256_hex(
+                format!("{}\n{}", request.inputs_digest(), certs).as_bytes(),
+            ),
+        }
+    }
+
+    /// `get_state` of every VM (bounded concurrency). An agent that does not answer fails
+    /// the deploy with BOSH's timeout text, before anything changed, unless the cloud says
+    /// its VM is gone (cck's `missing_vm`): such instances are listed second, to be given a
+    /// new VM.
+    async fn observe(
+        &self,
+        state: &DeploymentState,
+    ) -> Result<(BTreeMap<String, Observed>, Vec<String>), EngineError> {
+        let records: Vec<InstanceRecord> = state.instances.values().cloned().collect();
+        let asks = records.into_iter().map(|i| async move {
+            let observed = match &i.vm {
+                None => Ok(Observed::NoVm),
+                Some(vm) => match self.agent(&vm.agent_id, &i.name()).get_state(false).await {
+                    Ok(s) => Ok(Observed::Answered {
+                        job_state: String::from(s.job_state),
+                    }),
+                    Err(e) if e.is_timeout() && self.vm_is_gone(&vm.cid).await => {
+                        Ok(Observed::NoVm)
+                    }
+                    Err(e) => {
+                        self.events.milestone(Milestone::AgentUnresponsive {
+                            instance: InstanceName::of(&i),
+                            error: e.to_string(),
+                        });
+                        Err(e)
+                    }
+                },
+            };
+            let vanished = i.vm.is_some() && matches!(observed, Ok(Observed::NoVm));
+            (i.uuid.clone(), observed, vanished)
+        });
+        let answers: Vec<(String, Result<Observed, AgentError>, bool)> =
+            futures::stream::iter(asks)
+                .buffer_unordered(self.config.get_state_concurrency.max(1))
+                .collect()
+                .await;
+        let mut out = BTreeMap::new();
+        let mut vanished = Vec::new();
+        let mut errors = Vec::new();
+        for (uuid, answer, gone) in answers {
+            match answer {
+                Ok(o) => {
+                    if gone {
+                        vanished.push(uuid.clone());
+                    }
+                    out.insert(uuid, o);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            vanished.sort();
+            Ok((out, vanished))
+        } else {
+            errors.sort_by_cached_key(ToString::to_string);
+            Err(EngineError::AgentsUnanswered(errors))
+        }
+    }
+
+    /// Whether the cloud says the VM no longer exists (`has_vm` false). A failing `has_vm`
+    /// proves nothing: the VM counts as there.
+    async fn vm_is_gone(&self, cid: &str) -> bool {
+        matches!(
+            self.cloud
+                .has_vm(&kubosh_cloud::VmCid(cid.to_string()))
+                .await,
+            Ok(false)
+        )
+    }
+}
+
+/// The plan of one instance, for reports.
+fn instance_plan(p: &Planned) -> InstancePlan {
+    let action = if p.changes.is_empty() {
+        "none"
+    } else if p.record.vm.is_none() && p.record.applied.is_none() {
+        "create"
+    } else if p.changes.recreates_vm() || p.record.vm.is_none() {
+        "recreate"
+    } else if p.changes.is_minimal() {
+        "dns/tags only"
+    } else {
+        "update"
+    };
+    InstancePlan {
+        instance: p.record.display_name(),
+        action,
+        changes: p.changes.names(),
+        ips: p
+            .record
+            .ips
+            .iter()
+            .map(|(n, r)| (n.clone(), r.ip.clone()))
+            .collect(),
+        az: p.placed.az.clone(),
+    }
+}
+
+/// The reports of planned instances.
+pub(crate) fn instance_plans(planned: &[Planned]) -> Vec<InstancePlan> {
+    planned.iter().map(instance_plan).collect()
+}
