@@ -50,149 +50,209 @@ impl Engine {
     ) -> Result<bool, EngineError> {
         match &intent.kind {
             IntentKind::CreateVm { instance, agent_id } => {
-                let owned = state
-                    .instances
-                    .values()
-                    .any(|i| i.vm.as_ref().is_some_and(|vm| &vm.agent_id == agent_id));
-                if owned {
-                    return Ok(true);
-                }
-                let cid = match &intent.cid {
-                    Some(cid) => Some(cid.clone()),
-                    None => self.find_vm_of(agent_id, wait).await,
-                };
-                match cid {
-                    Some(cid) => {
-                        self.delete_agent_vm(&cid, agent_id).await?;
-                        tracing::info!(vm = %cid, agent_id, "deleted a VM a previous run created but never recorded");
-                        Ok(true)
-                    }
-                    None => {
+                self.settle_create_vm(state, intent, instance.as_deref(), agent_id, wait)
+                    .await
+            }
+            IntentKind::DeleteVm { instance, vm } => {
+                self.settle_delete_vm(state, instance, vm).await
+            }
+            IntentKind::CreateDisk { instance, name } => {
+                self.settle_create_disk(state, intent, instance, name, wait)
+                    .await
+            }
+            IntentKind::SnapshotDisk { disk } => self.settle_snapshot(state, intent, disk).await,
+            IntentKind::CreateStemcell { stemcell } => {
+                self.settle_create_stemcell(state, intent, stemcell).await
+            }
+        }
+    }
+
+    /// A `create_vm` the owner does not carry: the VM (by its recorded CID, or found through
+    /// its agent within `wait`) is deleted.
+    async fn settle_create_vm(
+        &self,
+        state: &DeploymentState,
+        intent: &Intent,
+        instance: Option<&str>,
+        agent_id: &str,
+        wait: Duration,
+    ) -> Result<bool, EngineError> {
+        let owned = state
+            .instances
+            .values()
+            .any(|i| i.vm.as_ref().is_some_and(|vm| &vm.agent_id == agent_id));
+        if owned {
+            return Ok(true);
+        }
+        let cid = match &intent.cid {
+            Some(cid) => Some(cid.clone()),
+            None => self.find_vm_of(agent_id, wait).await,
+        };
+        match cid {
+            Some(cid) => {
+                self.delete_agent_vm(&cid, agent_id).await?;
+                tracing::info!(vm = %cid, agent_id, "deleted a VM a previous run created but never recorded");
+                Ok(true)
+            }
+            None => {
+                progress::warn(
+                    self.events.as_ref(),
+                    format!(
+                        "A previous run asked the cloud for a VM (agent id {agent_id}{}) and stopped before the cloud answered; no agent with that id answered within {} s, so no VM was made",
+                        instance
+                            .as_ref()
+                            .map(|i| format!(", instance {i}"))
+                            .unwrap_or_default(),
+                        wait.as_secs()
+                    ),
+                );
+                Ok(true)
+            }
+        }
+    }
+
+    /// A `delete_vm` that may not have finished: its disks detached, the VM deleted, and the
+    /// owner that still names it without a VM.
+    async fn settle_delete_vm(
+        &self,
+        state: &mut DeploymentState,
+        instance: &str,
+        vm: &str,
+    ) -> Result<bool, EngineError> {
+        // An owner already on another VM took its disks there (a settle that was
+        // deferred): they are not this VM's to detach.
+        let disks = match state.instances.get(instance) {
+            Some(i) if i.vm.as_ref().is_none_or(|v| &v.cid == vm) => i.disks.clone(),
+            _ => Vec::new(),
+        };
+        for disk in disks {
+            let _ = self
+                .cloud
+                .detach_disk(&VmCid(vm.clone()), &DiskCid(disk.cid.clone()))
+                .await;
+        }
+        let agent_id = (state.instances.get(instance))
+            .and_then(|i| i.vm.as_ref().filter(|v| &v.cid == vm))
+            .map(|v| v.agent_id.clone());
+        match agent_id {
+            Some(agent_id) => self.delete_agent_vm(vm, &agent_id).await?,
+            None => self.delete_vm_cid(vm).await?,
+        }
+        if let Some(owner) = state.instances.get(instance)
+            && owner.vm.as_ref().is_some_and(|v| &v.cid == vm)
+        {
+            let mut owner = owner.clone();
+            owner.vm = None;
+            owner.update_completed = false;
+            self.persist(&owner).await?;
+            state.apply(&Write::Instance(Box::new(owner)));
+        }
+        Ok(true)
+    }
+
+    /// A `create_disk` whose disk neither its owner nor the orphans list: the recorded disks
+    /// put back on the VM, the new disk deleted.
+    async fn settle_create_disk(
+        &self,
+        state: &DeploymentState,
+        intent: &Intent,
+        instance: &str,
+        name: &str,
+        wait: Duration,
+    ) -> Result<bool, EngineError> {
+        let found = match &intent.cid {
+            Some(cid) => Some(cid.clone()),
+            None => self.find_disk_of(intent, instance, name).await?,
+        };
+        let Some(cid) = &found else {
+            return Ok(true);
+        };
+        let owner = state.instances.get(instance);
+        if owner.is_some_and(|i| i.disks.iter().any(|d| &d.cid == cid))
+            || state.orphaned_disks.contains_key(cid)
+        {
+            return Ok(true);
+        }
+        // Never made active: the data is still on the disk it was to replace. The agent
+        // may have mounted it, or even switched its store to it (a migration that
+        // finished before its record did): take it away and put the recorded disks
+        // back, before the cloud deletes it.
+        if let Some(owner) = owner
+            && let Some(vm) = &owner.vm
+        {
+            self.restore_disks(owner, &vm.agent_id, &vm.cid, cid, wait)
+                .await;
+            let _ = self
+                .cloud
+                .detach_disk(&VmCid(vm.cid.clone()), &DiskCid(cid.clone()))
+                .await;
+        }
+        match self.cloud.delete_disk(&DiskCid(cid.clone())).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::DiskNotFound) => Ok(true),
+            Err(e) => Err(EngineError::from(e)),
+        }
+    }
+
+    /// A `snapshot_disk`: kept when its disk lists it, else deleted (found by request id
+    /// when its CID was never recorded).
+    async fn settle_snapshot(
+        &self,
+        state: &DeploymentState,
+        intent: &Intent,
+        disk: &str,
+    ) -> Result<bool, EngineError> {
+        match &intent.cid {
+            // Recorded on its disk: the snapshot is the disk's now.
+            Some(cid) if super::snapshot::snapshot_recorded(state, disk, cid) => Ok(true),
+            Some(cid) => {
+                self.cloud
+                    .delete_snapshot(&SnapshotCid(cid.clone()))
+                    .await
+                    .map_err(EngineError::from)?;
+                Ok(true)
+            }
+            // Never answered: the snapshot the call made, if the cloud can tell, goes.
+            None => {
+                match self.cloud.find_snapshot_by_request(&intent.id).await {
+                    Ok(Some(cid)) => self
+                        .cloud
+                        .delete_snapshot(&cid)
+                        .await
+                        .map_err(EngineError::from)?,
+                    Ok(None) => {}
+                    Err(e) if e.is(&kubosh_cloud::ErrorKind::NotImplemented) => {
                         progress::warn(
                             self.events.as_ref(),
                             format!(
-                                "A previous run asked the cloud for a VM (agent id {agent_id}{}) and stopped before the cloud answered; no agent with that id answered within {} s, so no VM was made",
-                                instance
-                                    .as_ref()
-                                    .map(|i| format!(", instance {i}"))
-                                    .unwrap_or_default(),
-                                wait.as_secs()
+                                "A previous run stopped while the cloud was snapshotting disk '{disk}'; the cloud did not report the snapshot's CID, so it cannot be found: check the cloud for a snapshot of that disk"
                             ),
                         );
-                        Ok(true)
                     }
-                }
-            }
-            IntentKind::DeleteVm { instance, vm } => {
-                // An owner already on another VM took its disks there (a settle that was
-                // deferred): they are not this VM's to detach.
-                let disks = match state.instances.get(instance) {
-                    Some(i) if i.vm.as_ref().is_none_or(|v| &v.cid == vm) => i.disks.clone(),
-                    _ => Vec::new(),
-                };
-                for disk in disks {
-                    let _ = self
-                        .cloud
-                        .detach_disk(&VmCid(vm.clone()), &DiskCid(disk.cid.clone()))
-                        .await;
-                }
-                let agent_id = (state.instances.get(instance))
-                    .and_then(|i| i.vm.as_ref().filter(|v| &v.cid == vm))
-                    .map(|v| v.agent_id.clone());
-                match agent_id {
-                    Some(agent_id) => self.delete_agent_vm(vm, &agent_id).await?,
-                    None => self.delete_vm_cid(vm).await?,
-                }
-                if let Some(owner) = state.instances.get(instance)
-                    && owner.vm.as_ref().is_some_and(|v| &v.cid == vm)
-                {
-                    let mut owner = owner.clone();
-                    owner.vm = None;
-                    owner.update_completed = false;
-                    self.persist(&owner).await?;
-                    state.apply(&Write::Instance(Box::new(owner)));
-                }
-                Ok(true)
-            }
-            IntentKind::CreateDisk { instance, name } => {
-                let found = match &intent.cid {
-                    Some(cid) => Some(cid.clone()),
-                    None => self.find_disk_of(intent, instance, name).await?,
-                };
-                let Some(cid) = &found else {
-                    return Ok(true);
-                };
-                let owner = state.instances.get(instance);
-                if owner.is_some_and(|i| i.disks.iter().any(|d| &d.cid == cid))
-                    || state.orphaned_disks.contains_key(cid)
-                {
-                    return Ok(true);
-                }
-                // Never made active: the data is still on the disk it was to replace. The agent
-                // may have mounted it, or even switched its store to it (a migration that
-                // finished before its record did): take it away and put the recorded disks
-                // back, before the cloud deletes it.
-                if let Some(owner) = owner
-                    && let Some(vm) = &owner.vm
-                {
-                    self.restore_disks(owner, &vm.agent_id, &vm.cid, cid, wait)
-                        .await;
-                    let _ = self
-                        .cloud
-                        .detach_disk(&VmCid(vm.cid.clone()), &DiskCid(cid.clone()))
-                        .await;
-                }
-                match self.cloud.delete_disk(&DiskCid(cid.clone())).await {
-                    Ok(()) => Ok(true),
-                    Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::DiskNotFound) => Ok(true),
-                    Err(e) => Err(EngineError::from(e)),
-                }
-            }
-            IntentKind::SnapshotDisk { disk } => match &intent.cid {
-                // Recorded on its disk: the snapshot is the disk's now.
-                Some(cid) if super::snapshot::snapshot_recorded(state, disk, cid) => Ok(true),
-                Some(cid) => {
-                    self.cloud
-                        .delete_snapshot(&SnapshotCid(cid.clone()))
-                        .await
-                        .map_err(EngineError::from)?;
-                    Ok(true)
-                }
-                // Never answered: the snapshot the call made, if the cloud can tell, goes.
-                None => {
-                    match self.cloud.find_snapshot_by_request(&intent.id).await {
-                        Ok(Some(cid)) => self
-                            .cloud
-                            .delete_snapshot(&cid)
-                            .await
-                            .map_err(EngineError::from)?,
-                        Ok(None) => {}
-                        Err(e) if e.is(&kubosh_cloud::ErrorKind::NotImplemented) => {
-                            progress::warn(
-                                self.events.as_ref(),
-                                format!(
-                                    "A previous run stopped while the cloud was snapshotting disk '{disk}'; the cloud did not report the snapshot's CID, so it cannot be found: check the cloud for a snapshot of that disk"
-                                ),
-                            );
-                        }
-                        Err(e) => return Err(EngineError::from(e)),
-                    }
-                    Ok(true)
-                }
-            },
-            IntentKind::CreateStemcell { stemcell } => {
-                if state.stemcells.contains_key(stemcell) {
-                    return Ok(true);
-                }
-                if let Some(cid) = &intent.cid {
-                    self.cloud
-                        .delete_stemcell(&StemcellCid(cid.clone()))
-                        .await
-                        .map_err(EngineError::from)?;
+                    Err(e) => return Err(EngineError::from(e)),
                 }
                 Ok(true)
             }
         }
+    }
+
+    /// A `create_stemcell` never recorded: the stemcell, when its CID is known, deleted.
+    async fn settle_create_stemcell(
+        &self,
+        state: &DeploymentState,
+        intent: &Intent,
+        stemcell: &str,
+    ) -> Result<bool, EngineError> {
+        if state.stemcells.contains_key(stemcell) {
+            return Ok(true);
+        }
+        if let Some(cid) = &intent.cid {
+            self.cloud
+                .delete_stemcell(&StemcellCid(cid.clone()))
+                .await
+                .map_err(EngineError::from)?;
+        }
+        Ok(true)
     }
 
     /// The disk an interrupted `create_disk` made, asked of the cloud by the intent's id (the

@@ -148,31 +148,7 @@ impl Engine {
         // share its address.
         let workers = worker_slots.len().max(1);
         let reuse = compilation.reuse_compilation_vms.unwrap_or(false);
-        let preparing = StageRun::new(
-            self.events.clone(),
-            "Preparing package compilation",
-            vec![],
-            1,
-        );
-        let task = preparing.start("Finding packages to compile");
-        // Source packages into the blobstore (content-addressed: a stored one is kept).
-        let mut sources: Vec<(String, String)> = Vec::new();
-        for t in &plan.tasks {
-            let package = releases
-                .get(&t.release)
-                .and_then(|r| r.package(&t.package.name));
-            let Some(package) = package else {
-                let e = EngineError::from(PlanError::PackageMissing {
-                    package: t.package.name.clone(),
-                    release: t.release.clone(),
-                });
-                preparing.end(&task, &Err::<(), _>(&e));
-                return Err(e);
-            };
-            let id = self.stored_archive(&package.archive).await?;
-            sources.push((id, package.digest.to_string()));
-        }
-        preparing.end(&task, &Ok::<(), EngineError>(()));
+        let sources = self.prepare_sources(plan, releases).await?;
 
         let stage = StageRun::new(
             self.events.clone(),
@@ -203,7 +179,7 @@ impl Engine {
             let compilation = compilation.clone();
             let deployment = deployment.clone();
             let tags = tags.clone();
-            let (identity, networks) = worker_slots
+            let worker = worker_slots
                 .get(slot)
                 .cloned()
                 .unwrap_or_else(|| (WorkerIdentity::default(), Value::Object(Default::default())));
@@ -218,51 +194,13 @@ impl Engine {
                         } else {
                             None
                         };
-                        let reused_vm = match kept {
-                            Some((k, vm, intent)) if k == key => Some((vm, intent)),
-                            Some((_, other, intent)) => {
-                                // A worker of another stemcell makes room.
-                                self.delete_unowned_vm(&other, intent).await?;
-                                None
-                            }
-                            None => None,
-                        };
-                        let (vm, intent) = match reused_vm {
-                            Some(worker) => worker,
-                            None => {
-                                let request = VmRequest {
-                                    instance: None,
-                                    display_name: format!(
-                                        "{}/{} (0)",
-                                        identity.group, identity.uuid
-                                    ),
-                                    stemcell_cid: stemcell_cids
-                                        .get(&key)
-                                        .cloned()
-                                        .unwrap_or_default(),
-                                    stemcell: key.clone(),
-                                    cloud_properties: workers_spec.cloud_properties.clone(),
-                                    networks: networks.clone(),
-                                    env: Value::Object(compilation.env.clone().unwrap_or_default()),
-                                    disk_cids: vec![],
-                                    metadata: worker_metadata(
-                                        &tags,
-                                        &deployment,
-                                        &identity,
-                                        &t.package.name,
-                                    ),
-                                };
-                                let (vm, intent) = self.create_unowned_vm(&request).await?;
-                                if let Err(e) = self
-                                    .send_vm_settings(&vm.agent_id, &request.display_name, &[])
-                                    .await
-                                {
-                                    self.delete_unowned_vm(&vm, intent).await?;
-                                    return Err(e);
-                                }
-                                (vm, intent)
-                            }
-                        };
+                        let metadata =
+                            worker_metadata(&tags, &deployment, &worker.0, &t.package.name);
+                        let stemcell_cid = stemcell_cids.get(&key).cloned().unwrap_or_default();
+                        let env = Value::Object(compilation.env.clone().unwrap_or_default());
+                        let request =
+                            workers_spec.request(&worker, (&key, stemcell_cid), env, metadata);
+                        let (vm, intent) = self.worker_vm(&key, kept, &request).await?;
                         let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
                         if reuse && compiled.is_ok() {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
@@ -300,6 +238,77 @@ impl Engine {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         Ok(results.into_iter().flatten().collect())
+    }
+
+    /// The "Preparing package compilation" stage: the tasks' source packages stored.
+    async fn prepare_sources(
+        &self,
+        plan: &CompilePlan,
+        releases: &BTreeMap<String, Arc<Release>>,
+    ) -> Result<Vec<(String, String)>, EngineError> {
+        let preparing = StageRun::new(
+            self.events.clone(),
+            "Preparing package compilation",
+            vec![],
+            1,
+        );
+        let task = preparing.start("Finding packages to compile");
+        let sources = self.store_sources(plan, releases).await;
+        match &sources {
+            Ok(_) => preparing.end(&task, &Ok::<(), EngineError>(())),
+            Err(e) => preparing.end(&task, &Err::<(), _>(e)),
+        }
+        sources
+    }
+
+    /// Source packages into the blobstore (content-addressed: a stored one is kept): each
+    /// task's blob id and digest.
+    async fn store_sources(
+        &self,
+        plan: &CompilePlan,
+        releases: &BTreeMap<String, Arc<Release>>,
+    ) -> Result<Vec<(String, String)>, EngineError> {
+        let mut sources = Vec::new();
+        for t in &plan.tasks {
+            let package = releases
+                .get(&t.release)
+                .and_then(|r| r.package(&t.package.name));
+            let Some(package) = package else {
+                return Err(PlanError::PackageMissing {
+                    package: t.package.name.clone(),
+                    release: t.release.clone(),
+                }
+                .into());
+            };
+            let id = self.stored_archive(&package.archive).await?;
+            sources.push((id, package.digest.to_string()));
+        }
+        Ok(sources)
+    }
+
+    /// A compilation VM for a task on stemcell `key`: the slot's kept worker when it runs
+    /// that stemcell (a worker of another stemcell makes room), else a new one made as
+    /// `request` says, with its settings sent (deleted again when they cannot be).
+    async fn worker_vm(
+        &self,
+        key: &str,
+        kept: Option<WorkerVm>,
+        request: &VmRequest,
+    ) -> Result<(NewVm, String), EngineError> {
+        match kept {
+            Some((k, vm, intent)) if k == key => return Ok((vm, intent)),
+            Some((_, other, intent)) => self.delete_unowned_vm(&other, intent).await?,
+            None => {}
+        }
+        let (vm, intent) = self.create_unowned_vm(request).await?;
+        if let Err(e) = self
+            .send_vm_settings(&vm.agent_id, &request.display_name, &[])
+            .await
+        {
+            self.delete_unowned_vm(&vm, intent).await?;
+            return Err(e);
+        }
+        Ok((vm, intent))
     }
 
     /// One `compile_package` call.
@@ -450,6 +459,29 @@ pub struct Workers {
     pub slots: Vec<(WorkerIdentity, Value)>,
     /// Merged cloud properties.
     pub cloud_properties: Value,
+}
+
+impl Workers {
+    /// How the VM of `worker` (a slot) is made on `stemcell` (`name/version` and its CID).
+    fn request(
+        &self,
+        (identity, networks): &(WorkerIdentity, Value),
+        (stemcell, stemcell_cid): (&str, String),
+        env: Value,
+        metadata: serde_json::Map<String, Value>,
+    ) -> VmRequest {
+        VmRequest {
+            instance: None,
+            display_name: format!("{}/{} (0)", identity.group, identity.uuid),
+            stemcell_cid,
+            stemcell: stemcell.to_string(),
+            cloud_properties: self.cloud_properties.clone(),
+            networks: networks.clone(),
+            env,
+            disk_cids: vec![],
+            metadata,
+        }
+    }
 }
 
 /// What a deploy claims while its workers exist: its own addresses and the workers'.

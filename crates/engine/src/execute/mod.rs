@@ -132,25 +132,39 @@ impl Engine {
             self.withdraw_announcements(&started, &mut state).await;
             return Err(e);
         }
-        self.publish_dns(manifest, &planned, &mut state).await?;
+        self.conclude(manifest, &planned, state, inputs, &report)
+            .await?;
+        Ok(report)
+    }
+
+    /// After the rollout: DNS published, unused addresses released, `post-deploy` when
+    /// anything changed, and the deployed inputs recorded (announcements end with the
+    /// updates: only instances still dirty keep theirs).
+    async fn conclude(
+        &self,
+        manifest: &DeploymentManifest,
+        planned: &[Planned],
+        mut state: DeploymentState,
+        inputs: String,
+        report: &DeployReport,
+    ) -> Result<(), EngineError> {
+        self.publish_dns(manifest, planned, &mut state).await?;
         let held: Vec<&InstanceRecord> = planned.iter().map(|p| &p.record).collect();
         self.release_unused_ips(manifest.name.as_deref().unwrap_or_default(), held)
             .await?;
         if !report.updated.is_empty() || !report.deleted.is_empty() {
-            self.run_post_deploy(&planned).await?;
+            self.run_post_deploy(planned).await?;
         }
         let mut meta = DeploymentMeta {
             deployed_inputs: Some(inputs),
             ..state.meta.clone()
         };
-        // Announcements end with the updates: only instances still dirty keep theirs.
         meta.updating.retain(|uuid, _| {
             planned
                 .iter()
                 .any(|p| &p.record.uuid == uuid && !p.record.update_completed)
         });
-        self.write(Write::Meta(meta)).await?;
-        Ok(report)
+        self.write(Write::Meta(meta)).await
     }
 
     /// Step 5: deletes instances no longer wanted, disks orphaned.
