@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::layout::{InvalidName, Layout, check_name};
-use kubosh_core::digest::{DigestError, MultiDigest};
+use kubosh_base::digest::{DigestError, MultiDigest};
 
 /// Why a blob could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +96,7 @@ impl Blobstore {
 
     /// Stores `bytes` as a new blob; returns its id (a random UUID).
     pub async fn put(&self, bytes: &[u8]) -> Result<String, BlobError> {
-        let id = kubosh_core::ids::uuid_v4();
+        let id = kubosh_base::ids::uuid_v4();
         write_atomic(&self.store, &id, bytes).await?;
         Ok(id)
     }
@@ -154,7 +154,7 @@ async fn write_atomic(dir: &Path, id: &str, bytes: &[u8]) -> Result<(), BlobErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubosh_core::digest::sha1_hex;
+    use kubosh_base::digest::sha1_hex;
 
     #[tokio::test]
     async fn stores_finds_and_verifies() {

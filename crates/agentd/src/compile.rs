@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::exec;
 use super::layout::{InvalidName, Layout, check_name};
-use kubosh_core::digest::{DigestError, MultiDigest, sha1_hex, sha256_hex};
+use kubosh_base::digest::{DigestError, MultiDigest, sha1_hex, sha256_hex};
 
 /// How much of the packaging script's stdout and stderr an error carries (the agent: 10 KiB).
 const OUTPUT_TAIL: usize = 10 * 1024;

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::exec;
 use super::layout::{InvalidName, Layout, check_name};
-use kubosh_core::digest::MultiDigest;
+use kubosh_base::digest::MultiDigest;
 
 /// The `type` argument of the `drain` action (`update`, `shutdown`, or `status`, the
 /// director's old dynamic-drain polling, which current agents refuse).

@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use super::compile::{replace_symlink, unpack_into};
 use super::layout::{InvalidName, Layout, check_name};
-use kubosh_core::digest::{DigestError, MultiDigest, sha1_hex};
+use kubosh_base::digest::{DigestError, MultiDigest, sha1_hex};
 
 /// A job of the instance (`job.templates[]` of the apply spec).
 #[derive(Debug, Clone, PartialEq, Eq)]

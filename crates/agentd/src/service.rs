@@ -31,7 +31,7 @@ use super::settings::Settings;
 use super::supervisor::{Supervisor, SupervisorConfig, SupervisorError};
 use super::tasks::{Cancellation, TaskError, Tasks};
 use super::vitals::{self, VitalsDisks};
-use kubosh_core::digest::{DigestError, MultiDigest};
+use kubosh_base::digest::{DigestError, MultiDigest};
 use kubosh_transport::agent::Method;
 use kubosh_transport::agent::apply_spec;
 use kubosh_transport::agent::client::Mode;
@@ -535,7 +535,7 @@ impl Inner {
             .bytes()
             .await
             .map_err(|e| fail(e.without_url().to_string()))?;
-        let d: kubosh_core::digest::MultiDigest = digest
+        let d: kubosh_base::digest::MultiDigest = digest
             .parse()
             .map_err(|e| fail(format!("digest {digest:?}: {e}")))?;
         d.verify(&bytes).map_err(|e| fail(e.to_string()))?;
@@ -788,7 +788,7 @@ impl Inner {
             .await
             .map_err(|e| ActionError::Other(e.to_string()))?
             .map_err(|e| ActionError::Other(format!("Building logs tarball: {e}")))?;
-        let sha1 = kubosh_core::digest::sha1_hex(&tarball);
+        let sha1 = kubosh_base::digest::sha1_hex(&tarball);
         let id = self
             .blobs
             .put(&tarball)

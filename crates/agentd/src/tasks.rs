@@ -86,7 +86,7 @@ impl Tasks {
         F: FnOnce(Cancellation) -> Fut,
         Fut: Future<Output = TaskResult> + Send + 'static,
     {
-        let id = kubosh_core::ids::uuid_v4();
+        let id = kubosh_base::ids::uuid_v4();
         let (tx, rx) = watch::channel(false);
         let cancel = cancellable.then_some(tx);
         lock(&self.inner)

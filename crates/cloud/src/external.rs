@@ -14,7 +14,7 @@ use super::protocol::{self, Request};
 use super::types::*;
 use crate::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_STEMCELL, FIND_VM};
 use crate::{CpiError, ErrorKind};
-use kubosh_core::secret::{Secret, collect_strings, excerpt, scrub};
+use kubosh_base::secret::{Secret, collect_strings, excerpt, scrub};
 
 /// The highest CPI API version kubosh speaks (the director's `preferred_api_version`).
 pub const MAX_API_VERSION: u32 = 2;

@@ -6,19 +6,20 @@
 //! - [`links`], [`release`]: BOSH links and the release model (tarballs read in memory);
 //! - [`plan`], [`state`]: the deploy planner and the records it plans from;
 //! - [`createenv`]: `create-env`'s manifest split, bosh-cli's state file and its decisions;
-//! - [`yaml`], [`digest`], [`ids`], [`pki`], [`secret`]: small shared pieces.
+//! - [`yaml`], [`digest`], [`ids`], [`pki`], [`secret`]: small shared pieces, which live in
+//!   `kubosh-base` and are re-exported here.
 
 pub mod createenv;
-pub mod digest;
-pub mod ids;
 pub mod links;
 pub mod manifest;
 pub mod ops;
-pub mod pki;
 pub mod plan;
 pub mod release;
-pub mod secret;
 pub mod state;
 pub mod validate;
 pub mod variables;
-pub mod yaml;
+
+// The small shared pieces moved down to `kubosh-base` (so the agent, transports and clouds
+// need not link the model); re-exported so `kubosh_core::digest` and friends keep working
+// for the crates above until their imports name `kubosh_base` directly.
+pub use kubosh_base::{digest, ids, pki, secret, yaml};

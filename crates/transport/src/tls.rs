@@ -336,9 +336,9 @@ mod tests {
 
     #[test]
     fn common_name_of_generated_certificates() {
-        let ca = kubosh_core::pki::Ca::new("ca").unwrap();
+        let ca = kubosh_base::pki::Ca::new("ca").unwrap();
         let leaf = ca
-            .issue(&kubosh_core::pki::Leaf {
+            .issue(&kubosh_base::pki::Leaf {
                 common_name: "default.nats.bosh-internal",
                 organizations: &["Cloud Foundry"],
                 alternative_names: &["127.0.0.1"],
@@ -380,16 +380,16 @@ mod tests {
     #[test]
     fn bad_pem_is_an_error_without_key_material() {
         assert_eq!(root_store("nope").unwrap_err(), TlsError::NoCa);
-        let ca = kubosh_core::pki::Ca::new("ca").unwrap();
+        let ca = kubosh_base::pki::Ca::new("ca").unwrap();
         let err = client_config(&ca.cert_pem(), Some(("", "SECRET-KEY")), true).unwrap_err();
         assert!(!err.to_string().contains("SECRET"));
     }
 
     #[test]
     fn server_config_checks_its_inputs() {
-        let ca = kubosh_core::pki::Ca::new("ca").unwrap();
+        let ca = kubosh_base::pki::Ca::new("ca").unwrap();
         let leaf = ca
-            .issue(&kubosh_core::pki::Leaf::loopback_server("agent"))
+            .issue(&kubosh_base::pki::Leaf::loopback_server("agent"))
             .unwrap();
         let config = server_config(&leaf.cert_pem, &leaf.key_pem, &[b"http/1.1"]).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
@@ -400,7 +400,7 @@ mod tests {
         let err = server_config(&leaf.cert_pem, "SECRET-KEY", &[]).unwrap_err();
         assert_eq!(err, TlsError::BadServerKey);
         // A key of another certificate.
-        let (other_key, _) = kubosh_core::pki::key_pair_pem().unwrap();
+        let (other_key, _) = kubosh_base::pki::key_pair_pem().unwrap();
         let err = server_config(&leaf.cert_pem, &other_key, &[]).unwrap_err();
         assert!(matches!(err, TlsError::Config(_)), "{err:?}");
     }

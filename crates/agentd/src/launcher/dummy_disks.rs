@@ -265,7 +265,7 @@ fn link(point: &Path, dir: Option<&Path>, keep_dir: bool) -> Result<(), DummyDis
                     .file_name()
                     .and_then(|n| n.to_str())
                     .unwrap_or("store"),
-                kubosh_core::ids::uuid_v4()
+                kubosh_base::ids::uuid_v4()
             ));
             std::fs::rename(point, &hidden).map_err(io_err("moving aside", point))?;
             tracing::warn!(from = %point.display(), to = %hidden.display(), "moved files written while no disk was mounted aside");

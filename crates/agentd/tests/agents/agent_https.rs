@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use kubosh_core::pki::{Ca, Leaf};
+use kubosh_base::pki::{Ca, Leaf};
 use kubosh_transport::agent::protocol::{ApplySpec, Reply};
 use kubosh_transport::agent::{AgentError, ClientOptions, HttpsError, HttpsTransport};
 use rustls::pki_types::pem::PemObject;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use indexmap::IndexMap;
-use kubosh_core::pki::{Ca, CertifiedKey, Leaf};
+use kubosh_base::pki::{Ca, CertifiedKey, Leaf};
 use kubosh_devenv::{BoshNats, ClientPem, NatsServer, NatsTls};
 use kubosh_transport::agent::protocol::{
     ApplySpec, BundleLogsArgs, CompilePackageArgs, CompilePackageWithSignedUrlArgs, DiskHint,
@@ -164,7 +164,7 @@ async fn raw_client(server: &NatsServer, tls: &MbusTls) -> async_nats::Client {
 /// Returns once the server has processed everything `nc` sent before (its subscriptions
 /// are routed): a message to itself on a fresh subject comes back.
 async fn roundtrip(nc: &async_nats::Client) {
-    let subject = format!("probe.{}", kubosh_core::ids::uuid_v4());
+    let subject = format!("probe.{}", kubosh_base::ids::uuid_v4());
     let mut sub = nc.subscribe(subject.clone()).await.unwrap();
     nc.publish(subject, PROBE.into()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), sub.next())

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use kubosh_agentd::compile::{CompileError, CompileRequest, Compiler, PackageSource};
 use kubosh_agentd::layout::Layout;
-use kubosh_core::digest::{sha1_hex, sha256_hex};
+use kubosh_base::digest::{sha1_hex, sha256_hex};
 
 /// A source package tarball: `files` (path, content, mode), gzipped or not.
 fn source_tarball(files: &[(&str, &str, u32)], gzip: bool) -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! The agent's HTTPS mbus server (`kubosh_agentd::mbus::https`) driven by the crate's real
 //! create-env client (`HttpsTransport`, `AgentClient`) and, for raw status checks, by
-//! reqwest. TLS with a certificate from `kubosh_core::pki`.
+//! reqwest. TLS with a certificate from `kubosh_base::pki`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use kubosh_agentd::mbus::Handler;
 use kubosh_agentd::mbus::https::{HttpsMbusConfig, HttpsMbusError, HttpsMbusServer, serve};
-use kubosh_core::pki::{Ca, Leaf};
+use kubosh_base::pki::{Ca, Leaf};
 use kubosh_transport::agent::protocol::{Reply, Request};
 use kubosh_transport::agent::{AgentError, HttpsError, HttpsTransport, Transport};
 use serde_json::{Value, json};

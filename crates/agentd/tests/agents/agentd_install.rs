@@ -10,7 +10,7 @@ use kubosh_agentd::blobs::Blobstore;
 use kubosh_agentd::install::{InstallError, InstallPlan, Installer};
 use kubosh_agentd::layout::Layout;
 use kubosh_agentd::supervisor::{JobState, Supervisor, SupervisorConfig};
-use kubosh_core::digest::{sha1_hex, sha256_hex};
+use kubosh_base::digest::{sha1_hex, sha256_hex};
 
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777

@@ -13,7 +13,7 @@ use kubosh_agentd::layout::Layout;
 use kubosh_agentd::service::{Agent, AgentOptions, Notice};
 use kubosh_agentd::settings::Settings;
 use kubosh_agentd::supervisor::SupervisorConfig;
-use kubosh_core::digest::{sha1_hex, sha256_hex};
+use kubosh_base::digest::{sha1_hex, sha256_hex};
 use kubosh_transport::agent::protocol::Request;
 use serde_json::{Value, json};
 
@@ -66,7 +66,7 @@ impl Vm {
     /// Stores `bytes` in the shared blobstore, as the director does.
     fn put_blob(&self, bytes: &[u8]) -> String {
         std::fs::create_dir_all(self.blobstore()).unwrap();
-        let id = kubosh_core::ids::uuid_v4();
+        let id = kubosh_base::ids::uuid_v4();
         std::fs::write(self.blobstore().join(&id), bytes).unwrap();
         id
     }
@@ -83,7 +83,7 @@ impl Vm {
             "protocol": 3,
             "method": method,
             "arguments": arguments,
-            "reply_to": format!("director.director-uuid.{AGENT_ID}.{}", kubosh_core::ids::uuid_v4()),
+            "reply_to": format!("director.director-uuid.{AGENT_ID}.{}", kubosh_base::ids::uuid_v4()),
         }))
         .await
     }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use kubosh_core::pki::{Ca, Leaf};
+use kubosh_base::pki::{Ca, Leaf};
 use kubosh_devenv::{NatsServer, NatsTls};
 
 fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {

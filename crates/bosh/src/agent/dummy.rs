@@ -92,7 +92,7 @@ pub fn fingerprint(mounts: Option<&[u8]>, migrations: Option<&[u8]>) -> String {
         bytes.extend_from_slice(&(part.len() as u64).to_be_bytes());
         bytes.extend_from_slice(part);
     }
-    kubosh_core::digest::sha256_hex(&bytes)
+    kubosh_base::digest::sha256_hex(&bytes)
 }
 
 /// The launcher's record (`dummy-disks.json`): which disk it made `store` and

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// 900 000 consecutive calls (a random start, then counting).
 pub fn request_id() -> String {
     static NEXT: LazyLock<AtomicU32> = LazyLock::new(|| {
-        let b = kubosh_core::ids::random_bytes(4);
+        let b = kubosh_base::ids::random_bytes(4);
         AtomicU32::new(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % 900_000)
     });
     let n = NEXT.fetch_add(1, Ordering::Relaxed) % 900_000;

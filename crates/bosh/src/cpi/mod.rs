@@ -12,5 +12,5 @@ pub mod types;
 
 pub use cloud::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_STEMCELL, FIND_VM};
 pub use error::{CpiError, ErrorKind};
-pub use kubosh_core::secret::Secret;
+pub use kubosh_base::secret::Secret;
 pub use types::*;

@@ -114,7 +114,7 @@ pub fn redact_arguments(method: &str, arguments: &[Value]) -> (Vec<Value>, Vec<S
         if let Value::Object(map) = value {
             for (key, v) in map.iter_mut() {
                 if !keep.contains(&key.as_str()) {
-                    kubosh_core::secret::collect_strings(v, removed);
+                    kubosh_base::secret::collect_strings(v, removed);
                     *v = Value::String("<redacted>".into());
                 }
             }

@@ -180,7 +180,7 @@ pub struct UpdateDisk {
 }
 
 /// Argument of `calculate_vm_cloud_properties`: the manifest's `vm_resources`.
-pub use kubosh_core::manifest::VmResources;
+pub use kubosh_base::vm_resources::VmResources;
 
 /// Arguments of `create_network` (managed networks).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

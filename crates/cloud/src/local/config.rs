@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use kubosh_core::secret::Secret;
+use kubosh_base::secret::Secret;
 
 /// The keys a request's context may override.
 pub const CONFIG_KEYS: &[&str] = &[
@@ -121,7 +121,7 @@ impl Config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
-                match kubosh_core::yaml::parse_value(&text, &path.display().to_string())
+                match kubosh_base::yaml::parse_value(&text, &path.display().to_string())
                     .map_err(|e| ConfigError(e.to_string()))?
                 {
                     Value::Object(map) => map,

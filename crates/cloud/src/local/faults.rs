@@ -1,5 +1,6 @@
-//! Fault switches for tests: `<state>/faults.json` makes methods fail or hang, and agents can
-//! be frozen (SIGSTOP) to play an unresponsive VM.
+//! Fault switches for tests: `<state>/faults.json` makes methods fail or hang, and new agents
+//! start frozen (SIGSTOP) to play unresponsive VMs. Freezing one existing VM's agent is a VM
+//! operation (`vms.rs`).
 //!
 //! ```json
 //! {"methods": {
@@ -19,10 +20,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::process;
-use super::store::{Kind, Store, read_json, write_json};
-use super::vms::VmRecord;
-use crate::{ErrorKind, VmCid};
+use super::store::{Store, read_json, write_json};
+use crate::ErrorKind;
 
 /// The fault switches of one state directory.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -161,34 +160,6 @@ pub fn start_frozen(store: &Store) -> bool {
         .ok()
         .flatten()
         .is_some_and(|f| f.start_agents_frozen)
-}
-
-/// Freezes (SIGSTOP) or thaws (SIGCONT) the agent of a VM: its processes stay, but it no
-/// longer answers anything. Fails when the VM does not exist or has no agent process.
-pub fn set_agent_frozen(state_dir: &Path, vm: &VmCid, frozen: bool) -> io::Result<()> {
-    let store = Store::open(state_dir)?;
-    let _lock = store.lock()?;
-    let record: VmRecord = store
-        .read(Kind::Vm, vm.as_str())?
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' not found")))?;
-    let agent = record.agent.ok_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' has no agent"))
-    })?;
-    process::freeze_group(&agent, frozen);
-    Ok(())
-}
-
-/// Stops every VM's agent session (the agent and its job processes) after `grace`, leaving
-/// the records: for test teardown, so a failed test leaves no process behind.
-pub fn stop_all_agents(state_dir: &Path, grace: std::time::Duration) -> io::Result<()> {
-    let store = Store::open(state_dir)?;
-    let _lock = store.lock()?;
-    for (_, record) in store.list::<VmRecord>(Kind::Vm)? {
-        if let Some(agent) = record.agent {
-            process::stop_group(&agent, grace);
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

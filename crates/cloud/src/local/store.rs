@@ -133,7 +133,7 @@ impl Store {
 
     /// A fresh CID of `kind` with a directory under `tmp/` to build it in.
     pub fn staging(&self, kind: Kind) -> io::Result<(String, PathBuf)> {
-        let cid = format!("{}-{}", kind.prefix(), kubosh_core::ids::uuid_v4());
+        let cid = format!("{}-{}", kind.prefix(), kubosh_base::ids::uuid_v4());
         let dir = self.root.join("tmp").join(&cid);
         fs::create_dir_all(&dir)?;
         Ok((cid, dir))
@@ -149,7 +149,7 @@ impl Store {
         let trash = self
             .root
             .join("tmp")
-            .join(format!("trash-{cid}-{}", kubosh_core::ids::uuid_v4()));
+            .join(format!("trash-{cid}-{}", kubosh_base::ids::uuid_v4()));
         fs::rename(self.dir(kind, cid), &trash)?;
         remove_tree(&trash)
     }
@@ -222,7 +222,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", kubosh_core::ids::uuid_v4()));
+    let tmp = dir.join(format!(".{name}.{}.tmp", kubosh_base::ids::uuid_v4()));
     let result = (|| {
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;

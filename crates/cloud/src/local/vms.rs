@@ -1,6 +1,8 @@
 //! VMs: a directory (its `/var/vcap` root, agent settings, ephemeral disk, agent log) and a
-//! detached agent process.
+//! detached agent process; and, for tests, freezing one VM's agent or stopping them all.
 
+use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -11,9 +13,9 @@ use super::disks::DiskRecord;
 use super::process::{self, ProcessRecord};
 use super::settings::{self, VmPaths};
 use super::stemcells::StemcellRecord;
-use super::store::{Kind, now_rfc3339, remove_tree, write_json};
+use super::store::{Kind, Store, now_rfc3339, remove_tree, write_json};
 use super::{Args, Failure, Local, faults};
-use crate::ErrorKind;
+use crate::{ErrorKind, VmCid};
 
 /// The record of a VM (`vms/<cid>/meta.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -285,4 +287,32 @@ impl Local {
         }
         Ok(Value::Object(out))
     }
+}
+
+/// Freezes (SIGSTOP) or thaws (SIGCONT) the agent of a VM: its processes stay, but it no
+/// longer answers anything. Fails when the VM does not exist or has no agent process.
+pub fn set_agent_frozen(state_dir: &Path, vm: &VmCid, frozen: bool) -> io::Result<()> {
+    let store = Store::open(state_dir)?;
+    let _lock = store.lock()?;
+    let record: VmRecord = store
+        .read(Kind::Vm, vm.as_str())?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' not found")))?;
+    let agent = record.agent.ok_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' has no agent"))
+    })?;
+    process::freeze_group(&agent, frozen);
+    Ok(())
+}
+
+/// Stops every VM's agent session (the agent and its job processes) after `grace`, leaving
+/// the records: for test teardown, so a failed test leaves no process behind.
+pub fn stop_all_agents(state_dir: &Path, grace: Duration) -> io::Result<()> {
+    let store = Store::open(state_dir)?;
+    let _lock = store.lock()?;
+    for (_, record) in store.list::<VmRecord>(Kind::Vm)? {
+        if let Some(agent) = record.agent {
+            process::stop_group(&agent, grace);
+        }
+    }
+    Ok(())
 }

@@ -5,7 +5,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::dns::{DnsSettings, GroupType, Query, encode};
+use super::dns::{DnsNameError, DnsSettings, GroupType, Query, encode};
 use super::model::{Binding, ProviderRef, Target};
 use super::properties::link_properties;
 use crate::manifest::DeploymentManifest;
@@ -32,8 +32,8 @@ pub enum ContentError {
         network: String,
     },
     /// A DNS name cannot be formed.
-    #[error("{0}")]
-    Dns(String),
+    #[error(transparent)]
+    Dns(#[from] DnsNameError),
     /// A binding to a provider needs the provider's content.
     #[error("no content for link provider '{0}'")]
     MissingProviderContent(String),
@@ -225,7 +225,7 @@ fn link_address(
                 features.use_short_dns_addresses,
             )
         };
-        encode(
+        Ok(encode(
             &Query {
                 group_type,
                 group_name,
@@ -236,7 +236,7 @@ fn link_address(
                 short,
             },
             dns.short.as_ref(),
-        )
+        )?)
     } else {
         net.ip.clone().ok_or_else(|| ContentError::MissingIp {
             instance: format!("{}/{}", provider.instance_group, inst.id),
@@ -331,7 +331,7 @@ pub fn group_address(link: &Value, dns: &DnsSettings) -> Result<String, ContentE
     } else {
         (GroupType::InstanceGroup, text("instance_group"))
     };
-    encode(
+    Ok(encode(
         &Query {
             group_type,
             group_name,
@@ -342,7 +342,7 @@ pub fn group_address(link: &Value, dns: &DnsSettings) -> Result<String, ContentE
             short: flag("use_short_dns_addresses"),
         },
         dns.short.as_ref(),
-    )
+    )?)
 }
 
 #[cfg(test)]

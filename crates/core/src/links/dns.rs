@@ -4,7 +4,34 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::content::ContentError;
+/// Why a DNS name cannot be formed (texts as the Director's encoder and canonicalizer word
+/// them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DnsNameError {
+    /// The canonical form of a label starts with `-`.
+    #[error("Invalid DNS canonical name '{0}', cannot start with a hyphen")]
+    LeadingHyphen(String),
+    /// The canonical form of a label ends with `-`.
+    #[error("Invalid DNS canonical name '{0}', cannot end with a hyphen")]
+    TrailingHyphen(String),
+    /// Short names were asked for without the numeric encodings.
+    #[error("short DNS names need the Director's numeric encodings")]
+    NoShortIds,
+    /// The instance has no short-name number.
+    #[error("Unknown instance UUID: '{0}'")]
+    UnknownInstance(String),
+    /// The network has no short-name number.
+    #[error("Unknown Network: '{0}'")]
+    UnknownNetwork(String),
+    /// The group has no short-name number.
+    #[error("Unknown DNS group '{group}' of deployment '{deployment}'")]
+    UnknownGroup {
+        /// The group's name.
+        group: String,
+        /// Its deployment.
+        deployment: String,
+    },
+}
 
 /// How the Director forms addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,7 +81,7 @@ pub struct ShortDnsIds {
 
 /// A DNS label as BOSH makes it: lowercase, `_` → `-`, characters outside `[a-z0-9-]`
 /// dropped; a leading or trailing `-` is an error.
-pub fn canonicalize(text: &str) -> Result<String, ContentError> {
+pub fn canonicalize(text: &str) -> Result<String, DnsNameError> {
     let s: String = text
         .to_lowercase()
         .replace('_', "-")
@@ -62,14 +89,10 @@ pub fn canonicalize(text: &str) -> Result<String, ContentError> {
         .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
         .collect();
     if s.starts_with('-') {
-        return Err(ContentError::Dns(format!(
-            "Invalid DNS canonical name '{s}', cannot start with a hyphen"
-        )));
+        return Err(DnsNameError::LeadingHyphen(s));
     }
     if s.ends_with('-') {
-        return Err(ContentError::Dns(format!(
-            "Invalid DNS canonical name '{s}', cannot end with a hyphen"
-        )));
+        return Err(DnsNameError::TrailingHyphen(s));
     }
     Ok(s)
 }
@@ -88,24 +111,22 @@ pub(super) struct Query<'a> {
 /// `DnsEncoder#encode_query`: `<uuid>.<group>.<network>.<deployment>.<domain>` for one
 /// instance, `q-s0.<group>.<network>.<deployment>.<domain>` for a group, and with short
 /// names `q-m<instance>n<network>s0.q-g<group>.<domain>` / `q-n<network>s0.q-g<group>.<domain>`.
-pub(super) fn encode(q: &Query<'_>, ids: Option<&ShortDnsIds>) -> Result<String, ContentError> {
+pub(super) fn encode(q: &Query<'_>, ids: Option<&ShortDnsIds>) -> Result<String, DnsNameError> {
     let mut octets = Vec::new();
     if q.short {
-        let ids = ids.ok_or_else(|| {
-            ContentError::Dns("short DNS names need the Director's numeric encodings".into())
-        })?;
+        let ids = ids.ok_or(DnsNameError::NoShortIds)?;
         let mut slug = Vec::new();
         if let Some(uuid) = q.uuid {
             let n = ids
                 .instances
                 .get(uuid)
-                .ok_or_else(|| ContentError::Dns(format!("Unknown instance UUID: '{uuid}'")))?;
+                .ok_or_else(|| DnsNameError::UnknownInstance(uuid.to_string()))?;
             slug.push(format!("m{n}"));
         }
         let n = ids
             .networks
             .get(q.network)
-            .ok_or_else(|| ContentError::Dns(format!("Unknown Network: '{}'", q.network)))?;
+            .ok_or_else(|| DnsNameError::UnknownNetwork(q.network.to_string()))?;
         slug.push(format!("n{n}"));
         slug.push("s0".into());
         slug.sort();
@@ -115,12 +136,13 @@ pub(super) fn encode(q: &Query<'_>, ids: Option<&ShortDnsIds>) -> Result<String,
             q.group_name.to_string(),
             q.deployment.to_string(),
         );
-        let g = ids.groups.get(&key).ok_or_else(|| {
-            ContentError::Dns(format!(
-                "Unknown DNS group '{}' of deployment '{}'",
-                q.group_name, q.deployment
-            ))
-        })?;
+        let g = ids
+            .groups
+            .get(&key)
+            .ok_or_else(|| DnsNameError::UnknownGroup {
+                group: q.group_name.to_string(),
+                deployment: q.deployment.to_string(),
+            })?;
         octets.push(format!("q-g{g}"));
     } else {
         octets.push(match q.uuid {

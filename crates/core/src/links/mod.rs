@@ -30,7 +30,7 @@ pub use content::{
     ContentError, InstanceNetwork, LinkInstance, ProviderContent, ProviderFeatures,
     ProviderInstance, content, group_address, provider_content,
 };
-pub use dns::{DnsSettings, GroupType, ShortDnsIds, canonicalize};
+pub use dns::{DnsNameError, DnsSettings, GroupType, ShortDnsIds, canonicalize};
 pub use model::{
     Binding, ConsumerSite, JobSpecs, ManualLink, OtherDeployment, ProviderRef, Resolution, Target,
 };

@@ -7,6 +7,10 @@ use super::Map;
 use super::scalar::{Version, free_form_schema};
 use super::update::Update;
 
+/// Resources the CPI maps to a VM type: one type shared with the CPI's wire types, so it
+/// lives in `kubosh-base`.
+pub use kubosh_base::vm_resources::VmResources;
+
 /// A BOSH deployment manifest, v2 (`instance_groups`, `stemcells`, `variables`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
@@ -239,19 +243,6 @@ pub struct CustomProvider {
     /// Property names exposed through the link.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub properties: Vec<String>,
-}
-
-/// Resources the CPI maps to a VM type (also the argument of the CPI's
-/// `calculate_vm_cloud_properties`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(deny_unknown_fields)]
-pub struct VmResources {
-    /// Number of CPUs.
-    pub cpu: u64,
-    /// RAM in MiB.
-    pub ram: u64,
-    /// Ephemeral disk size in MiB.
-    pub ephemeral_disk_size: u64,
 }
 
 /// One of several named persistent disks.

@@ -20,8 +20,8 @@ use futures::StreamExt;
 
 use super::nats::{self, MbusTls, NatsError, NatsOptions};
 use super::protocol::Heartbeat;
+use kubosh_base::pki::{Ca, Leaf, PkiError};
 use kubosh_bosh::agent::AgentHealth;
-use kubosh_core::pki::{Ca, Leaf, PkiError};
 
 /// The health monitor's certificate common name, which BOSH's NATS permissions let
 /// subscribe to heartbeats.

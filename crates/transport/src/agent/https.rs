@@ -368,7 +368,7 @@ mod tests {
     }
 
     fn ca() -> String {
-        kubosh_core::pki::Ca::new("ca").unwrap().cert_pem()
+        kubosh_base::pki::Ca::new("ca").unwrap().cert_pem()
     }
 
     #[test]

@@ -221,7 +221,7 @@ impl Drop for PendingGuard<'_> {
 impl NatsTransport {
     /// Subscribes the inbox of a new process UUID on `client`.
     pub async fn new(client: async_nats::Client) -> Result<NatsTransport, NatsError> {
-        NatsTransport::with_process_uuid(client, &kubosh_core::ids::uuid_v4()).await
+        NatsTransport::with_process_uuid(client, &kubosh_base::ids::uuid_v4()).await
     }
 
     /// Connects ([`connect`]) and subscribes the inbox.
@@ -301,7 +301,7 @@ impl NatsTransport {
         if !is_subject_token(agent_id) {
             return Err(TransportError::InvalidAgentId(agent_id.to_string()));
         }
-        let request_id = kubosh_core::ids::uuid_v4();
+        let request_id = kubosh_base::ids::uuid_v4();
         let request = Request {
             protocol: Some(PROTOCOL_VERSION),
             method: method.to_string(),
