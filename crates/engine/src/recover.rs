@@ -128,7 +128,7 @@ impl Engine {
         for disk in disks {
             let _ = self
                 .cloud
-                .detach_disk(&VmCid(vm.clone()), &DiskCid(disk.cid.clone()))
+                .detach_disk(&VmCid(vm.to_string()), &DiskCid(disk.cid.clone()))
                 .await;
         }
         let agent_id = (state.instances.get(instance))
