@@ -24,8 +24,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::render::RenderedJob;
-use kubosh_core::createenv::NeededPackage;
 use kubosh_core::digest::{MultiDigest, sha256_hex};
+use kubosh_createenv::model::NeededPackage;
 
 pub use archive::{pack_dir, unpack};
 

@@ -67,7 +67,7 @@ async fn delete(
     file: StateFile,
     installation: &Installation,
     bin: std::path::PathBuf,
-    env: &kubosh_core::createenv::EnvManifest,
+    env: &kubosh_createenv::model::EnvManifest,
 ) -> Result<(), EnvError> {
     let api_version = file
         .state()

@@ -13,10 +13,10 @@ use kubosh_artifacts::install::Installation;
 use kubosh_artifacts::release::{Release, ReleaseFile};
 use kubosh_artifacts::stemcell::{Stemcell, StemcellManifest};
 use kubosh_cloud::{Cloud, CreateStemcell};
-use kubosh_core::createenv::{
+use kubosh_core::validate;
+use kubosh_createenv::model::{
     EnvManifest, ReleaseRecord, ReleaseSource, StemcellRecord, disk_action, manifest_sha, split,
 };
-use kubosh_core::validate;
 use kubosh_transport::agent::HttpsTransport;
 
 /// bosh-cli's only Skipping-deploy text.
@@ -208,7 +208,7 @@ fn session_director(file: &StateFile) -> String {
 
 /// The agent's HTTPS mbus client: `cloud_provider.mbus`, trusting `cloud_provider.cert.ca`.
 pub(super) fn transport(
-    cpi: &kubosh_core::createenv::CpiInstallation,
+    cpi: &kubosh_createenv::model::CpiInstallation,
     director_id: &str,
 ) -> Result<HttpsTransport, EnvError> {
     // Validation made sure there is one.

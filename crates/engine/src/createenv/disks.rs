@@ -8,7 +8,7 @@
 //! finished, and the old one is deleted only after that.
 
 use kubosh_cloud::{Cloud, CreateDisk, DiskCid, ErrorKind, VmCid};
-use kubosh_core::createenv::{DiskAction, DiskRecord, DiskSpec, EnvDeployment};
+use kubosh_createenv::model::{DiskAction, DiskRecord, DiskSpec, EnvDeployment};
 use kubosh_transport::agent::Method;
 use kubosh_transport::agent::protocol::DiskHint as AgentDiskHint;
 

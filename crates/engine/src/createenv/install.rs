@@ -17,8 +17,8 @@ use kubosh_artifacts::render::{
     RenderedJob, Renderer, RendererConfig, TemplateSpec,
 };
 use kubosh_cloud::{Cloud, CpiCommand, EnvMode, ExternalCpi};
-use kubosh_core::createenv::{CpiInstallation, needed_packages_by_name};
 use kubosh_core::manifest::{CpiTemplate, Map};
+use kubosh_createenv::model::{CpiInstallation, needed_packages_by_name};
 
 /// Where a CPI job's executable is rendered to.
 const CPI_TEMPLATE: &str = "bin/cpi";

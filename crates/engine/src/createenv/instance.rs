@@ -10,7 +10,7 @@ use super::{EnvError, Ui, redact_url, run, step};
 use kubosh_cloud::{
     Cloud, CreateVm, DiskCid, ErrorKind, ExternalCpi, NetworkSettings, StemcellCid, VmCid,
 };
-use kubosh_core::createenv::{EnvDeployment, StemcellRecord};
+use kubosh_createenv::model::{EnvDeployment, StemcellRecord};
 use kubosh_transport::agent::protocol::RunScriptOptions;
 use kubosh_transport::agent::{AgentClient, AgentError, ClientOptions, HttpsTransport, Method};
 

@@ -21,8 +21,8 @@ use super::instance::Session;
 use super::{EnvError, run, step};
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{NetworkSpec, Renderer, rendered_templates_archive};
-use kubosh_core::createenv::{EnvDeployment, NeededPackage, needed_packages_by_name};
 use kubosh_core::digest::{MultiDigest, sha256_hex};
+use kubosh_createenv::model::{EnvDeployment, NeededPackage, needed_packages_by_name};
 use kubosh_transport::agent::AgentClient;
 use kubosh_transport::agent::protocol::{
     ApplySpec, CompilePackageArgs, JobSpec, JobState, JobTemplateSpec, PackageSpec,

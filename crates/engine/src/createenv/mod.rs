@@ -15,7 +15,7 @@
 //! - `events.rs`: what is shown, as typed events.
 //!
 //! The decisions (manifest split, Skipping deploy, disk changes, the records) are pure, in
-//! `kubosh_core::createenv`.
+//! `kubosh_createenv::model`.
 
 mod delete;
 mod deploy;

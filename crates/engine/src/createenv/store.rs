@@ -1,4 +1,4 @@
-//! The state file on disk (bosh-cli's format, `kubosh_core::createenv::state`), saved after
+//! The state file on disk (bosh-cli's format, `kubosh_createenv::model::state`), saved after
 //! every single change as bosh-cli's repositories do, but atomically (a temporary file
 //! renamed into place, synced), so a kill never leaves half a file.
 //!
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::EnvError;
-use kubosh_core::createenv::EnvState;
+use kubosh_createenv::model::EnvState;
 
 /// Something asked of the cloud whose result is not in the state file yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
