@@ -7,7 +7,7 @@ use super::install::{api_version_of, cloud, install_cpi, renderer, validate_cpi_
 use super::instance::Session;
 use super::store::StateFile;
 use super::{EnvError, EnvInput, Ui, redact_url, run};
-use kubosh_artifacts::install::Installation;
+use kubosh_createenv::install::Installation;
 
 /// bosh-cli's text when there is nothing to delete.
 pub const NO_STATE: &str = "No deployment state file found.";

@@ -9,11 +9,11 @@ use super::jobs::JobsInput;
 use super::store::{EnvIntent, StateFile};
 use super::{EnvError, EnvInput, Ui, redact_url, run, step};
 use crate::lock::{FileLocks, Guard, Holder, Lock};
-use kubosh_artifacts::install::Installation;
 use kubosh_artifacts::release::{Release, ReleaseFile};
 use kubosh_artifacts::stemcell::{Stemcell, StemcellManifest};
 use kubosh_cloud::{Cloud, CreateStemcell};
 use kubosh_core::validate;
+use kubosh_createenv::install::Installation;
 use kubosh_createenv::model::{
     EnvManifest, ReleaseRecord, ReleaseSource, StemcellRecord, disk_action, manifest_sha, split,
 };

@@ -10,7 +10,6 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 use super::{EnvError, Ui, run};
-use kubosh_artifacts::install::{Installation, LocalCompiled};
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{
     InstanceGroupSpec, JobTemplates, NetworkSpec, PropertyBinder, ReleaseRef, RenderUnit,
@@ -18,6 +17,7 @@ use kubosh_artifacts::render::{
 };
 use kubosh_cloud::{Cloud, CpiCommand, EnvMode, ExternalCpi};
 use kubosh_core::manifest::{CpiTemplate, Map};
+use kubosh_createenv::install::{Installation, LocalCompiled};
 use kubosh_createenv::model::{CpiInstallation, needed_packages_by_name};
 
 /// Where a CPI job's executable is rendered to.

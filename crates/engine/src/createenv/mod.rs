@@ -35,9 +35,9 @@ pub use delete::delete_env;
 pub use deploy::{Deployed, create_env};
 pub use events::{EnvEvent, EnvEventLog, EnvEventSink, StepOutcome, Ui};
 
-use kubosh_artifacts::install::InstallError;
 use kubosh_cloud::CpiError;
 use kubosh_core::validate::Problems;
+use kubosh_createenv::install::InstallError;
 use kubosh_transport::agent::AgentError;
 
 /// What `create-env`/`delete-env` are given.
