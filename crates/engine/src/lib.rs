@@ -9,7 +9,6 @@
 pub mod agent_access;
 pub mod cancel;
 pub mod compile;
-pub mod createenv;
 pub mod delete;
 pub mod deploy;
 pub mod director;
