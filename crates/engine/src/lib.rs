@@ -11,7 +11,6 @@ pub mod cancel;
 pub mod compile;
 pub mod delete;
 pub mod deploy;
-pub mod director;
 pub mod disks;
 pub mod instance;
 pub mod lock;
