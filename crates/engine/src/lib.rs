@@ -44,8 +44,8 @@ use kubosh_core::validate::Problems;
 use kubosh_transport::agent::AgentError;
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
+pub use kubosh_artifacts::render::TemplateRenderer;
 pub use progress::{EventLog, EventSink, InstanceName, Milestone, NoEvents};
-pub use templates::{LiteralRenderer, TemplateRenderer};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
 /// certificate: `{"bosh": {"mbus": {"cert": ...}}}`), by agent id.
