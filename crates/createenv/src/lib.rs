@@ -40,7 +40,7 @@ use serde_json::Value;
 
 pub use delete::delete_env;
 pub use deploy::{Deployed, create_env};
-pub use events::{EnvEvent, EnvEventLog, EnvEventSink, StepOutcome, Ui};
+pub use events::{EnvEvent, EnvEventSink, StepOutcome, Ui};
 
 use crate::install::InstallError;
 use kubosh_cloud::CpiError;
