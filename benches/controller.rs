@@ -69,9 +69,7 @@ use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
 use kubosh_devenv::ControlPlane;
 use kubosh_engine::state::MemoryStore;
-use kubosh_engine::{
-    DeployRequest, Engine, EngineConfig, LiteralRenderer, NoEvents, StemcellSource,
-};
+use kubosh_engine::{DeployRequest, Engine, EngineConfig, NoEvents, StemcellSource};
 use kubosh_kube::api::{Deployment, Release as ReleaseResource, Stemcell as StemcellResource};
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::artifacts::ArtifactContext;
@@ -80,7 +78,7 @@ use kubosh_kube::controller::health::{AGENT_TIMEOUT, HealthWatch};
 use kubosh_kube::controller::run::{Scope, run};
 use kubosh_kube::controller::status::is_ready;
 use kubosh_kube::lock::{FileLocks, Process};
-use kubosh_sim::{SimAgents, SimCloud, SimConfig};
+use kubosh_sim::{LiteralRenderer, SimAgents, SimCloud, SimConfig};
 use kubosh_transport::agent::ClientOptions;
 use serde_json::{Value, json};
 

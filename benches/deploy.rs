@@ -47,10 +47,8 @@ use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_core::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
 use kubosh_engine::state::{DeploymentState, MemoryStore};
-use kubosh_engine::{
-    DeployRequest, Engine, EngineConfig, LiteralRenderer, NoEvents, StemcellSource,
-};
-use kubosh_sim::{SimAgents, SimCloud, SimConfig};
+use kubosh_engine::{DeployRequest, Engine, EngineConfig, NoEvents, StemcellSource};
+use kubosh_sim::{LiteralRenderer, SimAgents, SimCloud, SimConfig};
 use kubosh_transport::agent::ClientOptions;
 use serde_json::{Value, json};
 

@@ -18,8 +18,8 @@ use futures::FutureExt;
 use kube::runtime::events::Reporter;
 
 use kube_lease_manager::LeaseManagerBuilder;
+use kubosh_director::DirectorConfig;
 use kubosh_engine::NoEvents;
-use kubosh_engine::director::DirectorConfig;
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::artifacts::ArtifactContext;
 use kubosh_kube::controller::deployment::DeploymentContext;

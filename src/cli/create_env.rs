@@ -1,5 +1,5 @@
 //! `kubosh create-env` and `kubosh delete-env`: the bosh-init single-VM flow
-//! (`kubosh_engine::createenv`), with the manifest read as `bosh create-env` reads it and
+//! (`kubosh_createenv`), with the manifest read as `bosh create-env` reads it and
 //! the run shown stage by stage as bosh-cli shows it (spinners on a terminal), or as JSON
 //! lines with `--json`.
 
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::input::{DocumentArgs, read_yaml};
 use kubosh_core::secret::{collect_strings, scrub};
-use kubosh_engine::createenv::{self, EnvError, EnvEvent, EnvEventSink, EnvInput, StepOutcome, Ui};
+use kubosh_createenv::{EnvError, EnvEvent, EnvEventSink, EnvInput, StepOutcome, Ui};
 
 /// Arguments of `kubosh create-env` and `kubosh delete-env`.
 #[derive(Debug, Clone, clap::Args)]
@@ -157,8 +157,8 @@ pub fn run(command: EnvCommand, args: &EnvArgs) -> ExitCode {
     };
     let result: Result<(), EnvError> = runtime.block_on(async {
         match command {
-            EnvCommand::Create => createenv::create_env(&input, &ui).await.map(|_| ()),
-            EnvCommand::Delete => createenv::delete_env(&input, &ui).await.map(|_| ()),
+            EnvCommand::Create => kubosh_createenv::create_env(&input, &ui).await.map(|_| ()),
+            EnvCommand::Delete => kubosh_createenv::delete_env(&input, &ui).await.map(|_| ()),
         }
     });
     match result {

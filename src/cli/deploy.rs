@@ -1,6 +1,6 @@
 //! `kubosh deploy` and `kubosh plan`: the deploy engine as a command, without a cluster.
 //!
-//! Both read the director configuration file (`-d`, see [`super::director`]), the manifest
+//! Both read the director configuration file (`-d`, see [`kubosh_director`]), the manifest
 //! (ops files, variables and `--vars-store` as `kubosh interpolate` reads them; every
 //! `((variable))` must get a value), the cloud config, the release tarballs and the stemcell
 //! tarballs. `deploy` extracts each stemcell once into
@@ -31,8 +31,8 @@ use super::input::{DocumentArgs, read_yaml};
 use kubosh_artifacts::release::Release;
 use kubosh_bosh::events::{CliRenderer, EventLine};
 use kubosh_core::plan::changes::Requests;
+use kubosh_director::DirectorConfig;
 use kubosh_engine::deploy::DeployReport;
-use kubosh_engine::director::DirectorConfig;
 use kubosh_engine::{DeployRequest, EventSink, StemcellSource};
 
 /// Arguments of `kubosh deploy` and `kubosh plan`.

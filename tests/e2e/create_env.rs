@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use kubosh_cloud::local::{self, read_calls};
-use kubosh_core::createenv::EnvState;
+use kubosh_createenv::model::EnvState;
 use serde_json::Value;
 
 use crate::cpi_local::run_cpi;
@@ -699,7 +699,7 @@ fn create_env_killed_anywhere_converges_without_leaks_or_data_loss() {
 }
 
 /// kubosh's manifest digest is bosh-cli's: go-yaml v2's bytes of the interpolated manifest
-/// (`kubosh_core::createenv::gov2`) equal what `bosh int` prints, for the example with its
+/// (`kubosh_createenv::model::gov2`) equal what `bosh int` prints, for the example with its
 /// generated certificates, for bosh-deployment's `bosh.yml` on warden, and for
 /// cf-deployment.
 #[test]
@@ -749,7 +749,7 @@ fn the_manifest_digest_is_bosh_cli_s() {
         );
         let value =
             kubosh_core::yaml::parse_value(&String::from_utf8(out.stdout).unwrap(), "out").unwrap();
-        let ours = kubosh_core::createenv::gov2::to_string(&value);
+        let ours = kubosh_createenv::model::gov2::to_string(&value);
         if ours != expected {
             let first = ours
                 .lines()

@@ -4,7 +4,6 @@
 
 pub mod blobstore;
 pub mod fetch;
-pub mod install;
 pub mod release;
 pub mod render;
 pub mod stemcell;

@@ -5,11 +5,9 @@
 //!   at once with its path, ops files and interpolation, generated variables;
 //! - [`links`], [`release`]: BOSH links and the release model (tarballs read in memory);
 //! - [`plan`], [`state`]: the deploy planner and the records it plans from;
-//! - [`createenv`]: `create-env`'s manifest split, bosh-cli's state file and its decisions;
 //! - [`yaml`], [`digest`], [`ids`], [`pki`], [`secret`]: small shared pieces, which live in
 //!   `kubosh-base` and are re-exported here.
 
-pub mod createenv;
 pub mod links;
 pub mod manifest;
 pub mod ops;

@@ -8,10 +8,8 @@
 
 pub mod agent_access;
 pub mod cancel;
-pub mod createenv;
 pub mod delete;
 pub mod deploy;
-pub mod director;
 pub mod disks;
 mod error;
 pub mod execute;
@@ -46,8 +44,8 @@ use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
 pub use error::{Disposition, EngineError, PlanError};
+pub use kubosh_artifacts::render::TemplateRenderer;
 pub use progress::{EventLog, EventSink, InstanceName, Milestone, NoEvents};
-pub use templates::{LiteralRenderer, TemplateRenderer};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
 /// certificate: `{"bosh": {"mbus": {"cert": ...}}}`), by agent id.

@@ -337,9 +337,9 @@ mod tests {
 
     use super::*;
     use crate::state::MemoryStore;
-    use crate::{EngineConfig, EventLog, LiteralRenderer};
+    use crate::{EngineConfig, EventLog};
     use kubosh_cloud::{Cloud as _, CreateDisk};
-    use kubosh_sim::{CloudFault, SimCloud, SimConfig};
+    use kubosh_sim::{CloudFault, LiteralRenderer, SimCloud, SimConfig};
 
     /// An engine on a simulated cloud, its event log, and a state holding one pending
     /// `create_disk` intent without a CID (for an instance the state does not hold).

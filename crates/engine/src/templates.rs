@@ -1,84 +1,23 @@
 //! Rendering job templates for the planned instances: template specs with bound properties
-//! and resolved links (§4.11), the renderer behind [`TemplateRenderer`], and what the
+//! and resolved links (§4.11), the renderer behind [`crate::TemplateRenderer`], and what the
 //! Director makes of the output (configuration hash, template hashes, archive).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use indexmap::IndexMap;
 use serde_json::Value;
 
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{
     self, InstanceGroupSpec, JobTemplates, LinkSpec, NetworkSpec, PropertyBinder, ReleaseRef,
-    RenderError, RenderUnit, RenderedJob, Renderer, TemplateSpec, property_source,
+    RenderError, RenderUnit, RenderedJob, TemplateSpec, property_source,
 };
 use kubosh_core::links::{
     self, DnsSettings, InstanceNetwork, LinkInstance, ProviderContent, ProviderFeatures,
     Resolution, Target,
 };
 use kubosh_core::manifest::{DeploymentManifest, JobRef};
-
-/// Renders template units; results in unit order.
-pub trait TemplateRenderer: Send + Sync {
-    /// Renders every unit.
-    fn render<'a>(
-        &'a self,
-        units: &'a [RenderUnit],
-    ) -> BoxFuture<'a, Vec<Result<RenderedJob, RenderError>>>;
-}
-
-impl TemplateRenderer for Renderer {
-    fn render<'a>(
-        &'a self,
-        units: &'a [RenderUnit],
-    ) -> BoxFuture<'a, Vec<Result<RenderedJob, RenderError>>> {
-        Box::pin(Renderer::render(self, units, None))
-    }
-}
-
-/// A renderer without Ruby for the simulated cloud and benchmarks: each template's text
-/// followed by the instance's bound properties and identity, so the configuration hash
-/// changes exactly when a property (or the instance) does.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct LiteralRenderer;
-
-impl TemplateRenderer for LiteralRenderer {
-    fn render<'a>(
-        &'a self,
-        units: &'a [RenderUnit],
-    ) -> BoxFuture<'a, Vec<Result<RenderedJob, RenderError>>> {
-        let out = units
-            .iter()
-            .map(|u| {
-                let context = serde_json::json!({
-                    "properties": u.spec.properties,
-                    "index": u.spec.index,
-                    "bootstrap": u.spec.bootstrap,
-                    "networks": u.spec.networks,
-                })
-                .to_string();
-                Ok(RenderedJob {
-                    name: u.job.name.clone(),
-                    release: u.job.release.clone(),
-                    monit: u.job.monit.clone().unwrap_or_default(),
-                    files: u
-                        .job
-                        .templates
-                        .iter()
-                        .map(|t| render::RenderedFile {
-                            source_path: t.source_path.clone(),
-                            destination: t.destination.clone(),
-                            content: format!("{}\n{context}\n", t.text),
-                        })
-                        .collect(),
-                })
-            })
-            .collect();
-        Box::pin(async move { out })
-    }
-}
 
 /// Rendering cannot be prepared.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -296,7 +296,7 @@ impl Engine {
 }
 
 /// The time as `set_vm_metadata`'s `created_at` has it: `2006-01-02T15:04:05Z` in UTC.
-pub(crate) fn created_at_now() -> String {
+pub fn created_at_now() -> String {
     let now = time::OffsetDateTime::now_utc();
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",

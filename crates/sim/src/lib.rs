@@ -13,6 +13,9 @@
 //! asserted. Faults ([`CloudFault`], [`AgentFault`]), a call log and counters steer and observe
 //! both sides; [`SimCloud::inventory`] shows what is left.
 //!
+//! [`LiteralRenderer`] renders templates without Ruby, so a configuration hash changes exactly
+//! when a job's properties or the instance do.
+//!
 //! The real pair — the `kubosh cpi` executable ([`kubosh_cloud::local`]) and `kubosh agent`
 //! ([`kubosh_agentd`]) over NATS — stays what the protocol tests use; this module mirrors
 //! their reply values without depending on them.
@@ -21,6 +24,7 @@ mod actions;
 mod agents;
 mod cloud;
 mod instruments;
+mod render;
 mod spec;
 mod world;
 
@@ -29,6 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use agents::{AgentView, SimAgents};
 pub use cloud::SimCloud;
 pub use instruments::{AgentEffect, AgentFault, Call, CloudEffect, CloudFault, Fault, Side, Step};
+pub use render::LiteralRenderer;
 pub use world::{NewAgents, SimDisk, SimInventory, SimSnapshot, SimStemcell, SimVm};
 
 use kubosh_artifacts::blobstore::Blobstore;

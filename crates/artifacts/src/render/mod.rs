@@ -23,6 +23,7 @@ pub mod properties;
 pub mod ruby;
 pub mod spec;
 
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 pub use crate::release::PropertyDefinition;
@@ -37,6 +38,17 @@ pub use spec::{
     DnsGroup, DnsTables, InstanceGroupSpec, LinkInstance, LinkSpec, NetworkSpec, ReleaseRef,
     TemplateSpec,
 };
+
+/// Renders template units; results in unit order. The engine's view of rendering
+/// (`dyn`-compatible): [`Renderer`] runs Ruby's ERB; tests and benchmarks use a renderer
+/// without Ruby (`kubosh_sim::LiteralRenderer`).
+pub trait TemplateRenderer: Send + Sync {
+    /// Renders every unit.
+    fn render<'a>(
+        &'a self,
+        units: &'a [RenderUnit],
+    ) -> BoxFuture<'a, Vec<Result<RenderedJob, RenderError>>>;
+}
 
 /// One job rendered for one instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use kubosh_process::{Exchange, ExchangeError, Exchanged};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -205,6 +206,15 @@ impl Renderer {
             .zip(output.results)
             .map(|(unit, result)| convert(unit, result))
             .collect())
+    }
+}
+
+impl super::TemplateRenderer for Renderer {
+    fn render<'a>(
+        &'a self,
+        units: &'a [RenderUnit],
+    ) -> BoxFuture<'a, Vec<Result<RenderedJob, RenderError>>> {
+        Box::pin(Renderer::render(self, units, None))
     }
 }
 

@@ -1,7 +1,6 @@
 //! Manifests, cloud configs, ops files and links against the validation corpus and real-world
 //! manifests (`../shared/fixtures/real-world/`); pure, no component started.
 
-mod createenv;
 mod invalid_manifests;
 mod links;
 mod manifest_roundtrip;

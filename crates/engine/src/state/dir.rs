@@ -155,7 +155,7 @@ pub(super) fn replace_file(
 
 /// Replaces `dir/name` with `bytes` durably: a temporary file (`.name.tmp`) written and
 /// synced, renamed into place, the directory synced. A crash leaves the old file or the new.
-pub(crate) fn replace_bytes(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+pub fn replace_bytes(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut file = fs::File::create(&tmp)?;
     file.write_all(bytes)?;

@@ -9,7 +9,6 @@
 //! Kubernetes objects.
 
 mod dir;
-pub(crate) use dir::replace_bytes;
 mod dns;
 mod ips;
 mod memory;
@@ -18,7 +17,7 @@ mod shared_file;
 use std::future::Future;
 use std::pin::Pin;
 
-pub use dir::DirStore;
+pub use dir::{DirStore, replace_bytes};
 pub use dns::{DNS_LOCK, DirDnsRegistry, DnsRegistry, MemoryDnsRegistry};
 pub use ips::{DirIpRegistry, IP_LOCK, IpRegistry, MemoryIpRegistry};
 pub use kubosh_core::state::*;

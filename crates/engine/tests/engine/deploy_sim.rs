@@ -25,10 +25,10 @@ use kubosh_engine::state::{
     DeploymentState, InstanceRecord, IpRegistry, MemoryDnsRegistry, MemoryIpRegistry, MemoryStore,
 };
 use kubosh_engine::{
-    DeployRequest, Disposition, Engine, EngineConfig, EngineError, EventLog, LiteralRenderer,
-    Milestone, StemcellSource,
+    DeployRequest, Disposition, Engine, EngineConfig, EngineError, EventLog, Milestone,
+    StemcellSource,
 };
-use kubosh_sim::{SimAgents, SimCloud, SimConfig};
+use kubosh_sim::{LiteralRenderer, SimAgents, SimCloud, SimConfig};
 use kubosh_transport::agent::ClientOptions;
 use serde_json::{Value, json};
 

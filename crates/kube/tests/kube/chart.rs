@@ -213,7 +213,7 @@ fn the_generated_director_configuration_loads() {
     std::fs::write(creds.join("properties.yml"), "api_key: k3y\n").unwrap();
 
     let value = kubosh_core::yaml::parse_value(&text, "director.yml").unwrap();
-    let config = kubosh_engine::director::DirectorConfig::from_value(&value, dir.path())
+    let config = kubosh_director::DirectorConfig::from_value(&value, dir.path())
         .unwrap_or_else(|e| panic!("{}: {}\n{text}", e.key, e.message));
     assert_eq!(config.state_dir, dir.path().join("var/lib/kubosh/state"));
     assert_eq!(

@@ -15,19 +15,17 @@
 //! `BOSH_PACKAGE_NAME` and `BOSH_PACKAGES_DIR`, direct dependencies extracted under the
 //! packages directory first. A package whose key is in the index is not compiled again.
 
-mod archive;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::render::RenderedJob;
-use kubosh_core::createenv::NeededPackage;
+use crate::model::NeededPackage;
+use kubosh_artifacts::render::RenderedJob;
 use kubosh_core::digest::{MultiDigest, sha256_hex};
 
-pub use archive::{pack_dir, unpack};
+use super::archive::{pack_dir, unpack};
 
 /// How long one packaging script may run.
 const PACKAGING_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -509,12 +507,12 @@ mod tests {
             release: Default::default(),
             monit: String::new(),
             files: vec![
-                crate::render::RenderedFile {
+                kubosh_artifacts::render::RenderedFile {
                     source_path: "cpi.erb".into(),
                     destination: "bin/cpi".into(),
                     content: "#!/bin/sh\n".into(),
                 },
-                crate::render::RenderedFile {
+                kubosh_artifacts::render::RenderedFile {
                     source_path: "c.erb".into(),
                     destination: "config/cpi.json".into(),
                     content: "{}".into(),

@@ -1,29 +1,36 @@
 //! `create-env` and `delete-env`: the bosh-init single-VM flow (seed 002, `bosh-protocols.md`
-//! §5, the research notes on bosh-cli v7), driven through the edges: the CPI release
-//! installed on this machine and run through [`ExternalCpi`](kubosh_cloud::ExternalCpi), the
-//! agent over its HTTPS mbus ([`HttpsTransport`](kubosh_transport::agent::HttpsTransport)),
-//! templates rendered with the ERB renderer, bosh-cli's state file.
+//! §5, the research notes on bosh-cli v7), all of it in one place, driven through the edges:
+//! the CPI release installed on this machine and run through
+//! [`ExternalCpi`](kubosh_cloud::ExternalCpi), the agent over its HTTPS mbus
+//! ([`HttpsTransport`](kubosh_transport::agent::HttpsTransport)), templates rendered with the
+//! ERB renderer, bosh-cli's state file.
 //!
-//! - `store.rs`: the state file, saved after every change, and kubosh's intents beside it;
-//! - `install.rs`: validating the CPI release, installing it, the cloud it gives;
+//! The decisions are pure, in [`model`] (no I/O): the manifest split, bosh-cli's state file,
+//! Skipping deploy, disk changes, the packages jobs need, the manifest digest. The rest does
+//! the I/O:
+//!
+//! - [`install`]: validating the CPI release, compiling and installing it on this machine
+//!   (`~/.kubosh/installations/<id>`), the cloud it gives;
+//! - [`store`]: the state file, saved after every change, and kubosh's intents beside it;
 //! - `recover.rs`: what a killed run left in the cloud, found through the intents;
 //! - `instance.rs`: the old VM's shutdown and deletion, the new VM and its agent;
 //! - `disks.rs`: create, attach, mount, migrate, delete unused;
 //! - `jobs.rs`: rendering, compiling on the VM with a local compiled-package cache, apply,
 //!   start, wait until running;
 //! - `deploy.rs` and `delete.rs`: the two commands, stage by stage;
-//! - `events.rs`: what is shown, as typed events.
+//! - [`events`]: what is shown, as typed events.
 //!
-//! The decisions (manifest split, Skipping deploy, disk changes, the records) are pure, in
-//! `kubosh_core::createenv`.
+//! Of the engine it uses the named locks ([`kubosh_engine::lock::FileLocks`]: one run per
+//! state file), the durable file replace of its stores and the VM metadata's time format.
 
 mod delete;
 mod deploy;
 mod disks;
 pub mod events;
-mod install;
+pub mod install;
 mod instance;
 mod jobs;
+pub mod model;
 mod recover;
 pub mod store;
 
@@ -33,9 +40,9 @@ use serde_json::Value;
 
 pub use delete::delete_env;
 pub use deploy::{Deployed, create_env};
-pub use events::{EnvEvent, EnvEventLog, EnvEventSink, StepOutcome, Ui};
+pub use events::{EnvEvent, EnvEventSink, StepOutcome, Ui};
 
-use kubosh_artifacts::install::InstallError;
+use crate::install::InstallError;
 use kubosh_cloud::CpiError;
 use kubosh_core::validate::Problems;
 use kubosh_transport::agent::AgentError;

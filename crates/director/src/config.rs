@@ -1,59 +1,8 @@
-//! The director configuration file of `kubosh deploy` and `kubosh plan`: where the state
-//! lives, how to run the CPI, how to reach the agents and where blobs go. YAML:
-//!
-//! ```yaml
-//! state_dir: ./state            # DirStore in <state_dir>/deployments/<name>, FileLocks in <state_dir>/locks,
-//!                               # the DNS records and IP reservations of all deployments in
-//!                               # <state_dir>/dns.json and <state_dir>/ips.json,
-//!                               # extracted stemcells in <state_dir>/stemcells/<name>-<version>
-//! cpi:
-//!   command: [kubosh, cpi, --config, cpi.yml]   # ExternalCpi (required)
-//!   timeout_seconds: 600        # per CPI call
-//!   properties: {}              # CPI context properties (secrets: never logged)
-//!   properties_path: cpi-properties.yml   # optional: a YAML map merged over `properties`
-//!                               #   (its keys win), e.g. the CPI's credentials from a mounted Secret
-//! nats:
-//!   url: nats://127.0.0.1:4222  # required; TLS is always used
-//!   ca_certificate: <PEM>       # or ca_certificate_path: the CA of the server and of every client
-//!   ca_private_key: <PEM>       # or ca_private_key_path: signs each new agent's client certificate
-//!                               #   (CN <agent_id>.agent.bosh-internal)
-//!   director_certificate: <PEM> # or director_certificate_path: the director's client identity
-//!   director_private_key: <PEM> # or director_private_key_path
-//!   hm_certificate: <PEM>       # optional, or hm_certificate_path: the health monitor's identity
-//!   hm_private_key: <PEM>       #   (CN default.hm.bosh-internal); without them the CA issues one
-//!   authorization:              # optional: confine each agent to its own subjects
-//!     file: ./nats/authorization.json  # kubosh keeps nats-server's `authorization` block here
-//!     pid_file: ./nats/nats.pid # nats-server's pid_file: signalled (SIGHUP) to reload
-//! blobstore: {local: {path: ./blobs}}   # LocalBlobstore (the only provider for now)
-//! engine: {agent_wait_timeout_seconds: 600, recovery_wait_seconds: 60, parallel_azs: false}
-//! health: {listen_for: 35}      # optional: `kubosh deploy` listens to agents' heartbeats this
-//!                               #   many seconds, then skips `get_state` for agents it heard
-//! snapshots: {enabled: false}   # snapshot persistent disks when an update stops an instance
-//! enable_cpi_resize_disk: false # grow disks with the CPI's resize_disk (else a new disk and a copy)
-//! enable_cpi_update_disk: false # change disks with the CPI's update_disk
-//! ```
-//!
-//! The last three are spelled as in the BOSH Director's own configuration.
-//!
-//! Relative paths (`state_dir`, `*_path`, `blobstore.local.path`, a CPI program with a `/`)
-//! are relative to the file's directory, and the CPI runs in that directory, so relative
-//! arguments such as `cpi.yml` are too. A CPI program without a `/` is looked up on `PATH`
-//! when the file is read (the CPI itself gets the Director's fixed `PATH`).
-//!
-//! The NATS server must present a certificate for `*.nats.bosh-internal` signed by the CA
-//! (bosh-agent checks that CN) and accept client certificates the CA signed. With
-//! `nats.authorization` it maps them to users (`tls { verify_and_map: true }` and `include`
-//! of the file): kubosh then writes the director's, the health monitor's and every agent's
-//! permissions there, each agent let in before its VM is created and locked out after it is
-//! deleted (`agent_access.rs`), and reloads the server; without it, every certificate the CA
-//! signed may use every subject. The agents must read blobs from the same place as the director (the local
-//! cloud: its `blobstore` setting).
-//!
-//! The file is read into serde types that mirror it ([`DirectorFile`], unknown keys refused
-//! as they are usually typos), then resolved into a [`DirectorConfig`]: paths made absolute,
-//! PEM read and checked, the CPI program found. Every error names its key by its dotted path
-//! (`nats.ca_private_key`) and never quotes a value. Keys and CPI properties are held as
-//! [`Secret`]s and never printed.
+//! The director configuration file, read into serde types that mirror it ([`DirectorFile`],
+//! unknown keys refused as they are usually typos), then resolved into a [`DirectorConfig`]:
+//! paths made absolute, PEM read and checked, the CPI program found. Every error names its key
+//! by its dotted path (`nats.ca_private_key`) and never quotes a value. Keys and CPI
+//! properties are held as [`Secret`]s and never printed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,24 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::agent_access::NatsAuthorizationFile;
-use crate::lock::FileLocks;
-use crate::state::{DirDnsRegistry, DirIpRegistry, DirStore};
-use crate::vm::mbus_cert_env;
-use crate::{Engine, EngineConfig, EventSink};
-use kubosh_artifacts::blobstore::LocalBlobstore;
-use kubosh_artifacts::render::{Renderer, RendererConfig};
-use kubosh_cloud::{CpiCommand, ExternalCpi, Secret};
-use kubosh_core::pki::{Ca, Leaf};
-use kubosh_transport::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
-use kubosh_transport::agent::{MbusTls, NatsOptions, NatsTransport};
+use kubosh_cloud::Secret;
+use kubosh_core::pki::Ca;
+use kubosh_engine::EngineConfig;
+use kubosh_transport::agent::MbusTls;
 use kubosh_transport::tls::TlsError;
-
-/// The health monitor's connection name on the server.
-const HM_CONNECTION_NAME: &str = "kubosh-health-monitor";
-
-/// The director UUID the CPI sees in its context.
-const DIRECTOR_UUID: &str = "kubosh";
 
 /// The director configuration file is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -184,7 +120,7 @@ pub struct NatsFile {
 }
 
 /// `nats.authorization:` the nats-server `authorization` block kubosh keeps
-/// ([`crate::agent_access::NatsAuthorizationFile`]).
+/// ([`kubosh_engine::agent_access::NatsAuthorizationFile`]).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NatsAuthorizationSection {
@@ -464,44 +400,6 @@ impl DirectorConfig {
         })
     }
 
-    /// The health monitor's NATS identity: the file's `hm_certificate`, else a certificate
-    /// for `default.hm.bosh-internal` issued now by the CA.
-    pub fn hm_tls(&self) -> Result<MbusTls, HealthError> {
-        match &self.nats.hm_identity {
-            Some((cert, key)) => Ok(MbusTls::new(
-                self.nats.ca_certificate.clone(),
-                cert.clone(),
-                key.expose().clone(),
-            )),
-            None => hm_identity(&self.nats.ca),
-        }
-    }
-
-    /// Connects a [`HeartbeatMonitor`] to the message bus with the health monitor's
-    /// identity ([`DirectorConfig::hm_tls`]).
-    pub async fn heartbeat_monitor(&self) -> Result<HeartbeatMonitor, String> {
-        let mut options = NatsOptions::new(
-            self.nats.url.clone(),
-            self.hm_tls().map_err(|e| e.to_string())?,
-        );
-        options.name = HM_CONNECTION_NAME.into();
-        HeartbeatMonitor::connect(&options)
-            .await
-            .map_err(|e| format!("cannot listen to heartbeats at {}: {e}", self.nats.url))
-    }
-
-    /// The agents' confinement on NATS (`nats.authorization`), if configured.
-    pub fn agent_access(&self) -> Option<Arc<NatsAuthorizationFile>> {
-        self.nats.authorization.as_ref().map(|a| {
-            Arc::new(NatsAuthorizationFile::new(
-                a.file.clone(),
-                a.pid_file.clone(),
-                a.director_subject.clone(),
-                a.hm_subject.clone(),
-            ))
-        })
-    }
-
     /// Where the state of deployment `name` is kept.
     pub fn deployment_dir(&self, name: &str) -> PathBuf {
         self.state_dir.join("deployments").join(name)
@@ -511,113 +409,7 @@ impl DirectorConfig {
     pub fn stemcells_dir(&self) -> PathBuf {
         self.state_dir.join("stemcells")
     }
-
-    /// The engine for deployment `name`: connects to NATS, opens the blobstore; progress goes
-    /// to `events`. `parallel_azs` forces the opt-in on.
-    pub async fn engine(
-        &self,
-        name: &str,
-        events: Arc<dyn EventSink>,
-        parallel_azs: bool,
-    ) -> Result<Engine, String> {
-        self.observed_engine(name, events, parallel_azs, None).await
-    }
-
-    /// [`DirectorConfig::engine`], its CPI telling `observer` of every call (metrics).
-    pub async fn observed_engine(
-        &self,
-        name: &str,
-        events: Arc<dyn EventSink>,
-        parallel_azs: bool,
-        observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
-    ) -> Result<Engine, String> {
-        let cpi = CpiCommand::new(&self.cpi.program)
-            .args(self.cpi.args.clone())
-            .timeout(self.cpi.timeout)
-            .properties(self.cpi.properties.expose().clone())
-            .current_dir(&self.base_dir);
-        let transport = NatsTransport::connect(&NatsOptions::new(
-            self.nats.url.clone(),
-            MbusTls::new(
-                self.nats.ca_certificate.clone(),
-                self.nats.director_certificate.clone(),
-                self.nats.director_private_key.expose().clone(),
-            ),
-        ))
-        .await
-        .map_err(|e| format!("cannot connect to NATS at {}: {e}", self.nats.url))?;
-        let blobstore = LocalBlobstore::new(&self.blobstore_dir).map_err(|e| e.to_string())?;
-        let renderer = Renderer::new(RendererConfig::default()).map_err(|e| e.to_string())?;
-        let locks: Arc<dyn crate::lock::Lock> =
-            Arc::new(FileLocks::new(self.state_dir.join("locks")));
-        // Every deployment of this director shares one DNS dataset (§4.10).
-        let dns_registry = DirDnsRegistry::new(
-            self.state_dir.join("dns.json"),
-            locks.clone(),
-            EngineConfig::default().lock_wait,
-        );
-        // ... and one table of IP reservations (§4.9).
-        let ip_registry = DirIpRegistry::new(
-            self.state_dir.join("ips.json"),
-            locks.clone(),
-            EngineConfig::default().lock_wait,
-        );
-        Ok(Engine {
-            cloud: Arc::new(match observer {
-                Some(observer) => ExternalCpi::new(cpi, DIRECTOR_UUID).with_observer(observer),
-                None => ExternalCpi::new(cpi, DIRECTOR_UUID),
-            }),
-            agents: Arc::new(transport),
-            blobstore: Arc::new(blobstore),
-            renderer: Arc::new(renderer),
-            store: Arc::new(DirStore::new(self.deployment_dir(name))),
-            locks: locks.clone(),
-            events,
-            cancel: Default::default(),
-            config: EngineConfig {
-                agent_wait_timeout: self.engine.agent_wait_timeout,
-                recovery_wait: self.engine.recovery_wait,
-                parallel_azs: parallel_azs || self.engine.parallel_azs,
-                trusted_certs: self.trusted_certs.clone(),
-                agent_env: Some(agent_env(
-                    self.nats.ca.clone(),
-                    self.nats.ca_certificate.clone(),
-                )),
-                dns_registry: Some(Arc::new(dns_registry)),
-                ip_registry: Some(Arc::new(ip_registry)),
-                snapshots_enabled: self.disks.snapshots_enabled,
-                enable_cpi_resize_disk: self.disks.enable_cpi_resize_disk,
-                enable_cpi_update_disk: self.disks.enable_cpi_update_disk,
-                agent_access: self
-                    .agent_access()
-                    .map(|a| a as Arc<dyn crate::agent_access::AgentAccess>),
-                ..EngineConfig::default()
-            },
-        })
-    }
 }
-
-/// Each new agent's NATS identity: a client certificate for `<agent_id>.agent.bosh-internal`
-/// signed by the CA, in the VM's env.
-fn agent_env(ca: Arc<Ca>, ca_pem: String) -> crate::AgentEnv {
-    Arc::new(move |agent_id: &str| {
-        let common_name = format!("{agent_id}.agent.bosh-internal");
-        let leaf = Leaf {
-            common_name: &common_name,
-            client: true,
-            ..Leaf::default()
-        };
-        match ca.issue(&leaf) {
-            Ok(cert) => mbus_cert_env(&ca_pem, &cert.cert_pem, &cert.key_pem),
-            Err(e) => {
-                // The agent will not reach NATS and the VM creation times out, naming it.
-                tracing::error!(agent_id, error = %e, "cannot issue the agent's NATS certificate");
-                Map::new()
-            }
-        }
-    })
-}
-
 fn required<T>(key: &str, value: Option<T>) -> Result<T, KeyError> {
     value.ok_or_else(|| key_error(key, "is required"))
 }
@@ -895,6 +687,7 @@ fn engine_settings(file: EngineFile) -> EngineSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubosh_core::pki::Leaf;
     use serde_json::json;
 
     fn director_identity(ca: &Ca) -> kubosh_core::pki::CertifiedKey {

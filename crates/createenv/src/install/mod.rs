@@ -1,6 +1,10 @@
 //! Installing the CPI on this machine (seed step 2, the research notes §2): the CPI jobs'
 //! packages compiled and installed, the jobs rendered with `cloud_provider.properties`, and
-//! the cloud their `bin/cpi` is, checked to speak CPI API v2.
+//! the cloud their `bin/cpi` is, checked to speak CPI API v2. The installation directory
+//! itself, its package compilation and its index are [`Installation`].
+
+mod archive;
+mod installation;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,15 +13,16 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
-use super::{EnvError, Ui, run};
-use kubosh_artifacts::install::{Installation, LocalCompiled};
+pub use installation::{InstallError, Installation, LocalCompiled};
+
+use crate::model::{CpiInstallation, needed_packages_by_name};
+use crate::{EnvError, Ui, run};
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{
     InstanceGroupSpec, JobTemplates, NetworkSpec, PropertyBinder, ReleaseRef, RenderUnit,
     RenderedJob, Renderer, RendererConfig, TemplateSpec,
 };
 use kubosh_cloud::{Cloud, CpiCommand, EnvMode, ExternalCpi};
-use kubosh_core::createenv::{CpiInstallation, needed_packages_by_name};
 use kubosh_core::manifest::{CpiTemplate, Map};
 
 /// Where a CPI job's executable is rendered to.

@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::digest::MultiDigest;
-use crate::release::{GraphError, PackageArchive, Release, graph};
+use kubosh_core::digest::MultiDigest;
+use kubosh_core::release::{GraphError, PackageArchive, Release, graph};
 
 /// One package to compile (or, from a compiled release, to take as it is).
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ impl NeededPackage {
             "{}\n{}\n{}\n{}",
             self.name, self.fingerprint, self.dependency_key, extra
         );
-        crate::digest::sha256_hex(text.as_bytes())
+        kubosh_core::digest::sha256_hex(text.as_bytes())
     }
 }
 
@@ -181,7 +181,7 @@ pub fn needed_packages(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::{Job, Package};
+    use kubosh_core::release::{Job, Package};
 
     fn package(name: &str, deps: &[&str]) -> Package {
         Package {
@@ -195,7 +195,7 @@ mod tests {
     }
 
     fn release(packages: Vec<Package>, jobs: &[(&str, &[&str])]) -> Release {
-        let manifest: crate::release::ReleaseManifest =
+        let manifest: kubosh_core::release::ReleaseManifest =
             serde_json::from_value(serde_json::json!({"name": "r", "version": "1"})).unwrap();
         let jobs = jobs
             .iter()

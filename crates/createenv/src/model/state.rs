@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::manifest::Map;
+use kubosh_core::manifest::Map;
 
 /// The state of one create-env environment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

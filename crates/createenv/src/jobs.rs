@@ -16,12 +16,12 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::install::render_jobs;
-use super::instance::Session;
-use super::{EnvError, run, step};
+use crate::install::render_jobs;
+use crate::instance::Session;
+use crate::model::{EnvDeployment, NeededPackage, needed_packages_by_name};
+use crate::{EnvError, run, step};
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{NetworkSpec, Renderer, rendered_templates_archive};
-use kubosh_core::createenv::{EnvDeployment, NeededPackage, needed_packages_by_name};
 use kubosh_core::digest::{MultiDigest, sha256_hex};
 use kubosh_transport::agent::AgentClient;
 use kubosh_transport::agent::protocol::{
@@ -276,9 +276,9 @@ fn write_cache(dir: &Path, key: &str, bytes: &[u8], sha1: &str) {
     let write = || -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         // The archive first, its entry last: an entry always has its archive.
-        crate::state::replace_bytes(dir, &format!("{key}.tgz"), bytes)?;
+        kubosh_engine::state::replace_bytes(dir, &format!("{key}.tgz"), bytes)?;
         let entry = serde_json::to_vec(&CacheEntry { sha1: sha1.into() }).unwrap_or_default();
-        crate::state::replace_bytes(dir, &format!("{key}.json"), &entry)
+        kubosh_engine::state::replace_bytes(dir, &format!("{key}.json"), &entry)
     };
     if let Err(e) = write() {
         tracing::warn!(error = %e, "cannot write the compiled-package cache");

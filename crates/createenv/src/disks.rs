@@ -7,14 +7,14 @@
 //! The data is never at risk: the new disk becomes current only after `migrate_disk`
 //! finished, and the old one is deleted only after that.
 
+use crate::model::{DiskAction, DiskRecord, DiskSpec, EnvDeployment};
 use kubosh_cloud::{Cloud, CreateDisk, DiskCid, ErrorKind, VmCid};
-use kubosh_core::createenv::{DiskAction, DiskRecord, DiskSpec, EnvDeployment};
 use kubosh_transport::agent::Method;
 use kubosh_transport::agent::protocol::DiskHint as AgentDiskHint;
 
-use super::instance::{NEW_AGENT_WAIT, Session, disk_metadata};
-use super::store::EnvIntent;
-use super::{EnvError, run, step};
+use crate::instance::{NEW_AGENT_WAIT, Session, disk_metadata};
+use crate::store::EnvIntent;
+use crate::{EnvError, run, step};
 
 impl Session {
     /// Brings the disk to what the manifest asks, then deletes every other disk.

@@ -1,4 +1,4 @@
-//! The state file on disk (bosh-cli's format, `kubosh_core::createenv::state`), saved after
+//! The state file on disk (bosh-cli's format, [`crate::model::state`]), saved after
 //! every single change as bosh-cli's repositories do, but atomically (a temporary file
 //! renamed into place, synced), so a kill never leaves half a file.
 //!
@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::EnvError;
-use kubosh_core::createenv::EnvState;
+use crate::EnvError;
+use crate::model::EnvState;
 
 /// Something asked of the cloud whose result is not in the state file yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,7 +167,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), EnvError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    crate::state::replace_bytes(&dir, &name, bytes).map_err(|e| EnvError::io(path, e))?;
+    kubosh_engine::state::replace_bytes(&dir, &name, bytes).map_err(|e| EnvError::io(path, e))?;
     // bosh-cli's file is world-readable (0666 less the umask); the state holds no secret.
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644));

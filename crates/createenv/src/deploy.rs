@@ -3,20 +3,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::install::{cloud, install_cpi, renderer, validate_cpi_release};
-use super::instance::{NEW_AGENT_WAIT, Session};
-use super::jobs::JobsInput;
-use super::store::{EnvIntent, StateFile};
-use super::{EnvError, EnvInput, Ui, redact_url, run, step};
-use crate::lock::{FileLocks, Guard, Holder, Lock};
-use kubosh_artifacts::install::Installation;
+use crate::install::Installation;
+use crate::install::{cloud, install_cpi, renderer, validate_cpi_release};
+use crate::instance::{NEW_AGENT_WAIT, Session};
+use crate::jobs::JobsInput;
+use crate::model::{
+    EnvManifest, ReleaseRecord, ReleaseSource, StemcellRecord, disk_action, manifest_sha, split,
+};
+use crate::store::{EnvIntent, StateFile};
+use crate::{EnvError, EnvInput, Ui, redact_url, run, step};
 use kubosh_artifacts::release::{Release, ReleaseFile};
 use kubosh_artifacts::stemcell::{Stemcell, StemcellManifest};
 use kubosh_cloud::{Cloud, CreateStemcell};
-use kubosh_core::createenv::{
-    EnvManifest, ReleaseRecord, ReleaseSource, StemcellRecord, disk_action, manifest_sha, split,
-};
 use kubosh_core::validate;
+use kubosh_engine::lock::{FileLocks, Guard, Holder, Lock};
 use kubosh_transport::agent::HttpsTransport;
 
 /// bosh-cli's only Skipping-deploy text.
@@ -208,7 +208,7 @@ fn session_director(file: &StateFile) -> String {
 
 /// The agent's HTTPS mbus client: `cloud_provider.mbus`, trusting `cloud_provider.cert.ca`.
 pub(super) fn transport(
-    cpi: &kubosh_core::createenv::CpiInstallation,
+    cpi: &crate::model::CpiInstallation,
     director_id: &str,
 ) -> Result<HttpsTransport, EnvError> {
     // Validation made sure there is one.

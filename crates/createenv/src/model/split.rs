@@ -10,10 +10,10 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::{Value, json};
 
-use crate::manifest::{
+use kubosh_core::manifest::{
     CpiTemplate, InitInstanceGroup, InitManifest, InitStemcell, JobRef, Map, NetworkType, WatchTime,
 };
-use crate::secret::Secret;
+use kubosh_core::secret::Secret;
 
 /// bosh-cli's watch time when the manifest gives none (`0-300000`).
 pub const DEFAULT_WATCH_TIME: WatchTime = WatchTime {
@@ -409,7 +409,7 @@ fn interfaces(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::yaml;
+    use kubosh_core::yaml;
 
     fn manifest(text: &str) -> InitManifest {
         yaml::parse(text, "test").unwrap()

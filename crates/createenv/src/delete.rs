@@ -2,12 +2,12 @@
 //! stemcell deleted, the unused ones too, then the CPI installation and the state file
 //! removed, as bosh-cli leaves an environment: no state file at all.
 
-use super::deploy::{header, open_state, read_releases, transport, validate_manifest};
-use super::install::{api_version_of, cloud, install_cpi, renderer, validate_cpi_release};
-use super::instance::Session;
-use super::store::StateFile;
-use super::{EnvError, EnvInput, Ui, redact_url, run};
-use kubosh_artifacts::install::Installation;
+use crate::deploy::{header, open_state, read_releases, transport, validate_manifest};
+use crate::install::Installation;
+use crate::install::{api_version_of, cloud, install_cpi, renderer, validate_cpi_release};
+use crate::instance::Session;
+use crate::store::StateFile;
+use crate::{EnvError, EnvInput, Ui, redact_url, run};
 
 /// bosh-cli's text when there is nothing to delete.
 pub const NO_STATE: &str = "No deployment state file found.";
@@ -67,7 +67,7 @@ async fn delete(
     file: StateFile,
     installation: &Installation,
     bin: std::path::PathBuf,
-    env: &kubosh_core::createenv::EnvManifest,
+    env: &crate::model::EnvManifest,
 ) -> Result<(), EnvError> {
     let api_version = file
         .state()

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use kubosh_core::createenv::{self, DiskSpec};
 use kubosh_core::ops::{self, InterpolateOptions, MissingVars, OpsFile, Vars};
 use kubosh_core::{validate, yaml};
+use kubosh_createenv::model::{self, DiskSpec};
 use serde_json::{Value, json};
 
 fn fixture(rel: &str) -> String {
@@ -45,7 +45,7 @@ fn bosh_yml_on_warden() -> Value {
 fn bosh_deployment_on_warden_splits_into_the_cpi_installation_and_one_vm() {
     let doc = bosh_yml_on_warden();
     let validated = validate::init_manifest(&doc).unwrap_or_else(|p| panic!("{p:?}"));
-    let env = createenv::split(&validated.document).unwrap();
+    let env = model::split(&validated.document).unwrap();
     assert_eq!(env.name, "bosh");
     let names: Vec<&str> = env.releases.iter().map(|r| r.name.as_str()).collect();
     assert!(
@@ -125,7 +125,7 @@ fn bosh_deployment_on_warden_splits_into_the_cpi_installation_and_one_vm() {
             "type": "manual",
         })
     );
-    assert_eq!(d.watch_time, createenv::split::DEFAULT_WATCH_TIME);
+    assert_eq!(d.watch_time, model::split::DEFAULT_WATCH_TIME);
     // The director's properties stay the group's, to be bound per job at render time.
     assert!(
         d.group_properties
@@ -135,10 +135,10 @@ fn bosh_deployment_on_warden_splits_into_the_cpi_installation_and_one_vm() {
     );
 
     // The digest changes with any value and not with formatting.
-    let sha = createenv::manifest_sha(&doc);
+    let sha = model::manifest_sha(&doc);
     let mut changed = doc.clone();
     changed["name"] = json!("bosh2");
-    assert_ne!(sha, createenv::manifest_sha(&changed));
+    assert_ne!(sha, model::manifest_sha(&changed));
     let reparsed = yaml::parse_value(&yaml::to_string(&doc).unwrap(), "again").unwrap();
-    assert_eq!(sha, createenv::manifest_sha(&reparsed));
+    assert_eq!(sha, model::manifest_sha(&reparsed));
 }

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::store::{EnvIntent, StateFile};
-use super::{EnvError, Ui, redact_url, run, step};
+use crate::model::{EnvDeployment, StemcellRecord};
+use crate::store::{EnvIntent, StateFile};
+use crate::{EnvError, Ui, redact_url, run, step};
 use kubosh_cloud::{
     Cloud, CreateVm, DiskCid, ErrorKind, ExternalCpi, NetworkSettings, StemcellCid, VmCid,
 };
-use kubosh_core::createenv::{EnvDeployment, StemcellRecord};
 use kubosh_transport::agent::protocol::RunScriptOptions;
 use kubosh_transport::agent::{AgentClient, AgentError, ClientOptions, HttpsTransport, Method};
 
@@ -315,7 +315,7 @@ pub(super) fn disk_metadata(deployment: &EnvDeployment) -> kubosh_cloud::Object 
 }
 
 fn now_rfc3339() -> String {
-    crate::vm::created_at_now()
+    kubosh_engine::vm::created_at_now()
 }
 
 impl std::fmt::Debug for Session {

@@ -3,7 +3,7 @@
 //! inside or outside them (`Compiling package 'x/fp'... Finished (00:00:09)`). The engine
 //! only emits them; the binary prints them as bosh-cli does, or as JSON lines.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -70,29 +70,6 @@ pub enum EnvEvent {
 pub trait EnvEventSink: Send + Sync {
     /// Shows one event.
     fn emit(&self, event: EnvEvent);
-}
-
-/// Events kept in memory (tests).
-#[derive(Debug, Clone, Default)]
-pub struct EnvEventLog(Arc<Mutex<Vec<EnvEvent>>>);
-
-impl EnvEventLog {
-    /// Everything emitted so far.
-    pub fn events(&self) -> Vec<EnvEvent> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl EnvEventSink for EnvEventLog {
-    fn emit(&self, event: EnvEvent) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(event);
-    }
 }
 
 /// The emitter the flow uses: timing and the outcome of steps and stages.

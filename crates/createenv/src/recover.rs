@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use kubosh_cloud::{Cloud, DiskCid, ErrorKind, StemcellCid, VmCid};
 
-use super::EnvError;
-use super::instance::Session;
-use super::store::EnvIntent;
+use crate::EnvError;
+use crate::instance::Session;
+use crate::store::EnvIntent;
 
 /// How long an orphaned VM's agent gets to answer (a CPI process the killed run started
 /// may still be creating it).

@@ -2,7 +2,7 @@
 //! manifest split into the deployment and the CPI installation ([`split`]), the state file
 //! bosh-cli keeps next to the manifest ([`state`]), and the decisions the flow takes from
 //! them: skip the deploy, what to do with the persistent disk, what is unused
-//! ([`decide`]). The flow itself is `kubosh_engine::createenv`.
+//! ([`decide`]).
 
 pub mod decide;
 pub mod gov2;

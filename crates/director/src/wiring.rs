@@ -1,0 +1,170 @@
+//! The wiring: the concrete edges of a director built from its configuration: the CPI
+//! (`ExternalCpi`), the NATS transport with the CA that signs each new agent's client
+//! certificate, the agents' confinement (`NatsAuthorizationFile`), the local blobstore, the
+//! ERB renderer, the state directory's store, locks and registries; and the health monitor's
+//! ear on the bus.
+
+use std::sync::Arc;
+
+use serde_json::Map;
+
+use crate::DirectorConfig;
+use kubosh_artifacts::blobstore::LocalBlobstore;
+use kubosh_artifacts::render::{Renderer, RendererConfig};
+use kubosh_cloud::{CpiCommand, ExternalCpi};
+use kubosh_core::pki::{Ca, Leaf};
+use kubosh_engine::agent_access::{AgentAccess, NatsAuthorizationFile};
+use kubosh_engine::lock::{FileLocks, Lock};
+use kubosh_engine::state::{DirDnsRegistry, DirIpRegistry, DirStore};
+use kubosh_engine::vm::mbus_cert_env;
+use kubosh_engine::{AgentEnv, Engine, EngineConfig, EventSink};
+use kubosh_transport::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
+use kubosh_transport::agent::{MbusTls, NatsOptions, NatsTransport};
+
+/// The health monitor's connection name on the server.
+const HM_CONNECTION_NAME: &str = "kubosh-health-monitor";
+
+/// The director UUID the CPI sees in its context.
+const DIRECTOR_UUID: &str = "kubosh";
+
+impl DirectorConfig {
+    /// The health monitor's NATS identity: the file's `hm_certificate`, else a certificate
+    /// for `default.hm.bosh-internal` issued now by the CA.
+    pub fn hm_tls(&self) -> Result<MbusTls, HealthError> {
+        match &self.nats.hm_identity {
+            Some((cert, key)) => Ok(MbusTls::new(
+                self.nats.ca_certificate.clone(),
+                cert.clone(),
+                key.expose().clone(),
+            )),
+            None => hm_identity(&self.nats.ca),
+        }
+    }
+
+    /// Connects a [`HeartbeatMonitor`] to the message bus with the health monitor's
+    /// identity ([`DirectorConfig::hm_tls`]).
+    pub async fn heartbeat_monitor(&self) -> Result<HeartbeatMonitor, String> {
+        let mut options = NatsOptions::new(
+            self.nats.url.clone(),
+            self.hm_tls().map_err(|e| e.to_string())?,
+        );
+        options.name = HM_CONNECTION_NAME.into();
+        HeartbeatMonitor::connect(&options)
+            .await
+            .map_err(|e| format!("cannot listen to heartbeats at {}: {e}", self.nats.url))
+    }
+
+    /// The agents' confinement on NATS (`nats.authorization`), if configured.
+    pub fn agent_access(&self) -> Option<Arc<NatsAuthorizationFile>> {
+        self.nats.authorization.as_ref().map(|a| {
+            Arc::new(NatsAuthorizationFile::new(
+                a.file.clone(),
+                a.pid_file.clone(),
+                a.director_subject.clone(),
+                a.hm_subject.clone(),
+            ))
+        })
+    }
+
+    /// The engine for deployment `name`: connects to NATS, opens the blobstore; progress goes
+    /// to `events`. `parallel_azs` forces the opt-in on.
+    pub async fn engine(
+        &self,
+        name: &str,
+        events: Arc<dyn EventSink>,
+        parallel_azs: bool,
+    ) -> Result<Engine, String> {
+        self.observed_engine(name, events, parallel_azs, None).await
+    }
+
+    /// [`DirectorConfig::engine`], its CPI telling `observer` of every call (metrics).
+    pub async fn observed_engine(
+        &self,
+        name: &str,
+        events: Arc<dyn EventSink>,
+        parallel_azs: bool,
+        observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
+    ) -> Result<Engine, String> {
+        let cpi = CpiCommand::new(&self.cpi.program)
+            .args(self.cpi.args.clone())
+            .timeout(self.cpi.timeout)
+            .properties(self.cpi.properties.expose().clone())
+            .current_dir(&self.base_dir);
+        let transport = NatsTransport::connect(&NatsOptions::new(
+            self.nats.url.clone(),
+            MbusTls::new(
+                self.nats.ca_certificate.clone(),
+                self.nats.director_certificate.clone(),
+                self.nats.director_private_key.expose().clone(),
+            ),
+        ))
+        .await
+        .map_err(|e| format!("cannot connect to NATS at {}: {e}", self.nats.url))?;
+        let blobstore = LocalBlobstore::new(&self.blobstore_dir).map_err(|e| e.to_string())?;
+        let renderer = Renderer::new(RendererConfig::default()).map_err(|e| e.to_string())?;
+        let locks: Arc<dyn Lock> = Arc::new(FileLocks::new(self.state_dir.join("locks")));
+        // Every deployment of this director shares one DNS dataset (§4.10).
+        let dns_registry = DirDnsRegistry::new(
+            self.state_dir.join("dns.json"),
+            locks.clone(),
+            EngineConfig::default().lock_wait,
+        );
+        // ... and one table of IP reservations (§4.9).
+        let ip_registry = DirIpRegistry::new(
+            self.state_dir.join("ips.json"),
+            locks.clone(),
+            EngineConfig::default().lock_wait,
+        );
+        Ok(Engine {
+            cloud: Arc::new(match observer {
+                Some(observer) => ExternalCpi::new(cpi, DIRECTOR_UUID).with_observer(observer),
+                None => ExternalCpi::new(cpi, DIRECTOR_UUID),
+            }),
+            agents: Arc::new(transport),
+            blobstore: Arc::new(blobstore),
+            renderer: Arc::new(renderer),
+            store: Arc::new(DirStore::new(self.deployment_dir(name))),
+            locks: locks.clone(),
+            events,
+            cancel: Default::default(),
+            config: EngineConfig {
+                agent_wait_timeout: self.engine.agent_wait_timeout,
+                recovery_wait: self.engine.recovery_wait,
+                parallel_azs: parallel_azs || self.engine.parallel_azs,
+                trusted_certs: self.trusted_certs.clone(),
+                agent_env: Some(agent_env(
+                    self.nats.ca.clone(),
+                    self.nats.ca_certificate.clone(),
+                )),
+                dns_registry: Some(Arc::new(dns_registry)),
+                ip_registry: Some(Arc::new(ip_registry)),
+                snapshots_enabled: self.disks.snapshots_enabled,
+                enable_cpi_resize_disk: self.disks.enable_cpi_resize_disk,
+                enable_cpi_update_disk: self.disks.enable_cpi_update_disk,
+                agent_access: self.agent_access().map(|a| a as Arc<dyn AgentAccess>),
+                ..EngineConfig::default()
+            },
+        })
+    }
+}
+
+/// Each new agent's NATS identity: a client certificate for `<agent_id>.agent.bosh-internal`
+/// signed by the CA, in the VM's env.
+fn agent_env(ca: Arc<Ca>, ca_pem: String) -> AgentEnv {
+    Arc::new(move |agent_id: &str| {
+        let common_name = format!("{agent_id}.agent.bosh-internal");
+        let leaf = Leaf {
+            common_name: &common_name,
+            client: true,
+            ..Leaf::default()
+        };
+        match ca.issue(&leaf) {
+            Ok(cert) => mbus_cert_env(&ca_pem, &cert.cert_pem, &cert.key_pem),
+            Err(e) => {
+                // The agent will not reach NATS and the VM creation times out, naming it.
+                tracing::error!(agent_id, error = %e, "cannot issue the agent's NATS certificate");
+                Map::new()
+            }
+        }
+    })
+}
