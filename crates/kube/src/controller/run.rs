@@ -112,7 +112,7 @@ async fn stemcell_untimed(
     .await;
     let action = match outcome {
         // Not a failure: looked at again soon, without growing the backoff.
-        Err(FinalizerError::CleanupFailed(ReconcileError::InUse(_))) => {
+        Err(FinalizerError::CleanupFailed(ReconcileError::InUse { .. })) => {
             Action::requeue(IN_USE_POLL)
         }
         other => other?,
