@@ -1,16 +1,16 @@
 //! The `Deployment` reconciler: `kubectl apply` a BOSH deployment, and the engine deploys it.
 //!
 //! By concept:
-//! - [`apply`]: the reconcile of a live deployment: reads the inputs, writes what stops them,
+//! - `apply`: the reconcile of a live deployment: reads the inputs, writes what stops them,
 //!   starts a deploy task unless the same generation and inputs were already deployed.
-//! - [`deploy_task`]: the deploy task, from its start to its status and Events;
-//!   [`task_progress`] tells its progress while it runs, [`instances`] the instances after it.
-//! - [`materialise`]: the engine's request from the inputs (releases by reference, stemcells
+//! - `deploy_task`: the deploy task, from its start to its status and Events;
+//!   `task_progress` tells its progress while it runs, `instances` the instances after it.
+//! - `materialise`: the engine's request from the inputs (releases by reference, stemcells
 //!   extracted).
-//! - [`deletion`]: the finalizer's cleanup, a tracked deletion task.
-//! - [`ledger`]: what this process knows of each deployment (running task, last outcome).
-//! - [`input_changes`]: which namespaces' watched inputs changed, shared reads of them.
-//! - [`report`]: status writes (the kstatus trio) and Events.
+//! - `deletion`: the finalizer's cleanup, a tracked deletion task.
+//! - `ledger`: what this process knows of each deployment (running task, last outcome).
+//! - `input_changes`: which namespaces' watched inputs changed, shared reads of them.
+//! - `report`: status writes (the kstatus trio) and Events.
 //!
 //! A long deploy of one deployment never holds a reconcile slot of another. Status is
 //! kstatus-correct: `observedGeneration` on the status and on every condition, in one
@@ -188,7 +188,7 @@ pub enum DeploymentError {
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
     /// Not a failure: the deletion runs, or waits for its retry; the finalizer stays until
-    /// it has succeeded (see [`deletion`]).
+    /// it has succeeded (see `deletion.rs`).
     #[error("the deletion has not finished")]
     DeletionUnfinished {
         /// When to look again.
@@ -201,7 +201,7 @@ pub enum DeploymentError {
 pub const FINALIZER: &str = "kubosh.io/deployment";
 
 /// Reconciles one `Deployment` under its finalizer [`FINALIZER`] (kube-runtime's helper
-/// adds it first, and removes it once [`deletion::cleanup`] says the deletion succeeded).
+/// adds it first, and removes it once the deletion task has succeeded).
 pub async fn reconcile(
     deployment: Arc<Deployment>,
     ctx: Arc<DeploymentContext>,
