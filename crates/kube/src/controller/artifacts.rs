@@ -12,9 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
-use serde_json::json;
+use kube::ResourceExt;
+use kube::api::Api;
 
 use super::fetch::{self, Credentials, DigestCheck, FetchError, Fetched};
 use super::status;
@@ -209,32 +208,6 @@ fn scratch(ctx: &ArtifactContext) -> Result<tempfile::TempDir, ReconcileError> {
         })
 }
 
-async fn write_status<K>(
-    client: &kube::Client,
-    resource: &K,
-    status: serde_json::Value,
-) -> Result<(), ReconcileError>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), &resource.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &resource.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 /// Stores the fetched tarball in the blobstore; its blob id.
 async fn store_tarball(ctx: &ArtifactContext, fetched: &Fetched) -> Result<String, ReconcileError> {
     let blob = ctx.blobstore.put_file(&fetched.path).await?;
@@ -294,7 +267,7 @@ pub async fn reconcile_release(
         Ok(d) => d,
         Err(e) => {
             download_failed(&mut next.conditions, &e, generation);
-            write_status(&ctx.client, resource, json!(next)).await?;
+            status::apply_status(&ctx.client, resource, &next).await?;
             return Err(e.into());
         }
     };
@@ -309,7 +282,7 @@ pub async fn reconcile_release(
         }
         Err(e) => stalled(&mut next.conditions, &e, generation),
     }
-    write_status(&ctx.client, resource, json!(next)).await?;
+    status::apply_status(&ctx.client, resource, &next).await?;
     Ok(next)
 }
 
@@ -448,7 +421,7 @@ pub async fn reconcile_stemcell(
         Ok(d) => d,
         Err(e) => {
             download_failed(&mut next.conditions, &e, generation);
-            write_status(&ctx.client, resource, json!(next)).await?;
+            status::apply_status(&ctx.client, resource, &next).await?;
             return Err(e.into());
         }
     };
@@ -476,7 +449,7 @@ pub async fn reconcile_stemcell(
         }
         Err(e) => stalled(&mut next.conditions, &e, generation),
     }
-    write_status(&ctx.client, resource, json!(next)).await?;
+    status::apply_status(&ctx.client, resource, &next).await?;
     Ok(next)
 }
 
@@ -541,7 +514,7 @@ pub async fn delete_stemcell(
                 resource.metadata.generation,
             ),
         );
-        write_status(&ctx.client, resource, json!(status)).await?;
+        status::apply_status(&ctx.client, resource, &status).await?;
         return Err(in_use);
     }
     cloud

@@ -13,9 +13,10 @@ use kube::runtime::events::EventType;
 use super::super::inputs::{self, Inputs, Unready};
 use super::super::requests::{ActionRequest, Handled, Pending};
 use super::super::status;
+use super::deploy_task::{self, DeployTask};
 use super::ledger::{Attempt, InputsKey, Outcome, TaskKind};
 use super::report::{publish, reasons, set_trio, write_status};
-use super::{DeploymentContext, DeploymentError, RESYNC, deploy_task};
+use super::{DeploymentContext, DeploymentError, RESYNC};
 use crate::api::{Deployment, DeploymentStatus};
 use crate::state::KubeStore;
 
@@ -77,7 +78,14 @@ pub(super) async fn reconcile(
     let Some(cancel) = ctx.ledger.start(&uid, TaskKind::Deploy, &ctx.cancel) else {
         return Ok(Action::requeue(TASK_STARTED_ELSEWHERE));
     };
-    deploy_task::spawn(ctx, deployment, inputs, attempt, pending, cancel);
+    let task = DeployTask {
+        deployment,
+        inputs,
+        attempt,
+        pending,
+        cancel,
+    };
+    deploy_task::spawn(ctx, task);
     Ok(Action::requeue(RESYNC))
 }
 

@@ -80,16 +80,21 @@ async fn announce(
             DiskDisposal::Orphan => "orphaned",
         }
     );
-    set_trio(
-        &mut status,
-        deployment.metadata.generation,
-        (false, reasons::DELETING, &message),
-        (true, reasons::DELETING, &message),
-        (false, reasons::DELETING, ""),
-    );
+    deleting(&mut status, deployment.metadata.generation, &message);
     status.progress = None;
     write_status(&ctx.client, deployment, &status).await?;
     Ok(status)
+}
+
+/// The trio of a deployment being deleted: Reconciling (Deleting) with `message`.
+fn deleting(status: &mut DeploymentStatus, generation: Option<i64>, message: &str) {
+    set_trio(
+        status,
+        generation,
+        (false, reasons::DELETING, message),
+        (true, reasons::DELETING, message),
+        (false, reasons::DELETING, ""),
+    );
 }
 
 /// Starts the deletion as a tracked task; the ledger hears when it ends.
@@ -105,18 +110,13 @@ fn spawn(
         namespace = %deployment.namespace().unwrap_or_default(),
         deployment = %deployment.name_any(),
     );
-    let ctx = ctx.clone();
-    let tasks = ctx.tasks.clone();
-    tasks.spawn(tracing::Instrument::instrument(
-        async move {
-            let outcome = run_delete(&ctx, &deployment, disposal, status, cancel).await;
-            if let Err(e) = outcome {
-                tracing::warn!(deployment = %deployment.name_any(), error = %e, "deleting");
-            }
-            ctx.ledger.finish(&deployment.uid().unwrap_or_default());
-        },
-        span,
-    ));
+    let uid = deployment.uid().unwrap_or_default();
+    ctx.spawn_tracked(uid, span, |ctx| async move {
+        let outcome = run_delete(&ctx, &deployment, disposal, status, cancel).await;
+        if let Err(e) = outcome {
+            tracing::warn!(deployment = %deployment.name_any(), error = %e, "deleting");
+        }
+    });
 }
 
 /// Runs `Engine::delete_deployment`; on success records it (the next reconcile lets the
@@ -159,13 +159,7 @@ async fn run_delete(
             .await;
             let at = Instant::now() + ctx.ledger.next_delay(&uid);
             ctx.ledger.set_outcome(&uid, Outcome::DeleteRetry { at });
-            set_trio(
-                &mut status,
-                deployment.metadata.generation,
-                (false, reasons::DELETING, &message),
-                (true, reasons::DELETING, &message),
-                (false, reasons::DELETING, ""),
-            );
+            deleting(&mut status, deployment.metadata.generation, &message);
             write_status(&ctx.client, deployment, &status).await?;
         }
     }

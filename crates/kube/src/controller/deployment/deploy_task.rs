@@ -136,64 +136,53 @@ impl DeployResult {
     }
 }
 
-/// Starts the deploy of `attempt` as a tracked task (awaited when the controller stops),
-/// its token `cancel` from the ledger; the ledger hears when it ends.
-pub(super) fn spawn(
-    ctx: &Arc<DeploymentContext>,
-    deployment: Arc<Deployment>,
-    inputs: Inputs,
-    attempt: Attempt,
-    pending: Pending,
-    cancel: CancellationToken,
-) {
+/// One deploy to run: the deployment as the reconcile read it, its inputs, the attempt
+/// they make, what was asked, and the task's token from the ledger.
+pub(super) struct DeployTask {
+    pub(super) deployment: Arc<Deployment>,
+    pub(super) inputs: Inputs,
+    pub(super) attempt: Attempt,
+    pub(super) pending: Pending,
+    pub(super) cancel: CancellationToken,
+}
+
+/// Starts `task` as a tracked task (awaited when the controller stops); the ledger hears
+/// when it ends.
+pub(super) fn spawn(ctx: &Arc<DeploymentContext>, task: DeployTask) {
+    let deployment = &task.deployment;
     // The task's log lines carry the deployment (`--log-format json` shows the span).
     let span = tracing::info_span!(
         "deploy",
         namespace = %deployment.namespace().unwrap_or_default(),
         deployment = %deployment.name_any(),
-        generation = attempt.generation,
+        generation = task.attempt.generation,
     );
-    let ctx = ctx.clone();
-    let tasks = ctx.tasks.clone();
-    tasks.spawn(tracing::Instrument::instrument(
-        async move {
-            let uid = deployment.uid().unwrap_or_default();
-            run_deploy(&ctx, &deployment, inputs, attempt, pending, cancel).await;
-            ctx.ledger.finish(&uid);
-        },
-        span,
-    ));
+    let uid = deployment.uid().unwrap_or_default();
+    ctx.spawn_tracked(uid, span, |ctx| async move { run_deploy(&ctx, task).await });
 }
 
 /// Runs one deploy to its end and writes its outcome.
-async fn run_deploy(
-    ctx: &DeploymentContext,
-    deployment: &Deployment,
-    inputs: Inputs,
-    attempt: Attempt,
-    pending: Pending,
-    cancel: CancellationToken,
-) {
+async fn run_deploy(ctx: &DeploymentContext, task: DeployTask) {
     ctx.metrics.deploys_waiting(1);
     let _permit = ctx.deploys.acquire().await;
     ctx.metrics.deploys_waiting(-1);
     ctx.metrics.deploys_running(1);
     let started = Instant::now();
-    let result = deploy(ctx, deployment, inputs, attempt, pending, cancel, started).await;
+    let result = deploy(ctx, task, started).await;
     ctx.metrics.deploys_running(-1);
     ctx.metrics.deployed(result.label(), started.elapsed());
 }
 
 /// [`run_deploy`] once it has a slot.
-async fn deploy(
-    ctx: &DeploymentContext,
-    deployment: &Deployment,
-    inputs: Inputs,
-    attempt: Attempt,
-    pending: Pending,
-    cancel: CancellationToken,
-    started: Instant,
-) -> DeployResult {
+async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> DeployResult {
+    let DeployTask {
+        deployment,
+        inputs,
+        attempt,
+        pending,
+        cancel,
+    } = task;
+    let deployment = deployment.as_ref();
     let namespace = deployment.namespace().unwrap_or_default();
     let kind = DeployKind::of(deployment, &pending);
     let status = announce(ctx, deployment, &kind).await;

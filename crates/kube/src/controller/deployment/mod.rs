@@ -26,6 +26,7 @@ mod materialise;
 mod report;
 mod task_progress;
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,6 +134,26 @@ impl DeploymentContext {
             Some(p) => locks.held_by(p.clone()),
             None => locks,
         })
+    }
+
+    /// Runs the task `task` makes (with this context) as a tracked task in `span`, awaited
+    /// when the controller stops; the ledger hears when the task on `uid` ends.
+    fn spawn_tracked<F>(
+        self: &Arc<Self>,
+        uid: String,
+        span: tracing::Span,
+        task: impl FnOnce(Arc<DeploymentContext>) -> F,
+    ) where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let ctx = self.clone();
+        let task = task(self.clone());
+        let tracked = async move {
+            task.await;
+            ctx.ledger.finish(&uid);
+        };
+        self.tasks
+            .spawn(tracing::Instrument::instrument(tracked, span));
     }
 
     /// Publishes `event` regarding `regarding`; a failure is only logged.

@@ -4,16 +4,13 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType};
-use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::super::status;
 use super::DeploymentContext;
 use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{Deployment, DeploymentStatus};
-use crate::state::FIELD_MANAGER;
 
 /// Condition reasons of a `Deployment`.
 pub(super) mod reasons {
@@ -63,20 +60,7 @@ pub(crate) async fn write_status(
     deployment: &Deployment,
     status: &DeploymentStatus,
 ) -> Result<(), kube::Error> {
-    let api: Api<Deployment> =
-        Api::namespaced(client.clone(), &deployment.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": Deployment::api_version(&()),
-        "kind": Deployment::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &deployment.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    status::apply_status(client, deployment, status).await
 }
 
 /// Publishes an Event regarding the deployment.
