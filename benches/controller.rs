@@ -1,7 +1,7 @@
 //! Benchmark: the Deployment controller (`kubosh_kube::controller`) at scale, against a real
 //! kube-apiserver + etcd (`kubosh_devenv::ControlPlane`), with the simulated cloud and agents
 //! (`kubosh_sim`) and the controller running in this process, wired as `kubosh controller`
-//! wires it (`src/cli/controller.rs`): the request budget of `--kube-api-qps 20
+//! wires it (`kubosh_kube::controller::serve`): the request budget of `--kube-api-qps 20
 //! --kube-api-burst 30`, `--max-deploys 32`, heartbeats from the agents (the simulated
 //! agents' `AgentHealth`), no leader election, releases by reference, no cloud for the
 //! artifact controllers (`ArtifactContext::cloud: None`).

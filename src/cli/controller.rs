@@ -3,30 +3,22 @@
 //! `kubosh deploy` reads: CPI, NATS, blobstore, engine settings; its `state_dir` holds the
 //! controller's scratch space). The cluster is the one of `KUBECONFIG` (or in-cluster).
 //!
-//! Replicas elect a leader with a Lease (`kube-lease-manager`); only the leader reconciles.
-//! On SIGINT/SIGTERM, or when leadership is lost, running deploys start no new step, the
-//! steps in flight finish, and the process exits (a lost leadership with a failure, for its
-//! supervisor to restart it as a standby). A standby takes over within the Lease duration
-//! of the leader's death and resumes its deploys once their locks expire.
+//! Replicas elect a leader with a Lease; only the leader reconciles
+//! ([`kubosh_kube::controller::serve`]). On SIGINT/SIGTERM, or when leadership is lost,
+//! running deploys start no new step, the steps in flight finish, and the process exits (a
+//! lost leadership with a failure, for its supervisor to restart it as a standby).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use futures::FutureExt;
-use kube::runtime::events::Reporter;
 
-use kube_lease_manager::LeaseManagerBuilder;
+use kubosh_cloud::CallObserver;
 use kubosh_director::DirectorConfig;
-use kubosh_engine::NoEvents;
+use kubosh_engine::{AgentHealth, Engine, NoEvents};
 use kubosh_kube::client::RequestBudget;
-use kubosh_kube::controller::artifacts::ArtifactContext;
-use kubosh_kube::controller::deployment::DeploymentContext;
-use kubosh_kube::controller::health::HealthWatch;
-use kubosh_kube::controller::run::{Scope, run};
-use kubosh_kube::lock::Process;
-use kubosh_kube::metrics::{Endpoints, MeteredTransport, Metrics, Readiness};
+use kubosh_kube::controller::serve::{EdgeError, Edges, ServeOptions};
 
 /// Arguments of `kubosh controller`.
 #[derive(Debug, Args)]
@@ -72,13 +64,6 @@ pub struct ControllerArgs {
     pub metrics_bind_address: String,
 }
 
-/// The leader election Lease.
-const LEADER_LEASE: &str = "kubosh-controller";
-/// How long leadership outlives the leader's last renewal (seconds).
-const LEADER_LEASE_SECONDS: u64 = 10;
-/// How long before expiry the leader renews (seconds).
-const LEADER_RENEW_BEFORE_SECONDS: u64 = 4;
-
 /// Runs `kubosh controller`.
 pub fn run_controller(args: &ControllerArgs) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
@@ -99,192 +84,39 @@ pub fn run_controller(args: &ControllerArgs) -> ExitCode {
 
 async fn serve(args: &ControllerArgs) -> Result<(), String> {
     let config = DirectorConfig::load(&args.director).map_err(|e| e.to_string())?;
-    // Served from the start: a standby answers its probes too.
-    let metrics = Arc::new(Metrics::new());
-    let readiness = Arc::new(Readiness::default());
-    let _endpoints = match args.metrics_bind_address.as_str() {
-        "" => None,
-        addr => Some(
-            kubosh_kube::metrics::serve(
-                addr,
-                Endpoints {
-                    metrics: metrics.clone(),
-                    readiness: readiness.clone(),
-                },
-            )
-            .await
-            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?,
-        ),
-    };
-    let kube_config = kube::Config::infer()
-        .await
-        .map_err(|e| format!("cannot reach the cluster: {e}"))?;
-    let budget = RequestBudget {
-        qps: args.kube_api_qps,
-        burst: args.kube_api_burst,
-    };
-    let client = kubosh_kube::client::client(kube_config, budget)
-        .map_err(|e| format!("cannot reach the cluster: {e}"))?;
-    let identity = args
-        .identity
-        .clone()
-        .or_else(|| std::env::var("CONTROLLER_POD_NAME").ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-        })
-        .unwrap_or_else(|| "kubosh-controller".into());
-    let shutdown = super::signals::stop_requested().boxed().shared();
-
-    // Leadership first: a standby does nothing else.
-    let mut leadership = None;
-    if !args.no_leader_election {
-        let namespace = args
-            .leader_election_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .or_else(|| args.namespace.clone())
-            .unwrap_or_else(|| "default".into());
-        let manager = LeaseManagerBuilder::new(client.clone(), LEADER_LEASE)
-            .with_namespace(namespace.clone())
-            .with_identity(identity.clone())
-            .with_field_manager(format!("kubosh-leader-{identity}"))
-            .with_duration(LEADER_LEASE_SECONDS)
-            .with_grace(LEADER_RENEW_BEFORE_SECONDS)
-            .build()
-            .await
-            .map_err(|e| format!("leader election Lease {namespace}/{LEADER_LEASE}: {e}"))?;
-        let (mut leader, task) = manager.watch().await;
-        tracing::info!(%identity, lease = %format!("{namespace}/{LEADER_LEASE}"), "waiting to lead");
-        // Leadership is settled once this process leads or one Lease duration passed
-        // without: it stands by (and is ready as a standby).
-        let standing_by = {
-            let readiness = readiness.clone();
-            let mut leader = leader.clone();
-            tokio::spawn(async move {
-                let wait = std::time::Duration::from_secs(LEADER_LEASE_SECONDS);
-                if tokio::time::timeout(wait, leader.wait_for(|l| *l))
-                    .await
-                    .is_err()
-                {
-                    readiness.settle(false);
-                }
-            })
-        };
-        tokio::select! {
-            result = leader.wait_for(|l| *l) => {
-                if result.is_err() {
-                    return Err("leader election stopped".into());
-                }
-            }
-            () = shutdown.clone() => return Ok(()),
-        }
-        standing_by.abort();
-        tracing::info!(%identity, "leading");
-        leadership = Some((leader, task));
-    }
-    let lost = {
-        let leader = leadership.as_ref().map(|(l, _)| l.clone());
-        async move {
-            match leader {
-                Some(mut l) => {
-                    let _ = l.wait_for(|l| !*l).await;
-                }
-                None => futures::future::pending::<()>().await,
-            }
-        }
-        .boxed()
-        .shared()
-    };
-
-    readiness.settle(true);
-    metrics.set_leader(true);
-    let mut engine = config
-        .observed_engine(
-            "controller",
-            Arc::new(NoEvents),
-            false,
-            Some(metrics.clone() as Arc<dyn kubosh_cloud::CallObserver>),
-        )
-        .await?;
-    engine.agents = Arc::new(MeteredTransport::new(engine.agents, metrics.clone()));
-    // Heartbeats make a deploy with nothing to do free of agent calls, and show each
-    // instance's state between deploys.
-    let health = match config.heartbeat_monitor().await {
-        Ok(monitor) => {
-            let monitor = Arc::new(monitor);
-            engine.config.health = Some(monitor.clone());
-            Some(HealthWatch::new(monitor, args.agent_timeout))
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "deploys ask every agent for its state; instance states follow deploys only");
-            None
-        }
-    };
-    let work_dir = config.state_dir.join("controller");
-    let reporter = Reporter {
-        controller: "kubosh".into(),
-        instance: Some(identity.clone()),
-    };
-    let mut deployments = DeploymentContext::new(
-        client.clone(),
-        engine.clone(),
-        work_dir.clone(),
-        reporter,
-        args.max_deploys,
-    );
-    deployments.process = Some(Process::new(identity));
-    deployments.metrics = metrics.clone();
-    deployments.readiness = readiness.clone();
-    deployments.orphaned_disk_max_age = args.orphaned_disk_max_age;
-    let cancel = deployments.cancel.clone();
-    let tasks = deployments.tasks.clone();
-    let artifacts = ArtifactContext {
-        client,
-        blobstore: engine.blobstore.clone(),
-        cloud: Some(engine.cloud.clone()),
-        work_dir: work_dir.join("downloads"),
-    };
-    let stop = {
-        let (shutdown, lost) = (shutdown.clone(), lost.clone());
-        async move {
-            tokio::select! {
-                () = shutdown => {}
-                () = lost => {}
-            }
-        }
-        .boxed()
-        .shared()
-    };
-    tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            stop.await;
-            tracing::info!("stopping: running deploys finish their steps in flight");
-            cancel.cancel();
-        }
-    });
-    let scope = Scope {
+    let options = ServeOptions {
         namespace: args.namespace.clone(),
+        max_deploys: args.max_deploys,
+        identity: args.identity.clone(),
+        leader_election: !args.no_leader_election,
+        leader_election_namespace: args.leader_election_namespace.clone(),
+        orphaned_disk_max_age: args.orphaned_disk_max_age,
+        budget: RequestBudget {
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        },
+        agent_timeout: args.agent_timeout,
+        metrics_bind_address: Some(args.metrics_bind_address.clone()).filter(|a| !a.is_empty()),
+        work_dir: config.state_dir.join("controller"),
     };
-    tracing::info!(namespace = ?scope.namespace, "kubosh controller started");
-    run(deployments, artifacts, scope, health, stop).await;
-    tasks.close();
-    tasks.wait().await;
-    let lost_leadership = lost.peek().is_some();
-    // Dropping the receiver makes the election task release the Lease: a standby takes
-    // over at once. `lost` holds a clone of it (until leadership is lost), so it goes
-    // first, or the task never ends and a SIGTERM never ends the process.
-    drop(lost);
-    if let Some((leader, task)) = leadership {
-        drop(leader);
-        let _ = task.await;
+    let edges = Director(config);
+    kubosh_kube::controller::serve::serve(&options, &edges, super::signals::stop_requested())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The edges of the director configuration file.
+struct Director(DirectorConfig);
+
+impl Edges for Director {
+    async fn engine(&self, observer: Arc<dyn CallObserver>) -> Result<Engine, EdgeError> {
+        Ok(self
+            .0
+            .observed_engine("controller", Arc::new(NoEvents), false, Some(observer))
+            .await?)
     }
-    metrics.set_leader(false);
-    if lost_leadership {
-        return Err("lost the leadership: stopped".into());
+
+    async fn heartbeats(&self) -> Result<Arc<dyn AgentHealth>, EdgeError> {
+        Ok(Arc::new(self.0.heartbeat_monitor().await?))
     }
-    Ok(())
 }

@@ -12,9 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
-use serde_json::json;
+use kube::ResourceExt;
+use kube::api::Api;
 
 use super::fetch::{self, Credentials, DigestCheck, FetchError, Fetched};
 use super::status;
@@ -22,8 +21,9 @@ use crate::api::{
     Release as ReleaseResource, ReleaseItem, ReleaseStatus, Stemcell as StemcellResource,
     StemcellStatus, StemcellVersion,
 };
-use kubosh_artifacts::blobstore::Blobstore;
-use kubosh_artifacts::release::PackageArchive;
+use kubosh_artifacts::blobstore::{Blobstore, BlobstoreError};
+use kubosh_artifacts::release::{PackageArchive, ReleaseError};
+use kubosh_artifacts::stemcell::StemcellError;
 use kubosh_cloud::{Cloud, CpiError, StemcellCid};
 
 /// The field manager of kubosh's status writes.
@@ -56,23 +56,31 @@ pub enum ReconcileError {
     /// The Kubernetes API failed.
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
-    /// The credentials Secret is missing or unusable.
-    #[error("credentials secret {name}: {reason}")]
-    Credentials {
+    /// The credentials Secret does not exist.
+    #[error("credentials secret {name}: not found")]
+    CredentialsNotFound {
         /// The Secret.
         name: String,
-        /// Why.
-        reason: String,
     },
-    /// The blobstore failed.
+    /// The blobstore failed (boxed: its errors are large, and rare).
     #[error("blobstore: {0}")]
-    Blobstore(String),
+    Blobstore(#[source] Box<BlobstoreError>),
     /// Local scratch space failed.
-    #[error("{0}")]
-    Io(String),
+    #[error("scratch space in {}: {source}", dir.display())]
+    Scratch {
+        /// Where the scratch space goes.
+        dir: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
     /// A deleted stemcell is still in use: deleted once nothing uses it.
-    #[error("{0}")]
-    InUse(String),
+    #[error("Stemcell '{stemcell}' is still in use by: {}", users.join(", "))]
+    InUse {
+        /// `name/version`.
+        stemcell: String,
+        /// What uses it (`instance x`, `deployment y (deploying)`).
+        users: Vec<String>,
+    },
     /// The cloud refused or failed to delete a stemcell.
     #[error("deleting stemcell {stemcell} from the cloud: {source}")]
     Cloud {
@@ -83,8 +91,75 @@ pub enum ReconcileError {
     },
 }
 
-/// A problem with the tarball itself: `(reason, message)` for a Stalled condition.
-type Stall = (&'static str, String);
+impl From<BlobstoreError> for ReconcileError {
+    fn from(e: BlobstoreError) -> ReconcileError {
+        ReconcileError::Blobstore(Box::new(e))
+    }
+}
+
+/// A problem with the tarball itself: the resource is Stalled (its condition's reason is
+/// [`TarballError::reason`]) until its spec changes.
+#[derive(Debug, thiserror::Error)]
+enum TarballError {
+    /// `spec.sha1` is no digest.
+    #[error("spec.sha1 {0}")]
+    InvalidDigest(String),
+    /// The download could not be read back to check its digest.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The download has another digest than `spec.sha1`.
+    #[error("{0}")]
+    DigestMismatch(String),
+    /// Not a release tarball.
+    #[error("{0}")]
+    Release(#[from] ReleaseError),
+    /// Not a stemcell tarball.
+    #[error("{0}")]
+    Stemcell(#[from] StemcellError),
+    /// The tarball holds another release or stemcell than the spec names.
+    #[error("the tarball is {kind} {found}, not {expected}")]
+    NameMismatch {
+        /// `release` or `stemcell`.
+        kind: &'static str,
+        /// `name/version` in the tarball.
+        found: String,
+        /// `name/version` in the spec.
+        expected: String,
+    },
+}
+
+impl TarballError {
+    /// The Stalled condition's reason.
+    fn reason(&self) -> &'static str {
+        match self {
+            TarballError::InvalidDigest(_) => "InvalidDigest",
+            TarballError::Unreadable(_) => "DownloadFailed",
+            TarballError::DigestMismatch(_) => "DigestMismatch",
+            TarballError::Release(_) | TarballError::Stemcell(_) => "InvalidTarball",
+            TarballError::NameMismatch { .. } => "NameMismatch",
+        }
+    }
+}
+
+impl From<DigestCheck> for TarballError {
+    fn from(check: DigestCheck) -> TarballError {
+        match check {
+            DigestCheck::Invalid(what) => TarballError::InvalidDigest(what),
+            DigestCheck::Unreadable(what) => TarballError::Unreadable(what),
+            DigestCheck::Mismatch(what) => TarballError::DigestMismatch(what),
+        }
+    }
+}
+
+/// Says in `conditions` that the tarball is wrong: Stalled, with the problem's reason.
+fn stalled(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    problem: &TarballError,
+    generation: Option<i64>,
+) {
+    let message = problem.to_string();
+    status::outcome(conditions, Err((problem.reason(), &message)), generation);
+}
 
 async fn credentials(
     client: &kube::Client,
@@ -94,15 +169,13 @@ async fn credentials(
     let Some(name) = secret else {
         return Ok(Credentials::default());
     };
-    let fail = |reason: String| ReconcileError::Credentials {
-        name: name.to_string(),
-        reason,
-    };
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = api
         .get_opt(name)
         .await?
-        .ok_or_else(|| fail("not found".into()))?;
+        .ok_or_else(|| ReconcileError::CredentialsNotFound {
+            name: name.to_string(),
+        })?;
     let text = |key: &str| {
         secret
             .data
@@ -119,58 +192,25 @@ async fn credentials(
 }
 
 /// Checks a downloaded file against the spec's digest (any BOSH multi-digest).
-fn check_digest(fetched: &Fetched, expected: Option<&str>) -> Result<(), Stall> {
+fn check_digest(fetched: &Fetched, expected: Option<&str>) -> Result<(), TarballError> {
     let Some(expected) = expected.filter(|e| !e.is_empty()) else {
         return Ok(());
     };
-    fetched.check(expected).map_err(|e| match e {
-        DigestCheck::Invalid(what) => ("InvalidDigest", format!("spec.sha1 {what}")),
-        DigestCheck::Unreadable(what) => ("DownloadFailed", what),
-        DigestCheck::Mismatch(what) => ("DigestMismatch", what),
-    })
+    Ok(fetched.check(expected)?)
 }
 
 fn scratch(ctx: &ArtifactContext) -> Result<tempfile::TempDir, ReconcileError> {
     std::fs::create_dir_all(&ctx.work_dir)
         .and_then(|()| tempfile::tempdir_in(&ctx.work_dir))
-        .map_err(|e| {
-            ReconcileError::Io(format!("scratch space in {}: {e}", ctx.work_dir.display()))
+        .map_err(|source| ReconcileError::Scratch {
+            dir: ctx.work_dir.clone(),
+            source,
         })
-}
-
-async fn write_status<K>(
-    client: &kube::Client,
-    resource: &K,
-    status: serde_json::Value,
-) -> Result<(), ReconcileError>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), &resource.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &resource.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
 }
 
 /// Stores the fetched tarball in the blobstore; its blob id.
 async fn store_tarball(ctx: &ArtifactContext, fetched: &Fetched) -> Result<String, ReconcileError> {
-    let blob = ctx
-        .blobstore
-        .put_file(&fetched.path)
-        .await
-        .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
+    let blob = ctx.blobstore.put_file(&fetched.path).await?;
     Ok(blob.id)
 }
 
@@ -227,7 +267,7 @@ pub async fn reconcile_release(
         Ok(d) => d,
         Err(e) => {
             download_failed(&mut next.conditions, &e, generation);
-            write_status(&ctx.client, resource, json!(next)).await?;
+            status::apply_status(&ctx.client, resource, &next).await?;
             return Err(e.into());
         }
     };
@@ -240,11 +280,9 @@ pub async fn reconcile_release(
             next.manifest_blob_id = Some(release_mf);
             status::outcome(&mut next.conditions, Ok(&message), generation);
         }
-        Err((reason, message)) => {
-            status::outcome(&mut next.conditions, Err((reason, &message)), generation);
-        }
+        Err(e) => stalled(&mut next.conditions, &e, generation),
     }
-    write_status(&ctx.client, resource, json!(next)).await?;
+    status::apply_status(&ctx.client, resource, &next).await?;
     Ok(next)
 }
 
@@ -260,27 +298,25 @@ async fn read_release(
     fetched: &Fetched,
     resource: &ReleaseResource,
     ctx: &ArtifactContext,
-) -> Result<Result<ReadRelease, Stall>, ReconcileError> {
-    if let Err(stall) = check_digest(fetched, resource.spec.sha1.as_deref()) {
-        return Ok(Err(stall));
+) -> Result<Result<ReadRelease, TarballError>, ReconcileError> {
+    if let Err(e) = check_digest(fetched, resource.spec.sha1.as_deref()) {
+        return Ok(Err(e));
     }
     let release = match kubosh_artifacts::release::Release::read(&fetched.path) {
         Ok(r) => r,
-        Err(e) => return Ok(Err(("InvalidTarball", e.to_string()))),
+        Err(e) => return Ok(Err(e.into())),
     };
     let (name, version) = (&release.manifest.name, &release.manifest.version);
     if name != &resource.spec.name || version != resource.spec.version.as_str() {
-        return Ok(Err((
-            "NameMismatch",
-            format!(
-                "the tarball is release {name}/{version}, not {}/{}",
-                resource.spec.name, resource.spec.version
-            ),
-        )));
+        return Ok(Err(TarballError::NameMismatch {
+            kind: "release",
+            found: format!("{name}/{version}"),
+            expected: format!("{}/{}", resource.spec.name, resource.spec.version),
+        }));
     }
     let release_mf = match release.manifest_yaml() {
         Ok(text) => text.into_bytes(),
-        Err(e) => return Ok(Err(("InvalidTarball", e.to_string()))),
+        Err(e) => return Ok(Err(e.into())),
     };
     let store = |archive: Vec<u8>| {
         let blobstore = ctx.blobstore.clone();
@@ -289,7 +325,7 @@ async fn read_release(
                 .put_bytes(archive.into())
                 .await
                 .map(|b| b.id)
-                .map_err(|e| ReconcileError::Blobstore(e.to_string()))
+                .map_err(ReconcileError::from)
         }
     };
     let store_archive = |archive: &PackageArchive| {
@@ -385,23 +421,20 @@ pub async fn reconcile_stemcell(
         Ok(d) => d,
         Err(e) => {
             download_failed(&mut next.conditions, &e, generation);
-            write_status(&ctx.client, resource, json!(next)).await?;
+            status::apply_status(&ctx.client, resource, &next).await?;
             return Err(e.into());
         }
     };
-    let outcome: Result<(), Stall> = async {
+    let outcome: Result<(), TarballError> = async {
         check_digest(&fetched, resource.spec.sha1.as_deref())?;
-        let stemcell = kubosh_artifacts::stemcell::Stemcell::read(&fetched.path)
-            .map_err(|e| ("InvalidTarball", e.to_string()))?;
+        let stemcell = kubosh_artifacts::stemcell::Stemcell::read(&fetched.path)?;
         let m = &stemcell.manifest;
         if m.name != resource.spec.name || m.version != resource.spec.version.as_str() {
-            return Err((
-                "NameMismatch",
-                format!(
-                    "the tarball is stemcell {}/{}, not {}/{}",
-                    m.name, m.version, resource.spec.name, resource.spec.version
-                ),
-            ));
+            return Err(TarballError::NameMismatch {
+                kind: "stemcell",
+                found: format!("{}/{}", m.name, m.version),
+                expected: format!("{}/{}", resource.spec.name, resource.spec.version),
+            });
         }
         next.os = Some(m.operating_system.clone());
         next.api_version = m.api_version.and_then(|v| i32::try_from(v).ok());
@@ -414,11 +447,9 @@ pub async fn reconcile_stemcell(
             let message = format!("{} stemcell", next.os.as_deref().unwrap_or_default());
             status::outcome(&mut next.conditions, Ok(&message), generation);
         }
-        Err((reason, message)) => {
-            status::outcome(&mut next.conditions, Err((reason, &message)), generation);
-        }
+        Err(e) => stalled(&mut next.conditions, &e, generation),
     }
-    write_status(&ctx.client, resource, json!(next)).await?;
+    status::apply_status(&ctx.client, resource, &next).await?;
     Ok(next)
 }
 
@@ -457,7 +488,11 @@ pub async fn delete_stemcell(
         }
     }
     if !users.is_empty() {
-        let message = format!("Stemcell '{key}' is still in use by: {}", users.join(", "));
+        let in_use = ReconcileError::InUse {
+            stemcell: key,
+            users,
+        };
+        let message = in_use.to_string();
         // Said where `kubectl describe` shows it: deletion waits, it did not fail. The
         // deletion bumped the generation; the stemcell is as usable as before (deploys
         // still pick it), so its conditions describe this generation too.
@@ -479,8 +514,8 @@ pub async fn delete_stemcell(
                 resource.metadata.generation,
             ),
         );
-        write_status(&ctx.client, resource, json!(status)).await?;
-        return Err(ReconcileError::InUse(message));
+        status::apply_status(&ctx.client, resource, &status).await?;
+        return Err(in_use);
     }
     cloud
         .delete_stemcell(&StemcellCid::from(cid.as_str()))
@@ -516,10 +551,7 @@ pub async fn delete_stemcell(
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
-            ctx.blobstore
-                .delete(&spec.blobstore_id)
-                .await
-                .map_err(|e| ReconcileError::Blobstore(e.to_string()))?;
+            ctx.blobstore.delete(&spec.blobstore_id).await?;
         }
     }
     Ok(())

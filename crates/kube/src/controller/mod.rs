@@ -10,6 +10,8 @@
 //! - [`health`] follows the agents' heartbeats into each `Instance`'s state between deploys.
 //! - [`requests`] reads the action and reconcile-request annotations.
 //! - [`status`] writes `Ready`/`Reconciling`/`Stalled` conditions.
+//! - [`run`] runs the controllers together; [`serve`] is the process around them (probes,
+//!   metrics, leader election).
 
 pub mod artifacts;
 pub mod backoff;
@@ -21,4 +23,5 @@ pub mod inputs;
 pub mod progress;
 pub mod requests;
 pub mod run;
+pub mod serve;
 pub mod status;

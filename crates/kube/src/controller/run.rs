@@ -11,7 +11,7 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::finalizer::{self, Error as FinalizerError, finalizer};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
@@ -112,7 +112,7 @@ async fn stemcell_untimed(
     .await;
     let action = match outcome {
         // Not a failure: looked at again soon, without growing the backoff.
-        Err(FinalizerError::CleanupFailed(ReconcileError::InUse(_))) => {
+        Err(FinalizerError::CleanupFailed(ReconcileError::InUse { .. })) => {
             Action::requeue(IN_USE_POLL)
         }
         other => other?,
@@ -145,74 +145,14 @@ pub async fn run(
     let config = Config::default().concurrency(CONCURRENCY);
     let watch = watcher::Config::default().any_semantic();
 
-    let controller = Controller::new(scope.api::<Deployment>(&client), watch.clone());
-    let store = controller.store();
-    let (cloud_configs_changed, releases_changed, stemcells_changed) = (
-        deployments.inputs.clone(),
-        deployments.inputs.clone(),
-        deployments.inputs.clone(),
+    let (deployment_loop, synced_store) = deployment_controller(
+        &client,
+        &scope,
+        &watch,
+        &config,
+        deployments.clone(),
+        shutdown.clone(),
     );
-    let by_cloud_config = store.clone();
-    let by_release = store.clone();
-    let by_stemcell = store.clone();
-    let synced_store = store;
-    let in_namespace = |store: &kube::runtime::reflector::Store<Deployment>, ns: Option<String>| {
-        store
-            .state()
-            .into_iter()
-            .filter(|d| d.namespace() == ns)
-            .map(|d| ObjectRef::from_obj(&*d))
-            .collect::<Vec<_>>()
-    };
-    let deployment_loop = controller
-        .owns(scope.api::<Instance>(&client), watch.clone())
-        .watches(
-            scope.api::<CloudConfig>(&client),
-            watch.clone(),
-            move |cc: CloudConfig| {
-                cloud_configs_changed.changed(cc.namespace().as_deref());
-                let name = cc.name_any();
-                by_cloud_config
-                    .state()
-                    .into_iter()
-                    .filter(|d| d.namespace() == cc.namespace())
-                    .filter(|d| d.spec.cloud_config_name() == name)
-                    .map(|d| ObjectRef::from_obj(&*d))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .watches(
-            scope.api::<Release>(&client),
-            watch.clone(),
-            move |r: Release| {
-                releases_changed.changed(r.namespace().as_deref());
-                in_namespace(&by_release, r.namespace())
-            },
-        )
-        .watches(
-            scope.api::<Stemcell>(&client),
-            watch.clone(),
-            move |s: Stemcell| {
-                stemcells_changed.changed(s.namespace().as_deref());
-                in_namespace(&by_stemcell, s.namespace())
-            },
-        )
-        .with_config(config.clone())
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            |d, ctx| async move {
-                let metrics = ctx.metrics.clone();
-                timed(&metrics, "deployment", deployment::reconcile(d, ctx)).await
-            },
-            deployment::error_policy,
-            deployments.clone(),
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "deployment reconcile");
-            }
-        });
-
     let artifacts = Arc::new(Artifacts {
         ctx: artifacts,
         backoffs: Backoffs::default(),
@@ -272,4 +212,88 @@ pub async fn run(
         health_loop,
         synced
     );
+}
+
+/// The `Deployment` controller, woken by its own `Instance`s, its `CloudConfig` and the
+/// `Release`s and `Stemcell`s of its namespace (each change counted in
+/// [`InputChanges`](super::deployment::InputChanges) first); and the store of the
+/// deployments it watches.
+fn deployment_controller<S>(
+    client: &kube::Client,
+    scope: &Scope,
+    watch: &watcher::Config,
+    config: &Config,
+    deployments: Arc<DeploymentContext>,
+    shutdown: S,
+) -> (impl Future<Output = ()> + use<S>, Store<Deployment>)
+where
+    S: Future<Output = ()> + Send + Sync + Clone + 'static,
+{
+    let controller = Controller::new(scope.api::<Deployment>(client), watch.clone());
+    let store = controller.store();
+    let (cloud_configs_changed, releases_changed, stemcells_changed) = (
+        deployments.inputs.clone(),
+        deployments.inputs.clone(),
+        deployments.inputs.clone(),
+    );
+    let by_cloud_config = store.clone();
+    let by_release = store.clone();
+    let by_stemcell = store.clone();
+    let in_namespace = |store: &Store<Deployment>, ns: Option<String>| {
+        store
+            .state()
+            .into_iter()
+            .filter(|d| d.namespace() == ns)
+            .map(|d| ObjectRef::from_obj(&*d))
+            .collect::<Vec<_>>()
+    };
+    let deployment_loop = controller
+        .owns(scope.api::<Instance>(client), watch.clone())
+        .watches(
+            scope.api::<CloudConfig>(client),
+            watch.clone(),
+            move |cc: CloudConfig| {
+                cloud_configs_changed.changed(cc.namespace().as_deref());
+                let name = cc.name_any();
+                by_cloud_config
+                    .state()
+                    .into_iter()
+                    .filter(|d| d.namespace() == cc.namespace())
+                    .filter(|d| d.spec.cloud_config_name() == name)
+                    .map(|d| ObjectRef::from_obj(&*d))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            scope.api::<Release>(client),
+            watch.clone(),
+            move |r: Release| {
+                releases_changed.changed(r.namespace().as_deref());
+                in_namespace(&by_release, r.namespace())
+            },
+        )
+        .watches(
+            scope.api::<Stemcell>(client),
+            watch.clone(),
+            move |s: Stemcell| {
+                stemcells_changed.changed(s.namespace().as_deref());
+                in_namespace(&by_stemcell, s.namespace())
+            },
+        )
+        .with_config(config.clone())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |d, ctx| async move {
+                let metrics = ctx.metrics.clone();
+                timed(&metrics, "deployment", deployment::reconcile(d, ctx)).await
+            },
+            deployment::error_policy,
+            deployments,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "deployment reconcile");
+            }
+        });
+    (deployment_loop, store)
 }

@@ -82,6 +82,37 @@ pub fn outcome(
     );
 }
 
+/// Writes `status` as `resource`'s whole status, in one server-side apply with field
+/// manager `kubosh` (forced: the status is kubosh's alone).
+pub async fn apply_status<K, S>(
+    client: &kube::Client,
+    resource: &K,
+    status: &S,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    S: serde::Serialize,
+{
+    use kube::ResourceExt;
+    let api: kube::Api<K> =
+        kube::Api::namespaced(client.clone(), &resource.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &resource.name_any(),
+        &kube::api::PatchParams::apply(crate::state::FIELD_MANAGER).force(),
+        &kube::api::Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Writes `instance`'s process state and its `Ready` condition (`ready`, `reason`) for its
 /// generation, keeping the rest of its status (server-side apply, field manager `kubosh`).
 pub async fn write_instance_state(
@@ -91,7 +122,6 @@ pub async fn write_instance_state(
     ready: bool,
     reason: &str,
 ) -> Result<(), kube::Error> {
-    use kube::{Resource, ResourceExt};
     let generation = instance.metadata.generation;
     let mut next = crate::api::InstanceStatus {
         observed_generation: generation,
@@ -102,20 +132,7 @@ pub async fn write_instance_state(
         &mut next.conditions,
         condition(READY, ready, reason, "", generation),
     );
-    let patch = serde_json::json!({
-        "apiVersion": crate::api::Instance::api_version(&()),
-        "kind": crate::api::Instance::kind(&()),
-        "status": next,
-    });
-    let api: kube::Api<crate::api::Instance> =
-        kube::Api::namespaced(client.clone(), &instance.namespace().unwrap_or_default());
-    api.patch_status(
-        &instance.name_any(),
-        &kube::api::PatchParams::apply(crate::state::FIELD_MANAGER).force(),
-        &kube::api::Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    apply_status(client, instance, &next).await
 }
 
 /// True when `conditions` say Ready for `generation`.

@@ -1,0 +1,463 @@
+//! The deploy task: one deploy (or instance action) of one deployment, run beside the
+//! reconciles (bounded by a semaphore) so a long deploy never holds a reconcile slot. It
+//! runs the engine with a [`KubeStore`], Lease locks and a [`DeployProgress`] sink, writes
+//! `Reconciling` with the stage while it runs and `Ready` or `Stalled` (or a retry with
+//! backoff) at the end, and publishes the milestones as Events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+use super::super::inputs::Inputs;
+use super::super::progress::DeployProgress;
+use super::super::requests::{self, Handled, Pending};
+use super::DeploymentContext;
+use super::instances::{count_instances, write_instance_statuses};
+use super::ledger::{Attempt, Outcome};
+use super::materialise::{MaterialiseError, request_of};
+use super::report::{clip, now, publish, reasons, set_trio, write_status};
+use super::task_progress::ProgressWriter;
+use crate::api::{Deployment, DeploymentStatus, TaskState, TaskSummary};
+use crate::state::KubeStore;
+use kubosh_engine::deploy::DeployReport;
+use kubosh_engine::state::StateStore;
+use kubosh_engine::{
+    CancellationToken, DeployRequest, Disposition, EngineError, InstanceAction, Scope,
+};
+
+/// What a deploy task does, as `lastTask.description` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DeployKind {
+    /// The first deploy of the deployment.
+    Create,
+    /// A deploy of a deployment deployed before.
+    Update,
+    /// An instance action (`kubosh.io/action`).
+    Action(InstanceAction, Option<Scope>),
+}
+
+impl DeployKind {
+    /// What `deployment` asks for now: its pending action, else a create or an update.
+    fn of(deployment: &Deployment, pending: &Pending) -> DeployKind {
+        let action = pending.action.as_ref().and_then(|a| a.parsed.clone().ok());
+        let first = deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.last_task.as_ref())
+            .is_none();
+        match action {
+            Some((verb, scope)) => DeployKind::Action(verb, scope),
+            None if first => DeployKind::Create,
+            None => DeployKind::Update,
+        }
+    }
+
+    /// The engine's `action` for it.
+    fn action(&self) -> Option<(InstanceAction, Option<Scope>)> {
+        match self {
+            DeployKind::Action(verb, scope) => Some((*verb, scope.clone())),
+            DeployKind::Create | DeployKind::Update => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DeployKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeployKind::Create => f.write_str("create deployment"),
+            DeployKind::Update => f.write_str("update deployment"),
+            DeployKind::Action(verb, scope) => {
+                f.write_str(&requests::describe(*verb, scope.as_ref()))
+            }
+        }
+    }
+}
+
+/// Why a deploy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// A release or stemcell could not be made ready for the engine.
+    #[error(transparent)]
+    Materialise(#[from] MaterialiseError),
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl DeployError {
+    /// Whether trying the same again later may help (else the deploy stalls until its
+    /// spec or inputs change).
+    pub fn retry(&self) -> bool {
+        match self {
+            // A resource not stored yet, the blobstore or the scratch space: each may pass.
+            DeployError::Materialise(_) => true,
+            DeployError::Engine(e) => e.disposition() == Disposition::Retry,
+        }
+    }
+}
+
+/// How a deploy ended without success.
+enum Failure {
+    /// It was cancelled (shutdown, pause, deletion) and stopped between steps.
+    Cancelled,
+    /// It failed.
+    Failed(DeployError),
+}
+
+/// How a deploy ended, as the metrics count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeployResult {
+    Succeeded,
+    Cancelled,
+    Retrying,
+    Failed,
+}
+
+impl DeployResult {
+    fn of(result: &Result<DeployReport, Failure>) -> DeployResult {
+        match result {
+            Ok(_) => DeployResult::Succeeded,
+            Err(Failure::Cancelled) => DeployResult::Cancelled,
+            Err(Failure::Failed(e)) if e.retry() => DeployResult::Retrying,
+            Err(Failure::Failed(_)) => DeployResult::Failed,
+        }
+    }
+
+    /// The metric's `result` label.
+    fn label(self) -> &'static str {
+        match self {
+            DeployResult::Succeeded => "succeeded",
+            DeployResult::Cancelled => "cancelled",
+            DeployResult::Retrying => "retrying",
+            DeployResult::Failed => "failed",
+        }
+    }
+}
+
+/// One deploy to run: the deployment as the reconcile read it, its inputs, the attempt
+/// they make, what was asked, and the task's token from the ledger.
+pub(super) struct DeployTask {
+    pub(super) deployment: Arc<Deployment>,
+    pub(super) inputs: Inputs,
+    pub(super) attempt: Attempt,
+    pub(super) pending: Pending,
+    pub(super) cancel: CancellationToken,
+}
+
+/// Starts `task` as a tracked task (awaited when the controller stops); the ledger hears
+/// when it ends.
+pub(super) fn spawn(ctx: &Arc<DeploymentContext>, task: DeployTask) {
+    let deployment = &task.deployment;
+    // The task's log lines carry the deployment (`--log-format json` shows the span).
+    let span = tracing::info_span!(
+        "deploy",
+        namespace = %deployment.namespace().unwrap_or_default(),
+        deployment = %deployment.name_any(),
+        generation = task.attempt.generation,
+    );
+    let uid = deployment.uid().unwrap_or_default();
+    ctx.spawn_tracked(uid, span, |ctx| async move { run_deploy(&ctx, task).await });
+}
+
+/// Runs one deploy to its end and writes its outcome.
+async fn run_deploy(ctx: &DeploymentContext, task: DeployTask) {
+    ctx.metrics.deploys_waiting(1);
+    let _permit = ctx.deploys.acquire().await;
+    ctx.metrics.deploys_waiting(-1);
+    ctx.metrics.deploys_running(1);
+    let started = Instant::now();
+    let result = deploy(ctx, task, started).await;
+    ctx.metrics.deploys_running(-1);
+    ctx.metrics.deployed(result.label(), started.elapsed());
+}
+
+/// [`run_deploy`] once it has a slot.
+async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> DeployResult {
+    let DeployTask {
+        deployment,
+        inputs,
+        attempt,
+        pending,
+        cancel,
+    } = task;
+    let deployment = deployment.as_ref();
+    let namespace = deployment.namespace().unwrap_or_default();
+    let kind = DeployKind::of(deployment, &pending);
+    let status = announce(ctx, deployment, &kind).await;
+    let progress = Arc::new(DeployProgress::new());
+    let store = Arc::new(KubeStore::new(
+        ctx.client.clone(),
+        &namespace,
+        &deployment.name_any(),
+        deployment.controller_owner_ref(&()),
+    ));
+    let engine = ctx.engine(store.clone(), &namespace, progress.clone(), cancel);
+    let status = Arc::new(tokio::sync::Mutex::new(status));
+    let inputs = Arc::new(inputs);
+    let writer = ProgressWriter::start(
+        ctx,
+        deployment,
+        store.clone(),
+        inputs.clone(),
+        progress,
+        status.clone(),
+    );
+    let result = match request_of(ctx, &inputs).await {
+        Ok(request) => (engine.deploy(&DeployRequest {
+            action: kind.action(),
+            ..request
+        }))
+        .await
+        .map_err(|e| match e {
+            EngineError::Cancelled { lock_lost: false } => Failure::Cancelled,
+            e => Failure::Failed(e.into()),
+        }),
+        Err(e) => Err(Failure::Failed(e.into())),
+    };
+    writer.stop(ctx, deployment).await;
+    let mut status = status.lock().await.clone();
+    status.progress = None;
+    let elapsed = started.elapsed();
+    if let Ok(state) = store.load().await {
+        count_instances(&mut status, &inputs, &state);
+        write_instance_statuses(ctx, &namespace, &deployment.name_any(), &state).await;
+    }
+    let ended = DeployResult::of(&result);
+    let status = conclude(ctx, deployment, &inputs, status, attempt, result, elapsed).await;
+    acknowledge_requests(ctx, deployment, &store, status, pending, ended).await;
+    ended
+}
+
+/// A task id unique within the deployment.
+fn task_id() -> String {
+    kubosh_core::ids::uuid_v4()[..8].to_string()
+}
+
+/// Says the deploy started: `Reconciling` (Deploying), a new `lastTask`, and an Event.
+/// The status as written.
+async fn announce(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    kind: &DeployKind,
+) -> DeploymentStatus {
+    let generation = deployment.metadata.generation.unwrap_or_default();
+    let mut status = deployment.status.clone().unwrap_or_default();
+    Handled::of(deployment).fill(&mut status);
+    let message = format!("Deploying generation {generation}");
+    set_trio(
+        &mut status,
+        Some(generation),
+        (false, reasons::DEPLOYING, &message),
+        (true, reasons::DEPLOYING, &message),
+        (false, reasons::DEPLOYING, ""),
+    );
+    status.progress = None;
+    let description = kind.to_string();
+    let message = match kind {
+        DeployKind::Action(..) => format!("{message}: {description}"),
+        DeployKind::Create | DeployKind::Update => message,
+    };
+    status.last_task = Some(TaskSummary {
+        id: task_id(),
+        state: TaskState::Processing,
+        description,
+        started: Some(now()),
+        ..TaskSummary::default()
+    });
+    if let Err(e) = write_status(&ctx.client, deployment, &status).await {
+        tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot write the status");
+    }
+    publish(ctx, deployment, EventType::Normal, "DeployStarted", message).await;
+    status
+}
+
+/// The status after the deploy's `result`: the task's end, the trio, Events and the
+/// ledger's outcome.
+async fn conclude(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    inputs: &Inputs,
+    mut status: DeploymentStatus,
+    attempt: Attempt,
+    result: Result<DeployReport, Failure>,
+    elapsed: Duration,
+) -> DeploymentStatus {
+    let task = status.last_task.get_or_insert_with(TaskSummary::default);
+    task.finished = Some(now());
+    task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
+    match result {
+        Ok(report) => {
+            task.state = TaskState::Succeeded;
+            succeeded(ctx, deployment, &mut status, &report, attempt, elapsed).await;
+        }
+        Err(Failure::Cancelled) => {
+            task.state = TaskState::Cancelled;
+            cancelled(ctx, deployment, &mut status, attempt.generation).await;
+        }
+        Err(Failure::Failed(error)) => {
+            let message = inputs.scrub(&error.to_string());
+            task.state = TaskState::Failed;
+            task.error = Some(clip(&message));
+            failed(
+                ctx,
+                deployment,
+                &mut status,
+                message,
+                error.retry(),
+                attempt,
+            )
+            .await;
+        }
+    }
+    status
+}
+
+/// Ready, with what the deploy did.
+async fn succeeded(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    status: &mut DeploymentStatus,
+    report: &DeployReport,
+    attempt: Attempt,
+    elapsed: Duration,
+) {
+    let summary = if report.noop {
+        "No changes: the deployment is up to date".to_string()
+    } else {
+        format!(
+            "Updated {} instance(s), deleted {}, compiled {} package(s) in {}s",
+            report.updated.len(),
+            report.deleted.len(),
+            report.compiled,
+            elapsed.as_secs()
+        )
+    };
+    set_trio(
+        status,
+        Some(attempt.generation),
+        (true, reasons::DEPLOYED, &summary),
+        (false, reasons::DEPLOYED, ""),
+        (false, reasons::DEPLOYED, ""),
+    );
+    if report.compiled > 0 {
+        let note = format!("Compiled {} package(s)", report.compiled);
+        publish(ctx, deployment, EventType::Normal, "PackagesCompiled", note).await;
+    }
+    publish(
+        ctx,
+        deployment,
+        EventType::Normal,
+        "DeploySucceeded",
+        summary,
+    )
+    .await;
+    let uid = deployment.uid().unwrap_or_default();
+    ctx.ledger.reset_backoff(&uid);
+    ctx.ledger.set_outcome(&uid, Outcome::Deployed(attempt));
+}
+
+/// Interrupted: nothing is decided, the next reconcile (or the next leader) looks again.
+async fn cancelled(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    status: &mut DeploymentStatus,
+    generation: i64,
+) {
+    let uid = deployment.uid().unwrap_or_default();
+    let message = match ctx.ledger.cancelled_because(&uid) {
+        Some(because) if !ctx.cancel.is_cancelled() => because,
+        _ => {
+            "The controller stopped during the deploy, after the steps in flight; it resumes when a controller runs again"
+        }
+    };
+    set_trio(
+        status,
+        Some(generation),
+        (false, reasons::INTERRUPTED, message),
+        (true, reasons::INTERRUPTED, message),
+        (false, reasons::INTERRUPTED, ""),
+    );
+    ctx.ledger.clear_outcome(&uid);
+    publish(
+        ctx,
+        deployment,
+        EventType::Normal,
+        "DeployCancelled",
+        message.into(),
+    )
+    .await;
+}
+
+/// Failed with `message`: retried with backoff when `retry`, else Stalled until the spec
+/// or inputs change.
+async fn failed(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    status: &mut DeploymentStatus,
+    message: String,
+    retry: bool,
+    attempt: Attempt,
+) {
+    let uid = deployment.uid().unwrap_or_default();
+    let generation = Some(attempt.generation);
+    if retry {
+        let delay = ctx.ledger.next_delay(&uid);
+        let text = format!("{message} (retrying in {}s)", delay.as_secs());
+        set_trio(
+            status,
+            generation,
+            (false, reasons::DEPLOY_FAILED, &text),
+            (true, reasons::RETRYING, &text),
+            (false, reasons::RETRYING, ""),
+        );
+        let at = Instant::now() + delay;
+        ctx.ledger
+            .set_outcome(&uid, Outcome::DeployRetry { attempt, at });
+    } else {
+        set_trio(
+            status,
+            generation,
+            (false, reasons::DEPLOY_FAILED, &message),
+            (false, reasons::DEPLOY_FAILED, ""),
+            (true, reasons::DEPLOY_FAILED, &message),
+        );
+        ctx.ledger.set_outcome(&uid, Outcome::Stalled(attempt));
+    }
+    publish(ctx, deployment, EventType::Warning, "DeployFailed", message).await;
+}
+
+/// Writes the final `status`, with the requests the deploy handled: a request is handled
+/// once a deploy ran for it to an end; an action that may succeed on a retry stays pending.
+/// What the status acknowledges is kept in the annotation too.
+async fn acknowledge_requests(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    store: &KubeStore,
+    mut status: DeploymentStatus,
+    pending: Pending,
+    ended: DeployResult,
+) {
+    let handled_before = Handled::in_status(&status);
+    if ended != DeployResult::Cancelled {
+        if let Some(value) = pending.reconcile {
+            status.last_handled_reconcile_request = Some(value);
+        }
+        if let Some(action) = pending.action
+            && ended != DeployResult::Retrying
+        {
+            status.last_handled_action = Some(action.value);
+        }
+    }
+    let name = deployment.name_any();
+    if let Err(e) = write_status(&ctx.client, deployment, &status).await {
+        tracing::warn!(deployment = %name, error = %e, "cannot write the status");
+    }
+    let handled = Handled::in_status(&status);
+    if handled != handled_before
+        && let Err(e) = store.record_handled_requests(handled.to_annotation()).await
+    {
+        tracing::warn!(deployment = %name, error = %e, "cannot record the handled requests");
+    }
+}

@@ -1,0 +1,100 @@
+//! How the reconciler tells what it does: the `Deployment`'s status (the kstatus trio,
+//! `observedGeneration` on the status and on every condition, in one server-side apply
+//! with field manager `kubosh`) and Events.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+
+use super::super::status;
+use super::DeploymentContext;
+use crate::api::condition::{READY, RECONCILING, STALLED};
+use crate::api::{Deployment, DeploymentStatus};
+
+/// Condition reasons of a `Deployment`.
+pub(super) mod reasons {
+    pub const DEPLOYING: &str = "Deploying";
+    pub const DEPLOYED: &str = "Deployed";
+    pub const WAITING: &str = "Waiting";
+    pub const DEPLOY_FAILED: &str = "DeployFailed";
+    pub const RETRYING: &str = "RetryingAfterError";
+    pub const PAUSED: &str = "Paused";
+    pub const INPUTS_UNAVAILABLE: &str = "InputsUnavailable";
+    pub const DELETING: &str = "Deleting";
+    pub const INTERRUPTED: &str = "Interrupted";
+}
+
+/// Longest condition message kubosh writes (the apiserver allows 32 KiB).
+const MAX_MESSAGE: usize = 4096;
+
+/// `message` cut to what a condition holds.
+pub(super) fn clip(message: &str) -> String {
+    kubosh_core::secret::excerpt(message, MAX_MESSAGE)
+}
+
+/// Sets the kstatus trio in one go.
+pub(super) fn set_trio(
+    status: &mut DeploymentStatus,
+    generation: Option<i64>,
+    ready: (bool, &str, &str),
+    reconciling: (bool, &str, &str),
+    stalled: (bool, &str, &str),
+) {
+    status.observed_generation = generation;
+    for (kind, (value, reason, message)) in [
+        (READY, ready),
+        (RECONCILING, reconciling),
+        (STALLED, stalled),
+    ] {
+        status::set_condition(
+            &mut status.conditions,
+            status::condition(kind, value, reason, &clip(message), generation),
+        );
+    }
+}
+
+/// Writes `status` as the deployment's whole status.
+pub(crate) async fn write_status(
+    client: &kube::Client,
+    deployment: &Deployment,
+    status: &DeploymentStatus,
+) -> Result<(), kube::Error> {
+    status::apply_status(client, deployment, status).await
+}
+
+/// Publishes an Event regarding the deployment.
+pub(super) async fn publish(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    kind: EventType,
+    reason: &str,
+    note: String,
+) {
+    publish_regarding(ctx, &deployment.object_ref(&()), None, kind, reason, &note).await;
+}
+
+/// Publishes an Event regarding `regarding` (and `secondary`), its note clipped.
+pub(crate) async fn publish_regarding(
+    ctx: &DeploymentContext,
+    regarding: &ObjectReference,
+    secondary: Option<ObjectReference>,
+    kind: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let event = KubeEvent {
+        type_: kind,
+        reason: reason.into(),
+        note: Some(kubosh_core::secret::excerpt(note, 1000)),
+        action: "Deploy".into(),
+        secondary,
+    };
+    ctx.publish(&event, regarding).await;
+}
+
+/// Now, in whole seconds (what the apiserver keeps of a time).
+pub(super) fn now() -> Time {
+    let ts = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
+}

@@ -1,0 +1,147 @@
+//! A running deploy's progress, told as it comes: its milestones as Events (regarding the
+//! `Instance` where one applies) and its stage and count in `status.progress`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Resource;
+use tokio::sync::{Mutex, watch};
+use tokio::task::JoinHandle;
+
+use super::super::inputs::Inputs;
+use super::super::progress::{DeployProgress, Milestone};
+use super::super::status;
+use super::DeploymentContext;
+use super::report::{publish, publish_regarding, reasons, write_status};
+use crate::api::condition::RECONCILING;
+use crate::api::{Deployment, DeploymentStatus, Progress};
+use crate::state::KubeStore;
+
+/// How often a running deploy's milestones are published (as Events).
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// How often a running deploy's count within a stage is written to the status, at most; a
+/// new stage is written at the next [`PROGRESS_EVERY`]. Every write is paid from the request
+/// budget all deployments share.
+const PROGRESS_COUNT_EVERY: Duration = Duration::from_secs(10);
+
+/// Writes a running deploy's progress until stopped.
+pub(super) struct ProgressWriter {
+    stop: watch::Sender<bool>,
+    writer: JoinHandle<()>,
+    store: Arc<KubeStore>,
+    inputs: Arc<Inputs>,
+    progress: Arc<DeployProgress>,
+}
+
+impl ProgressWriter {
+    /// Starts telling what `progress` hears of the deploy of `deployment`, writing into
+    /// `status` (the task's status, shared with it).
+    pub(super) fn start(
+        ctx: &DeploymentContext,
+        deployment: &Deployment,
+        store: Arc<KubeStore>,
+        inputs: Arc<Inputs>,
+        progress: Arc<DeployProgress>,
+        status: Arc<Mutex<DeploymentStatus>>,
+    ) -> ProgressWriter {
+        let (stop, stopped) = watch::channel(false);
+        let writer = tokio::spawn(report_progress(
+            ctx.clone(),
+            deployment.clone(),
+            store.clone(),
+            inputs.clone(),
+            progress.clone(),
+            status,
+            stopped,
+        ));
+        ProgressWriter {
+            stop,
+            writer,
+            store,
+            inputs,
+            progress,
+        }
+    }
+
+    /// Stops writing, then publishes the milestones not told yet.
+    pub(super) async fn stop(self, ctx: &DeploymentContext, deployment: &Deployment) {
+        let _ = self.stop.send(true);
+        let _ = self.writer.await;
+        for m in self.progress.drain() {
+            publish_milestone(ctx, deployment, &self.store, &self.inputs, m).await;
+        }
+    }
+}
+
+/// Publishes milestones as they come and writes the running stage to the status (a new
+/// stage at once, its count at most every [`PROGRESS_COUNT_EVERY`]), until `stop`.
+async fn report_progress(
+    ctx: DeploymentContext,
+    deployment: Deployment,
+    store: Arc<KubeStore>,
+    inputs: Arc<Inputs>,
+    progress: Arc<DeployProgress>,
+    status: Arc<Mutex<DeploymentStatus>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    let mut written: Option<(String, tokio::time::Instant)> = None;
+    let mut pending: Option<Progress> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        for m in progress.drain() {
+            publish_milestone(&ctx, &deployment, &store, &inputs, m).await;
+        }
+        if let Some(p) = progress.take_progress() {
+            pending = Some(p);
+        }
+        let due = |p: &Progress| match &written {
+            Some((stage, at)) => stage != &p.stage || at.elapsed() >= PROGRESS_COUNT_EVERY,
+            None => true,
+        };
+        if let Some(p) = pending.take_if(|p| due(p)) {
+            written = Some((p.stage.clone(), tokio::time::Instant::now()));
+            let mut s = status.lock().await;
+            let message = format!(
+                "Deploying generation {}: {}",
+                s.observed_generation.unwrap_or_default(),
+                p.message
+            );
+            let generation = s.observed_generation;
+            status::set_condition(
+                &mut s.conditions,
+                status::condition(RECONCILING, true, reasons::DEPLOYING, &message, generation),
+            );
+            s.progress = Some(p);
+            if let Err(e) = write_status(&ctx.client, &deployment, &s).await {
+                tracing::debug!(error = %e, "cannot write progress");
+            }
+        }
+    }
+}
+
+/// Publishes a milestone regarding its `Instance` (related to the deployment), or the
+/// deployment itself, with the deployment's secrets scrubbed.
+async fn publish_milestone(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    store: &KubeStore,
+    inputs: &Inputs,
+    mut m: Milestone,
+) {
+    m.note = inputs.scrub(&m.note);
+    let Some((group, index)) = &m.instance else {
+        publish(ctx, deployment, m.kind, m.reason, m.note).await;
+        return;
+    };
+    let regarding = match store.instance_ref(group, *index).await {
+        Some(instance) => instance,
+        None => deployment.object_ref(&()),
+    };
+    let secondary = Some(deployment.object_ref(&()));
+    publish_regarding(ctx, &regarding, secondary, m.kind, m.reason, &m.note).await;
+}
