@@ -567,11 +567,13 @@ async fn engine_alone(
         ..base.clone()
     };
     let request = |greeting: &str| DeployRequest {
-        manifest: manifest(Some("reference"), m, greeting, settings.watch_min_ms),
-        cloud_config: cloud_config(0),
         releases: vec![release.clone()],
         stemcells: vec![stemcell.clone()],
-        ..DeployRequest::default()
+        ..DeployRequest::validated(
+            &manifest(Some("reference"), m, greeting, settings.watch_min_ms),
+            &cloud_config(0),
+        )
+        .expect("a valid reference deployment")
     };
     let start = Instant::now();
     let report = engine
@@ -907,11 +909,13 @@ async fn reference_at_scale(n: usize, m: usize, settings: &Settings) {
             async move {
                 let _slot = slots.acquire().await.expect("the slots stay open");
                 let request = DeployRequest {
-                    manifest: manifest(Some(&name), m, greeting, watch_min_ms),
-                    cloud_config: cloud_config(i),
                     releases: vec![release],
                     stemcells: vec![stemcell],
-                    ..DeployRequest::default()
+                    ..DeployRequest::validated(
+                        &manifest(Some(&name), m, greeting, watch_min_ms),
+                        &cloud_config(i),
+                    )
+                    .unwrap_or_else(|p| panic!("{name}: {p}"))
                 };
                 (engine.deploy(&request).await).unwrap_or_else(|e| panic!("{name}: {e}"));
             }

@@ -285,12 +285,11 @@ impl World {
 
     fn request(&self, manifest: Value) -> DeployRequest {
         DeployRequest {
-            manifest,
-            cloud_config: cloud_config(),
             releases: vec![self.release.clone()],
             stemcells: vec![self.stemcell.clone()],
             requests: Requests::default(),
             action: None,
+            ..DeployRequest::validated(&manifest, &cloud_config()).unwrap_or_else(|p| panic!("{p}"))
         }
     }
 
@@ -454,7 +453,8 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         };
 
         // A property of every group changes: each instance is updated in place.
-        let changed = world.request(manifest(total, "Howdy", timing.watch_min_ms));
+        let changed_manifest = manifest(total, "Howdy", timing.watch_min_ms);
+        let changed = world.request(changed_manifest.clone());
         let plan_start = std::time::Instant::now();
         let plan = world.engine.prepare(&changed).await.expect("plan").report();
         let plan_secs = plan_start.elapsed().as_secs_f64();
@@ -462,7 +462,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         let (virtual_secs, real_secs, report) = measure(&world.engine, &changed).await;
         assert_eq!(report.updated.len(), total, "every instance is updated");
         let bound = rollout_bound(
-            &changed.manifest,
+            &changed_manifest,
             &world.store.snapshot(),
             false,
             |_| timing.update_in_place(),

@@ -23,6 +23,12 @@ for root in ROOTS:
                 if not m:
                     continue
                 indent = m.group(1)
+                # a declaration without a body (a trait's) ends with `;` before any `{`
+                k = i
+                while k < len(lines) and "{" not in lines[k] and not lines[k].rstrip().endswith(";"):
+                    k += 1
+                if k < len(lines) and "{" not in lines[k]:
+                    continue
                 # the body ends at the first line that is `indent}` after the signature
                 end = next((j for j in range(i + 1, len(lines)) if lines[j] == indent + "}"), None)
                 if end is None or end - i + 1 <= LIMIT:

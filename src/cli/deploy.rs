@@ -121,6 +121,10 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
     let manifest = read_manifest(args, mode)?;
     let cloud_config = read_yaml(&args.cloud_config)?;
     let name = deployment_name(&manifest, &cloud_config)?;
+    // Validated once, before a release is read or a stemcell extracted: the engine plans
+    // from the typed documents and never validates.
+    let documents =
+        DeployRequest::validated(&manifest, &cloud_config).map_err(|p| p.to_string())?;
     let releases = args
         .releases
         .iter()
@@ -139,15 +143,13 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let request = DeployRequest {
-        manifest,
-        cloud_config,
         releases,
         stemcells,
         requests: Requests {
             recreate: args.recreate,
             ..Requests::default()
         },
-        action: None,
+        ..documents
     };
     match mode {
         Mode::Deploy => {

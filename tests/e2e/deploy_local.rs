@@ -146,13 +146,17 @@ impl World {
     }
 
     fn request(&self, manifest: Value) -> DeployRequest {
+        self.request_on(manifest, cloud_config(self.net, 49))
+    }
+
+    /// A request for `manifest` on `cloud`, validated as every caller of the engine does.
+    fn request_on(&self, manifest: Value, cloud: Value) -> DeployRequest {
         DeployRequest {
-            manifest,
-            cloud_config: cloud_config(self.net, 49),
             releases: vec![self.release.clone()],
             stemcells: vec![self.stemcell.clone()],
             requests: Requests::default(),
             action: None,
+            ..DeployRequest::validated(&manifest, &cloud).unwrap_or_else(|p| panic!("{p}"))
         }
     }
 
@@ -400,10 +404,7 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
         m["instance_groups"].as_array_mut().unwrap().push(spare);
         m
     };
-    let small = |m: Value| DeployRequest {
-        cloud_config: cloud_config(w.net, 4),
-        ..w.request(m)
-    };
+    let small = |m: Value| w.request_on(m, cloud_config(w.net, 4));
     // The first deploy compiles: its workers need addresses of their own (.5 and .6), so
     // it runs with the whole range; the instances take the lowest ones, .2 to .4.
     w.try_deploy(&w.request(base("Hello"))).await.unwrap();

@@ -87,11 +87,7 @@ impl Engine {
     }
 
     async fn deploy_locked(&self, request: &DeployRequest) -> Result<DeployReport, EngineError> {
-        let name = request
-            .manifest
-            .get("name")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default();
+        let name = request.name();
         self.under_deployment_lock(name, "create deployment", |engine| async move {
             let result = engine.deploy_under_lock(request).await;
             if result.is_err() {
@@ -117,7 +113,7 @@ impl Engine {
         &self,
         request: &DeployRequest,
     ) -> Result<DeployReport, EngineError> {
-        let (manifest, cloud) = self.documents(request)?;
+        let (manifest, cloud) = self.documents(request);
         let mut state = self.store.load().await?;
         // Agents recorded before the bus was confined (or whose admission a killed run lost)
         // are let in again: one write, and nothing if they all are.

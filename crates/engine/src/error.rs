@@ -15,9 +15,6 @@ use crate::templates::TemplateError;
 /// A deploy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// The documents are invalid (every problem, nothing was changed).
-    #[error("{0}")]
-    Invalid(Problems),
     /// Another task holds the deployment.
     #[error("{0}")]
     Lock(#[from] crate::lock::LockError),
@@ -95,7 +92,6 @@ impl EngineError {
             EngineError::NotRunning { .. } => 400_007,
             EngineError::AgentDiskOutOfSync { .. } => 400_010,
             EngineError::Lock(_) => 100_001,
-            EngineError::Invalid(_) => 190_000,
             EngineError::Plan(e) | EngineError::AddressesContended(e) => e.code(),
             EngineError::Agent(AgentError::Timeout { .. }) => 450_002,
             EngineError::AgentsUnanswered(errors)
@@ -109,12 +105,11 @@ impl EngineError {
 
     /// What whoever drives the engine should do about this error: try again later (a fault
     /// of the cloud, an agent, the network, the store, or a lock another task holds), or
-    /// stall until the input changes (invalid documents, an unsatisfiable plan, a failed
+    /// stall until the input changes (an unsatisfiable plan, a failed
     /// canary, a disk the agent disagrees about, a CPI that refuses the request).
     pub fn disposition(&self) -> Disposition {
         match self {
-            EngineError::Invalid(_)
-            | EngineError::Plan(_)
+            EngineError::Plan(_)
             | EngineError::NotRunning { .. }
             | EngineError::AgentDiskOutOfSync { .. } => Disposition::Stall,
             EngineError::Cloud(e) => match e.as_ref() {

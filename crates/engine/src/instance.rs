@@ -141,40 +141,54 @@ impl Engine {
         self.converge_disks(record, &target.desired.disks, &name, &labels)
             .await?;
 
+        let plan = (&target.apply, target.desired_state, target.watch);
+        self.apply_and_start(stage, task, record, &name, plan)
+            .await?;
+        record.applied = Some(target.desired.clone());
+        record.update_completed = true;
+        self.persist(record).await?;
+        Ok(target.record)
+    }
+
+    /// The end of a full update (§4.8): the agent's settings, `apply` of the spec, then for
+    /// an instance to be started pre-start, start, the watch for `running` (within the watch
+    /// time) and post-start. `record` is the instance's record as the update changed it.
+    async fn apply_and_start(
+        &self,
+        stage: &StageRun,
+        task: &StageTask,
+        record: &mut InstanceRecord,
+        name: &str,
+        (apply, desired_state, watch_time): (&ApplySpec, InstanceState, WatchTime),
+    ) -> Result<(), EngineError> {
         let vm = record
             .vm
             .clone()
             .ok_or_else(|| EngineError::NoVmAfterUpdate {
-                instance: name.clone(),
+                instance: name.to_string(),
             })?;
         // Every full update ends its disk changes with the agent's settings
         // (`update_procedure.rb#converge_vm`): the associations of the named disks it has now
         // and the director's trusted certificates. The Director sends a recreated VM's
         // before its disks change; after them, the agent also learns of a named disk the
         // same update added.
-        self.send_vm_settings(&vm.agent_id, &name, &record.disks)
+        self.send_vm_settings(&vm.agent_id, name, &record.disks)
             .await?;
-        let agent = self.agent(&vm.agent_id, &name);
+        let agent = self.agent(&vm.agent_id, name);
         stage.step(task, UpdateStep::InstallPackages, 40);
-        agent
-            .apply(&target.apply)
-            .await
-            .map_err(EngineError::Agent)?;
+        agent.apply(apply).await.map_err(EngineError::Agent)?;
         stage.step(task, UpdateStep::ConfigureJobs, 50);
-        record.state = target.desired_state;
-        if target.desired_state == InstanceState::Started {
+        record.state = desired_state;
+        if desired_state == InstanceState::Started {
             stage.step(task, UpdateStep::PreStart, 60);
             run_script(&agent, "pre-start", None).await?;
             stage.step(task, UpdateStep::StartJobs, 70);
             agent.start().await.map_err(EngineError::Agent)?;
-            watch(&agent, &name, target.watch).await?;
+            watch(&agent, name, watch_time).await?;
             stage.step(task, UpdateStep::PostStart, 90);
             run_script(&agent, "post-start", None).await?;
         }
-        record.applied = Some(target.desired.clone());
-        record.update_completed = true;
-        self.persist(record).await?;
-        Ok(target.record)
+        Ok(())
     }
 
     /// pre-stop, drain, stop, post-stop (§4.8).
@@ -363,71 +377,12 @@ impl Engine {
             if current.is_none()
                 && let Some(orphan) = self.orphan_for(record, spec).await?
             {
-                // The instance's disk from before its group was removed: recorded as the
-                // instance's first (the orphan record goes next, and an orphan an instance
-                // lists is never deleted), then attached and mounted with its data.
-                record.disks.push(orphan.disk.clone());
-                self.persist(record).await?;
-                (self.write(Write::DeleteOrphanedDisk(orphan.disk.cid.clone()))).await?;
-                self.attach_disk_to_vm(&agent, &vm.cid, &orphan.disk)
+                self.reattach_orphan(record, &agent, &vm.cid, orphan, labels)
                     .await?;
-                self.label_disk(labels, record, &orphan.disk.cid).await?;
-                super::progress::warn(
-                    self.events.as_ref(),
-                    format!(
-                        "Attached orphaned disk '{}' of '{}' to '{}'",
-                        orphan.disk.cid,
-                        orphan.instance,
-                        record.display_name()
-                    ),
-                );
                 continue;
             }
-            let (disk, intent) = self
-                .create_disk(
-                    &record.uuid,
-                    &spec.name,
-                    spec.size_mib,
-                    &spec.cloud_properties,
-                    Some(&vm.cid),
-                )
+            self.replace_disk(record, &agent, &vm.cid, spec, current, labels)
                 .await?;
-            self.attach_disk_to_vm(&agent, &vm.cid, &disk).await?;
-            self.label_disk(labels, record, &disk.cid).await?;
-            // Data moves to a new managed disk; a named disk's replacement starts empty, as
-            // the Director's `update_disk` leaves it.
-            if let Some(old) = current
-                .as_ref()
-                .filter(|old| old.is_managed() && disk.is_managed())
-            {
-                agent
-                    .migrate_disk(&old.cid, &disk.cid)
-                    .await
-                    .map_err(EngineError::Agent)?;
-            }
-            // The new disk is active from here on; the old one is orphaned with its data.
-            record.disks.retain(|d| d.name != spec.name);
-            record.disks.push(disk.clone());
-            if let Some(old) = current {
-                self.orphan_disk(&old, record).await?;
-                self.persist(record).await?;
-                self.settle(intent).await?;
-                self.release_disk(&agent, &vm.cid, &old).await;
-                self.events.milestone(Milestone::DiskMigrated {
-                    instance: InstanceName::of(record),
-                    old_cid: old.cid,
-                    new_cid: disk.cid,
-                    size_mib: disk.size_mib,
-                });
-            } else {
-                self.persist(record).await?;
-                self.settle(intent).await?;
-                self.events.milestone(Milestone::DiskCreated {
-                    instance: InstanceName::of(record),
-                    cid: disk.cid,
-                    size_mib: disk.size_mib,
-                });
-            }
         }
         let unwanted: Vec<DiskRecord> = record
             .disks
@@ -443,6 +398,94 @@ impl Engine {
             self.events.milestone(Milestone::DiskOrphaned {
                 instance: InstanceName::of(record),
                 cid: old.cid,
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives `record` back its disk from before its group was removed: recorded as the
+    /// instance's first (the orphan record goes next, and an orphan an instance lists is
+    /// never deleted), then attached and mounted with its data.
+    async fn reattach_orphan(
+        &self,
+        record: &mut InstanceRecord,
+        agent: &AgentClient,
+        vm_cid: &str,
+        orphan: OrphanedDisk,
+        labels: &DiskLabels<'_>,
+    ) -> Result<(), EngineError> {
+        record.disks.push(orphan.disk.clone());
+        self.persist(record).await?;
+        (self.write(Write::DeleteOrphanedDisk(orphan.disk.cid.clone()))).await?;
+        self.attach_disk_to_vm(agent, vm_cid, &orphan.disk).await?;
+        self.label_disk(labels, record, &orphan.disk.cid).await?;
+        super::progress::warn(
+            self.events.as_ref(),
+            format!(
+                "Attached orphaned disk '{}' of '{}' to '{}'",
+                orphan.disk.cid,
+                orphan.instance,
+                record.display_name()
+            ),
+        );
+        Ok(())
+    }
+
+    /// Makes `spec`'s disk new: created, attached, the managed disk's data migrated from
+    /// `current` (a named disk's replacement starts empty), then the new one recorded as
+    /// active and `current` orphaned with its data.
+    async fn replace_disk(
+        &self,
+        record: &mut InstanceRecord,
+        agent: &AgentClient,
+        vm_cid: &str,
+        spec: &DiskSpec,
+        current: Option<DiskRecord>,
+        labels: &DiskLabels<'_>,
+    ) -> Result<(), EngineError> {
+        let (disk, intent) = self
+            .create_disk(
+                &record.uuid,
+                &spec.name,
+                spec.size_mib,
+                &spec.cloud_properties,
+                Some(vm_cid),
+            )
+            .await?;
+        self.attach_disk_to_vm(agent, vm_cid, &disk).await?;
+        self.label_disk(labels, record, &disk.cid).await?;
+        // Data moves to a new managed disk; a named disk's replacement starts empty, as
+        // the Director's `update_disk` leaves it.
+        if let Some(old) = current
+            .as_ref()
+            .filter(|old| old.is_managed() && disk.is_managed())
+        {
+            agent
+                .migrate_disk(&old.cid, &disk.cid)
+                .await
+                .map_err(EngineError::Agent)?;
+        }
+        // The new disk is active from here on; the old one is orphaned with its data.
+        record.disks.retain(|d| d.name != spec.name);
+        record.disks.push(disk.clone());
+        if let Some(old) = current {
+            self.orphan_disk(&old, record).await?;
+            self.persist(record).await?;
+            self.settle(intent).await?;
+            self.release_disk(agent, vm_cid, &old).await;
+            self.events.milestone(Milestone::DiskMigrated {
+                instance: InstanceName::of(record),
+                old_cid: old.cid,
+                new_cid: disk.cid,
+                size_mib: disk.size_mib,
+            });
+        } else {
+            self.persist(record).await?;
+            self.settle(intent).await?;
+            self.events.milestone(Milestone::DiskCreated {
+                instance: InstanceName::of(record),
+                cid: disk.cid,
+                size_mib: disk.size_mib,
             });
         }
         Ok(())

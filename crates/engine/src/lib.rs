@@ -39,8 +39,10 @@ use crate::state::{StateStore, Write};
 use kubosh_artifacts::blobstore::Blobstore;
 use kubosh_artifacts::release::Release;
 use kubosh_cloud::Cloud;
+use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
+use kubosh_core::validate::{Problems, Validated};
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
 pub use error::{Disposition, EngineError, PlanError};
@@ -169,12 +171,13 @@ pub struct StemcellSource {
 }
 
 /// What to deploy.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct DeployRequest {
-    /// The deployment manifest, interpolated (variables resolved).
-    pub manifest: Value,
-    /// The cloud config.
-    pub cloud_config: Value,
+    /// The deployment manifest, interpolated (variables resolved), and its cloud config,
+    /// validated together once by whoever asks (`kubosh deploy`, the controller): the engine
+    /// plans from them as they are and never validates again. Their warnings go to the
+    /// deploy's event log.
+    pub documents: Validated<(DeploymentManifest, CloudConfig)>,
     /// The releases the manifest names.
     pub releases: Vec<Arc<Release>>,
     /// The stemcells at hand.
@@ -187,14 +190,46 @@ pub struct DeployRequest {
 }
 
 impl DeployRequest {
+    /// A request for the validated documents, with no releases, stemcells or requests yet.
+    pub fn new(documents: Validated<(DeploymentManifest, CloudConfig)>) -> DeployRequest {
+        DeployRequest {
+            documents,
+            releases: Vec::new(),
+            stemcells: Vec::new(),
+            requests: Requests::default(),
+            action: None,
+        }
+    }
+
+    /// A request for `manifest` on `cloud_config` once both are valid together; every
+    /// problem of either when not.
+    pub fn validated(manifest: &Value, cloud_config: &Value) -> Result<DeployRequest, Problems> {
+        kubosh_core::validate::deployment(manifest, cloud_config).map(DeployRequest::new)
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &DeploymentManifest {
+        &self.documents.document.0
+    }
+
+    /// The cloud config.
+    pub fn cloud_config(&self) -> &CloudConfig {
+        &self.documents.document.1
+    }
+
+    /// The deployment's name.
+    pub fn name(&self) -> &str {
+        self.manifest().name.as_deref().unwrap_or_default()
+    }
+
     /// A digest of everything deployed (manifest, cloud config, release and stemcell
     /// versions): a deploy whose digest equals the last successful one's, with every agent
     /// running, changes nothing.
     pub fn inputs_digest(&self) -> String {
         use sha2::{Digest, Sha256};
         let doc = serde_json::json!({
-            "manifest": self.manifest,
-            "cloud_config": self.cloud_config,
+            "manifest": self.manifest(),
+            "cloud_config": self.cloud_config(),
             "releases": self.releases.iter().map(|r| format!("{}/{}", r.name(), r.version())).collect::<Vec<_>>(),
             "stemcells": self.stemcells.iter().map(|s| s.info.key()).collect::<Vec<_>>(),
         });

@@ -80,7 +80,7 @@ impl Engine {
         let owned = state
             .instances
             .values()
-            .any(|i| i.vm.as_ref().is_some_and(|vm| &vm.agent_id == agent_id));
+            .any(|i| i.vm.as_ref().is_some_and(|vm| vm.agent_id == agent_id));
         if owned {
             return Ok(true);
         }
@@ -122,7 +122,7 @@ impl Engine {
         // An owner already on another VM took its disks there (a settle that was
         // deferred): they are not this VM's to detach.
         let disks = match state.instances.get(instance) {
-            Some(i) if i.vm.as_ref().is_none_or(|v| &v.cid == vm) => i.disks.clone(),
+            Some(i) if i.vm.as_ref().is_none_or(|v| v.cid == vm) => i.disks.clone(),
             _ => Vec::new(),
         };
         for disk in disks {
@@ -132,14 +132,14 @@ impl Engine {
                 .await;
         }
         let agent_id = (state.instances.get(instance))
-            .and_then(|i| i.vm.as_ref().filter(|v| &v.cid == vm))
+            .and_then(|i| i.vm.as_ref().filter(|v| v.cid == vm))
             .map(|v| v.agent_id.clone());
         match agent_id {
             Some(agent_id) => self.delete_agent_vm(vm, &agent_id).await?,
             None => self.delete_vm_cid(vm).await?,
         }
         if let Some(owner) = state.instances.get(instance)
-            && owner.vm.as_ref().is_some_and(|v| &v.cid == vm)
+            && owner.vm.as_ref().is_some_and(|v| v.cid == vm)
         {
             let mut owner = owner.clone();
             owner.vm = None;

@@ -219,9 +219,24 @@ impl KubeStore {
         names::object_name(&format!("{}-{}", package.name, &hash[..12]), &key)
     }
 
+    /// Everything the engine remembers of the deployment, and what the store caches of the
+    /// objects it came from.
     async fn load_all(&self) -> Result<(DeploymentState, Cache), StoreError> {
         let mut state = DeploymentState::default();
         let mut cache = Cache::default();
+        self.load_deployment(&mut state, &mut cache).await?;
+        self.load_instances(&mut state, &mut cache).await?;
+        self.load_disks(&mut state, &mut cache).await?;
+        self.load_namespace_records(&mut state, &mut cache).await?;
+        Ok((state, cache))
+    }
+
+    /// The deployment-wide facts and pending intents: annotations of the `Deployment`.
+    async fn load_deployment(
+        &self,
+        state: &mut DeploymentState,
+        cache: &mut Cache,
+    ) -> Result<(), StoreError> {
         let deployment = self
             .api::<Deployment>()
             .get_opt(&self.deployment)
@@ -250,7 +265,15 @@ impl KubeStore {
         cache.meta = state.meta.clone();
         cache.intents = state.intents.clone();
         cache.handled = annotations.get(HANDLED_ANNOTATION).cloned();
+        Ok(())
+    }
 
+    /// The instance records: the deployment's `Instance` objects.
+    async fn load_instances(
+        &self,
+        state: &mut DeploymentState,
+        cache: &mut Cache,
+    ) -> Result<(), StoreError> {
         let instances = self
             .api::<Instance>()
             .list(&Self::selector(&self.deployment))
@@ -281,7 +304,15 @@ impl KubeStore {
                 .insert(record.uuid.clone(), InstanceObject::of(&object));
             state.instances.insert(record.uuid.clone(), record);
         }
+        Ok(())
+    }
 
+    /// Active and orphaned disks: the deployment's `Disk` objects.
+    async fn load_disks(
+        &self,
+        state: &mut DeploymentState,
+        cache: &mut Cache,
+    ) -> Result<(), StoreError> {
         let disks = self
             .api::<Disk>()
             .list(&Self::selector(&self.deployment))
@@ -297,7 +328,16 @@ impl KubeStore {
             }
             cache.disks.insert(object.spec.cid.clone(), object.spec);
         }
+        Ok(())
+    }
 
+    /// What all deployments of the namespace share: compiled packages, and the cloud CIDs of
+    /// stemcells.
+    async fn load_namespace_records(
+        &self,
+        state: &mut DeploymentState,
+        cache: &mut Cache,
+    ) -> Result<(), StoreError> {
         let packages = self
             .api::<CompiledPackageResource>()
             .list(&ListParams::default())
@@ -336,7 +376,7 @@ impl KubeStore {
             }
             cache.stemcells.insert(key, object.name_any());
         }
-        Ok((state, cache))
+        Ok(())
     }
 
     async fn apply<K>(&self, name: &str, object: &Value) -> Result<K, StoreError>

@@ -220,23 +220,15 @@ impl Engine {
         })
         .await;
         // The workers go, whatever happened.
-        let leftovers: Vec<WorkerVm> = slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-            .flatten()
-            .collect();
-        for (_, vm, intent) in leftovers {
+        let leftovers = std::mem::take(&mut *slots.lock().unwrap_or_else(PoisonError::into_inner));
+        for (_, vm, intent) in leftovers.into_iter().flatten() {
             self.delete_unowned_vm(&vm, intent).await?;
         }
         outcome
             .map_err(PlanError::CompileOrder)?
             .into_result()
             .map_err(|(_, e)| e)?;
-        let results = results
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let results = std::mem::take(&mut *results.lock().unwrap_or_else(PoisonError::into_inner));
         Ok(results.into_iter().flatten().collect())
     }
 

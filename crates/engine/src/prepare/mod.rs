@@ -124,25 +124,20 @@ impl Engine {
         &self,
         request: &'r DeployRequest,
     ) -> Result<DeployPlan<'r>, EngineError> {
-        let (manifest, cloud) = self.documents(request)?;
+        let (manifest, cloud) = self.documents(request);
         let state = self.store.load().await?;
         let observation = self.observe_deployment(state).await?;
         let resolved = self.resolve(request, manifest, cloud).await?;
         self.plan_deploy(request, &resolved, &observation).await
     }
 
-    /// The request's documents, typed (invalid ⇒ every problem, before any call); their
-    /// warnings go to the event log.
-    pub(crate) fn documents(
-        &self,
-        request: &DeployRequest,
-    ) -> Result<(DeploymentManifest, CloudConfig), EngineError> {
-        let validated = kubosh_core::validate::deployment(&request.manifest, &request.cloud_config)
-            .map_err(EngineError::Invalid)?;
-        for w in validated.warnings.all() {
+    /// The request's documents, validated when the request was made; their warnings go to
+    /// the event log.
+    pub(crate) fn documents(&self, request: &DeployRequest) -> (DeploymentManifest, CloudConfig) {
+        for w in request.documents.warnings.all() {
             progress::warn(self.events.as_ref(), w.to_string());
         }
-        Ok(validated.document)
+        request.documents.document.clone()
     }
 
     /// Step 3: asks every VM for its state (the "Preparing deployment" task); instances whose

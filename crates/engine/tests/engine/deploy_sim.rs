@@ -209,13 +209,17 @@ impl Sim {
     }
 
     fn request(&self, manifest: Value) -> DeployRequest {
+        self.request_on(manifest, cloud_config())
+    }
+
+    /// A request for `manifest` on `cloud`, validated as every caller of the engine does.
+    fn request_on(&self, manifest: Value, cloud: Value) -> DeployRequest {
         DeployRequest {
-            manifest,
-            cloud_config: cloud_config(),
             releases: vec![self.release.clone()],
             stemcells: self.stemcells.clone(),
             requests: Requests::default(),
             action: None,
+            ..DeployRequest::validated(&manifest, &cloud).unwrap_or_else(|p| panic!("{p}"))
         }
     }
 
@@ -752,10 +756,7 @@ async fn a_new_stemcell_recreates_every_vm_and_a_subnet_change_recreates_its_ins
     assert!(!on_z2.is_empty());
     let mut cloud = cloud_config();
     cloud["networks"][0]["subnets"][1]["cloud_properties"] = json!({"subnet": "s2-new"});
-    let request = DeployRequest {
-        cloud_config: cloud.clone(),
-        ..sim.request(manifest())
-    };
+    let request = sim.request_on(manifest(), cloud.clone());
     let report = sim.deploy_with(&sim.engine, &request).await;
     let updated: BTreeSet<String> = report
         .updated
@@ -785,10 +786,7 @@ async fn a_new_stemcell_recreates_every_vm_and_a_subnet_change_recreates_its_ins
     let api1 = sim.group("api")[1].clone();
     let mut m = manifest();
     group_mut(&mut m, "api")["networks"][0]["static_ips"] = json!(["10.0.1.50", "10.0.1.52"]);
-    let request = DeployRequest {
-        cloud_config: cloud,
-        ..sim.request(m)
-    };
+    let request = sim.request_on(m, cloud);
     let report = sim.deploy_with(&sim.engine, &request).await;
     assert_eq!(report.updated, vec![api1.display_name()], "{report:?}");
     let moved = &sim.state().instances[&api1.uuid];
@@ -1942,10 +1940,7 @@ async fn with_cpi_update_a_new_disk_type_is_changed_in_place() {
     let mut cloud = cloud_config();
     cloud["disk_types"][0]["cloud_properties"] = json!({"type": "hdd"});
     cloud["disk_types"][0]["disk_size"] = json!(3072);
-    let request = DeployRequest {
-        cloud_config: cloud,
-        ..sim.request(manifest())
-    };
+    let request = sim.request_on(manifest(), cloud);
     let report = sim.deploy_with(&sim.engine, &request).await;
     assert_eq!(report.updated.len(), 2, "{report:?}");
     assert_eq!(sim.cloud.count("update_disk"), 2);

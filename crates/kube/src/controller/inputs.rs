@@ -21,14 +21,14 @@ use crate::variables::{SecretStore, VariableError};
 use kubosh_core::manifest::{DeploymentManifest, StemcellRef};
 use kubosh_core::ops::{InterpolateOptions, MissingVars, OpsFile, Vars};
 use kubosh_core::plan::desired::compare_versions;
+use kubosh_core::validate::Validated;
 
 /// A deployment's inputs, ready to deploy.
 #[derive(Debug, Clone)]
 pub struct Inputs {
-    /// The manifest, ops applied and variables filled in.
-    pub manifest: Value,
-    /// The cloud config.
-    pub cloud_config: Value,
+    /// The manifest (ops applied, variables filled in) and the cloud config, validated
+    /// together once: the engine deploys them as they are.
+    pub documents: Validated<(DeploymentManifest, kubosh_core::manifest::CloudConfig)>,
     /// The `Release` resource of each release the manifest names.
     pub releases: Vec<ReleaseResource>,
     /// The `Stemcell` resource of each stemcell alias.
@@ -66,9 +66,17 @@ pub enum InputError {
     /// The Kubernetes API failed.
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
-    /// Reading or writing generated variables failed.
+    /// A document of the resource cannot be turned into JSON (it came from JSON: a bug).
+    #[error("variables: {what}: {source}")]
+    Document {
+        /// `manifest` or `cloud config`.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The Secrets that hold generated variables cannot be read or written.
     #[error("variables: {0}")]
-    Variables(String),
+    Variables(#[from] crate::variables::StoreError),
 }
 
 /// The watched inputs of one namespace: its cloud configs, releases and stemcells (what
@@ -113,7 +121,6 @@ pub async fn gather(
     watched: &Watched,
 ) -> Result<Result<Inputs, Unready>, InputError> {
     let namespace = deployment.namespace().unwrap_or_default();
-    let name = deployment.name_any();
     let spec = &deployment.spec;
 
     // Everything missing is listed at once: the cloud config, Secrets and ConfigMaps, and
@@ -122,10 +129,14 @@ pub async fn gather(
     let cloud_config_name = spec.cloud_config_name();
     let found = (watched.cloud_configs.iter()).find(|c| c.name_any() == cloud_config_name);
     let cloud_config = match found {
-        Some(c) => Some(
-            serde_json::to_value(&c.spec.config)
-                .map_err(|e| InputError::Variables(format!("cloud config: {e}")))?,
-        ),
+        Some(c) => {
+            Some(
+                serde_json::to_value(&c.spec.config).map_err(|source| InputError::Document {
+                    what: "cloud config",
+                    source,
+                })?,
+            )
+        }
         None => {
             waiting.push(format!(
                 "cloud config {cloud_config_name} (CloudConfig {namespace}/{cloud_config_name} does not exist)"
@@ -133,28 +144,12 @@ pub async fn gather(
             None
         }
     };
-
-    let mut manifest = serde_json::to_value(&spec.manifest)
-        .map_err(|e| InputError::Variables(format!("manifest: {e}")))?;
-    if let Value::Object(m) = &mut manifest {
-        m.entry("name")
-            .or_insert_with(|| Value::String(name.clone()));
-    }
-    if !spec.ops.is_empty() {
-        let applied = serde_json::to_value(&spec.ops)
-            .map_err(|e| e.to_string())
-            .and_then(|v| OpsFile::from_value(v, "spec.ops").map_err(|e| e.to_string()))
-            .and_then(|ops| ops.apply(&mut manifest).map_err(|e| e.to_string()));
-        if let Err(problem) = applied {
-            return Ok(Err(Unready::Invalid {
-                reason: "InvalidOps",
-                problems: vec![problem],
-            }));
-        }
-    }
-
-    let mut vars = Vars::new();
+    let manifest = match manifest_with_ops(deployment)? {
+        Ok(manifest) => manifest,
+        Err(unready) => return Ok(Err(unready)),
+    };
     let mut secrets = Vec::new();
+    let mut vars = Vars::new();
     for (i, source) in spec.vars_from.iter().enumerate() {
         let before = vars.resolved();
         if let Some(line) = add_source(client, &namespace, i, source, &mut vars).await? {
@@ -186,71 +181,109 @@ pub async fn gather(
             vars.add_var(k, v.clone());
         }
     }
+    let manifest = match interpolated(client, deployment, &manifest, &vars, &mut secrets).await? {
+        Ok(manifest) => manifest,
+        Err(unready) => return Ok(Err(unready)),
+    };
 
+    let documents = match kubosh_core::validate::deployment(&manifest, &cloud_config) {
+        Ok(documents) => documents,
+        Err(problems) => {
+            return Ok(Err(Unready::Invalid {
+                reason: "InvalidManifest",
+                problems: problems.to_string().lines().map(String::from).collect(),
+            }));
+        }
+    };
+    let typed = &documents.document.0;
+    let (releases, stemcells) = match choose(typed, &watched.releases, &watched.stemcells) {
+        Ok(chosen) => chosen,
+        Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
+    };
+    Ok(Ok(Inputs {
+        documents,
+        releases,
+        stemcells,
+        secrets,
+    }))
+}
+
+/// The deployment's manifest as a document, named after the resource unless it names
+/// itself, with `spec.ops` applied (a failing op makes it invalid).
+fn manifest_with_ops(deployment: &Deployment) -> Result<Result<Value, Unready>, InputError> {
+    let spec = &deployment.spec;
+    let mut manifest =
+        serde_json::to_value(&spec.manifest).map_err(|source| InputError::Document {
+            what: "manifest",
+            source,
+        })?;
+    if let Value::Object(m) = &mut manifest {
+        m.entry("name")
+            .or_insert_with(|| Value::String(deployment.name_any()));
+    }
+    if !spec.ops.is_empty() {
+        let applied = serde_json::to_value(&spec.ops)
+            .map_err(|e| e.to_string())
+            .and_then(|v| OpsFile::from_value(v, "spec.ops").map_err(|e| e.to_string()))
+            .and_then(|ops| ops.apply(&mut manifest).map_err(|e| e.to_string()));
+        if let Err(problem) = applied {
+            return Ok(Err(Unready::Invalid {
+                reason: "InvalidOps",
+                problems: vec![problem],
+            }));
+        }
+    }
+    Ok(Ok(manifest))
+}
+
+/// `manifest` with its variables filled in: the user's values (`vars`), else those stored in
+/// the deployment's Secrets, else generated and stored there (each generated or stored value
+/// joins `secrets`). Bad definitions or a variable without a value make it invalid.
+async fn interpolated(
+    client: &kube::Client,
+    deployment: &Deployment,
+    manifest: &Value,
+    vars: &Vars,
+    secrets: &mut Vec<String>,
+) -> Result<Result<Value, Unready>, InputError> {
     let invalid = |reason, problem: String| {
         Ok(Err(Unready::Invalid {
             reason,
             problems: vec![problem],
         }))
     };
-    let definitions = match crate::variables::definitions(&manifest) {
+    let definitions = match crate::variables::definitions(manifest) {
         Ok(d) => d,
         Err(e) => return invalid("InvalidVariables", e.to_string()),
     };
-    let mut store = SecretStore::new(client.clone(), &namespace, &name);
+    let namespace = deployment.namespace().unwrap_or_default();
+    let mut store = SecretStore::new(client.clone(), &namespace, &deployment.name_any());
     if let Some(owner) = deployment.controller_owner_ref(&()) {
         store = store.with_owner(owner);
     }
     if !definitions.is_empty() {
-        store = store
-            .preloaded()
-            .await
-            .map_err(|e| InputError::Variables(e.to_string()))?;
+        store = store.preloaded().await?;
     }
-    let resolved = match crate::variables::resolve(&definitions, &vars, &store).await {
+    let resolved = match crate::variables::resolve(&definitions, vars, &store).await {
         Ok(r) => r,
-        Err(VariableError::Store(e)) => return Err(InputError::Variables(e.to_string())),
+        Err(VariableError::Store(e)) => return Err(InputError::Variables(e)),
         Err(e) => return invalid("InvalidVariables", e.to_string()),
     };
     for (name, source) in &resolved.sources {
         if *source != crate::variables::Source::Provided
             && let Some(value) = resolved.vars.get(name)
         {
-            kubosh_core::secret::collect_strings(&value, &mut secrets);
+            kubosh_core::secret::collect_strings(&value, secrets);
         }
     }
     let options = InterpolateOptions {
         missing: MissingVars::Error,
         error_on_unused: false,
     };
-    let manifest = match crate::variables::interpolate(&manifest, &resolved.vars, &options) {
-        Ok(out) => out.value,
-        Err(e) => return invalid("MissingVariables", e.to_string()),
-    };
-
-    if let Err(problems) = kubosh_core::validate::deployment(&manifest, &cloud_config) {
-        return Ok(Err(Unready::Invalid {
-            reason: "InvalidManifest",
-            problems: problems.to_string().lines().map(String::from).collect(),
-        }));
+    match crate::variables::interpolate(manifest, &resolved.vars, &options) {
+        Ok(out) => Ok(Ok(out.value)),
+        Err(e) => invalid("MissingVariables", e.to_string()),
     }
-    // The typed manifest names the releases and stemcells; it parses, the validator said so.
-    let typed: DeploymentManifest = match serde_json::from_value(manifest.clone()) {
-        Ok(t) => t,
-        Err(e) => return invalid("InvalidManifest", e.to_string()),
-    };
-
-    let (releases, stemcells) = match choose(&typed, &watched.releases, &watched.stemcells) {
-        Ok(chosen) => chosen,
-        Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
-    };
-    Ok(Ok(Inputs {
-        manifest,
-        cloud_config,
-        releases,
-        stemcells,
-        secrets,
-    }))
 }
 
 /// Adds the variables of `varsFrom[index]`; a line naming what is missing when the Secret,

@@ -21,29 +21,16 @@ pub(super) fn count_instances(
     state: &DeploymentState,
 ) {
     let mut groups: BTreeMap<String, InstanceGroupStatus> = BTreeMap::new();
-    if let Some(list) = inputs
-        .manifest
-        .get("instance_groups")
-        .and_then(|v| v.as_array())
-    {
-        for g in list {
-            let errand = g.get("lifecycle").and_then(|l| l.as_str()) == Some("errand");
-            let Some(name) = g.get("name").and_then(|n| n.as_str()) else {
-                continue;
-            };
-            if errand {
-                continue;
-            }
-            let desired = g.get("instances").and_then(|n| n.as_i64()).unwrap_or(0);
-            groups.insert(
-                name.to_string(),
-                InstanceGroupStatus {
-                    name: name.to_string(),
-                    desired: i32::try_from(desired).unwrap_or(i32::MAX),
-                    ..InstanceGroupStatus::default()
-                },
-            );
-        }
+    let manifest = &inputs.documents.document.0;
+    for g in manifest.instance_groups.iter().filter(|g| !g.is_errand()) {
+        groups.insert(
+            g.name.clone(),
+            InstanceGroupStatus {
+                name: g.name.clone(),
+                desired: i32::try_from(g.instances.unwrap_or(0)).unwrap_or(i32::MAX),
+                ..InstanceGroupStatus::default()
+            },
+        );
     }
     for record in state.instances.values() {
         let Some(g) = groups.get_mut(&record.group) else {

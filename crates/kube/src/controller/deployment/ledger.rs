@@ -39,8 +39,8 @@ impl InputsKey {
     /// The key of `inputs`.
     pub(super) fn of(inputs: &Inputs) -> InputsKey {
         let doc = json!({
-            "manifest": inputs.manifest,
-            "cloud_config": inputs.cloud_config,
+            "manifest": inputs.documents.document.0,
+            "cloud_config": inputs.documents.document.1,
             "releases": inputs.releases.iter().map(|r| (r.name_any(), r.status.as_ref().and_then(|s| s.manifest_blob_id.clone()))).collect::<Vec<_>>(),
             "stemcells": inputs.stemcells.iter().map(|s| (s.name_any(), s.status.as_ref().and_then(|x| x.blob_id.clone()))).collect::<Vec<_>>(),
         });

@@ -153,11 +153,9 @@ pub(super) async fn request_of(
         stemcells.push(stemcell_of(ctx, s).await?);
     }
     Ok(DeployRequest {
-        manifest: inputs.manifest.clone(),
-        cloud_config: inputs.cloud_config.clone(),
         releases,
         stemcells,
-        ..DeployRequest::default()
+        ..DeployRequest::new(inputs.documents.clone())
     })
 }
 
