@@ -9,6 +9,20 @@ LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 100
 ROOTS = ["src"] + [os.path.join("crates", c, "src") for c in sorted(os.listdir("crates"))
                    if c not in ("sim",)]
 FN = re.compile(r"^(\s*)(pub(\([a-z]+\))? )?(async )?(const )?(unsafe )?fn ([a-z_0-9]+)")
+
+
+def has_body(lines, i):
+    """False for a declaration without a body (a trait method's `fn ...;`): its signature
+    ends with `;` before any `{`, and the next `}` at its indent is someone else's."""
+    for line in lines[i:]:
+        code = line.split("//")[0].rstrip()
+        if "{" in code:
+            return True
+        if code.endswith(";"):
+            return False
+    return False
+
+
 found = []
 for root in ROOTS:
     for dirpath, _, files in os.walk(root):
@@ -20,7 +34,7 @@ for root in ROOTS:
             test_from = next((i for i, l in enumerate(lines) if l.startswith("#[cfg(test)]")), len(lines))
             for i, line in enumerate(lines[:test_from]):
                 m = FN.match(line)
-                if not m:
+                if not m or not has_body(lines, i):
                     continue
                 indent = m.group(1)
                 # a declaration without a body (a trait's) ends with `;` before any `{`

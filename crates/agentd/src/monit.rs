@@ -388,6 +388,8 @@ impl Parser<'_> {
         Err(self.error(line, format!("unknown service type `check {kind}`")))
     }
 
+    /// The statements of `check process <name>` (at `line`) up to the next top-level
+    /// statement: the service, added to the output.
     fn process(&mut self, name: String, line: usize) -> Result<(), MonitError> {
         let mut svc = MonitService {
             name,
@@ -449,18 +451,7 @@ impl Parser<'_> {
                 "depends" => {
                     self.pos += 1;
                     self.eat_word("on");
-                    loop {
-                        let dep = self.value(at, "`depends on`")?;
-                        svc.depends_on.push(Dependency {
-                            name: dep,
-                            line: at,
-                        });
-                        if self.peek().map(|t| &t.tok) == Some(&Tok::Comma) {
-                            self.pos += 1;
-                        } else {
-                            break;
-                        }
-                    }
+                    self.dependencies(at, &mut svc.depends_on)?;
                 }
                 "if" => self.skip_if(at)?,
                 "mode" | "onreboot" | "description" => {
@@ -487,6 +478,26 @@ impl Parser<'_> {
                 }
             }
         }
+        self.warn_about_gaps(&svc);
+        self.out.services.push(svc);
+        Ok(())
+    }
+
+    /// After `depends [on]`: one or more service names, separated by commas.
+    fn dependencies(&mut self, line: usize, out: &mut Vec<Dependency>) -> Result<(), MonitError> {
+        loop {
+            let dep = self.value(line, "`depends on`")?;
+            out.push(Dependency { name: dep, line });
+            if self.peek().map(|t| &t.tok) == Some(&Tok::Comma) {
+                self.pos += 1;
+            } else {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Warns about what a parsed service lacks: a pidfile, a start program, group vcap.
+    fn warn_about_gaps(&mut self, svc: &MonitService) {
         if svc.pidfile.is_none() && svc.matching.is_none() {
             self.warn(
                 svc.line,
@@ -511,8 +522,6 @@ impl Parser<'_> {
                 ),
             );
         }
-        self.out.services.push(svc);
-        Ok(())
     }
 
     /// After `start`/`stop`/`restart`: `[program] [=] "command" [as uid U] [and gid G]

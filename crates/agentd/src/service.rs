@@ -333,6 +333,8 @@ impl Inner {
         )
     }
 
+    /// Runs one action on its arguments: the answer to a sync call, or the result of an
+    /// async call's task.
     async fn run(
         self: &Arc<Self>,
         method: Method,
@@ -370,16 +372,7 @@ impl Inner {
                 Ok(json!("stopped"))
             }
             Method::Drain => self.drain(&args, cancel).await,
-            Method::RunScript => {
-                let script: String = arg(&args, 0, 2)?;
-                let options: Value = arg(&args, 1, 2)?;
-                let env: BTreeMap<String, String> =
-                    serde_json::from_value(options["env"].clone()).unwrap_or_default();
-                self.scripts
-                    .run(&script, &self.current_jobs(), &env)
-                    .await?;
-                Ok(json!({}))
-            }
+            Method::RunScript => self.run_script(&args).await,
             Method::CompilePackage => self.compile_package(&args).await,
             Method::MountDisk => {
                 let cid: String = arg(&args, 0, 1)?;
@@ -389,19 +382,7 @@ impl Inner {
                     .map_err(|e| ActionError::Other(format!("Mounting persistent disk: {e}")))?;
                 Ok(json!({}))
             }
-            Method::UnmountDisk => {
-                let cid: String = arg(&args, 0, 1)?;
-                let unmounted = self
-                    .disks
-                    .unmount_disk(&cid)
-                    .map_err(|e| ActionError::Other(format!("Unmounting persistent disk: {e}")))?;
-                let message = if unmounted {
-                    format!("Unmounted partition of {{ID:{cid}}}")
-                } else {
-                    format!("Partition of {{ID:{cid}}} is not mounted")
-                };
-                Ok(json!({ "message": message }))
-            }
+            Method::UnmountDisk => self.unmount_disk(&args),
             Method::AddPersistentDisk => {
                 let cid: String = arg(&args, 0, 2)?;
                 let hint: Value = arg(&args, 1, 2)?;
@@ -423,33 +404,7 @@ impl Inner {
             Method::ListDisk => Ok(json!(self.disks.list_disk()?)),
             Method::SyncDns => self.sync_dns(&args).await,
             Method::UpdateSettings => self.update_settings(arg(&args, 0, 1)?),
-            Method::UploadBlob => {
-                let blob: UploadBlob = arg(&args, 0, 1)?;
-                let bytes = base64_decode(&blob.payload)?;
-                self.blobs
-                    .put_sensitive(&blob.blob_id, &bytes, &blob.checksum)
-                    .await
-                    .map_err(|e| match e {
-                        // The agent's words (`upload_blob.go`, bosh-utils `digest.go`): the
-                        // canonical multi-digest, then which digest was checked and what the
-                        // payload hashes to.
-                        BlobError::Digest {
-                            source: DigestError::Mismatch { expected, actual },
-                            ..
-                        } => ActionError::Other(format!(
-                            "Payload corrupted. Checksum mismatch. Expected '{}': Expected \
-                             stream to have digest '{expected}' but was '{actual}'",
-                            blob.checksum
-                                .parse::<MultiDigest>()
-                                .map_or_else(|_| blob.checksum.clone(), |d| d.to_string())
-                        )),
-                        BlobError::Digest { source, .. } => ActionError::Arguments(format!(
-                            "Unmarshalling action argument: {source}"
-                        )),
-                        other => other.into(),
-                    })?;
-                Ok(json!(blob.blob_id))
-            }
+            Method::UploadBlob => self.upload_blob(&args).await,
             Method::FetchLogs => self.fetch_logs(&args).await,
             Method::DeleteArpEntries => {
                 // `{"ips": [...]}`; there is no ARP cache to clear on a local VM.
@@ -462,6 +417,63 @@ impl Inner {
                 method.name()
             ))),
         }
+    }
+
+    /// `run_script(name, {env})`: the script of every current job that has it.
+    async fn run_script(&self, args: &[Value]) -> Result<Value, ActionError> {
+        let script: String = arg(args, 0, 2)?;
+        let options: Value = arg(args, 1, 2)?;
+        let env: BTreeMap<String, String> =
+            serde_json::from_value(options["env"].clone()).unwrap_or_default();
+        self.scripts
+            .run(&script, &self.current_jobs(), &env)
+            .await?;
+        Ok(json!({}))
+    }
+
+    /// `unmount_disk(cid)`, answered with the agent's message.
+    fn unmount_disk(&self, args: &[Value]) -> Result<Value, ActionError> {
+        let cid: String = arg(args, 0, 1)?;
+        let unmounted = self
+            .disks
+            .unmount_disk(&cid)
+            .map_err(|e| ActionError::Other(format!("Unmounting persistent disk: {e}")))?;
+        let message = if unmounted {
+            format!("Unmounted partition of {{ID:{cid}}}")
+        } else {
+            format!("Partition of {{ID:{cid}}} is not mounted")
+        };
+        Ok(json!({ "message": message }))
+    }
+
+    /// `upload_blob({blob_id, payload, checksum})`: the payload stored as a sensitive blob
+    /// once it matches its checksum.
+    async fn upload_blob(&self, args: &[Value]) -> Result<Value, ActionError> {
+        let blob: UploadBlob = arg(args, 0, 1)?;
+        let bytes = base64_decode(&blob.payload)?;
+        self.blobs
+            .put_sensitive(&blob.blob_id, &bytes, &blob.checksum)
+            .await
+            .map_err(|e| match e {
+                // The agent's words (`upload_blob.go`, bosh-utils `digest.go`): the
+                // canonical multi-digest, then which digest was checked and what the
+                // payload hashes to.
+                BlobError::Digest {
+                    source: DigestError::Mismatch { expected, actual },
+                    ..
+                } => ActionError::Other(format!(
+                    "Payload corrupted. Checksum mismatch. Expected '{}': Expected \
+                     stream to have digest '{expected}' but was '{actual}'",
+                    blob.checksum
+                        .parse::<MultiDigest>()
+                        .map_or_else(|_| blob.checksum.clone(), |d| d.to_string())
+                )),
+                BlobError::Digest { source, .. } => {
+                    ActionError::Arguments(format!("Unmarshalling action argument: {source}"))
+                }
+                other => other.into(),
+            })?;
+        Ok(json!(blob.blob_id))
     }
 
     fn current_jobs(&self) -> Vec<String> {

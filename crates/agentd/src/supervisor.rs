@@ -760,28 +760,10 @@ fn backoff(config: &SupervisorConfig, restarts: u32) -> Duration {
 fn check(shared: &Shared, svc: &Svc, st: &mut SvcState, deps_running: bool, procs: &[proc::Stat]) {
     let config = &shared.config;
     let now = Instant::now();
-    if let Some(child) = st.starter.as_mut() {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                st.starter_exit = Some(status);
-                st.starter = None;
-            }
-            Ok(None) => {}
-            Err(_) => st.starter = None,
-        }
-    }
+    reap_starter(st);
 
     if st.desired == Desired::Unmonitor {
-        // Not monitored: only keep track of the process (no restarts).
-        let alive = svc.pid().filter(|&p| proc::is_live(p));
-        let pid = alive.or_else(|| svc.pidfile_pid());
-        svc.set_pid(pid);
-        st.phase = match (pid, st.phase) {
-            (Some(_), Phase::Running { since }) => Phase::Running { since },
-            (Some(_), _) => Phase::Running { since: now },
-            (None, _) => Phase::Down,
-        };
-        svc.set_state(ProcessState::Unknown);
+        track_unmonitored(svc, st, now);
         return;
     }
     if st.desired != Desired::Monitor {
@@ -804,61 +786,116 @@ fn check(shared: &Shared, svc: &Svc, st: &mut SvcState, deps_running: bool, proc
             }
         }
         Phase::Starting { since, deadline } => {
-            if let Some(pid) = svc.pidfile_pid() {
-                adopt(svc, st, pid);
-            } else if st.starter.is_some() {
-                let foreground =
-                    svc.pidfile().is_none() || now.duration_since(since) >= config.foreground_grace;
-                match st.starter_pid {
-                    Some(pid) if foreground => adopt(svc, st, pid),
-                    _ => svc.set_state(not_yet),
-                }
-            } else {
-                let failed_exit = st.starter_exit.is_some_and(|s| !s.success());
-                if failed_exit || svc.pidfile().is_none() || now >= deadline {
-                    let why = match st.starter_exit {
-                        Some(s) if !s.success() => {
-                            format!("start program {}", exec::describe_status(&s))
-                        }
-                        _ if svc.pidfile().is_none() => "start program exited".to_string(),
-                        _ => "no live process in its pid file".to_string(),
-                    };
-                    failed(config, svc, st, &why);
-                } else {
-                    svc.set_state(not_yet);
-                }
-            }
+            check_starting(config, svc, st, since, deadline, now, not_yet);
         }
-        Phase::Running { since } => {
-            let current = svc.pid();
-            if let Some(p) = svc.pidfile_pid().filter(|p| Some(*p) != current) {
-                // The pid file names another live process: it is the service now.
-                svc.set_pid(Some(p));
+        Phase::Running { since } => check_running(shared, svc, st, since, procs, now),
+    }
+}
+
+/// Notes the start program's exit, if it has exited.
+fn reap_starter(st: &mut SvcState) {
+    if let Some(child) = st.starter.as_mut() {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                st.starter_exit = Some(status);
+                st.starter = None;
             }
-            match svc.pid().filter(|&p| proc::is_live(p)) {
-                Some(pid) => {
-                    let running_for = now.duration_since(since);
-                    if running_for >= config.restart_backoff_max {
-                        st.restarts = 0;
-                    }
-                    svc.set_state(ProcessState::Running);
-                    let start_timeout = svc
-                        .spec
-                        .monit
-                        .start
-                        .as_ref()
-                        .and_then(|p| p.timeout)
-                        .unwrap_or(config.start_timeout);
-                    svc.set_ready(
-                        svc.pidfile().is_none()
-                            || svc.pidfile_pid() == Some(pid)
-                            || running_for >= start_timeout,
-                    );
-                    vitals(shared, svc, st, pid, procs, now);
-                }
-                None => failed(config, svc, st, "process is not running"),
-            }
+            Ok(None) => {}
+            Err(_) => st.starter = None,
         }
+    }
+}
+
+/// Not monitored: only keep track of the process (no restarts).
+fn track_unmonitored(svc: &Svc, st: &mut SvcState, now: Instant) {
+    let alive = svc.pid().filter(|&p| proc::is_live(p));
+    let pid = alive.or_else(|| svc.pidfile_pid());
+    svc.set_pid(pid);
+    st.phase = match (pid, st.phase) {
+        (Some(_), Phase::Running { since }) => Phase::Running { since },
+        (Some(_), _) => Phase::Running { since: now },
+        (None, _) => Phase::Down,
+    };
+    svc.set_state(ProcessState::Unknown);
+}
+
+/// Starting since `since`: adopts the process once the pid file (or, for a foreground
+/// program, the start program itself) names one; fails when the start program failed or
+/// `deadline` passed.
+fn check_starting(
+    config: &SupervisorConfig,
+    svc: &Svc,
+    st: &mut SvcState,
+    since: Instant,
+    deadline: Instant,
+    now: Instant,
+    not_yet: ProcessState,
+) {
+    if let Some(pid) = svc.pidfile_pid() {
+        adopt(svc, st, pid);
+    } else if st.starter.is_some() {
+        let foreground =
+            svc.pidfile().is_none() || now.duration_since(since) >= config.foreground_grace;
+        match st.starter_pid {
+            Some(pid) if foreground => adopt(svc, st, pid),
+            _ => svc.set_state(not_yet),
+        }
+    } else {
+        let failed_exit = st.starter_exit.is_some_and(|s| !s.success());
+        if failed_exit || svc.pidfile().is_none() || now >= deadline {
+            let why = match st.starter_exit {
+                Some(s) if !s.success() => {
+                    format!("start program {}", exec::describe_status(&s))
+                }
+                _ if svc.pidfile().is_none() => "start program exited".to_string(),
+                _ => "no live process in its pid file".to_string(),
+            };
+            failed(config, svc, st, &why);
+        } else {
+            svc.set_state(not_yet);
+        }
+    }
+}
+
+/// Running since `since`: follows the pid file, marks the service ready, resets the
+/// restart count after a long enough run and samples vitals; fails when the process is
+/// gone.
+fn check_running(
+    shared: &Shared,
+    svc: &Svc,
+    st: &mut SvcState,
+    since: Instant,
+    procs: &[proc::Stat],
+    now: Instant,
+) {
+    let config = &shared.config;
+    let current = svc.pid();
+    if let Some(p) = svc.pidfile_pid().filter(|p| Some(*p) != current) {
+        // The pid file names another live process: it is the service now.
+        svc.set_pid(Some(p));
+    }
+    match svc.pid().filter(|&p| proc::is_live(p)) {
+        Some(pid) => {
+            let running_for = now.duration_since(since);
+            if running_for >= config.restart_backoff_max {
+                st.restarts = 0;
+            }
+            svc.set_state(ProcessState::Running);
+            let start_timeout = svc
+                .spec
+                .monit
+                .start
+                .as_ref()
+                .and_then(|p| p.timeout)
+                .unwrap_or(config.start_timeout);
+            svc.set_ready(
+                svc.pidfile().is_none()
+                    || svc.pidfile_pid() == Some(pid)
+                    || running_for >= start_timeout,
+            );
+            vitals(shared, svc, st, pid, procs, now);
+        }
+        None => failed(config, svc, st, "process is not running"),
     }
 }
 

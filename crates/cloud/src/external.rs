@@ -474,20 +474,7 @@ impl ExternalCpi {
         let (redacted_args, mut secrets) = protocol::redact_arguments(method, arguments);
         secrets.extend(self.secrets.iter().cloned());
         if tracing::enabled!(tracing::Level::DEBUG) {
-            let mut redacted = request.clone();
-            redacted.arguments = redacted_args;
-            for (key, value) in redacted.context.iter_mut() {
-                if self.command.properties.expose().contains_key(key) {
-                    *value = Value::String("<redacted>".into());
-                }
-            }
-            tracing::debug!(
-                request_id = %request_id,
-                method,
-                cpi = %self.command.path.display(),
-                "CPI request: {}",
-                serde_json::to_string(&redacted).unwrap_or_default()
-            );
+            self.log_request(&request, redacted_args, &request_id);
         }
 
         let timeout = self.command.timeout_for(method);
@@ -527,65 +514,26 @@ impl ExternalCpi {
                 },
             })?;
         tracing::debug!(request_id = %request_id, method, %status, "CPI exited");
+        read_response(method, request_id, &stdout, overflowed, &secrets)
+    }
 
-        let invalid = |reason: String| CpiError::InvalidResponse {
-            method: method.to_string(),
-            request_id: request_id.clone(),
-            reason,
-            excerpt: excerpt(
-                &scrub(&String::from_utf8_lossy(&stdout), &secrets),
-                EXCERPT_CHARS,
-            ),
-        };
-        if overflowed {
-            return Err(invalid(format!("stdout exceeds {MAX_STDOUT} bytes")));
-        }
-        let response: Value = serde_json::from_slice(&stdout).map_err(|e| {
-            invalid(if stdout.iter().all(u8::is_ascii_whitespace) {
-                "empty stdout".to_string()
-            } else {
-                format!("not JSON ({e})")
-            })
-        })?;
-        let Value::Object(mut response) = response else {
-            return Err(invalid("not a JSON object".into()));
-        };
-        match response.get("log") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(log)) => {
-                if !log.is_empty() {
-                    tracing::debug!(request_id = %request_id, method, "CPI log: {}", scrub(log, &secrets));
-                }
+    /// Logs `request` at debug level, its arguments replaced by `redacted_args` and the
+    /// CPI's properties in its context redacted.
+    fn log_request(&self, request: &Request, redacted_args: Vec<Value>, request_id: &str) {
+        let mut redacted = request.clone();
+        redacted.arguments = redacted_args;
+        for (key, value) in redacted.context.iter_mut() {
+            if self.command.properties.expose().contains_key(key) {
+                *value = Value::String("<redacted>".into());
             }
-            Some(_) => return Err(invalid("'log' is not a string".into())),
         }
-        match response.remove("error").unwrap_or(Value::Null) {
-            Value::Null => Ok(Reply {
-                result: response.remove("result").unwrap_or(Value::Null),
-                request_id,
-            }),
-            Value::Object(error) => {
-                let (Some(Value::String(error_type)), Some(Value::String(message))) =
-                    (error.get("type"), error.get("message"))
-                else {
-                    return Err(invalid("'error' needs string 'type' and 'message'".into()));
-                };
-                let ok_to_retry = match error.get("ok_to_retry") {
-                    None | Some(Value::Null) => false,
-                    Some(Value::Bool(b)) => *b,
-                    Some(_) => return Err(invalid("'error.ok_to_retry' is not a boolean".into())),
-                };
-                Err(CpiError::Cloud {
-                    kind: ErrorKind::classify(error_type, message),
-                    error_type: error_type.clone(),
-                    message: scrub(message, &secrets),
-                    ok_to_retry,
-                    method: method.to_string(),
-                    request_id,
-                })
-            }
-            _ => Err(invalid("'error' is neither null nor an object".into())),
-        }
+        tracing::debug!(
+            request_id = %request_id,
+            method = request.method.as_str(),
+            cpi = %self.command.path.display(),
+            "CPI request: {}",
+            serde_json::to_string(&redacted).unwrap_or_default()
+        );
     }
 
     /// `create_disk`, with the caller's request id when given.
@@ -699,6 +647,79 @@ impl ExternalCpi {
             .result
             .as_bool()
             .ok_or_else(|| unexpected(method, &reply, "a boolean"))
+    }
+}
+
+/// The CPI's answer on `stdout` (`overflowed`: it was longer than [`MAX_STDOUT`]): its
+/// `result`, or its `error` as a [`CpiError::Cloud`]; `secrets` are scrubbed from what is
+/// logged and quoted.
+// `CpiError` is what every call returns; the async methods around this one return it as
+// large, where the lint does not look.
+#[allow(clippy::result_large_err)]
+fn read_response(
+    method: &str,
+    request_id: String,
+    stdout: &[u8],
+    overflowed: bool,
+    secrets: &[String],
+) -> Result<Reply, CpiError> {
+    let invalid = |reason: String| CpiError::InvalidResponse {
+        method: method.to_string(),
+        request_id: request_id.clone(),
+        reason,
+        excerpt: excerpt(
+            &scrub(&String::from_utf8_lossy(stdout), secrets),
+            EXCERPT_CHARS,
+        ),
+    };
+    if overflowed {
+        return Err(invalid(format!("stdout exceeds {MAX_STDOUT} bytes")));
+    }
+    let response: Value = serde_json::from_slice(stdout).map_err(|e| {
+        invalid(if stdout.iter().all(u8::is_ascii_whitespace) {
+            "empty stdout".to_string()
+        } else {
+            format!("not JSON ({e})")
+        })
+    })?;
+    let Value::Object(mut response) = response else {
+        return Err(invalid("not a JSON object".into()));
+    };
+    match response.get("log") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(log)) => {
+            if !log.is_empty() {
+                tracing::debug!(request_id = %request_id, method, "CPI log: {}", scrub(log, secrets));
+            }
+        }
+        Some(_) => return Err(invalid("'log' is not a string".into())),
+    }
+    match response.remove("error").unwrap_or(Value::Null) {
+        Value::Null => Ok(Reply {
+            result: response.remove("result").unwrap_or(Value::Null),
+            request_id,
+        }),
+        Value::Object(error) => {
+            let (Some(Value::String(error_type)), Some(Value::String(message))) =
+                (error.get("type"), error.get("message"))
+            else {
+                return Err(invalid("'error' needs string 'type' and 'message'".into()));
+            };
+            let ok_to_retry = match error.get("ok_to_retry") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(invalid("'error.ok_to_retry' is not a boolean".into())),
+            };
+            Err(CpiError::Cloud {
+                kind: ErrorKind::classify(error_type, message),
+                error_type: error_type.clone(),
+                message: scrub(message, secrets),
+                ok_to_retry,
+                method: method.to_string(),
+                request_id,
+            })
+        }
+        _ => Err(invalid("'error' is neither null nor an object".into())),
     }
 }
 

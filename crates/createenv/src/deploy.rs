@@ -344,107 +344,28 @@ async fn deploy(
     };
     session.recover().await?;
 
-    // The stemcell, unless the state has it.
     let stemcell_name = format!("{}/{}", stemcell.name, stemcell.version);
-    let existing = session
-        .file
-        .state()
-        .stemcell(&stemcell.name, &stemcell.version)
-        .cloned();
-    let stemcell_record = match existing {
-        Some(record) => {
-            step(
-                ui,
-                &format!("Uploading stemcell '{stemcell_name}'"),
-                async { Ok((record, Some("Stemcell already uploaded".to_string()))) },
-            )
-            .await?
-        }
-        None => {
-            let tmp = installation.tmp_dir().join("stemcell");
-            run(
-                ui,
-                &format!("Uploading stemcell '{stemcell_name}'"),
-                async {
-                    let extracted = Stemcell::extract(&stemcell_path, &tmp).map_err(|e| {
-                        EnvError::Artifact {
-                            what: "Uploading stemcell".into(),
-                            reason: e.to_string(),
-                        }
-                    })?;
-                    let request_id = kubosh_core::ids::uuid_v4();
-                    let intent = EnvIntent::CreateStemcell {
-                        stemcell: stemcell_name.clone(),
-                        request_id: request_id.clone(),
-                    };
-                    session.file.add_intent(intent.clone())?;
-                    let request = CreateStemcell {
-                        image_path: extracted.image_path.clone(),
-                        cloud_properties: stemcell.cloud_properties.clone(),
-                    };
-                    let cid = session
-                        .cloud
-                        .create_stemcell_with_request_id(&request, &request_id)
-                        .await?;
-                    let record = StemcellRecord {
-                        id: kubosh_core::ids::uuid_v4(),
-                        name: stemcell.name.clone(),
-                        version: stemcell.version.clone(),
-                        api_version: stemcell.api_version.unwrap_or(0),
-                        cid: cid.0,
-                    };
-                    let saved = record.clone();
-                    session.file.update(|s| s.add_stemcell(saved))?;
-                    session.file.remove_intent(&intent)?;
-                    let _ = std::fs::remove_dir_all(&tmp);
-                    Ok(record)
-                },
-            )
-            .await?
-        }
-    };
-
-    let d = &inputs.env.deployment;
+    let stemcell_record = upload_stemcell(
+        &mut session,
+        ui,
+        installation,
+        &stemcell_path,
+        &stemcell,
+        &stemcell_name,
+    )
+    .await?;
     let vm = ui
-        .stage("deploying", async {
-            session.file.update(|s| s.start_deploy())?;
-            session.delete_current_vm().await?;
-            let (agent_id, vm) = session
-                .create_vm(d, &stemcell_record.id, &stemcell_record.cid)
-                .await?;
-            run(
+        .stage(
+            "deploying",
+            deploy_vm(
+                &mut session,
                 ui,
-                &format!("Waiting for the agent on VM '{vm}' to be ready"),
-                async { session.wait_for_agent(&vm, NEW_AGENT_WAIT).await },
-            )
-            .await?;
-            let action = disk_action(
-                session.file.state(),
-                d.disk.as_ref(),
-                input.recreate_persistent_disks,
-            );
-            session.deploy_disk(d, &vm, action).await?;
-            let jobs = JobsInput {
-                deployment: d,
-                releases: &inputs.releases,
-                renderer: &renderer(&input.home)?,
-                cache_dir: input.home.join("cache").join("compiled"),
-                stemcell: stemcell_name.clone(),
-            };
-            session.update_jobs(&jobs, &agent_id).await?;
-            let releases: Vec<ReleaseRecord> = inputs
-                .releases
-                .iter()
-                .map(|r| ReleaseRecord {
-                    id: kubosh_core::ids::uuid_v4(),
-                    name: r.name().to_string(),
-                    version: r.version().to_string(),
-                })
-                .collect();
-            let sha = inputs.sha.clone();
-            session.file.update(|s| s.finish_deploy(&sha, releases))?;
-            Ok::<_, EnvError>(vm)
-        })
+                input,
+                &inputs,
+                &stemcell_record,
+                &stemcell_name,
+            ),
+        )
         .await?;
 
     for unused in session.file.state().unused_stemcells() {
@@ -453,4 +374,118 @@ async fn deploy(
             .await?;
     }
     Ok(Deployed::Deployed { vm_cid: vm })
+}
+
+/// The stemcell named `stemcell_name`, unless the state has it: extracted next to the
+/// installation, created in the cloud (an intent covers the call) and recorded.
+async fn upload_stemcell(
+    session: &mut Session,
+    ui: &Ui,
+    installation: &Installation,
+    stemcell_path: &Path,
+    stemcell: &StemcellManifest,
+    stemcell_name: &str,
+) -> Result<StemcellRecord, EnvError> {
+    let existing = session
+        .file
+        .state()
+        .stemcell(&stemcell.name, &stemcell.version)
+        .cloned();
+    if let Some(record) = existing {
+        return step(
+            ui,
+            &format!("Uploading stemcell '{stemcell_name}'"),
+            async { Ok((record, Some("Stemcell already uploaded".to_string()))) },
+        )
+        .await;
+    }
+    let tmp = installation.tmp_dir().join("stemcell");
+    run(
+        ui,
+        &format!("Uploading stemcell '{stemcell_name}'"),
+        async {
+            let extracted =
+                Stemcell::extract(stemcell_path, &tmp).map_err(|e| EnvError::Artifact {
+                    what: "Uploading stemcell".into(),
+                    reason: e.to_string(),
+                })?;
+            let request_id = kubosh_core::ids::uuid_v4();
+            let intent = EnvIntent::CreateStemcell {
+                stemcell: stemcell_name.to_string(),
+                request_id: request_id.clone(),
+            };
+            session.file.add_intent(intent.clone())?;
+            let request = CreateStemcell {
+                image_path: extracted.image_path.clone(),
+                cloud_properties: stemcell.cloud_properties.clone(),
+            };
+            let cid = session
+                .cloud
+                .create_stemcell_with_request_id(&request, &request_id)
+                .await?;
+            let record = StemcellRecord {
+                id: kubosh_core::ids::uuid_v4(),
+                name: stemcell.name.clone(),
+                version: stemcell.version.clone(),
+                api_version: stemcell.api_version.unwrap_or(0),
+                cid: cid.0,
+            };
+            let saved = record.clone();
+            session.file.update(|s| s.add_stemcell(saved))?;
+            session.file.remove_intent(&intent)?;
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(record)
+        },
+    )
+    .await
+}
+
+/// The "deploying" stage: the VM replaced, its agent awaited, the disk attached, the jobs
+/// updated and the deploy recorded. Returns the VM's CID.
+async fn deploy_vm(
+    session: &mut Session,
+    ui: &Ui,
+    input: &EnvInput,
+    inputs: &Inputs,
+    stemcell_record: &StemcellRecord,
+    stemcell_name: &str,
+) -> Result<String, EnvError> {
+    let d = &inputs.env.deployment;
+    session.file.update(|s| s.start_deploy())?;
+    session.delete_current_vm().await?;
+    let (agent_id, vm) = session
+        .create_vm(d, &stemcell_record.id, &stemcell_record.cid)
+        .await?;
+    run(
+        ui,
+        &format!("Waiting for the agent on VM '{vm}' to be ready"),
+        async { session.wait_for_agent(&vm, NEW_AGENT_WAIT).await },
+    )
+    .await?;
+    let action = disk_action(
+        session.file.state(),
+        d.disk.as_ref(),
+        input.recreate_persistent_disks,
+    );
+    session.deploy_disk(d, &vm, action).await?;
+    let jobs = JobsInput {
+        deployment: d,
+        releases: &inputs.releases,
+        renderer: &renderer(&input.home)?,
+        cache_dir: input.home.join("cache").join("compiled"),
+        stemcell: stemcell_name.to_string(),
+    };
+    session.update_jobs(&jobs, &agent_id).await?;
+    let releases: Vec<ReleaseRecord> = inputs
+        .releases
+        .iter()
+        .map(|r| ReleaseRecord {
+            id: kubosh_core::ids::uuid_v4(),
+            name: r.name().to_string(),
+            version: r.version().to_string(),
+        })
+        .collect();
+    let sha = inputs.sha.clone();
+    session.file.update(|s| s.finish_deploy(&sha, releases))?;
+    Ok(vm)
 }

@@ -101,24 +101,8 @@ impl Stemcell {
 }
 
 /// Walks the archive: parses `stemcell.MF`, hashes `image` (copying it to `out`).
-fn scan(mut reader: impl Read, out: Option<&Path>) -> Result<Stemcell, StemcellError> {
-    let mut magic = [0u8; 2];
-    let mut got = 0;
-    while got < 2 {
-        match reader.read(&mut magic[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(StemcellError::Archive(e.to_string())),
-        }
-    }
-    let chained = std::io::Cursor::new(magic[..got].to_vec()).chain(reader);
-    let stream: Box<dyn Read> = if crate::release::tarball::is_gzip(&magic[..got]) {
-        Box::new(flate2::read::GzDecoder::new(chained))
-    } else {
-        Box::new(chained)
-    };
-    let mut archive = tar::Archive::new(stream);
+fn scan(reader: impl Read, out: Option<&Path>) -> Result<Stemcell, StemcellError> {
+    let mut archive = tar::Archive::new(decompressed(reader)?);
     let mut manifest_text: Option<String> = None;
     let mut hashes: Option<Hashes> = None;
     let entries = archive
@@ -143,33 +127,65 @@ fn scan(mut reader: impl Read, out: Option<&Path>) -> Result<Stemcell, StemcellE
                     .map_err(|e| StemcellError::Archive(format!("reading stemcell.MF: {e}")))?;
                 manifest_text = Some(text);
             }
-            "image" => {
-                let mut file = match out {
-                    Some(p) => Some(std::fs::File::create(p).map_err(io(p))?),
-                    None => None,
-                };
-                let mut h = Hashes::new();
-                let mut buf = vec![0u8; 256 * 1024];
-                loop {
-                    let n = entry
-                        .read(&mut buf)
-                        .map_err(|e| StemcellError::Archive(format!("reading image: {e}")))?;
-                    if n == 0 {
-                        break;
-                    }
-                    h.update(&buf[..n]);
-                    if let (Some(f), Some(p)) = (file.as_mut(), out) {
-                        f.write_all(&buf[..n]).map_err(io(p))?;
-                    }
-                }
-                if let (Some(f), Some(p)) = (file, out) {
-                    f.sync_all().map_err(io(p))?;
-                }
-                hashes = Some(h);
-            }
+            "image" => hashes = Some(hash_image(&mut entry, out)?),
             _ => {}
         }
     }
+    verified(manifest_text, hashes)
+}
+
+/// The tarball's stream, gunzipped when it starts with gzip's magic bytes.
+fn decompressed<'r>(mut reader: impl Read + 'r) -> Result<Box<dyn Read + 'r>, StemcellError> {
+    let mut magic = [0u8; 2];
+    let mut got = 0;
+    while got < 2 {
+        match reader.read(&mut magic[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(StemcellError::Archive(e.to_string())),
+        }
+    }
+    let chained = std::io::Cursor::new(magic[..got].to_vec()).chain(reader);
+    Ok(if crate::release::tarball::is_gzip(&magic[..got]) {
+        Box::new(flate2::read::GzDecoder::new(chained))
+    } else {
+        Box::new(chained)
+    })
+}
+
+/// Hashes the `image` entry, copying it to `out` (synced) when given.
+fn hash_image(image: &mut impl Read, out: Option<&Path>) -> Result<Hashes, StemcellError> {
+    let mut file = match out {
+        Some(p) => Some(std::fs::File::create(p).map_err(io(p))?),
+        None => None,
+    };
+    let mut h = Hashes::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = image
+            .read(&mut buf)
+            .map_err(|e| StemcellError::Archive(format!("reading image: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        if let (Some(f), Some(p)) = (file.as_mut(), out) {
+            f.write_all(&buf[..n]).map_err(io(p))?;
+        }
+    }
+    if let (Some(f), Some(p)) = (file, out) {
+        f.sync_all().map_err(io(p))?;
+    }
+    Ok(h)
+}
+
+/// The stemcell: `stemcell.MF` parsed and complete, the image's `hashes` matching its
+/// strongest digest.
+fn verified(
+    manifest_text: Option<String>,
+    hashes: Option<Hashes>,
+) -> Result<Stemcell, StemcellError> {
     let text = manifest_text.ok_or(StemcellError::Missing("stemcell.MF"))?;
     let manifest: StemcellManifest = crate::release::manifest::parse_yaml(&text, "stemcell.MF")
         .map_err(StemcellError::Manifest)?;

@@ -178,6 +178,9 @@ struct Definition<'a> {
     custom: bool,
 }
 
+/// The providers of one job: its custom definitions (checked first: any problem there
+/// stops the job's providers), then the release's, each as the manifest's `provides`
+/// shapes it.
 fn providers(
     site: &Site<'_>,
     spec: &JobSpec,
@@ -187,11 +190,78 @@ fn providers(
 ) {
     let job = &site.job.name;
     let group = &site.group.name;
+    if !custom_providers_valid(site, spec, problems) {
+        return;
+    }
+
+    let manifest_provides = site.job.provides.clone().unwrap_or_default();
+    let definitions = site
+        .job
+        .custom_provider_definitions
+        .iter()
+        .map(|c| Definition {
+            name: &c.name,
+            link_type: &c.kind,
+            properties: &c.properties,
+            custom: true,
+        })
+        .chain(spec.provides.iter().map(|p| Definition {
+            name: &p.name,
+            link_type: &p.link_type,
+            properties: &p.properties,
+            custom: false,
+        }));
+    let mut used = Vec::new();
+    for d in definitions {
+        let shape = match manifest_provides.get(d.name) {
+            None => ProviderShape::unchanged(d.name),
+            Some(source) => {
+                used.push(d.name.to_string());
+                match provider_shape(site, &d, source, problems) {
+                    Some(shape) => shape,
+                    None => continue,
+                }
+            }
+        };
+        if let Err(errors) = link_properties(&site.properties, d.properties, &spec.properties, job)
+        {
+            for e in errors {
+                problems.error(Document::Manifest, site.path.clone(), e);
+            }
+            continue;
+        }
+        out.push(ProviderRef {
+            deployment: deployment.to_string(),
+            instance_group: group.clone(),
+            job: job.clone(),
+            original_name: d.name.to_string(),
+            name: shape.alias,
+            link_type: d.link_type.to_string(),
+            shared: shape.shared,
+            consumable: shape.consumable,
+            custom: d.custom,
+            property_names: d.properties.to_vec(),
+            networks: site.group.networks.iter().map(|n| n.name.clone()).collect(),
+            default_network: default_network(site.group),
+        });
+    }
+    for key in manifest_provides.keys().filter(|k| !used.contains(k)) {
+        problems.warning(
+            Document::Manifest,
+            site.path.key("provides").key(key),
+            format!("Job '{job}' does not define link provider '{key}' in the release spec"),
+        );
+    }
+}
+
+/// `validate_custom_providers`: every custom provider definition has a name and a type,
+/// and its name is neither the release's nor given twice. False when any is not.
+fn custom_providers_valid(site: &Site<'_>, spec: &JobSpec, problems: &mut Problems) -> bool {
+    let job = &site.job.name;
+    let group = &site.group.name;
     let err = |problems: &mut Problems, path: Path, msg: String| {
         problems.error(Document::Manifest, path, msg)
     };
-
-    // validate_custom_providers: any problem here stops the job's providers.
     let mut custom_ok = true;
     let customs = &site.job.custom_provider_definitions;
     for (k, c) in customs.iter().enumerate() {
@@ -241,104 +311,83 @@ fn providers(
             );
         }
     }
-    if !custom_ok {
-        return;
-    }
+    custom_ok
+}
 
-    let manifest_provides = site.job.provides.clone().unwrap_or_default();
-    let definitions = customs
-        .iter()
-        .map(|c| Definition {
-            name: &c.name,
-            link_type: &c.kind,
-            properties: &c.properties,
-            custom: true,
-        })
-        .chain(spec.provides.iter().map(|p| Definition {
-            name: &p.name,
-            link_type: &p.link_type,
-            properties: &p.properties,
-            custom: false,
-        }));
-    let mut used = Vec::new();
-    for d in definitions {
-        let mut alias = d.name.to_string();
-        let mut shared = false;
-        let mut consumable = true;
-        if let Some(source) = manifest_provides.get(d.name) {
-            used.push(d.name.to_string());
-            let path = site.path.key("provides").key(d.name);
-            if is_nil(source) {
-                consumable = false;
-            } else if let Some(source) = source.as_object() {
-                if source.contains_key("name") || source.contains_key("type") {
-                    err(
-                        problems,
-                        path,
-                        format!(
-                            "Cannot specify 'name' or 'type' properties in the manifest for link '{}' in job '{job}' in instance group '{group}'. Please provide these keys in the release only.",
-                            d.name
-                        ),
-                    );
-                    continue;
-                }
-                match source.get("as") {
-                    None => {}
-                    Some(Value::String(s)) => alias = s.clone(),
-                    Some(other) => {
-                        err(
-                            problems,
-                            path.key("as"),
-                            format!(
-                                "Provider '{}' in job '{job}' in instance group '{group}' has a non-string 'as': {other}",
-                                d.name
-                            ),
-                        );
-                        continue;
-                    }
-                }
-                shared = source.get("shared") == Some(&Value::Bool(true));
-            } else {
-                err(
-                    problems,
-                    path,
+/// What the manifest's `provides` entry makes of a provider.
+struct ProviderShape {
+    /// The name consumers match (`as`, else the definition's name).
+    alias: String,
+    shared: bool,
+    /// False when the entry is `nil`.
+    consumable: bool,
+}
+
+impl ProviderShape {
+    /// A provider the manifest does not mention.
+    fn unchanged(name: &str) -> Self {
+        ProviderShape {
+            alias: name.to_string(),
+            shared: false,
+            consumable: true,
+        }
+    }
+}
+
+/// The manifest's `provides` entry `source` for definition `d`: `nil`, or a mapping with
+/// `as` and `shared`. `None` (with the problem reported) when the entry is not usable.
+fn provider_shape(
+    site: &Site<'_>,
+    d: &Definition<'_>,
+    source: &Value,
+    problems: &mut Problems,
+) -> Option<ProviderShape> {
+    let job = &site.job.name;
+    let group = &site.group.name;
+    let path = site.path.key("provides").key(d.name);
+    let mut shape = ProviderShape::unchanged(d.name);
+    if is_nil(source) {
+        shape.consumable = false;
+    } else if let Some(source) = source.as_object() {
+        if source.contains_key("name") || source.contains_key("type") {
+            problems.error(
+                Document::Manifest,
+                path,
+                format!(
+                    "Cannot specify 'name' or 'type' properties in the manifest for link '{}' in job '{job}' in instance group '{group}'. Please provide these keys in the release only.",
+                    d.name
+                ),
+            );
+            return None;
+        }
+        match source.get("as") {
+            None => {}
+            Some(Value::String(s)) => shape.alias = s.clone(),
+            Some(other) => {
+                problems.error(
+                    Document::Manifest,
+                    path.key("as"),
                     format!(
-                        "Provider '{}' in job '{job}' in instance group '{group}' specified in the manifest should only be a hash or string 'nil'",
+                        "Provider '{}' in job '{job}' in instance group '{group}' has a non-string 'as': {other}",
                         d.name
                     ),
                 );
-                continue;
+                return None;
             }
         }
-        if let Err(errors) = link_properties(&site.properties, d.properties, &spec.properties, job)
-        {
-            for e in errors {
-                err(problems, site.path.clone(), e);
-            }
-            continue;
-        }
-        out.push(ProviderRef {
-            deployment: deployment.to_string(),
-            instance_group: group.clone(),
-            job: job.clone(),
-            original_name: d.name.to_string(),
-            name: alias,
-            link_type: d.link_type.to_string(),
-            shared,
-            consumable,
-            custom: d.custom,
-            property_names: d.properties.to_vec(),
-            networks: site.group.networks.iter().map(|n| n.name.clone()).collect(),
-            default_network: default_network(site.group),
-        });
-    }
-    for key in manifest_provides.keys().filter(|k| !used.contains(k)) {
-        problems.warning(
+        shape.shared = source.get("shared") == Some(&Value::Bool(true));
+    } else {
+        problems.error(
             Document::Manifest,
-            site.path.key("provides").key(key),
-            format!("Job '{job}' does not define link provider '{key}' in the release spec"),
+            path,
+            format!(
+                "Provider '{}' in job '{job}' in instance group '{group}' specified in the manifest should only be a hash or string 'nil'",
+                d.name
+            ),
         );
+        return None;
     }
+    Some(shape)
 }
 
 fn consumers(

@@ -741,6 +741,9 @@ impl<'a> Planner<'a> {
         result
     }
 
+    /// How `package` of `release` is had on `stemcell`: a matching compiled record, a
+    /// compile task already planned for the same content, or a new compile task after its
+    /// dependencies. `None` (with the problem noted) when it cannot be had.
     fn provide(&mut self, stemcell: &Stemcell, release: &str, package: &str) -> Option<Provision> {
         let catalog = self.catalogs.get(release)?;
         let entry = *catalog.entries.get(package)?;
@@ -805,20 +808,7 @@ impl<'a> Planner<'a> {
             .filter_map(|d| catalog.entries.get(d).map(|e| (d, e.fingerprint)))
             .collect();
         let cache_key = cache_key(entry.fingerprint, &stemcell.sha1, &transitive);
-        let build = 1 + self
-            .input
-            .compiled
-            .iter()
-            .filter(|r| {
-                r.name == id.name
-                    && r.version == id.version
-                    && r.fingerprint == id.fingerprint
-                    && r.stemcell_os == stemcell.os
-                    && r.stemcell_version == stemcell.version
-            })
-            .map(|r| r.build)
-            .max()
-            .unwrap_or(0);
+        let build = self.next_build(&id, stemcell);
         let depends_on = dependencies
             .iter()
             .filter_map(|p| match p {
@@ -841,6 +831,25 @@ impl<'a> Planner<'a> {
         });
         self.tasks_by_content.insert(content, index);
         Some(Provision::Compile(index))
+    }
+
+    /// The build number a new compilation of `id` on `stemcell` gets: one more than the
+    /// highest recorded.
+    fn next_build(&self, id: &PackageId, stemcell: &Stemcell) -> u64 {
+        1 + self
+            .input
+            .compiled
+            .iter()
+            .filter(|r| {
+                r.name == id.name
+                    && r.version == id.version
+                    && r.fingerprint == id.fingerprint
+                    && r.stemcell_os == stemcell.os
+                    && r.stemcell_version == stemcell.version
+            })
+            .map(|r| r.build)
+            .max()
+            .unwrap_or(0)
     }
 
     /// A matching record: exactly for this stemcell, or (`exact` false) the newest one for a

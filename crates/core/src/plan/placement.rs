@@ -68,101 +68,139 @@ pub fn place(
     existing: &[&InstanceRecord],
     new_uuid: &mut dyn FnMut() -> String,
 ) -> Placement {
-    let candidates = candidates(demand, existing);
+    let mut free: Vec<Candidate> = candidates(demand, existing);
     let wanted = usize::try_from(demand.instances).unwrap_or(usize::MAX);
-    let mut kept: Vec<(Candidate, Option<String>)> = Vec::new();
-    let mut free: Vec<Candidate> = candidates;
+    let kept = match &demand.static_ip_azs {
+        Some(ips) => keep_for_static_ips(demand, ips, wanted, &mut free, new_uuid),
+        None if demand.azs.is_empty() => keep_without_azs(wanted, &mut free, new_uuid),
+        None => keep_balanced(demand, wanted, &mut free, new_uuid),
+    };
+    let mut instances = assign_indexes(kept, &free);
+    choose_bootstrap(&mut instances);
+    let mut obsolete = free;
+    obsolete.sort_by_key(|c| std::cmp::Reverse(c.index));
+    Placement {
+        instances,
+        obsolete: obsolete.into_iter().map(|c| c.uuid).collect(),
+    }
+}
 
-    match &demand.static_ip_azs {
-        Some(ips) => {
-            // One slot per static IP, in the AZ of its subnet (the first of the group's AZs
-            // the subnet spans). Existing instances already in a slot's AZ fill it first.
-            let mut slots: BTreeMap<Option<String>, usize> = BTreeMap::new();
-            for ip in ips.iter().take(wanted) {
-                let az = ip
-                    .azs
-                    .iter()
-                    .find(|az| demand.azs.contains(az))
-                    .or(ip.azs.first())
-                    .cloned();
-                *slots
-                    .entry(if demand.azs.is_empty() { None } else { az })
-                    .or_default() += 1;
-            }
-            for (az, count) in slots {
-                for _ in 0..count {
-                    let pos = free.iter().position(|c| c.az == az);
-                    match pos {
-                        Some(p) => {
-                            let c = free.remove(p);
-                            kept.push((c, az.clone()));
-                        }
-                        None => kept.push((Candidate::new(new_uuid()), az.clone())),
-                    }
+/// The instances kept (taken out of `free`) or created, each with its AZ.
+type Kept = Vec<(Candidate, Option<String>)>;
+
+/// One slot per static IP, in the AZ of its subnet (the first of the group's AZs the
+/// subnet spans). Existing instances already in a slot's AZ fill it first.
+fn keep_for_static_ips(
+    demand: &GroupDemand,
+    ips: &[StaticIpAz],
+    wanted: usize,
+    free: &mut Vec<Candidate>,
+    new_uuid: &mut dyn FnMut() -> String,
+) -> Kept {
+    let mut kept = Kept::new();
+    let mut slots: BTreeMap<Option<String>, usize> = BTreeMap::new();
+    for ip in ips.iter().take(wanted) {
+        let az = ip
+            .azs
+            .iter()
+            .find(|az| demand.azs.contains(az))
+            .or(ip.azs.first())
+            .cloned();
+        *slots
+            .entry(if demand.azs.is_empty() { None } else { az })
+            .or_default() += 1;
+    }
+    for (az, count) in slots {
+        for _ in 0..count {
+            let pos = free.iter().position(|c| c.az == az);
+            match pos {
+                Some(p) => {
+                    let c = free.remove(p);
+                    kept.push((c, az.clone()));
                 }
-            }
-        }
-        None if demand.azs.is_empty() => {
-            for _ in 0..wanted {
-                if free.is_empty() {
-                    kept.push((Candidate::new(new_uuid()), None));
-                } else {
-                    let c = free.remove(0);
-                    kept.push((c, None));
-                }
-            }
-        }
-        None => {
-            // (1) Instances with persistent disks stay in their AZ when it is still wanted.
-            let mut counts: BTreeMap<String, usize> =
-                demand.azs.iter().map(|az| (az.clone(), 0)).collect();
-            let mut i = 0;
-            while i < free.len() && kept.len() < wanted {
-                let c = &free[i];
-                match &c.az {
-                    Some(az) if c.has_disk && counts.contains_key(az) => {
-                        let c = free.remove(i);
-                        let az = c.az.clone();
-                        if let Some(n) = az.as_ref().and_then(|az| counts.get_mut(az)) {
-                            *n += 1;
-                        }
-                        kept.push((c, az));
-                    }
-                    _ => i += 1,
-                }
-            }
-            // (2) The rest balanced: the AZ with the fewest instances, ties broken by "has an
-            // unclaimed existing instance", then by name.
-            while kept.len() < wanted {
-                let Some(az) = counts
-                    .iter()
-                    .min_by_key(|(az, n)| {
-                        let has_existing = free.iter().any(|c| c.az.as_ref() == Some(*az));
-                        (**n, !has_existing, (*az).clone())
-                    })
-                    .map(|(az, _)| az.clone())
-                else {
-                    break;
-                };
-                if let Some(n) = counts.get_mut(&az) {
-                    *n += 1;
-                }
-                let az = Some(az);
-                match free.iter().position(|c| c.az == az) {
-                    Some(p) => {
-                        let c = free.remove(p);
-                        kept.push((c, az));
-                    }
-                    None => kept.push((Candidate::new(new_uuid()), az)),
-                }
+                None => kept.push((Candidate::new(new_uuid()), az.clone())),
             }
         }
     }
+    kept
+}
 
-    // Indexes: kept instances keep theirs (unless two migrated groups collide); new ones
-    // take the lowest index no instance of the group holds, obsolete ones included (they
-    // still exist until deleted).
-    let mut used: BTreeSet<u64> = free.iter().filter_map(|c| c.index).collect();
+/// A group without AZs: the first candidates, then new instances.
+fn keep_without_azs(
+    wanted: usize,
+    free: &mut Vec<Candidate>,
+    new_uuid: &mut dyn FnMut() -> String,
+) -> Kept {
+    let mut kept = Kept::new();
+    for _ in 0..wanted {
+        if free.is_empty() {
+            kept.push((Candidate::new(new_uuid()), None));
+        } else {
+            let c = free.remove(0);
+            kept.push((c, None));
+        }
+    }
+    kept
+}
+
+/// A group with AZs: instances with disks stay put, the rest are balanced across AZs.
+fn keep_balanced(
+    demand: &GroupDemand,
+    wanted: usize,
+    free: &mut Vec<Candidate>,
+    new_uuid: &mut dyn FnMut() -> String,
+) -> Kept {
+    let mut kept = Kept::new();
+    // (1) Instances with persistent disks stay in their AZ when it is still wanted.
+    let mut counts: BTreeMap<String, usize> = demand.azs.iter().map(|az| (az.clone(), 0)).collect();
+    let mut i = 0;
+    while i < free.len() && kept.len() < wanted {
+        let c = &free[i];
+        match &c.az {
+            Some(az) if c.has_disk && counts.contains_key(az) => {
+                let c = free.remove(i);
+                let az = c.az.clone();
+                if let Some(n) = az.as_ref().and_then(|az| counts.get_mut(az)) {
+                    *n += 1;
+                }
+                kept.push((c, az));
+            }
+            _ => i += 1,
+        }
+    }
+    // (2) The rest balanced: the AZ with the fewest instances, ties broken by "has an
+    // unclaimed existing instance", then by name.
+    while kept.len() < wanted {
+        let Some(az) = counts
+            .iter()
+            .min_by_key(|(az, n)| {
+                let has_existing = free.iter().any(|c| c.az.as_ref() == Some(*az));
+                (**n, !has_existing, (*az).clone())
+            })
+            .map(|(az, _)| az.clone())
+        else {
+            break;
+        };
+        if let Some(n) = counts.get_mut(&az) {
+            *n += 1;
+        }
+        let az = Some(az);
+        match free.iter().position(|c| c.az == az) {
+            Some(p) => {
+                let c = free.remove(p);
+                kept.push((c, az));
+            }
+            None => kept.push((Candidate::new(new_uuid()), az)),
+        }
+    }
+    kept
+}
+
+/// Indexes: kept instances keep theirs (unless two migrated groups collide); new ones take
+/// the lowest index no instance of the group holds, the `obsolete` ones included (they
+/// still exist until deleted). Sorted by index.
+fn assign_indexes(kept: Kept, obsolete: &[Candidate]) -> Vec<Placed> {
+    let mut used: BTreeSet<u64> = obsolete.iter().filter_map(|c| c.index).collect();
     let mut instances: Vec<Placed> = Vec::new();
     let mut needs_index: Vec<usize> = Vec::new();
     for (c, az) in kept {
@@ -188,20 +226,16 @@ pub fn place(
         instances[i].index = next;
     }
     instances.sort_by_key(|p| p.index);
+    instances
+}
 
-    // Bootstrap: kept when exactly one desired instance has it, else the lowest index.
+/// Bootstrap: kept when exactly one desired instance has it, else the lowest index.
+fn choose_bootstrap(instances: &mut [Placed]) {
     let holders = instances.iter().filter(|p| p.bootstrap).count();
     if holders != 1 {
         for (i, p) in instances.iter_mut().enumerate() {
             p.bootstrap = i == 0;
         }
-    }
-
-    let mut obsolete = free;
-    obsolete.sort_by_key(|c| std::cmp::Reverse(c.index));
-    Placement {
-        instances,
-        obsolete: obsolete.into_iter().map(|c| c.uuid).collect(),
     }
 }
 

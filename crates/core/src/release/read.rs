@@ -6,7 +6,7 @@ use std::io::Read;
 use super::manifest::{ReleaseManifest, parse_yaml};
 use super::tarball::{self, TarFiles};
 use super::{
-    License, Package, PackageArchive, PrecompiledPackage, Release, ReleaseError, StemcellRef,
+    Job, License, Package, PackageArchive, PrecompiledPackage, Release, ReleaseError, StemcellRef,
     graph, job,
 };
 use crate::digest::MultiDigest;
@@ -95,50 +95,8 @@ impl Release {
                 })
             };
 
-        let mut packages = Vec::new();
-        for p in &manifest.packages {
-            let what = format!("package '{}' (packages/{}.tgz)", p.name, p.name);
-            let archive = take("packages", &p.name, "package")?;
-            let digest = verify_archive(&what, &p.sha1, &archive)?;
-            packages.push(Package {
-                name: p.name.clone(),
-                version: p.version.clone(),
-                fingerprint: p.fingerprint.clone().unwrap_or_else(|| p.version.clone()),
-                digest,
-                dependencies: p.dependencies.clone(),
-                archive,
-            });
-        }
-        let mut compiled_packages = Vec::new();
-        for p in &manifest.compiled_packages {
-            let what = format!(
-                "compiled package '{}' (compiled_packages/{}.tgz)",
-                p.name, p.name
-            );
-            let stemcell = match p.stemcell.split_once('/') {
-                Some((os, version)) if !os.is_empty() && !version.is_empty() => StemcellRef {
-                    os: os.to_string(),
-                    version: version.to_string(),
-                },
-                _ => {
-                    return Err(ReleaseError::BadStemcell {
-                        package: p.name.clone(),
-                        stemcell: p.stemcell.clone(),
-                    });
-                }
-            };
-            let archive = take("compiled_packages", &p.name, "compiled package")?;
-            let digest = verify_archive(&what, &p.sha1, &archive)?;
-            compiled_packages.push(PrecompiledPackage {
-                name: p.name.clone(),
-                version: p.version.clone(),
-                fingerprint: p.fingerprint.clone().unwrap_or_else(|| p.version.clone()),
-                digest,
-                stemcell,
-                dependencies: p.dependencies.clone(),
-                archive,
-            });
-        }
+        let packages = read_packages(&manifest, &mut take)?;
+        let compiled_packages = read_compiled_packages(&manifest, &mut take)?;
         graph::compile_order(
             packages
                 .iter()
@@ -155,44 +113,8 @@ impl Release {
             .map(|p| p.name.as_str())
             .chain(compiled_packages.iter().map(|p| p.name.as_str()))
             .collect();
-        let mut jobs = Vec::new();
-        for j in &manifest.jobs {
-            let what = format!("job '{}' (jobs/{}.tgz)", j.name, j.name);
-            let PackageArchive::Bytes(archive) = take("jobs", &j.name, "job")? else {
-                return Err(ReleaseError::Missing {
-                    what: format!("the bytes of {what}"),
-                    container: container.into(),
-                });
-            };
-            let digest = verify(&what, &j.sha1, &archive)?;
-            let job = job::parse(j, digest, archive)?;
-            for p in job.spec.packages.iter().chain(&j.packages) {
-                if !available.contains(p.as_str()) {
-                    return Err(ReleaseError::MissingJobPackage {
-                        job: j.name.clone(),
-                        package: p.clone(),
-                    });
-                }
-            }
-            jobs.push(job);
-        }
-
-        let license = match &manifest.license {
-            None => None,
-            Some(l) => match license {
-                // bosh-cli and the Director ignore a license entry without the archive.
-                None => None,
-                Some(data) => {
-                    let digest = verify("license (license.tgz)", &l.sha1, &data)?;
-                    Some(License {
-                        version: l.version.clone(),
-                        fingerprint: l.fingerprint.clone().unwrap_or_else(|| l.version.clone()),
-                        digest,
-                        archive: data,
-                    })
-                }
-            },
-        };
+        let jobs = read_jobs(&manifest, &available, &mut take, container)?;
+        let license = verified_license(&manifest, license)?;
 
         Ok(Release {
             manifest,
@@ -202,6 +124,120 @@ impl Release {
             license,
         })
     }
+}
+
+/// Gives the archive of a `(directory, name, what)`, or says it is missing.
+type TakeArchive<'a> = dyn FnMut(&str, &str, &str) -> Result<PackageArchive, ReleaseError> + 'a;
+
+/// The manifest's source packages, each archive verified against its digest.
+fn read_packages(
+    manifest: &ReleaseManifest,
+    take: &mut TakeArchive<'_>,
+) -> Result<Vec<Package>, ReleaseError> {
+    let mut packages = Vec::new();
+    for p in &manifest.packages {
+        let what = format!("package '{}' (packages/{}.tgz)", p.name, p.name);
+        let archive = take("packages", &p.name, "package")?;
+        let digest = verify_archive(&what, &p.sha1, &archive)?;
+        packages.push(Package {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            fingerprint: p.fingerprint.clone().unwrap_or_else(|| p.version.clone()),
+            digest,
+            dependencies: p.dependencies.clone(),
+            archive,
+        });
+    }
+    Ok(packages)
+}
+
+/// The manifest's compiled packages, each with its `os/version` stemcell and its archive
+/// verified against its digest.
+fn read_compiled_packages(
+    manifest: &ReleaseManifest,
+    take: &mut TakeArchive<'_>,
+) -> Result<Vec<PrecompiledPackage>, ReleaseError> {
+    let mut compiled_packages = Vec::new();
+    for p in &manifest.compiled_packages {
+        let what = format!(
+            "compiled package '{}' (compiled_packages/{}.tgz)",
+            p.name, p.name
+        );
+        let stemcell = match p.stemcell.split_once('/') {
+            Some((os, version)) if !os.is_empty() && !version.is_empty() => StemcellRef {
+                os: os.to_string(),
+                version: version.to_string(),
+            },
+            _ => {
+                return Err(ReleaseError::BadStemcell {
+                    package: p.name.clone(),
+                    stemcell: p.stemcell.clone(),
+                });
+            }
+        };
+        let archive = take("compiled_packages", &p.name, "compiled package")?;
+        let digest = verify_archive(&what, &p.sha1, &archive)?;
+        compiled_packages.push(PrecompiledPackage {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            fingerprint: p.fingerprint.clone().unwrap_or_else(|| p.version.clone()),
+            digest,
+            stemcell,
+            dependencies: p.dependencies.clone(),
+            archive,
+        });
+    }
+    Ok(compiled_packages)
+}
+
+/// The manifest's jobs, each archive verified and parsed, each package it names one of
+/// `available`.
+fn read_jobs(
+    manifest: &ReleaseManifest,
+    available: &BTreeSet<&str>,
+    take: &mut TakeArchive<'_>,
+    container: &str,
+) -> Result<Vec<Job>, ReleaseError> {
+    let mut jobs = Vec::new();
+    for j in &manifest.jobs {
+        let what = format!("job '{}' (jobs/{}.tgz)", j.name, j.name);
+        let PackageArchive::Bytes(archive) = take("jobs", &j.name, "job")? else {
+            return Err(ReleaseError::Missing {
+                what: format!("the bytes of {what}"),
+                container: container.into(),
+            });
+        };
+        let digest = verify(&what, &j.sha1, &archive)?;
+        let job = job::parse(j, digest, archive)?;
+        for p in job.spec.packages.iter().chain(&j.packages) {
+            if !available.contains(p.as_str()) {
+                return Err(ReleaseError::MissingJobPackage {
+                    job: j.name.clone(),
+                    package: p.clone(),
+                });
+            }
+        }
+        jobs.push(job);
+    }
+    Ok(jobs)
+}
+
+/// The license, verified, when the manifest lists one and its archive is here.
+fn verified_license(
+    manifest: &ReleaseManifest,
+    license: Option<Vec<u8>>,
+) -> Result<Option<License>, ReleaseError> {
+    let (Some(l), Some(data)) = (&manifest.license, license) else {
+        // bosh-cli and the Director ignore a license entry without the archive.
+        return Ok(None);
+    };
+    let digest = verify("license (license.tgz)", &l.sha1, &data)?;
+    Ok(Some(License {
+        version: l.version.clone(),
+        fingerprint: l.fingerprint.clone().unwrap_or_else(|| l.version.clone()),
+        digest,
+        archive: data,
+    }))
 }
 
 /// `release.MF`, parsed.

@@ -130,6 +130,25 @@ pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) 
         problems.error(DOC, root.key("name"), "is required");
     }
     check_update_block(m, problems);
+    check_releases(m, problems);
+    check_stemcells(m, problems);
+    check_group_names(m, problems);
+    let releases: Vec<&str> = m.releases.iter().map(|r| r.name.as_str()).collect();
+    let stemcells: Vec<&str> = m.stemcells.iter().map(|s| s.alias.as_str()).collect();
+    for (gi, g) in m.instance_groups.iter().enumerate() {
+        let gp = root.key("instance_groups").index(gi);
+        check_group(g, &gp, &index, &releases, &stemcells, problems);
+    }
+    check_migrations(m, problems);
+    check_static_ips_unique(m, problems);
+    check_dynamic_capacity(m, &index, problems);
+    check_variables(&m.variables, problems);
+    check_addons(m, &releases, problems);
+}
+
+/// Release names are unique and each release has a version.
+fn check_releases(m: &DeploymentManifest, problems: &mut Problems) {
+    let root = Path::root();
     unique_names(
         DOC,
         "release",
@@ -148,6 +167,11 @@ pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) 
             );
         }
     }
+}
+
+/// Stemcell aliases are unique; each stemcell names an `os` or a `name`, and a version.
+fn check_stemcells(m: &DeploymentManifest, problems: &mut Problems) {
+    let root = Path::root();
     unique_names(
         DOC,
         "stemcell alias",
@@ -189,6 +213,11 @@ pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) 
             );
         }
     }
+}
+
+/// Instance group names are unique and canonical.
+fn check_group_names(m: &DeploymentManifest, problems: &mut Problems) {
+    let root = Path::root();
     let groups = &m.instance_groups;
     unique_names(
         DOC,
@@ -212,16 +241,11 @@ pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) 
         }),
         problems,
     );
-    let releases: Vec<&str> = m.releases.iter().map(|r| r.name.as_str()).collect();
-    let stemcells: Vec<&str> = m.stemcells.iter().map(|s| s.alias.as_str()).collect();
-    for (gi, g) in groups.iter().enumerate() {
-        let gp = root.key("instance_groups").index(gi);
-        check_group(g, &gp, &index, &releases, &stemcells, problems);
-    }
-    check_migrations(m, problems);
-    check_static_ips_unique(m, problems);
-    check_dynamic_capacity(m, &index, problems);
-    check_variables(&m.variables, problems);
+}
+
+/// Addon names are unique and their jobs come from the manifest's releases.
+fn check_addons(m: &DeploymentManifest, releases: &[&str], problems: &mut Problems) {
+    let root = Path::root();
     unique_names(
         DOC,
         "addon",
@@ -234,7 +258,7 @@ pub fn check(m: &DeploymentManifest, cc: &CloudConfig, problems: &mut Problems) 
     for (ai, addon) in m.addons.iter().enumerate() {
         for (ji, job) in addon.jobs.iter().enumerate() {
             let jp = root.key("addons").index(ai).key("jobs").index(ji);
-            check_job_release(&job.release, &job.name, &jp, &releases, problems);
+            check_job_release(&job.release, &job.name, &jp, releases, problems);
         }
     }
 }
@@ -301,6 +325,7 @@ fn check_job_release(
     }
 }
 
+/// One instance group: its instances, AZs, jobs, VM shape, stemcell, disks and networks.
 fn check_group(
     g: &InstanceGroup,
     gp: &Path,
@@ -321,7 +346,21 @@ fn check_group(
             0
         }
     };
-    // AZs
+    check_group_az_names(g, gp, index, problems);
+    check_group_jobs(g, gp, releases, problems);
+    check_group_vm(g, gp, index, stemcells, problems);
+    check_group_disks(g, gp, index, problems);
+    check_group_networks(g, gp, instances, index, problems);
+    check_group_azs(g, gp, index, problems);
+}
+
+/// The group's AZs: unique, and defined in the cloud config.
+fn check_group_az_names(
+    g: &InstanceGroup,
+    gp: &Path,
+    index: &CloudIndex<'_>,
+    problems: &mut Problems,
+) {
     unique_names(
         DOC,
         "AZ",
@@ -342,7 +381,10 @@ fn check_group(
             problems,
         );
     }
-    // Jobs
+}
+
+/// The group's jobs: unique names, each from one of the manifest's releases.
+fn check_group_jobs(g: &InstanceGroup, gp: &Path, releases: &[&str], problems: &mut Problems) {
     unique_names(
         DOC,
         "job",
@@ -361,7 +403,18 @@ fn check_group(
             problems,
         );
     }
-    // VM shape
+}
+
+/// The group's VM: `vm_type` or `vm_resources` (one of them), known VM extensions and a
+/// known stemcell alias.
+fn check_group_vm(
+    g: &InstanceGroup,
+    gp: &Path,
+    index: &CloudIndex<'_>,
+    stemcells: &[&str],
+    problems: &mut Problems,
+) {
+    let name = &g.name;
     match (&g.vm_type, &g.vm_resources) {
         (None, None) => problems.error(
             DOC,
@@ -411,7 +464,16 @@ fn check_group(
             problems,
         ),
     }
-    // Disks
+}
+
+/// The group's persistent disks: one way of giving them, known disk types, unique names.
+fn check_group_disks(
+    g: &InstanceGroup,
+    gp: &Path,
+    index: &CloudIndex<'_>,
+    problems: &mut Problems,
+) {
+    let name = &g.name;
     let disk_keys: Vec<&str> = [
         ("persistent_disk", g.persistent_disk.is_some()),
         ("persistent_disk_type", g.persistent_disk_type.is_some()),
@@ -457,8 +519,6 @@ fn check_group(
             problems,
         );
     }
-    check_group_networks(g, gp, instances, index, problems);
-    check_group_azs(g, gp, index, problems);
 }
 
 /// The group's AZs against its networks, as BOSH's `has_azs?`: every AZ of the group must be

@@ -7,7 +7,7 @@ use ipnet::IpNet;
 use super::network::{check_subnets, parse_subnets};
 use super::problem::{Document, Path, Problems};
 use super::{must_exist, unique_names};
-use crate::manifest::{InitManifest, Network, NetworkType};
+use crate::manifest::{CloudProvider, InitInstanceGroup, InitManifest, Network, NetworkType};
 
 const DOC: Document = Document::Manifest;
 
@@ -48,88 +48,122 @@ pub fn check(m: &InitManifest, problems: &mut Problems) {
             .map(|(i, r)| (r.name.as_str(), root.key("releases").index(i).key("name"))),
         problems,
     );
-    let releases: Vec<&str> = m.releases.iter().map(|r| r.name.as_str()).collect();
-    let pools: Vec<&str> = m.resource_pools.iter().map(|p| p.name.as_str()).collect();
-    let disk_pools: Vec<&str> = m.disk_pools.iter().map(|p| p.name.as_str()).collect();
-    let networks: Vec<&str> = m.networks.iter().map(|n| n.name.as_str()).collect();
+    let defined = Defined::of(m);
     for (gi, g) in groups.iter().enumerate() {
-        let gp = root.key(key).index(gi);
-        if g.instances.unwrap_or(1) != 1 {
-            problems.error(
-                DOC,
-                gp.key("instances"),
-                "create-env deploys exactly one instance",
-            );
-        }
-        match &g.resource_pool {
-            Some(p) => must_exist(
-                DOC,
-                gp.key("resource_pool"),
-                "resource pool",
-                p,
-                &pools,
-                "resource_pools",
-                problems,
-            ),
-            None => problems.error(DOC, gp.key("resource_pool"), "is required"),
-        }
-        if let Some(p) = &g.persistent_disk_pool {
-            must_exist(
-                DOC,
-                gp.key("persistent_disk_pool"),
-                "disk pool",
-                p,
-                &disk_pools,
-                "disk_pools",
-                problems,
-            );
-        }
-        let jobs_key = if g.jobs.is_empty() && !g.templates.is_empty() {
-            "templates"
-        } else {
-            "jobs"
-        };
-        let jobs = if jobs_key == "jobs" {
-            &g.jobs
-        } else {
-            &g.templates
-        };
-        for (ji, j) in jobs.iter().enumerate() {
-            must_exist(
-                DOC,
-                gp.key(jobs_key).index(ji).key("release"),
-                "release",
-                &j.release,
-                &releases,
-                "releases",
-                problems,
-            );
-        }
-        if g.networks.is_empty() {
-            problems.error(
-                DOC,
-                gp.key("networks"),
-                "the VM must join at least one network",
-            );
-        }
-        for (ni, n) in g.networks.iter().enumerate() {
-            let np = gp.key("networks").index(ni);
-            match m.networks.iter().find(|x| x.name == n.name) {
-                Some(network) => check_static_ips(&n.static_ips, network, &np, problems),
-                None => must_exist(
-                    DOC,
-                    np.key("name"),
-                    "network",
-                    &n.name,
-                    &networks,
-                    "networks",
-                    problems,
-                ),
-            }
-        }
+        check_group(m, g, &root.key(key).index(gi), &defined, problems);
     }
     check_networks(m, problems);
     check_sources(m, problems);
+    check_pools(m, &defined, problems);
+    check_cloud_provider(m.cloud_provider.as_ref(), &defined, problems);
+}
+
+/// The names the manifest defines, which its references must match.
+struct Defined<'a> {
+    releases: Vec<&'a str>,
+    resource_pools: Vec<&'a str>,
+    disk_pools: Vec<&'a str>,
+    networks: Vec<&'a str>,
+}
+
+impl<'a> Defined<'a> {
+    fn of(m: &'a InitManifest) -> Self {
+        Defined {
+            releases: m.releases.iter().map(|r| r.name.as_str()).collect(),
+            resource_pools: m.resource_pools.iter().map(|p| p.name.as_str()).collect(),
+            disk_pools: m.disk_pools.iter().map(|p| p.name.as_str()).collect(),
+            networks: m.networks.iter().map(|n| n.name.as_str()).collect(),
+        }
+    }
+}
+
+/// The one instance group at `gp`: one instance, a resource pool, known releases and
+/// networks, and static IPs that fit their network.
+fn check_group(
+    m: &InitManifest,
+    g: &InitInstanceGroup,
+    gp: &Path,
+    defined: &Defined<'_>,
+    problems: &mut Problems,
+) {
+    if g.instances.unwrap_or(1) != 1 {
+        problems.error(
+            DOC,
+            gp.key("instances"),
+            "create-env deploys exactly one instance",
+        );
+    }
+    match &g.resource_pool {
+        Some(p) => must_exist(
+            DOC,
+            gp.key("resource_pool"),
+            "resource pool",
+            p,
+            &defined.resource_pools,
+            "resource_pools",
+            problems,
+        ),
+        None => problems.error(DOC, gp.key("resource_pool"), "is required"),
+    }
+    if let Some(p) = &g.persistent_disk_pool {
+        must_exist(
+            DOC,
+            gp.key("persistent_disk_pool"),
+            "disk pool",
+            p,
+            &defined.disk_pools,
+            "disk_pools",
+            problems,
+        );
+    }
+    let jobs_key = if g.jobs.is_empty() && !g.templates.is_empty() {
+        "templates"
+    } else {
+        "jobs"
+    };
+    let jobs = if jobs_key == "jobs" {
+        &g.jobs
+    } else {
+        &g.templates
+    };
+    for (ji, j) in jobs.iter().enumerate() {
+        must_exist(
+            DOC,
+            gp.key(jobs_key).index(ji).key("release"),
+            "release",
+            &j.release,
+            &defined.releases,
+            "releases",
+            problems,
+        );
+    }
+    if g.networks.is_empty() {
+        problems.error(
+            DOC,
+            gp.key("networks"),
+            "the VM must join at least one network",
+        );
+    }
+    for (ni, n) in g.networks.iter().enumerate() {
+        let np = gp.key("networks").index(ni);
+        match m.networks.iter().find(|x| x.name == n.name) {
+            Some(network) => check_static_ips(&n.static_ips, network, &np, problems),
+            None => must_exist(
+                DOC,
+                np.key("name"),
+                "network",
+                &n.name,
+                &defined.networks,
+                "networks",
+                problems,
+            ),
+        }
+    }
+}
+
+/// Disk pools have a size; resource pools name known networks.
+fn check_pools(m: &InitManifest, defined: &Defined<'_>, problems: &mut Problems) {
+    let root = Path::root();
     for (pi, dp) in m.disk_pools.iter().enumerate() {
         if dp.disk_size.unwrap_or(0) == 0 {
             problems.error(
@@ -146,53 +180,59 @@ pub fn check(m: &InitManifest, problems: &mut Problems) {
                 root.key("resource_pools").index(pi).key("network"),
                 "network",
                 n,
-                &networks,
+                &defined.networks,
                 "networks",
                 problems,
             );
         }
     }
-    let cp = root.key("cloud_provider");
-    match &m.cloud_provider {
-        None => problems.error(
+}
+
+/// `cloud_provider`: the CPI job, from a known release, and an https:// mbus URL.
+fn check_cloud_provider(
+    cloud_provider: Option<&CloudProvider>,
+    defined: &Defined<'_>,
+    problems: &mut Problems,
+) {
+    let cp = Path::root().key("cloud_provider");
+    let Some(c) = cloud_provider else {
+        problems.error(
             DOC,
             cp,
             "is required: it names the CPI job to install and the agent's mbus URL",
+        );
+        return;
+    };
+    if c.template.is_none() && c.templates.is_empty() {
+        problems.error(
+            DOC,
+            cp.key("template"),
+            "is required: the CPI job and its release",
+        );
+    }
+    for t in c.template.iter().chain(&c.templates) {
+        must_exist(
+            DOC,
+            cp.key("template").key("release"),
+            "release",
+            &t.release,
+            &defined.releases,
+            "releases",
+            problems,
+        );
+    }
+    match &c.mbus {
+        None => problems.error(
+            DOC,
+            cp.key("mbus"),
+            "is required, e.g. https://mbus:<password>@<ip>:6868",
         ),
-        Some(c) => {
-            if c.template.is_none() && c.templates.is_empty() {
-                problems.error(
-                    DOC,
-                    cp.key("template"),
-                    "is required: the CPI job and its release",
-                );
-            }
-            for t in c.template.iter().chain(&c.templates) {
-                must_exist(
-                    DOC,
-                    cp.key("template").key("release"),
-                    "release",
-                    &t.release,
-                    &releases,
-                    "releases",
-                    problems,
-                );
-            }
-            match &c.mbus {
-                None => problems.error(
-                    DOC,
-                    cp.key("mbus"),
-                    "is required, e.g. https://mbus:<password>@<ip>:6868",
-                ),
-                Some(url) if !url.starts_with("https://") && !url.starts_with("((") => problems
-                    .error(
-                        DOC,
-                        cp.key("mbus"),
-                        format!("'{url}' must be an https:// URL"),
-                    ),
-                Some(_) => {}
-            }
-        }
+        Some(url) if !url.starts_with("https://") && !url.starts_with("((") => problems.error(
+            DOC,
+            cp.key("mbus"),
+            format!("'{url}' must be an https:// URL"),
+        ),
+        Some(_) => {}
     }
 }
 

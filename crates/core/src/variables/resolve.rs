@@ -138,25 +138,8 @@ pub async fn resolve_with(
         // A certificate's CA: needed to generate, and for `converge` to notice a new CA.
         let ca = match (&kind, ca_name(def_options.as_ref())) {
             (Some(Kind::Certificate), Some(ca)) => {
-                let value = match provided.get(ca).or_else(|| values.get(ca)) {
-                    Some(v) => Some(v.clone()),
-                    None => store.get(ca).await?.map(|s| s.value.expose().clone()),
-                };
-                let Some(value) = value else {
-                    return Err(VariableError::MissingCa {
-                        path: format!("variables[{i}].options.ca"),
-                        name: name.to_string(),
-                        ca: ca.to_string(),
-                    });
-                };
-                let material = CaMaterial::from_value(ca, &value).map_err(|source| {
-                    VariableError::Generate {
-                        path: format!("variables[{i}].options.ca"),
-                        name: name.to_string(),
-                        source,
-                    }
-                })?;
-                Some(material)
+                let known = provided.get(ca).or_else(|| values.get(ca)).cloned();
+                Some(certificate_ca(def, i, ca, known, store).await?)
             }
             _ => None,
         };
@@ -165,22 +148,7 @@ pub async fn resolve_with(
         let keep = match &stored {
             None => false,
             Some(_) if def.kind.is_empty() => true,
-            Some(s) => match modes[i] {
-                UpdateMode::NoOverwrite => true,
-                UpdateMode::Overwrite => false,
-                UpdateMode::Converge => {
-                    let same_options = s.options_digest.as_ref().is_none_or(|d| *d == digest);
-                    let same_ca = ca.as_ref().is_none_or(|ca| {
-                        s.value
-                            .expose()
-                            .get("ca")
-                            .and_then(Value::as_str)
-                            .map(str::trim)
-                            == Some(ca.certificate.trim())
-                    });
-                    same_options && same_ca
-                }
-            },
+            Some(s) => keeps_stored(s, modes[i], &digest, ca.as_ref()),
         };
 
         let (value, source) = if keep {
@@ -191,34 +159,8 @@ pub async fn resolve_with(
             sources.push((name.to_string(), Source::Missing));
             continue;
         } else {
-            let Some(kind) = kind else {
-                return Err(VariableError::Generate {
-                    path: format!("variables[{i}].type"),
-                    name: name.to_string(),
-                    source: generate::GenerateError::UnsupportedType(def.kind.clone()),
-                });
-            };
-            let value =
-                generate::generate(kind, def_options.as_ref(), ca.as_ref()).map_err(|source| {
-                    VariableError::Generate {
-                        path: format!("variables[{i}]"),
-                        name: name.to_string(),
-                        source,
-                    }
-                })?;
-            let fresh = StoredVariable {
-                value,
-                options_digest: Some(digest),
-            };
-            if stored.is_none() {
-                let kept = store.create(name, &fresh).await?;
-                tracing::info!(variable = name, kind = %def.kind, "generated variable");
-                (kept.value, Source::Generated)
-            } else {
-                store.replace(name, &fresh).await?;
-                tracing::info!(variable = name, kind = %def.kind, mode = ?modes[i], "regenerated variable");
-                (fresh.value, Source::Regenerated)
-            }
+            let fresh = generated(def, i, kind, def_options.as_ref(), ca.as_ref(), digest)?;
+            store_generated(def, fresh, stored.is_none(), modes[i], store).await?
         };
         if source == Source::Stored {
             tracing::debug!(variable = name, "variable found in the store");
@@ -229,6 +171,110 @@ pub async fn resolve_with(
         sources.push((name.to_string(), source));
     }
     Ok(Resolved { vars, sources })
+}
+
+/// The CA `ca` of certificate definition `def` (at `variables[i]`): `known` (the user's
+/// or resolved so far), else the stored one.
+async fn certificate_ca(
+    def: &Variable,
+    i: usize,
+    ca: &str,
+    known: Option<Value>,
+    store: &dyn VariableStore,
+) -> Result<CaMaterial, VariableError> {
+    let value = match known {
+        Some(v) => Some(v),
+        None => store.get(ca).await?.map(|s| s.value.expose().clone()),
+    };
+    let Some(value) = value else {
+        return Err(VariableError::MissingCa {
+            path: format!("variables[{i}].options.ca"),
+            name: def.name.clone(),
+            ca: ca.to_string(),
+        });
+    };
+    CaMaterial::from_value(ca, &value).map_err(|source| VariableError::Generate {
+        path: format!("variables[{i}].options.ca"),
+        name: def.name.clone(),
+        source,
+    })
+}
+
+/// Whether the stored value of a typed definition stays, per its update mode: `converge`
+/// keeps it while the options (`digest`) and the certificate's CA are the same.
+fn keeps_stored(
+    stored: &StoredVariable,
+    mode: UpdateMode,
+    digest: &str,
+    ca: Option<&CaMaterial>,
+) -> bool {
+    match mode {
+        UpdateMode::NoOverwrite => true,
+        UpdateMode::Overwrite => false,
+        UpdateMode::Converge => {
+            let same_options = stored.options_digest.as_ref().is_none_or(|d| d == digest);
+            let same_ca = ca.is_none_or(|ca| {
+                stored
+                    .value
+                    .expose()
+                    .get("ca")
+                    .and_then(Value::as_str)
+                    .map(str::trim)
+                    == Some(ca.certificate.trim())
+            });
+            same_options && same_ca
+        }
+    }
+}
+
+/// A new value for typed definition `def` (at `variables[i]`) of `kind` (`None`: a type
+/// kubosh cannot generate), with the digest of its options.
+fn generated(
+    def: &Variable,
+    i: usize,
+    kind: Option<Kind>,
+    options: Option<&Value>,
+    ca: Option<&CaMaterial>,
+    digest: String,
+) -> Result<StoredVariable, VariableError> {
+    let Some(kind) = kind else {
+        return Err(VariableError::Generate {
+            path: format!("variables[{i}].type"),
+            name: def.name.clone(),
+            source: generate::GenerateError::UnsupportedType(def.kind.clone()),
+        });
+    };
+    let value =
+        generate::generate(kind, options, ca).map_err(|source| VariableError::Generate {
+            path: format!("variables[{i}]"),
+            name: def.name.clone(),
+            source,
+        })?;
+    Ok(StoredVariable {
+        value,
+        options_digest: Some(digest),
+    })
+}
+
+/// Stores a value generated for `def`: created when nothing was stored (what is stored
+/// afterwards wins a race), else replacing the stored one.
+async fn store_generated(
+    def: &Variable,
+    fresh: StoredVariable,
+    is_new: bool,
+    mode: UpdateMode,
+    store: &dyn VariableStore,
+) -> Result<(SecretValue, Source), VariableError> {
+    let name = def.name.as_str();
+    if is_new {
+        let kept = store.create(name, &fresh).await?;
+        tracing::info!(variable = name, kind = %def.kind, "generated variable");
+        Ok((kept.value, Source::Generated))
+    } else {
+        store.replace(name, &fresh).await?;
+        tracing::info!(variable = name, kind = %def.kind, ?mode, "regenerated variable");
+        Ok((fresh.value, Source::Regenerated))
+    }
 }
 
 fn ca_name(options: Option<&Value>) -> Option<&str> {

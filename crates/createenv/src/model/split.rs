@@ -11,7 +11,8 @@ use ipnet::IpNet;
 use serde_json::{Value, json};
 
 use kubosh_core::manifest::{
-    CpiTemplate, InitInstanceGroup, InitManifest, InitStemcell, JobRef, Map, NetworkType, WatchTime,
+    CpiTemplate, InitInstanceGroup, InitManifest, InitStemcell, JobRef, Map, Network, NetworkType,
+    WatchTime,
 };
 use kubosh_core::secret::Secret;
 
@@ -187,6 +188,8 @@ fn installation(m: &InitManifest) -> Result<CpiInstallation, SplitError> {
     })
 }
 
+/// The deployment part: the one instance of the one instance group, with its resource
+/// pool, persistent disk, network interfaces and tags.
 fn deployment(m: &InitManifest, name: &str) -> Result<EnvDeployment, SplitError> {
     let (key, groups) = if m.jobs.is_empty() {
         ("instance_groups", &m.instance_groups)
@@ -224,54 +227,10 @@ fn deployment(m: &InitManifest, name: &str) -> Result<EnvDeployment, SplitError>
                 format!("resource pool '{pool_name}' is not defined in resource_pools"),
             )
         })?;
-    let disk = match &group.persistent_disk_pool {
-        Some(pool) => {
-            let dp = m
-                .disk_pools
-                .iter()
-                .find(|p| &p.name == pool)
-                .ok_or_else(|| {
-                    err(
-                        format!("{gp}.persistent_disk_pool"),
-                        format!("disk pool '{pool}' is not defined in disk_pools"),
-                    )
-                })?;
-            Some(DiskSpec {
-                size: dp.disk_size.unwrap_or(0),
-                cloud_properties: dp.cloud_properties.clone().unwrap_or_default(),
-            })
-        }
-        None => group.persistent_disk.map(|size| DiskSpec {
-            size,
-            cloud_properties: Map::new(),
-        }),
-    }
-    .filter(|d| d.size > 0);
+    let disk = persistent_disk(m, group, &gp)?;
     let (networks, ip) = interfaces(m, group, &gp)?;
-    let tags: Map = m
-        .tags
-        .iter()
-        .flatten()
-        .map(|(k, v)| {
-            let text = match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k.clone(), Value::String(text))
-        })
-        .collect();
-    let mut env = pool.env.clone().unwrap_or_default();
-    if !tags.is_empty() {
-        let bosh = env
-            .entry("bosh")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !bosh.is_object() {
-            *bosh = Value::Object(Map::new());
-        }
-        if let Value::Object(bosh) = bosh {
-            bosh.insert("tags".into(), Value::Object(tags.clone()));
-        }
-    }
+    let tags = string_tags(m);
+    let env = vm_env(pool.env.clone().unwrap_or_default(), &tags);
     let jobs = if group.jobs.is_empty() {
         group.templates.clone()
     } else {
@@ -296,6 +255,69 @@ fn deployment(m: &InitManifest, name: &str) -> Result<EnvDeployment, SplitError>
             .unwrap_or(DEFAULT_WATCH_TIME),
         tags,
     })
+}
+
+/// The group's persistent disk: its disk pool's, else `persistent_disk` (a size); none
+/// when the size is 0.
+fn persistent_disk(
+    m: &InitManifest,
+    group: &InitInstanceGroup,
+    gp: &str,
+) -> Result<Option<DiskSpec>, SplitError> {
+    let disk = match &group.persistent_disk_pool {
+        Some(pool) => {
+            let dp = m
+                .disk_pools
+                .iter()
+                .find(|p| &p.name == pool)
+                .ok_or_else(|| {
+                    err(
+                        format!("{gp}.persistent_disk_pool"),
+                        format!("disk pool '{pool}' is not defined in disk_pools"),
+                    )
+                })?;
+            Some(DiskSpec {
+                size: dp.disk_size.unwrap_or(0),
+                cloud_properties: dp.cloud_properties.clone().unwrap_or_default(),
+            })
+        }
+        None => group.persistent_disk.map(|size| DiskSpec {
+            size,
+            cloud_properties: Map::new(),
+        }),
+    };
+    Ok(disk.filter(|d| d.size > 0))
+}
+
+/// The manifest's `tags`, every value as a string.
+fn string_tags(m: &InitManifest) -> Map {
+    m.tags
+        .iter()
+        .flatten()
+        .map(|(k, v)| {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), Value::String(text))
+        })
+        .collect()
+}
+
+/// The resource pool's `env` with `bosh.tags` set to `tags` when there are any.
+fn vm_env(mut env: Map, tags: &Map) -> Map {
+    if !tags.is_empty() {
+        let bosh = env
+            .entry("bosh")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !bosh.is_object() {
+            *bosh = Value::Object(Map::new());
+        }
+        if let Value::Object(bosh) = bosh {
+            bosh.insert("tags".into(), Value::Object(tags.clone()));
+        }
+    }
+    env
 }
 
 /// bosh-cli's `NetworkInterfaces`: per network of the group its `type`, the static IP, the
@@ -338,46 +360,7 @@ fn interfaces(
             fields.push(("default", json!(default)));
         }
         let ip = n.static_ips.first().cloned();
-        match kind {
-            NetworkType::Manual => {
-                let subnet = network.subnets.first().ok_or_else(|| {
-                    err(
-                        format!("networks[{}].subnets", ni),
-                        "subnets must be of size 1",
-                    )
-                })?;
-                let range: Option<IpNet> =
-                    subnet.range.as_deref().and_then(|r| r.trim().parse().ok());
-                fields.push((
-                    "cloud_properties",
-                    Value::Object(subnet.cloud_properties.clone().unwrap_or_default()),
-                ));
-                if !subnet.dns.is_empty() {
-                    fields.push(("dns", json!(subnet.dns)));
-                }
-                if let Some(gw) = &subnet.gateway {
-                    fields.push(("gateway", json!(gw)));
-                }
-                if let Some(range) = range {
-                    fields.push(("netmask", json!(range.netmask().to_string())));
-                }
-            }
-            NetworkType::Dynamic => {
-                fields.push((
-                    "cloud_properties",
-                    Value::Object(network.cloud_properties.clone().unwrap_or_default()),
-                ));
-                if !network.dns.is_empty() {
-                    fields.push(("dns", json!(network.dns)));
-                }
-            }
-            NetworkType::Vip => {
-                fields.push((
-                    "cloud_properties",
-                    Value::Object(network.cloud_properties.clone().unwrap_or_default()),
-                ));
-            }
-        }
+        fields.extend(network_fields(network, ni)?);
         if let Some(ip) = &ip {
             if ip.trim().parse::<IpAddr>().is_err() {
                 return Err(err(
@@ -404,6 +387,53 @@ fn interfaces(
         );
     }
     Ok((out, ip_of_default.or(first_ip)))
+}
+
+/// The interface fields network `ni` gives by its type: a manual network its first
+/// subnet's `cloud_properties`, `dns`, `gateway` and `netmask`; a dynamic one its
+/// `cloud_properties` and `dns`; a vip one its `cloud_properties`.
+fn network_fields(network: &Network, ni: usize) -> Result<Vec<(&'static str, Value)>, SplitError> {
+    let mut fields: Vec<(&str, Value)> = Vec::new();
+    match network.network_type() {
+        NetworkType::Manual => {
+            let subnet = network.subnets.first().ok_or_else(|| {
+                err(
+                    format!("networks[{}].subnets", ni),
+                    "subnets must be of size 1",
+                )
+            })?;
+            let range: Option<IpNet> = subnet.range.as_deref().and_then(|r| r.trim().parse().ok());
+            fields.push((
+                "cloud_properties",
+                Value::Object(subnet.cloud_properties.clone().unwrap_or_default()),
+            ));
+            if !subnet.dns.is_empty() {
+                fields.push(("dns", json!(subnet.dns)));
+            }
+            if let Some(gw) = &subnet.gateway {
+                fields.push(("gateway", json!(gw)));
+            }
+            if let Some(range) = range {
+                fields.push(("netmask", json!(range.netmask().to_string())));
+            }
+        }
+        NetworkType::Dynamic => {
+            fields.push((
+                "cloud_properties",
+                Value::Object(network.cloud_properties.clone().unwrap_or_default()),
+            ));
+            if !network.dns.is_empty() {
+                fields.push(("dns", json!(network.dns)));
+            }
+        }
+        NetworkType::Vip => {
+            fields.push((
+                "cloud_properties",
+                Value::Object(network.cloud_properties.clone().unwrap_or_default()),
+            ));
+        }
+    }
+    Ok(fields)
 }
 
 #[cfg(test)]

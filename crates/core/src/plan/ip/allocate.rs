@@ -48,43 +48,11 @@ pub fn allocate(
     }
 
     // 1. Keep: reconcile each instance's existing reservations with its requests.
-    let mut served: Vec<Option<Reservation>> = vec![None; requests.len()];
-    let mut kept_request = vec![false; requests.len()];
-    let mut kept_existing = vec![false; existing.len()];
-    let mut existing_of: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, e) in existing.iter().enumerate() {
-        existing_of
-            .entry(e.instance_id.as_str())
-            .or_default()
-            .push(i);
-    }
-    let mut requests_of: IndexMap<&str, Vec<usize>> = IndexMap::new();
-    for (i, r) in requests.iter().enumerate() {
-        if networks[i].is_some() {
-            requests_of
-                .entry(r.instance_id.as_str())
-                .or_default()
-                .push(i);
-        }
-    }
-    for (instance_id, mut open) in requests_of {
-        let az = requests[open[0]].az.as_deref();
-        for &ei in existing_of.get(instance_id).map_or(&[][..], Vec::as_slice) {
-            let e = &existing[ei];
-            let Some(found) = keep(&view, e, az, &open, requests, &networks) else {
-                continue;
-            };
-            let ri = open.remove(found);
-            kept_existing[ei] = true;
-            kept_request[ri] = true;
-            let net = networks[ri].map(|n| &view.networks[n]);
-            served[ri] = Some(Reservation {
-                network: net.map_or_else(|| e.network.clone(), |n| n.name().to_string()),
-                is_static: net.is_some_and(|n| desired_static(n, &requests[ri])),
-                ..e.clone()
-            });
-        }
-    }
+    let Kept {
+        mut served,
+        request: kept_request,
+        existing: kept_existing,
+    } = keep_existing(&view, requests, existing, &networks);
 
     // 2. Reserve what was not kept, in request order.
     for (i, r) in requests.iter().enumerate() {
@@ -102,17 +70,7 @@ pub fn allocate(
     }
 
     // 3. Release what no request kept, unless its holder reserved the address again.
-    let reserved_again: HashSet<(&str, IpAddr)> = served
-        .iter()
-        .flatten()
-        .map(|r| (r.instance_id.as_str(), r.ip))
-        .collect();
-    let released: Vec<Reservation> = existing
-        .iter()
-        .zip(&kept_existing)
-        .filter(|(e, kept)| !**kept && !reserved_again.contains(&(e.instance_id.as_str(), e.ip)))
-        .map(|(e, _)| e.clone())
-        .collect();
+    let released = to_release(existing, &kept_existing, &served);
 
     // 4. Settings.
     let mut assigned = Vec::with_capacity(requests.len());
@@ -138,6 +96,87 @@ pub fn allocate(
         errors.sort_by_key(|(i, _)| *i);
         Err(errors.into_iter().map(|(_, e)| e).collect())
     }
+}
+
+/// What the keep step decided, by position in the requests and in the existing
+/// reservations.
+struct Kept {
+    /// The reservation serving each request, when one was kept for it.
+    served: Vec<Option<Reservation>>,
+    /// True for each request an existing reservation serves.
+    request: Vec<bool>,
+    /// True for each existing reservation that serves a request.
+    existing: Vec<bool>,
+}
+
+/// Step 1: each instance's existing reservations reconciled with its requests (those with
+/// a network), instance by instance in request order.
+fn keep_existing(
+    view: &CloudView<'_>,
+    requests: &[IpRequest],
+    existing: &[Reservation],
+    networks: &[Option<usize>],
+) -> Kept {
+    let mut kept = Kept {
+        served: vec![None; requests.len()],
+        request: vec![false; requests.len()],
+        existing: vec![false; existing.len()],
+    };
+    let mut existing_of: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, e) in existing.iter().enumerate() {
+        existing_of
+            .entry(e.instance_id.as_str())
+            .or_default()
+            .push(i);
+    }
+    let mut requests_of: IndexMap<&str, Vec<usize>> = IndexMap::new();
+    for (i, r) in requests.iter().enumerate() {
+        if networks[i].is_some() {
+            requests_of
+                .entry(r.instance_id.as_str())
+                .or_default()
+                .push(i);
+        }
+    }
+    for (instance_id, mut open) in requests_of {
+        let az = requests[open[0]].az.as_deref();
+        for &ei in existing_of.get(instance_id).map_or(&[][..], Vec::as_slice) {
+            let e = &existing[ei];
+            let Some(found) = keep(view, e, az, &open, requests, networks) else {
+                continue;
+            };
+            let ri = open.remove(found);
+            kept.existing[ei] = true;
+            kept.request[ri] = true;
+            let net = networks[ri].map(|n| &view.networks[n]);
+            kept.served[ri] = Some(Reservation {
+                network: net.map_or_else(|| e.network.clone(), |n| n.name().to_string()),
+                is_static: net.is_some_and(|n| desired_static(n, &requests[ri])),
+                ..e.clone()
+            });
+        }
+    }
+    kept
+}
+
+/// Step 3: the existing reservations no request kept, unless their holder reserved the
+/// same address again.
+fn to_release(
+    existing: &[Reservation],
+    kept_existing: &[bool],
+    served: &[Option<Reservation>],
+) -> Vec<Reservation> {
+    let reserved_again: HashSet<(&str, IpAddr)> = served
+        .iter()
+        .flatten()
+        .map(|r| (r.instance_id.as_str(), r.ip))
+        .collect();
+    existing
+        .iter()
+        .zip(kept_existing)
+        .filter(|(e, kept)| !**kept && !reserved_again.contains(&(e.instance_id.as_str(), e.ip)))
+        .map(|(e, _)| e.clone())
+        .collect()
 }
 
 /// The AZs of the subnet listing each static IP of instance group `group` on `network`
