@@ -21,7 +21,7 @@ use kubosh_agentd::layout::Layout;
 use kubosh_agentd::mbus::nats::{NatsMbusOptions, serve};
 use kubosh_agentd::service::{Agent, AgentOptions};
 use kubosh_agentd::settings::Settings;
-use kubosh_core::pki::{Ca, Leaf};
+use kubosh_base::pki::{Ca, Leaf};
 use kubosh_devenv::{NatsServer, NatsTls};
 use kubosh_transport::agent::protocol::Request;
 use kubosh_transport::agent::{MbusTls, NatsOptions, NatsTransport};

@@ -53,8 +53,8 @@ struct Texts {
 /// One full run; returns the time spent in each stage.
 fn run(t: &Texts) -> [Duration; 3] {
     let start = Instant::now();
-    let mut manifest = kubosh_core::yaml::parse_value(&t.manifest, "cf-deployment.yml").unwrap();
-    let cloud_config = kubosh_core::yaml::parse_value(&t.cloud_config, "cloud-config").unwrap();
+    let mut manifest = kubosh_base::yaml::parse_value(&t.manifest, "cf-deployment.yml").unwrap();
+    let cloud_config = kubosh_base::yaml::parse_value(&t.cloud_config, "cloud-config").unwrap();
     let ops: Vec<OpsFile> = t
         .ops
         .iter()

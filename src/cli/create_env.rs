@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::input::{DocumentArgs, read_yaml};
-use kubosh_core::secret::{collect_strings, scrub};
+use kubosh_base::secret::{collect_strings, scrub};
 use kubosh_createenv::{EnvError, EnvEvent, EnvEventSink, EnvInput, StepOutcome, Ui};
 
 /// Arguments of `kubosh create-env` and `kubosh delete-env`.

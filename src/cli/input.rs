@@ -41,7 +41,7 @@ fn read(path: &Path) -> Result<String, String> {
 
 /// Reads a YAML file into a value.
 pub fn read_yaml(path: &Path) -> Result<Value, String> {
-    kubosh_core::yaml::parse_value(&read(path)?, &path.display().to_string())
+    kubosh_base::yaml::parse_value(&read(path)?, &path.display().to_string())
         .map_err(|e| e.to_string())
 }
 

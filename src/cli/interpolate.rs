@@ -48,7 +48,7 @@ fn interpolate(args: &InterpolateArgs) -> Result<String, String> {
         let pointer = Pointer::parse(path).map_err(|e| e.to_string())?;
         doc = find(&doc, &pointer).map_err(|e| e.to_string())?;
     }
-    let mut text = kubosh_core::yaml::to_string(&doc).map_err(|e| e.to_string())?;
+    let mut text = kubosh_base::yaml::to_string(&doc).map_err(|e| e.to_string())?;
     if !text.ends_with('\n') {
         text.push('\n');
     }

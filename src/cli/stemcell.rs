@@ -85,14 +85,14 @@ fn create(args: &CreateArgs) -> Result<(), Box<dyn std::error::Error>> {
         cloud_properties,
     };
     let manifest = stemcell::create(&opts, &args.tarball)?;
-    print!("{}", kubosh_core::yaml::to_string(&manifest)?);
+    print!("{}", kubosh_base::yaml::to_string(&manifest)?);
     println!("wrote {}", args.tarball.display());
     Ok(())
 }
 
 fn inspect(args: &InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     let s = Stemcell::read(&args.tarball)?;
-    print!("{}", kubosh_core::yaml::to_string(&s.manifest)?);
+    print!("{}", kubosh_base::yaml::to_string(&s.manifest)?);
     println!("image: {} bytes, digest verified", s.image_size);
     Ok(())
 }

@@ -14,9 +14,9 @@ use std::time::Duration;
 use agentd_common::{free_port, http_get, live_processes, tgz, wait_for};
 use futures::StreamExt;
 use indexmap::IndexMap;
+use kubosh_base::digest::sha1_hex;
 use kubosh_cloud::local::{self, set_agent_frozen};
 use kubosh_cloud::*;
-use kubosh_core::digest::sha1_hex;
 use kubosh_devenv::BoshNats;
 use kubosh_transport::agent::protocol::{
     ApplySpec, CompilePackageArgs, DiskHint, DrainType, JobSpec, JobState, JobTemplateSpec,
@@ -145,7 +145,7 @@ impl World {
     /// Stores `bytes` in the shared blobstore as the director does.
     fn put_blob(&self, bytes: &[u8]) -> String {
         std::fs::create_dir_all(self.blobstore()).unwrap();
-        let id = kubosh_core::ids::uuid_v4();
+        let id = kubosh_base::ids::uuid_v4();
         std::fs::write(self.blobstore().join(&id), bytes).unwrap();
         id
     }
@@ -645,7 +645,7 @@ async fn the_agent_reports_unknown_methods_and_action_failures_as_bosh_agent_doe
 /// uploads the package source into the agent's blobstore, compiles, and downloads the result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_env_talks_to_the_agent_over_https() {
-    use kubosh_core::pki::{Ca, Leaf};
+    use kubosh_base::pki::{Ca, Leaf};
     use kubosh_transport::agent::HttpsTransport;
 
     let ca = Ca::new("mbus-ca").unwrap();

@@ -65,7 +65,7 @@ async fn install(
     let path = w.dir.path().join(format!("kubeconfig-{release}"));
     std::fs::write(&path, cp.kubeconfig_for_token(&token).unwrap()).unwrap();
     let deployment = (rendered.split("\n---\n"))
-        .filter_map(|doc| kubosh_core::yaml::parse_value(doc, "chart").ok())
+        .filter_map(|doc| kubosh_base::yaml::parse_value(doc, "chart").ok())
         .find(|doc| doc["kind"] == "Deployment")
         .expect("the chart's Deployment");
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]

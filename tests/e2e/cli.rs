@@ -103,7 +103,7 @@ fn bosh(args: &[&str]) -> (i32, String, String) {
 }
 
 fn yaml_file(path: &std::path::Path) -> serde_json::Value {
-    kubosh_core::yaml::parse_value(&std::fs::read_to_string(path).unwrap(), "vars store").unwrap()
+    kubosh_base::yaml::parse_value(&std::fs::read_to_string(path).unwrap(), "vars store").unwrap()
 }
 
 /// What a variable's value looks like, without the value: its keys, and for each string a
@@ -208,7 +208,7 @@ fn interpolate_vars_store_matches_bosh_cli() {
         let diff = first_difference(&shape(&t[&name]), &shape(&o[&name]), &name);
         assert_eq!(diff, None);
     }
-    let parse = |s: &str| shape(&kubosh_core::yaml::parse_value(s, "out").unwrap());
+    let parse = |s: &str| shape(&kubosh_base::yaml::parse_value(s, "out").unwrap());
     let diff = first_difference(&parse(&bosh_out), &parse(&kubosh_out), "");
     assert_eq!(diff, None);
     let mode = std::fs::metadata(&ours).unwrap().permissions();
@@ -223,7 +223,7 @@ fn interpolate_vars_store_matches_bosh_cli() {
     assert_eq!(std::fs::read_to_string(&ours).unwrap(), before);
     // Each reads the other's store as its own (same documents; the YAML emitters quote
     // differently).
-    let value = |s: &str| kubosh_core::yaml::parse_value(s, "out").unwrap();
+    let value = |s: &str| kubosh_base::yaml::parse_value(s, "out").unwrap();
     assert!(value(&run(kubosh, &theirs)) == value(&bosh_out));
     assert!(value(&run(bosh, &ours)) == value(&kubosh_out));
 
@@ -232,7 +232,7 @@ fn interpolate_vars_store_matches_bosh_cli() {
     let partial = |tool: fn(&[&str]) -> (i32, String, String), store: &std::path::Path| {
         let (code, out, err) = tool(&["interpolate", &b, "--vars-store", store.to_str().unwrap()]);
         assert_eq!(code, 0, "{err}");
-        let doc = kubosh_core::yaml::parse_value(&out, "out").unwrap();
+        let doc = kubosh_base::yaml::parse_value(&out, "out").unwrap();
         (names(&yaml_file(store)), doc["variables"].clone())
     };
     let (theirs_partial, ours_partial) = (

@@ -132,9 +132,9 @@ impl EnvWorld {
         let out: Output = command.output().expect("kubosh runs");
         let (stdout, stderr) = text(&out);
         let creds = std::fs::read_to_string(self.path("creds.yml")).unwrap_or_default();
-        let creds: Value = kubosh_core::yaml::parse_value(&creds, "creds").unwrap_or(Value::Null);
+        let creds: Value = kubosh_base::yaml::parse_value(&creds, "creds").unwrap_or(Value::Null);
         let mut secrets = Vec::new();
-        kubosh_core::secret::collect_strings(&creds, &mut secrets);
+        kubosh_base::secret::collect_strings(&creds, &mut secrets);
         for s in secrets
             .iter()
             .filter(|s| s.len() > 12 && !s.starts_with("-----"))
@@ -748,7 +748,7 @@ fn the_manifest_digest_is_bosh_cli_s() {
             text(&out)
         );
         let value =
-            kubosh_core::yaml::parse_value(&String::from_utf8(out.stdout).unwrap(), "out").unwrap();
+            kubosh_base::yaml::parse_value(&String::from_utf8(out.stdout).unwrap(), "out").unwrap();
         let ours = kubosh_createenv::model::gov2::to_string(&value);
         if ours != expected {
             let first = ours
@@ -802,7 +802,7 @@ fn tarballs_at_http_urls_are_downloaded_once_and_checked() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let digest = |name: &str| kubosh_core::digest::sha1_hex(&std::fs::read(w.path(name)).unwrap());
+    let digest = |name: &str| kubosh_base::digest::sha1_hex(&std::fs::read(w.path(name)).unwrap());
     let ops = |hello_sha1: &str| {
         format!(
             "- {{type: replace, path: /releases/name=hello/url, value: 'http://127.0.0.1:{port}/hello.tgz'}}\n\

@@ -197,10 +197,10 @@ impl Driver {
                 let (key, value) = if recreate {
                     (
                         "kubosh.io/action",
-                        format!("recreate @{}", kubosh_core::ids::uuid_v4()),
+                        format!("recreate @{}", kubosh_base::ids::uuid_v4()),
                     )
                 } else {
-                    ("kubosh.io/reconcile-request", kubosh_core::ids::uuid_v4())
+                    ("kubosh.io/reconcile-request", kubosh_base::ids::uuid_v4())
                 };
                 api.patch(
                     "hello",

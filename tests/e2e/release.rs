@@ -224,7 +224,7 @@ fn a_release_by_reference_has_its_jobs_and_only_the_ids_of_its_packages() {
     }
     for (x, y) in by_ref.packages.iter().zip(&r.packages) {
         assert_eq!(x.digest, y.digest);
-        let sha256 = kubosh_core::digest::sha256_hex(y.archive.bytes().unwrap());
+        let sha256 = kubosh_base::digest::sha256_hex(y.archive.bytes().unwrap());
         assert_eq!(x.archive, PackageArchive::Stored(sha256.clone()));
         assert_eq!(x.archive.blob_id(), sha256);
     }
@@ -279,7 +279,7 @@ fn corrupt_digests_are_rejected_naming_the_archive() {
         "{err}"
     );
     // So is a multi-digest: the strongest one counts.
-    let sha1 = kubosh_core::digest::sha1_hex(&r.jobs[0].archive);
+    let sha1 = kubosh_base::digest::sha1_hex(&r.jobs[0].archive);
     let good = with_manifest(&r, |m| {
         m.jobs[0].sha1 = format!("{sha1};{}", r.jobs[0].digest);
     });
@@ -406,7 +406,7 @@ fn job_archives_are_checked_like_the_director_does() {
         let archive = w.finish(false).unwrap();
         let mut r = r.clone();
         r.jobs[0].archive = archive.clone();
-        r.manifest.jobs[0].sha1 = format!("sha256:{}", kubosh_core::digest::sha256_hex(&archive));
+        r.manifest.jobs[0].sha1 = format!("sha256:{}", kubosh_base::digest::sha256_hex(&archive));
         Release::from_bytes(&r.to_tarball().unwrap())
             .unwrap_err()
             .to_string()

@@ -101,8 +101,8 @@ fn tarball(manifest: &str, image: &[u8]) -> Vec<u8> {
 #[test]
 fn bad_digests_are_rejected() {
     let image = b"an image";
-    let sha1 = kubosh_core::digest::sha1_hex(image);
-    let sha256 = kubosh_core::digest::sha256_hex(image);
+    let sha1 = kubosh_base::digest::sha1_hex(image);
+    let sha256 = kubosh_base::digest::sha256_hex(image);
     let mf = |sha: &str| {
         format!(
             "name: s\nversion: '1'\noperating_system: ubuntu-jammy\nsha1: '{sha}'\ncloud_properties: {{}}\n"

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use sha1::Digest as _;
 use tokio::io::AsyncWriteExt;
 
-use kubosh_core::digest::to_hex;
+use kubosh_base::digest::to_hex;
 
 /// Credentials for a URL, from the Secret a resource names. `Debug` hides them.
 #[derive(Clone, Default)]
@@ -80,7 +80,7 @@ impl Fetched {
 
     /// Checks the file against `expected`, any BOSH multi-digest (its strongest digest).
     pub fn check(&self, expected: &str) -> Result<(), DigestCheck> {
-        let digest: kubosh_core::digest::MultiDigest = expected
+        let digest: kubosh_base::digest::MultiDigest = expected
             .parse()
             .map_err(|e| DigestCheck::Invalid(format!("{expected:?}: {e}")))?;
         let file = std::fs::File::open(&self.path).map_err(|e| {
@@ -172,7 +172,7 @@ pub async fn fetch(
     dir: &Path,
 ) -> Result<Fetched, FetchError> {
     let parsed = reqwest::Url::parse(url).map_err(|_| FetchError::Unsupported(url.to_string()))?;
-    let dest = dir.join(format!("download-{}", kubosh_core::ids::uuid_v4()));
+    let dest = dir.join(format!("download-{}", kubosh_base::ids::uuid_v4()));
     match parsed.scheme() {
         "file" => {
             let src = parsed

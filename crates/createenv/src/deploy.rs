@@ -106,8 +106,8 @@ async fn download(
     let dir = input.home.join("downloads");
     let cached = dir.join(format!(
         "{}-{}",
-        kubosh_core::digest::sha1_hex(url.as_bytes()),
-        kubosh_core::digest::sha1_hex(sha1.as_bytes())
+        kubosh_base::digest::sha1_hex(url.as_bytes()),
+        kubosh_base::digest::sha1_hex(sha1.as_bytes())
     ));
     if cached.is_file() {
         return Ok(cached);
@@ -183,7 +183,7 @@ pub(super) async fn open_state(input: &EnvInput) -> Result<(Guard, StateFile), E
     let guard = lock(input).await?;
     let mut file = StateFile::load(&input.state_path)?;
     if file.state().installation_id.is_empty() {
-        file.update(|s| s.installation_id = kubosh_core::ids::uuid_v4())?;
+        file.update(|s| s.installation_id = kubosh_base::ids::uuid_v4())?;
     }
     Ok((guard, file))
 }
@@ -409,7 +409,7 @@ async fn upload_stemcell(
                     what: "Uploading stemcell".into(),
                     reason: e.to_string(),
                 })?;
-            let request_id = kubosh_core::ids::uuid_v4();
+            let request_id = kubosh_base::ids::uuid_v4();
             let intent = EnvIntent::CreateStemcell {
                 stemcell: stemcell_name.to_string(),
                 request_id: request_id.clone(),
@@ -424,7 +424,7 @@ async fn upload_stemcell(
                 .create_stemcell_with_request_id(&request, &request_id)
                 .await?;
             let record = StemcellRecord {
-                id: kubosh_core::ids::uuid_v4(),
+                id: kubosh_base::ids::uuid_v4(),
                 name: stemcell.name.clone(),
                 version: stemcell.version.clone(),
                 api_version: stemcell.api_version.unwrap_or(0),
@@ -480,7 +480,7 @@ async fn deploy_vm(
         .releases
         .iter()
         .map(|r| ReleaseRecord {
-            id: kubosh_core::ids::uuid_v4(),
+            id: kubosh_base::ids::uuid_v4(),
             name: r.name().to_string(),
             version: r.version().to_string(),
         })

@@ -101,7 +101,7 @@ impl Session {
         spec: &DiskSpec,
         vm: &str,
     ) -> Result<DiskRecord, EnvError> {
-        let request_id = kubosh_core::ids::uuid_v4();
+        let request_id = kubosh_base::ids::uuid_v4();
         let intent = EnvIntent::CreateDisk {
             request_id: request_id.clone(),
         };
@@ -116,7 +116,7 @@ impl Session {
             .create_disk_with_request_id(&request, &request_id)
             .await?;
         let record = DiskRecord {
-            id: kubosh_core::ids::uuid_v4(),
+            id: kubosh_base::ids::uuid_v4(),
             cid: cid.0,
             size: spec.size,
             cloud_properties: spec.cloud_properties.clone(),

@@ -200,7 +200,7 @@ impl Session {
             deployment.group
         );
         let ui = self.ui.clone();
-        let agent_id = kubosh_core::ids::uuid_v4();
+        let agent_id = kubosh_base::ids::uuid_v4();
         let result = ui
             .run(
                 &name,

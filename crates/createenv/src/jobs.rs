@@ -22,7 +22,7 @@ use crate::model::{EnvDeployment, NeededPackage, needed_packages_by_name};
 use crate::{EnvError, run, step};
 use kubosh_artifacts::release::Release;
 use kubosh_artifacts::render::{NetworkSpec, Renderer, rendered_templates_archive};
-use kubosh_core::digest::{MultiDigest, sha256_hex};
+use kubosh_base::digest::{MultiDigest, sha256_hex};
 use kubosh_transport::agent::AgentClient;
 use kubosh_transport::agent::protocol::{
     ApplySpec, CompilePackageArgs, JobSpec, JobState, JobTemplateSpec, PackageSpec,
@@ -82,7 +82,7 @@ impl Session {
             let bytes = rendered_templates_archive(&rendered)
                 .map_err(|e| EnvError::Render(e.to_string()))?;
             let sha = format!("sha256:{}", sha256_hex(&bytes));
-            let id = kubosh_core::ids::uuid_v4();
+            let id = kubosh_base::ids::uuid_v4();
             self.put_blob(&id, bytes).await?;
             Ok(RenderedTemplatesArchive {
                 blobstore_id: id,
@@ -193,7 +193,7 @@ impl Session {
             EnvError::Render(format!("package '{}' has no archive", package.name))
         })?;
         if package.precompiled {
-            let id = kubosh_core::ids::uuid_v4();
+            let id = kubosh_base::ids::uuid_v4();
             self.put_blob(&id, archive.to_vec()).await?;
             return Ok((
                 spec(id, package.digest.to_string()),
@@ -202,11 +202,11 @@ impl Session {
         }
         let key = package.cache_key(&input.stemcell);
         if let Some((bytes, sha1)) = read_cache(&input.cache_dir, &key) {
-            let id = kubosh_core::ids::uuid_v4();
+            let id = kubosh_base::ids::uuid_v4();
             self.put_blob(&id, bytes).await?;
             return Ok((spec(id, sha1), None));
         }
-        let source = kubosh_core::ids::uuid_v4();
+        let source = kubosh_base::ids::uuid_v4();
         self.put_blob(&source, archive.to_vec()).await?;
         let dependencies: IndexMap<String, PackageSpec> = package
             .dependencies

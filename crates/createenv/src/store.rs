@@ -69,7 +69,7 @@ impl StateFile {
             intents,
         };
         if file.state.director_id.is_empty() {
-            file.update(|s| s.director_id = kubosh_core::ids::uuid_v4())?;
+            file.update(|s| s.director_id = kubosh_base::ids::uuid_v4())?;
         }
         Ok(file)
     }

@@ -5,8 +5,9 @@
 
 use std::path::PathBuf;
 
+use kubosh_base::yaml;
 use kubosh_core::ops::{self, InterpolateOptions, MissingVars, OpsFile, Vars};
-use kubosh_core::{validate, yaml};
+use kubosh_core::validate;
 use kubosh_createenv::model::{self, DiskSpec};
 use serde_json::{Value, json};
 

@@ -16,7 +16,7 @@ use kube::{Client, Config};
 use super::bins::{BinError, binary};
 use super::files;
 use super::process::{self, ManagedChild, free_port};
-use kubosh_core::pki::{Ca, Leaf, PkiError, key_pair_pem};
+use kubosh_base::pki::{Ca, Leaf, PkiError, key_pair_pem};
 
 /// Why a control plane could not be started or used.
 #[derive(Debug, thiserror::Error)]
@@ -437,8 +437,8 @@ fn write_credentials(dir: &Path) -> Result<Credentials, ControlPlaneError> {
         ..Leaf::default()
     })?;
     let (sa_key, sa_pub) = key_pair_pem()?;
-    let admin_token = kubosh_core::ids::random_hex(24);
-    let operator_token = kubosh_core::ids::random_hex(24);
+    let admin_token = kubosh_base::ids::random_hex(24);
+    let operator_token = kubosh_base::ids::random_hex(24);
     let files = [
         ("pki/ca.crt", ca.cert_pem()),
         ("pki/apiserver.crt", serving.cert_pem),

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use kubosh_core::pki::{Ca, CertifiedKey, Leaf, PkiError};
+use kubosh_base::pki::{Ca, CertifiedKey, Leaf, PkiError};
 
 use super::files;
 use super::nats::{NatsError, NatsServer};
@@ -320,7 +320,7 @@ impl LocalDirector {
         create_dir(&nats)?;
         let authorization = self.authorization_file();
         if !authorization.is_file() {
-            let director = kubosh_core::pki::subject_dn(&pki.director.cert_pem)?;
+            let director = kubosh_base::pki::subject_dn(&pki.director.cert_pem)?;
             let seed = kubosh_bosh::agent::nats_auth::authorization(
                 &director,
                 "CN=default.hm.bosh-internal",

@@ -187,7 +187,7 @@ impl NatsServer {
 /// subscribes `director.>`; the health monitor subscribes `hm.*`; each agent may only
 /// subscribe `agent.<id>` and publish its own `hm.agent.*.<id>` and `director.*.<id>.*`).
 pub struct BoshNats {
-    ca: kubosh_core::pki::Ca,
+    ca: kubosh_base::pki::Ca,
     /// The running server.
     pub server: NatsServer,
     /// Server certificate, key and CA files.
@@ -237,7 +237,7 @@ authorization {{
 pub enum BoshNatsError {
     /// Issuing a certificate failed.
     #[error(transparent)]
-    Pki(#[from] kubosh_core::pki::PkiError),
+    Pki(#[from] kubosh_base::pki::PkiError),
     /// nats-server did not start.
     #[error(transparent)]
     Nats(#[from] NatsError),
@@ -263,8 +263,8 @@ impl std::fmt::Debug for ClientPem {
 impl BoshNats {
     /// Starts nats-server with users for the director, the health monitor and `agent_ids`.
     pub fn start(agent_ids: &[&str]) -> Result<BoshNats, BoshNatsError> {
-        let ca = kubosh_core::pki::Ca::new("nats-ca")?;
-        let server = ca.issue(&kubosh_core::pki::Leaf::loopback_server(
+        let ca = kubosh_base::pki::Ca::new("nats-ca")?;
+        let server = ca.issue(&kubosh_base::pki::Leaf::loopback_server(
             "default.nats.bosh-internal",
         ))?;
         let dir = tempfile::Builder::new()
@@ -309,10 +309,10 @@ impl BoshNats {
 
     /// A client identity with common name `cn`.
     pub fn client(&self, cn: &str) -> Result<ClientPem, BoshNatsError> {
-        let c = self.ca.issue(&kubosh_core::pki::Leaf {
+        let c = self.ca.issue(&kubosh_base::pki::Leaf {
             common_name: cn,
             client: true,
-            ..kubosh_core::pki::Leaf::default()
+            ..kubosh_base::pki::Leaf::default()
         })?;
         Ok(ClientPem {
             ca_pem: self.ca.cert_pem(),

@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use kubosh_base::pki::Ca;
 use kubosh_cloud::Secret;
-use kubosh_core::pki::Ca;
 use kubosh_engine::EngineConfig;
 use kubosh_transport::agent::MbusTls;
 use kubosh_transport::tls::TlsError;
@@ -329,7 +329,7 @@ impl DirectorConfig {
             message: format!("cannot read: {e}"),
         })?;
         let value =
-            kubosh_core::yaml::parse_value(&text, &file).map_err(|e| ConfigError::File {
+            kubosh_base::yaml::parse_value(&text, &file).map_err(|e| ConfigError::File {
                 file: file.clone(),
                 message: e.to_string(),
             })?;
@@ -449,7 +449,7 @@ fn properties_file(path: &Path) -> Result<Map<String, Value>, KeyError> {
     let fail = |m: String| key_error("cpi.properties_path", m);
     let text = std::fs::read_to_string(path)
         .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
-    match kubosh_core::yaml::parse_value(&text, &path.display().to_string()) {
+    match kubosh_base::yaml::parse_value(&text, &path.display().to_string()) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(Value::Null) => Ok(Map::new()),
         _ => Err(fail(format!("{}: not a YAML map", path.display()))),
@@ -620,10 +620,10 @@ fn authorization_settings(
     let file = base_dir.join(required_text("nats.authorization.file", section.file)?);
     let pid_file =
         optional_text("nats.authorization.pid_file", section.pid_file)?.map(|p| base_dir.join(p));
-    let director_subject = kubosh_core::pki::subject_dn(&nats.director_certificate)
+    let director_subject = kubosh_base::pki::subject_dn(&nats.director_certificate)
         .map_err(|e| key_error("nats.director_certificate", e.to_string()))?;
     let hm_subject = match &nats.hm_identity {
-        Some((cert, _)) => kubosh_core::pki::subject_dn(cert)
+        Some((cert, _)) => kubosh_base::pki::subject_dn(cert)
             .map_err(|e| key_error("nats.hm_certificate", e.to_string()))?,
         None => format!("CN={}", kubosh_transport::agent::health::HM_COMMON_NAME),
     };
@@ -687,10 +687,10 @@ fn engine_settings(file: EngineFile) -> EngineSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubosh_core::pki::Leaf;
+    use kubosh_base::pki::Leaf;
     use serde_json::json;
 
-    fn director_identity(ca: &Ca) -> kubosh_core::pki::CertifiedKey {
+    fn director_identity(ca: &Ca) -> kubosh_base::pki::CertifiedKey {
         ca.issue(&Leaf {
             common_name: "default.director.bosh-internal",
             client: true,
@@ -973,7 +973,7 @@ mod tests {
     fn a_ca_key_of_another_ca_is_refused_by_name_without_its_text() {
         let dir = tempfile::tempdir().unwrap();
         let mut v = valid(dir.path());
-        let (other_key, _) = kubosh_core::pki::key_pair_pem().unwrap();
+        let (other_key, _) = kubosh_base::pki::key_pair_pem().unwrap();
         v["nats"]
             .as_object_mut()
             .unwrap()

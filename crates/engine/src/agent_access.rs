@@ -87,7 +87,7 @@ pub struct NatsAuthorizationFile {
 
 impl NatsAuthorizationFile {
     /// The block in `file` for the director's and the health monitor's certificate subjects
-    /// (as [`kubosh_core::pki::subject_dn`] gives them); `pid_file` is nats-server's, to
+    /// (as [`kubosh_base::pki::subject_dn`] gives them); `pid_file` is nats-server's, to
     /// signal a reload after each change.
     pub fn new(
         file: PathBuf,
@@ -108,12 +108,6 @@ impl NatsAuthorizationFile {
     /// The agents the file lets in now.
     pub fn agents(&self) -> Result<BTreeSet<String>, AccessError> {
         read_agents(&self.file)
-    }
-
-    /// Writes the file with its current agents (and the identities of this configuration)
-    /// without signalling: for a server about to start.
-    pub fn write_current(&self) -> Result<(), AccessError> {
-        self.rewrite(&[], true).map(|_| ())
     }
 
     async fn change(&self, changes: Vec<Change>) -> Result<(), AccessError> {

@@ -32,7 +32,7 @@ impl Engine {
     where
         F: Future<Output = Result<T, EngineError>>,
     {
-        let holder = Holder::new(kubosh_core::ids::uuid_v4(), description);
+        let holder = Holder::new(kubosh_base::ids::uuid_v4(), description);
         let guard = self
             .locks
             .acquire(&deployment_lock(name), &holder, self.config.lock_wait)

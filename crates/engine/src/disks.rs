@@ -75,7 +75,7 @@ impl DiskLabels<'_> {
 impl Engine {
     /// Sets the metadata of `disk`, now attached to `instance` (`set_disk_metadata`); a CPI
     /// without disk metadata is no reason to fail.
-    pub async fn label_disk(
+    pub(crate) async fn label_disk(
         &self,
         labels: &DiskLabels<'_>,
         instance: &InstanceRecord,
@@ -95,7 +95,7 @@ impl Engine {
     /// with a hint, the agent (once it answers) gets `add_persistent_disk`; a managed disk is
     /// then mounted (`mount_disk`). A named disk is never mounted: its jobs find it through
     /// the disk associations of the next `update_settings`.
-    pub async fn attach_disk_to_vm(
+    pub(crate) async fn attach_disk_to_vm(
         &self,
         agent: &AgentClient,
         vm_cid: &str,
@@ -135,7 +135,7 @@ impl Engine {
     /// unmounted first when the agent lists it (`list_disk`, `unmount_disk`); then the agent
     /// forgets it (`remove_persistent_disk`) and the cloud detaches it. A disk the cloud
     /// says is not attached counts as detached.
-    pub async fn detach_disk_from_vm(
+    pub(crate) async fn detach_disk_from_vm(
         &self,
         agent: &AgentClient,
         vm_cid: &str,
@@ -171,7 +171,7 @@ impl Engine {
     /// must list only recorded disks. An agent with nothing mounted gets the managed disk
     /// attached and mounted again (unless the instance is to have none); a disk the record
     /// does not know is `AgentDiskOutOfSync` (400010).
-    pub async fn sync_disks(
+    pub(crate) async fn sync_disks(
         &self,
         record: &InstanceRecord,
         agent: &AgentClient,
@@ -216,7 +216,7 @@ impl Engine {
     /// disks. True when done; false when it does not apply or the CPI answered
     /// `NotImplemented`/`NotSupported` (the disk is then attached and mounted again, for the
     /// copy path).
-    pub async fn change_disk_in_place(
+    pub(crate) async fn change_disk_in_place(
         &self,
         record: &mut InstanceRecord,
         agent: &AgentClient,

@@ -60,7 +60,7 @@ impl Engine {
     }
 
     /// Updates one instance (task `task` of `stage`).
-    pub async fn update_instance(
+    pub(crate) async fn update_instance(
         &self,
         stage: &StageRun,
         task: &StageTask,
@@ -229,7 +229,7 @@ impl Engine {
 
     /// Creates the instance's VM and records it; `replaced` is the VM it replaces, when it
     /// does (said in the milestone).
-    pub async fn create_instance_vm(
+    pub(crate) async fn create_instance_vm(
         &self,
         record: &mut InstanceRecord,
         request: &VmRequest,
@@ -267,7 +267,7 @@ impl Engine {
 
     /// Unmounts and detaches the instance's disks, deletes its VM, and records that it has
     /// none. The deleted VM's CID, if it had one.
-    pub async fn delete_vm_of(
+    pub(crate) async fn delete_vm_of(
         &self,
         record: &mut InstanceRecord,
     ) -> Result<Option<String>, EngineError> {
@@ -278,7 +278,7 @@ impl Engine {
         // (and gives the instance a new VM with its disks) instead of trusting a half-taken
         // VM.
         let intent = crate::state::Intent {
-            id: kubosh_core::ids::uuid_v4(),
+            id: kubosh_base::ids::uuid_v4(),
             kind: crate::state::IntentKind::DeleteVm {
                 instance: record.uuid.clone(),
                 vm: vm.cid.clone(),
@@ -316,7 +316,7 @@ impl Engine {
 
     /// Attaches the instance's active disks to its (new) VM, mounting the managed one, and
     /// labels them.
-    pub async fn attach_disks(
+    pub(crate) async fn attach_disks(
         &self,
         record: &InstanceRecord,
         vm: &NewVm,
@@ -509,7 +509,7 @@ impl Engine {
     }
 
     /// Records a disk of `instance` as orphaned.
-    pub async fn orphan_disk(
+    pub(crate) async fn orphan_disk(
         &self,
         disk: &DiskRecord,
         instance: &InstanceRecord,

@@ -3,27 +3,29 @@
 //! [`Blobstore`] and a [`StateStore`], planning with the pure [`kubosh_core::plan`] and reporting
 //! progress as BOSH's event log.
 //!
-//! The executor never parses YAML and the planner never calls the cloud: a deploy takes
-//! already-read documents, asks [`kubosh_core::plan`] what to do, and does it.
+//! A deploy is prepared, then executed: [`Engine::prepare`] decides everything with the
+//! pure [`kubosh_core::plan`] and writes nothing (a [`DeployPlan`]); the executor carries the
+//! plan out (`deploy.rs` orchestrates, `execute/` changes the world). The engine never parses
+//! YAML and never validates: a [`DeployRequest`] carries documents its caller validated once.
 
 pub mod agent_access;
-pub mod cancel;
+mod cancel;
 pub mod delete;
 pub mod deploy;
-pub mod disks;
+mod disks;
 mod error;
-pub mod execute;
-pub mod instance;
+mod execute;
+mod instance;
 pub mod lock;
 pub mod pool;
-pub mod prepare;
-pub mod progress;
-pub mod recover;
-pub mod resources;
-pub mod snapshot;
+mod prepare;
+mod progress;
+mod recover;
+mod resources;
+mod snapshot;
 pub mod source;
 pub mod state;
-pub mod templates;
+mod templates;
 pub mod variables;
 pub mod vm;
 
@@ -47,6 +49,7 @@ use kubosh_transport::agent::client::{ClientOptions, Transport};
 
 pub use error::{Disposition, EngineError, PlanError};
 pub use kubosh_artifacts::render::TemplateRenderer;
+pub use prepare::DeployPlan;
 pub use progress::{EventLog, EventSink, InstanceName, Milestone, NoEvents};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
@@ -284,12 +287,12 @@ impl Engine {
 }
 
 /// Merges `from` into `into` recursively (env and cloud properties).
-pub fn desired_merge(into: &mut JsonMap<String, Value>, from: &JsonMap<String, Value>) {
+pub(crate) fn desired_merge(into: &mut JsonMap<String, Value>, from: &JsonMap<String, Value>) {
     kubosh_core::plan::desired::deep_merge(into, from);
 }
 
 /// Releases by name.
-pub fn releases_by_name(releases: &[Arc<Release>]) -> BTreeMap<String, Arc<Release>> {
+pub(crate) fn releases_by_name(releases: &[Arc<Release>]) -> BTreeMap<String, Arc<Release>> {
     releases
         .iter()
         .map(|r| (r.name().to_string(), r.clone()))

@@ -39,7 +39,7 @@ impl Holder {
     /// A holder with a fresh uid.
     pub fn new(task_id: impl Into<String>, description: impl Into<String>) -> Holder {
         Holder {
-            uid: kubosh_core::ids::uuid_v4(),
+            uid: kubosh_base::ids::uuid_v4(),
             task_id: task_id.into(),
             description: description.into(),
         }
@@ -161,7 +161,7 @@ fn file_name(name: &str) -> String {
         .collect();
     format!(
         "{safe}-{}.lock",
-        &kubosh_core::digest::sha256_hex(name.as_bytes())[..12]
+        &kubosh_base::digest::sha256_hex(name.as_bytes())[..12]
     )
 }
 

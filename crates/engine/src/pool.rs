@@ -54,13 +54,14 @@ impl<T, E> Outcome<T, E> {
     }
 
     /// Indexes of the tasks that never started, in index order.
-    pub fn not_started(&self) -> Vec<usize> {
+    #[cfg(test)]
+    pub(crate) fn not_started(&self) -> Vec<usize> {
         self.indexes(|t| matches!(t, TaskOutcome::NotStarted))
     }
 
     /// Every task's value in index order, or the index and error of the failure that stopped
     /// the run.
-    pub fn into_result(self) -> Result<Vec<T>, (usize, E)> {
+    pub(crate) fn into_result(self) -> Result<Vec<T>, (usize, E)> {
         let first = self.first_failure;
         let mut values = Vec::with_capacity(self.tasks.len());
         let mut failure = None;
@@ -178,7 +179,7 @@ pub struct Phase {
 /// Items are numbered across phases in order (phase 0's items first); `work(item, slot)`
 /// runs one. After a failure nothing new starts, so a failed canary means no other item
 /// ever starts.
-pub async fn run_phases<T, E, F, Fut>(phases: &[Phase], work: F) -> Outcome<T, E>
+pub(crate) async fn run_phases<T, E, F, Fut>(phases: &[Phase], work: F) -> Outcome<T, E>
 where
     F: FnMut(usize, usize) -> Fut,
     Fut: Future<Output = Result<T, E>>,

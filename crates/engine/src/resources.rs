@@ -40,7 +40,7 @@ impl CalculatedProperties {
 impl Engine {
     /// Asks the CPI once per distinct entry of `wanted` (`calculate_vm_cloud_properties`),
     /// in a stable order.
-    pub async fn calculate_vm_resources(
+    pub(crate) async fn calculate_vm_resources(
         &self,
         wanted: impl IntoIterator<Item = VmResources>,
     ) -> Result<CalculatedProperties, EngineError> {
@@ -60,7 +60,7 @@ impl Engine {
 }
 
 /// The compilation workers' `vm_resources`, as the CPI takes them.
-pub fn compilation_resources(
+pub(crate) fn compilation_resources(
     compilation: Option<&kubosh_core::manifest::Compilation>,
 ) -> Option<VmResources> {
     compilation

@@ -17,7 +17,7 @@ const DIRECTOR: &str = "kubosh";
 /// The metadata the Director gives `snapshot_disk`: `deployment`, `job`, `index` (a
 /// number), `director_name`, `director_uuid`, `agent_id`, `instance_id`, then the
 /// deployment's tags over them.
-pub fn snapshot_metadata(
+pub(crate) fn snapshot_metadata(
     record: &InstanceRecord,
     agent_id: &str,
     deployment: &str,
@@ -41,7 +41,7 @@ pub fn snapshot_metadata(
 
 /// Whether the record of disk `disk` (an instance's or an orphan's) lists snapshot
 /// `snapshot`: recovery keeps such a snapshot and deletes any other.
-pub fn snapshot_recorded(state: &DeploymentState, disk: &str, snapshot: &str) -> bool {
+pub(crate) fn snapshot_recorded(state: &DeploymentState, disk: &str, snapshot: &str) -> bool {
     state
         .instances
         .values()
@@ -55,7 +55,7 @@ impl Engine {
     /// its jobs were stopped). Each snapshot's intent is stored before `snapshot_disk`, its
     /// CID right after, and settled once the disk's record lists it. A CPI without snapshots
     /// (`NotImplemented`) is skipped, as the Director skips it.
-    pub async fn take_snapshots(
+    pub(crate) async fn take_snapshots(
         &self,
         record: &mut InstanceRecord,
         deployment: &str,
@@ -71,7 +71,7 @@ impl Engine {
         for position in 0..record.disks.len() {
             let disk = record.disks[position].cid.clone();
             let intent = Intent {
-                id: kubosh_core::ids::uuid_v4(),
+                id: kubosh_base::ids::uuid_v4(),
                 kind: IntentKind::SnapshotDisk { disk: disk.clone() },
                 cid: None,
             };

@@ -73,7 +73,7 @@ pub struct TemplateContext<'a> {
 }
 
 /// The jobs an instance group runs: its own, then the addons' that apply to it.
-pub fn group_jobs(manifest: &DeploymentManifest, group: &str) -> Vec<JobRef> {
+pub(crate) fn group_jobs(manifest: &DeploymentManifest, group: &str) -> Vec<JobRef> {
     let Some(g) = manifest.instance_groups.iter().find(|g| g.name == group) else {
         return Vec::new();
     };

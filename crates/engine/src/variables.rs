@@ -46,7 +46,7 @@ impl FileStore {
         };
         let origin = self.path.display().to_string();
         // The parser's message may quote the text; report only where it failed.
-        match kubosh_core::yaml::parse_value(&text, &origin) {
+        match kubosh_base::yaml::parse_value(&text, &origin) {
             Ok(Value::Null) => Ok(Map::new()),
             Ok(Value::Object(map)) => Ok(map),
             Ok(_) => Err(self.read_error("expected a map of variables".into())),
@@ -72,7 +72,7 @@ impl FileStore {
             .into_iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let text = kubosh_core::yaml::to_string(&Value::Object(sorted))
+        let text = kubosh_base::yaml::to_string(&Value::Object(sorted))
             .map_err(|_| write_error("cannot serialize the variables".into()))?;
         let dir = match self.path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,

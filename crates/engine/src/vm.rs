@@ -70,7 +70,7 @@ impl Engine {
     /// A VM no record owns (a compilation worker): made as [`Engine::create_vm`] makes one,
     /// but its intent (with the CID) stays pending until [`Engine::delete_unowned_vm`], so a
     /// run killed while the VM exists leaves the next run a way to delete it.
-    pub async fn create_unowned_vm(
+    pub(crate) async fn create_unowned_vm(
         &self,
         request: &VmRequest,
     ) -> Result<(NewVm, String), EngineError> {
@@ -82,13 +82,17 @@ impl Engine {
     }
 
     /// Deletes a VM made by [`Engine::create_unowned_vm`] and settles its intent.
-    pub async fn delete_unowned_vm(&self, vm: &NewVm, intent: String) -> Result<(), EngineError> {
+    pub(crate) async fn delete_unowned_vm(
+        &self,
+        vm: &NewVm,
+        intent: String,
+    ) -> Result<(), EngineError> {
         self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
         self.settle(intent).await
     }
 
     /// Lets agents onto the message bus ([`crate::EngineConfig::agent_access`]).
-    pub async fn admit_agents(&self, agent_ids: &[String]) -> Result<(), EngineError> {
+    pub(crate) async fn admit_agents(&self, agent_ids: &[String]) -> Result<(), EngineError> {
         match &self.config.agent_access {
             Some(access) if !agent_ids.is_empty() => Ok(access.admit(agent_ids).await?),
             _ => Ok(()),
@@ -97,7 +101,11 @@ impl Engine {
 
     /// `delete_vm` ([`Engine::delete_vm_cid`]), then the VM's agent is locked out of the
     /// message bus (a failure there is logged: the VM is gone either way).
-    pub async fn delete_agent_vm(&self, cid: &str, agent_id: &str) -> Result<(), EngineError> {
+    pub(crate) async fn delete_agent_vm(
+        &self,
+        cid: &str,
+        agent_id: &str,
+    ) -> Result<(), EngineError> {
         self.delete_vm_cid(cid).await?;
         if let Some(access) = &self.config.agent_access
             && let Err(e) = access.revoke(&[agent_id.to_string()]).await
@@ -114,9 +122,9 @@ impl Engine {
         request: &VmRequest,
         on_created: Option<impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>>,
     ) -> Result<(NewVm, String), EngineError> {
-        let agent_id = kubosh_core::ids::uuid_v4();
+        let agent_id = kubosh_base::ids::uuid_v4();
         let intent = Intent {
-            id: kubosh_core::ids::uuid_v4(),
+            id: kubosh_base::ids::uuid_v4(),
             kind: IntentKind::CreateVm {
                 instance: request.instance.clone(),
                 agent_id: agent_id.clone(),
@@ -199,7 +207,7 @@ impl Engine {
     }
 
     /// `delete_vm`, a VM already gone counting as deleted.
-    pub async fn delete_vm_cid(&self, cid: &str) -> Result<(), EngineError> {
+    pub(crate) async fn delete_vm_cid(&self, cid: &str) -> Result<(), EngineError> {
         match self.cloud.delete_vm(&VmCid(cid.to_string())).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::VmNotFound) => Ok(()),
@@ -219,7 +227,7 @@ impl Engine {
         vm_cid: Option<&str>,
     ) -> Result<(DiskRecord, String), EngineError> {
         let intent = Intent {
-            id: kubosh_core::ids::uuid_v4(),
+            id: kubosh_base::ids::uuid_v4(),
             kind: IntentKind::CreateDisk {
                 instance: instance.to_string(),
                 name: name.to_string(),
@@ -265,7 +273,7 @@ impl Engine {
     /// `instance.rb#update_instance_settings` sends it: the director's trusted certificates
     /// and the instance's unmanaged (named) persistent disks; the unnamed disk is the
     /// agent's to manage.
-    pub async fn send_vm_settings(
+    pub(crate) async fn send_vm_settings(
         &self,
         agent_id: &str,
         instance: &str,
@@ -290,7 +298,7 @@ impl Engine {
     }
 
     /// How long to wait for a new VM's agent.
-    pub fn agent_wait(&self) -> Duration {
+    pub(crate) fn agent_wait(&self) -> Duration {
         self.config.agent_wait_timeout
     }
 }

@@ -39,7 +39,7 @@ impl Process {
     pub fn new(identity: impl Into<String>) -> Process {
         Process {
             identity: identity.into(),
-            incarnation: kubosh_core::ids::uuid_v4(),
+            incarnation: kubosh_base::ids::uuid_v4(),
         }
     }
 
@@ -84,7 +84,7 @@ impl LeaseLocks {
         let short: String = safe.chars().take(40).collect();
         format!(
             "{short}-{}",
-            &kubosh_core::digest::sha256_hex(name.as_bytes())[..10]
+            &kubosh_base::digest::sha256_hex(name.as_bytes())[..10]
         )
     }
 }

@@ -1,7 +1,7 @@
 //! Kubernetes names and label values made from BOSH names, which may hold characters
 //! Kubernetes refuses (`diego_cell`, upper case, any length).
 
-use kubosh_core::digest::sha256_hex;
+use kubosh_base::digest::sha256_hex;
 
 /// Longest object name (a DNS subdomain).
 const MAX_NAME: usize = 253;

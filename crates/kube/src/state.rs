@@ -215,7 +215,7 @@ impl KubeStore {
     /// The name of the `CompiledPackage` of `package`.
     pub fn compiled_package_name(package: &CompiledPackage) -> String {
         let key = compiled_package_key(package);
-        let hash = kubosh_core::digest::sha256_hex(key.as_bytes());
+        let hash = kubosh_base::digest::sha256_hex(key.as_bytes());
         names::object_name(&format!("{}-{}", package.name, &hash[..12]), &key)
     }
 
@@ -904,10 +904,10 @@ fn instance_spec(deployment: &str, record: &InstanceRecord) -> InstanceSpec {
 fn sealed(record: &InstanceRecord) -> InstanceRecord {
     let mut record = record.clone();
     if let Some(vm) = &mut record.vm {
-        vm.env = kubosh_core::secret::seal(&vm.env);
+        vm.env = kubosh_base::secret::seal(&vm.env);
     }
     if let Some(applied) = &mut record.applied {
-        applied.env = kubosh_core::secret::seal(&applied.env);
+        applied.env = kubosh_base::secret::seal(&applied.env);
     }
     record
 }

@@ -277,7 +277,7 @@ fn check_payload(blob: &UploadBlob) -> Result<(), String> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(&blob.payload)
         .map_err(|e| format!("Decoding payload: {e}"))?;
-    let digest: kubosh_core::digest::MultiDigest = blob.checksum.parse().map_err(|e| {
+    let digest: kubosh_base::digest::MultiDigest = blob.checksum.parse().map_err(|e| {
         format!("Extracting method arguments from payload: Unmarshalling action argument: {e}")
     })?;
     digest.verify(&bytes).map_err(|e| {

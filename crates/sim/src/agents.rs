@@ -157,8 +157,8 @@ async fn compile(shared: &Shared, args: &[Value]) -> Result<Value, String> {
             (blob.id, blob.sha1)
         }
         None => (
-            kubosh_core::digest::sha256_hex(&bytes),
-            kubosh_core::digest::sha1_hex(&bytes),
+            kubosh_base::digest::sha256_hex(&bytes),
+            kubosh_base::digest::sha1_hex(&bytes),
         ),
     };
     Ok(json!({"result": {"blobstore_id": id, "sha1": sha1}}))

@@ -677,7 +677,7 @@ async fn fire_and_forget_messages_and_small_actions_are_recorded() {
         .unwrap();
     let blob = kubosh_transport::agent::protocol::UploadBlob::new(
         "b1",
-        kubosh_core::digest::sha1_hex(b"payload"),
+        kubosh_base::digest::sha1_hex(b"payload"),
         b"payload",
     );
     assert_eq!(client.upload_blob(&blob).await.unwrap(), "b1");

@@ -14,7 +14,7 @@ use sha1::Digest as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::{BlobInfo, BlobRef, BlobstoreError, check_id, is_content_id};
-use kubosh_core::digest::{MultiDigest, to_hex};
+use kubosh_base::digest::{MultiDigest, to_hex};
 
 /// The [`super::Blobstore`] methods every store implements by handing them to its `core`
 /// field (a [`Core`]): storing, reading, listing and deleting are the same on every backend.
@@ -34,7 +34,7 @@ macro_rules! forward_to_core {
         fn get<'a>(
             &'a self,
             id: &'a str,
-            digest: &'a kubosh_core::digest::MultiDigest,
+            digest: &'a kubosh_base::digest::MultiDigest,
             dest: &'a std::path::Path,
         ) -> super::BlobFuture<'a, u64> {
             Box::pin(self.core.get(id, digest, dest))
@@ -43,7 +43,7 @@ macro_rules! forward_to_core {
         fn get_bytes<'a>(
             &'a self,
             id: &'a str,
-            digest: &'a kubosh_core::digest::MultiDigest,
+            digest: &'a kubosh_base::digest::MultiDigest,
         ) -> super::BlobFuture<'a, bytes::Bytes> {
             Box::pin(self.core.get_bytes(id, digest))
         }
@@ -186,7 +186,7 @@ impl Core {
         if let Naming::Id(id) = naming {
             check_id(id)?;
         }
-        let staged = ObjectPath::from(format!("{STAGING}/{}", kubosh_core::ids::uuid_v4()));
+        let staged = ObjectPath::from(format!("{STAGING}/{}", kubosh_base::ids::uuid_v4()));
         let staged_id = staged.to_string();
         let mut writer = BufWriter::new(self.store.clone(), staged.clone());
         let mut hashes = Hashes::default();

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use url::Url;
 
 use super::{SignedMethod, check_id};
-use kubosh_core::digest::to_hex;
+use kubosh_base::digest::to_hex;
 
 /// Why a signed request is refused (each is a `403`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

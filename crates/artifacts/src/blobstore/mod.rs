@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use url::Url;
 
-use kubosh_core::digest::{DigestError, MultiDigest};
+use kubosh_base::digest::{DigestError, MultiDigest};
 
 pub use gc::collect_garbage;
 pub use hmac::{HmacSigner, SignatureError};
@@ -249,14 +249,14 @@ mod tests {
     fn blob_ref_digest() {
         let r = BlobRef {
             id: "x".into(),
-            sha1: kubosh_core::digest::sha1_hex(b"abc"),
-            sha256: kubosh_core::digest::sha256_hex(b"abc"),
+            sha1: kubosh_base::digest::sha1_hex(b"abc"),
+            sha256: kubosh_base::digest::sha256_hex(b"abc"),
             size: 3,
         };
         r.digest().verify(b"abc").unwrap();
         assert_eq!(
             r.digest().strongest().algorithm,
-            kubosh_core::digest::Algorithm::Sha256
+            kubosh_base::digest::Algorithm::Sha256
         );
     }
 }

@@ -39,7 +39,7 @@ use super::manifest::{
 };
 use super::tarball::TarWriter;
 use super::{GraphError, Job, License, Package, PackageArchive, Release, graph};
-use kubosh_core::digest::MultiDigest;
+use kubosh_base::digest::MultiDigest;
 
 /// A release directory that cannot be built.
 #[derive(Debug, thiserror::Error)]

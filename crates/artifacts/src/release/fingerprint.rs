@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use kubosh_core::digest::sha256_hex;
+use kubosh_base::digest::sha256_hex;
 
 /// One file's contribution to a fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use serde::Serialize;
 use sha1::{Digest as _, Sha1};
 
 use super::{RenderedFile, RenderedJob};
-use kubosh_core::digest::to_hex;
+use kubosh_base::digest::to_hex;
 
 /// Source (and destination) path of the generated links file.
 pub const LINKS_JSON: &str = ".bosh/links.json";
@@ -237,7 +237,7 @@ mod tests {
             configuration_hash(&[a.clone(), b.clone()]),
             configuration_hash(&[b, a.clone()])
         );
-        assert_eq!(template_hash(&a), kubosh_core::digest::sha1_hex(b"M2AZ"));
+        assert_eq!(template_hash(&a), kubosh_base::digest::sha1_hex(b"M2AZ"));
     }
 
     #[test]

@@ -92,7 +92,7 @@ fn sha1_file(path: &Path) -> Result<(String, u64), StemcellError> {
         size += n as u64;
         h.update(&buf[..n]);
     }
-    Ok((kubosh_core::digest::to_hex(&h.finalize()), size))
+    Ok((kubosh_base::digest::to_hex(&h.finalize()), size))
 }
 
 /// Writes a stemcell tarball to `out` and returns its manifest.
@@ -107,7 +107,7 @@ pub fn create(opts: &CreateStemcellOptions, out: &Path) -> Result<StemcellManife
         Some(p) => Image::File(p.clone()),
     };
     let (sha1, size) = match &image {
-        Image::Bytes(b) => (kubosh_core::digest::sha1_hex(b), b.len() as u64),
+        Image::Bytes(b) => (kubosh_base::digest::sha1_hex(b), b.len() as u64),
         Image::File(p) => sha1_file(p)?,
     };
     let manifest = StemcellManifest {
@@ -120,7 +120,7 @@ pub fn create(opts: &CreateStemcellOptions, out: &Path) -> Result<StemcellManife
         cloud_properties: opts.cloud_properties.clone(),
         extra: Map::new(),
     };
-    let manifest_text = kubosh_core::yaml::to_string(&manifest)
+    let manifest_text = kubosh_base::yaml::to_string(&manifest)
         .map_err(|e| StemcellError::Manifest(e.to_string()))?;
 
     let dir = match out.parent() {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use create::{CreateStemcellOptions, create};
-use kubosh_core::digest::DigestError;
+use kubosh_base::digest::DigestError;
 pub use read::{ExtractedStemcell, Stemcell};
 
 /// A stemcell tarball that cannot be used, or cannot be written.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use sha1::Digest as _;
 
 use super::{StemcellError, StemcellManifest};
-use kubosh_core::digest::{Algorithm, DigestError, MultiDigest, to_hex};
+use kubosh_base::digest::{Algorithm, DigestError, MultiDigest, to_hex};
 
 /// A stemcell whose image matches its manifest.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,7 +208,7 @@ fn verified(
     if !actual.eq_ignore_ascii_case(&strongest.hex) {
         return Err(DigestError::Mismatch {
             expected: strongest.to_string(),
-            actual: kubosh_core::digest::Digest {
+            actual: kubosh_base::digest::Digest {
                 algorithm: strongest.algorithm.clone(),
                 hex: actual,
             }

@@ -12,8 +12,8 @@ use kubosh_artifacts::blobstore::{
     BlobRef, Blobstore, BlobstoreError, HmacSigner, LocalBlobstore, S3Blobstore, S3Config,
     SignedMethod, collect_garbage,
 };
-use kubosh_core::digest::{MultiDigest, sha1_hex, sha256_hex};
-use kubosh_core::pki::{Ca, Leaf};
+use kubosh_base::digest::{MultiDigest, sha1_hex, sha256_hex};
+use kubosh_base::pki::{Ca, Leaf};
 use serde_json::json;
 
 fn digest_of(data: &[u8]) -> MultiDigest {

@@ -16,7 +16,7 @@ use kubosh_artifacts::render::{
     RendererConfig, TemplateSource, TemplateSpec, add_links_json, configuration_hash,
     property_source, rendered_templates_archive, template_hashes,
 };
-use kubosh_core::digest::sha1_hex;
+use kubosh_base::digest::sha1_hex;
 use kubosh_core::manifest::Map;
 use serde_json::{Value, json};
 

@@ -38,13 +38,13 @@ fn fixture(name: &str) -> (String, String) {
 
 fn job_spec() -> JobSpec {
     let (text, origin) = fixture("zookeeper-job-spec.yml");
-    kubosh_core::yaml::parse(&text, &origin).unwrap_or_else(|e| panic!("{e}"))
+    kubosh_base::yaml::parse(&text, &origin).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The real manifest, with go-patch `ops` (YAML) applied first.
 fn real_manifest(ops: &str) -> DeploymentManifest {
     let (text, origin) = fixture("zookeeper.yml");
-    let mut doc = kubosh_core::yaml::parse_value(&text, &origin).unwrap_or_else(|e| panic!("{e}"));
+    let mut doc = kubosh_base::yaml::parse_value(&text, &origin).unwrap_or_else(|e| panic!("{e}"));
     if !ops.is_empty() {
         OpsFile::parse(ops, "ops.yml")
             .unwrap()

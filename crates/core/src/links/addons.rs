@@ -79,7 +79,7 @@ mod tests {
     use super::*;
 
     fn manifest() -> DeploymentManifest {
-        crate::yaml::parse(
+        kubosh_base::yaml::parse(
             r#"
 name: dep
 stemcells: [{alias: default, os: ubuntu-jammy}]

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::patch::{self, PatchError};
 use super::pointer::Pointer;
-use crate::yaml::{self, YamlError};
+use kubosh_base::yaml::{self, YamlError};
 
 /// An ops file that could not be read or applied.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@
 //! ```
 //! use kubosh_core::ops::{self, MissingVars, OpsFile, Vars};
 //!
-//! let mut doc = kubosh_core::yaml::parse_value("name: ((name))\ninstances: 3\n", "manifest").unwrap();
+//! let mut doc = kubosh_base::yaml::parse_value("name: ((name))\ninstances: 3\n", "manifest").unwrap();
 //! let ops = OpsFile::parse("- type: replace\n  path: /instances\n  value: 1\n", "one.yml").unwrap();
 //! ops.apply(&mut doc).unwrap();
 //!

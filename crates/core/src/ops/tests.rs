@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::*;
 
 fn doc(text: &str) -> Value {
-    crate::yaml::parse_value(text, "doc").unwrap()
+    kubosh_base::yaml::parse_value(text, "doc").unwrap()
 }
 
 fn apply(document: &str, ops: &str) -> Result<Value, String> {

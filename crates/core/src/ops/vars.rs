@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::yaml;
+use kubosh_base::yaml;
 
 /// A variable source that could not be read. Texts follow the CLI's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::secret::same_value;
 use crate::state::{AppliedSpec, InstanceRecord, InstanceState};
+use kubosh_base::secret::same_value;
 
 /// One reason to touch an instance, named as the Director names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -24,9 +24,9 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use crate::digest::{Algorithm, sha1_hex};
 use crate::plan::bound::remaining_chains;
 use crate::release::{GraphError, Release, graph};
+use kubosh_base::digest::{Algorithm, sha1_hex};
 
 pub use crate::state::CompiledPackage;
 
@@ -457,7 +457,7 @@ struct Entry<'r> {
     fingerprint: &'r str,
     dependencies: &'r [String],
     /// The source tarball's digest; `None` for a compiled-only package.
-    source_sha1: Option<&'r crate::digest::MultiDigest>,
+    source_sha1: Option<&'r kubosh_base::digest::MultiDigest>,
 }
 
 struct Catalog<'r> {
@@ -909,9 +909,9 @@ impl<'a> Planner<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::MultiDigest;
-    use crate::digest::sha256_hex;
     use crate::release::{self, Job, Package, ReleaseManifest, StemcellRef};
+    use kubosh_base::digest::MultiDigest;
+    use kubosh_base::digest::sha256_hex;
 
     fn digest(text: &str) -> MultiDigest {
         sha1_hex(text.as_bytes()).parse().unwrap()

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::manifest::{JobRef, JobSpec};
 use super::tarball;
 use super::{Job, ReleaseError};
-use crate::digest::MultiDigest;
+use kubosh_base::digest::MultiDigest;
 
 /// Parses the job archive `archive` listed as `r` (its digest already verified).
 pub(super) fn parse(
@@ -30,7 +30,7 @@ pub(super) fn parse(
         .get("job.MF")
         .ok_or_else(|| err("missing job manifest (job.MF)".into()))?;
     let text = String::from_utf8_lossy(text).into_owned();
-    let value = crate::yaml::parse_value(&text, "job.MF").map_err(|e| err(e.to_string()))?;
+    let value = kubosh_base::yaml::parse_value(&text, "job.MF").map_err(|e| err(e.to_string()))?;
     check_spec_shape(&value).map_err(err)?;
     let spec: JobSpec = serde_json::from_value(value).map_err(|e| err(format!("job.MF: {e}")))?;
     if spec.name != r.name {

@@ -248,7 +248,7 @@ pub struct PackageSpec {
 
 /// Parses a YAML document (through a [`Value`], as all kubosh YAML) into `T`.
 pub fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, String> {
-    let value = crate::yaml::parse_value(text, origin).map_err(|e| e.to_string())?;
+    let value = kubosh_base::yaml::parse_value(text, origin).map_err(|e| e.to_string())?;
     serde_json::from_value(value).map_err(|e| format!("{origin}: {e}"))
 }
 
@@ -342,7 +342,7 @@ mod tests {
             license: None,
             no_compression: false,
         };
-        let text = crate::yaml::to_string(&m).unwrap();
+        let text = kubosh_base::yaml::to_string(&m).unwrap();
         let back: ReleaseManifest = parse_yaml(&text, "again").unwrap();
         assert_eq!(back, m);
         assert!(!text.contains("no_compression"), "{text}");
@@ -351,7 +351,7 @@ mod tests {
             let mut m2 = m.clone();
             m2.jobs[0].sha1 = tricky.into();
             m2.jobs[0].version = tricky.into();
-            let text = crate::yaml::to_string(&m2).unwrap();
+            let text = kubosh_base::yaml::to_string(&m2).unwrap();
             let back: ReleaseManifest = parse_yaml(&text, "again").unwrap();
             assert_eq!(back.jobs[0].sha1, tricky, "{text}");
         }

@@ -29,8 +29,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::digest::{DigestError, MultiDigest};
 pub use graph::GraphError;
+use kubosh_base::digest::{DigestError, MultiDigest};
 pub use manifest::{
     CompiledPackageRef, ConsumedLink, JobRef, JobSpec, LicenseRef, PackageRef, PackageSpec,
     PropertyDefinition, ProvidedLink, ReleaseManifest,
@@ -215,7 +215,7 @@ impl PackageArchive {
     /// of the bytes.
     pub fn blob_id(&self) -> String {
         match self {
-            PackageArchive::Bytes(b) => crate::digest::sha256_hex(b),
+            PackageArchive::Bytes(b) => kubosh_base::digest::sha256_hex(b),
             PackageArchive::Stored(id) => id.clone(),
         }
     }

@@ -9,7 +9,7 @@ use super::{
     Job, License, Package, PackageArchive, PrecompiledPackage, Release, ReleaseError, StemcellRef,
     graph, job,
 };
-use crate::digest::MultiDigest;
+use kubosh_base::digest::MultiDigest;
 
 /// Names and versions the Director accepts (`Models::VALID_ID`).
 pub fn valid_id(s: &str) -> bool {

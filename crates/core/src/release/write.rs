@@ -8,7 +8,7 @@ use super::{Release, ReleaseError};
 impl Release {
     /// `release.MF` as written in a tarball.
     pub fn manifest_yaml(&self) -> Result<String, ReleaseError> {
-        crate::yaml::to_string(&self.manifest).map_err(|e| ReleaseError::Write {
+        kubosh_base::yaml::to_string(&self.manifest).map_err(|e| ReleaseError::Write {
             path: "release.MF".into(),
             message: e.to_string(),
         })

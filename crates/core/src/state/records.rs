@@ -269,9 +269,9 @@ impl AppliedSpec {
     /// Its digest, the same whether its `env` is sealed (as stores keep it) or not.
     pub fn digest(&self) -> String {
         let mut sealed = self.clone();
-        sealed.env = crate::secret::seal(&sealed.env);
+        sealed.env = kubosh_base::secret::seal(&sealed.env);
         let value = serde_json::to_value(&sealed).unwrap_or(Value::Null);
-        crate::secret::digest(&value)
+        kubosh_base::secret::digest(&value)
     }
 }
 
@@ -492,7 +492,7 @@ mod tests {
         // "a" finished (its record holds the new spec, env sealed as stores keep it), "b"
         // did not start or stopped half-way, "c" was not part of the update.
         let mut sealed = new.clone();
-        sealed.env = crate::secret::seal(&sealed.env);
+        sealed.env = kubosh_base::secret::seal(&sealed.env);
         state.instances.insert("a".into(), updated("a", sealed));
         state
             .instances

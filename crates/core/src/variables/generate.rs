@@ -21,7 +21,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Map, Value, json};
 
 use super::SecretValue;
-use crate::pki::{PkiError, RsaKey, sign_with_rsa};
+use kubosh_base::pki::{PkiError, RsaKey, sign_with_rsa};
 
 /// Password length when `length` is absent or 0.
 pub const DEFAULT_PASSWORD_LENGTH: usize = 20;

@@ -20,7 +20,7 @@
 //! use kubosh_core::ops::{InterpolateOptions, Vars};
 //! use kubosh_core::variables::{self, MemoryStore};
 //!
-//! let doc = kubosh_core::yaml::parse_value(
+//! let doc = kubosh_base::yaml::parse_value(
 //!     "admin: ((admin_password))\nvariables:\n- {name: admin_password, type: password}\n",
 //!     "manifest",
 //! ).unwrap();
@@ -46,7 +46,7 @@ use crate::manifest::Variable;
 use crate::ops::{self, InterpolateOptions, Interpolated, Vars};
 
 /// A variable's value: `Debug` and `Display` print `<redacted>`.
-pub type SecretValue = crate::secret::Secret<Value>;
+pub type SecretValue = kubosh_base::secret::Secret<Value>;
 
 /// Why variables could not be resolved or interpolated. Texts carry the variable's name and
 /// the path of its definition (`variables[3].options.ca`), never a value.
@@ -128,6 +128,6 @@ pub fn interpolate(
 /// `<redacted>`.
 pub fn scrub(text: &str, vars: &Vars) -> String {
     let mut secrets = Vec::new();
-    crate::secret::collect_strings(&Value::Object(vars.resolved()), &mut secrets);
-    crate::secret::scrub(text, &secrets)
+    kubosh_base::secret::collect_strings(&Value::Object(vars.resolved()), &mut secrets);
+    kubosh_base::secret::scrub(text, &secrets)
 }

@@ -122,7 +122,7 @@ mod tests {
     use super::*;
 
     fn defs(yaml: &str) -> Vec<Variable> {
-        crate::yaml::parse(yaml, "variables").unwrap()
+        kubosh_base::yaml::parse(yaml, "variables").unwrap()
     }
 
     #[test]

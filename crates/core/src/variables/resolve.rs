@@ -342,5 +342,5 @@ fn options_digest(kind: &str, options: Option<&Value>) -> String {
         "options": options.map(canonical).unwrap_or(Value::Null),
     });
     let text = serde_json::to_string(&doc).unwrap_or_default();
-    crate::digest::sha256_hex(text.as_bytes())
+    kubosh_base::digest::sha256_hex(text.as_bytes())
 }

@@ -45,7 +45,7 @@ enum Kind {
 fn read_yaml(path: &FsPath) -> Value {
     let text =
         fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    kubosh_core::yaml::parse_value(&text, &path.display().to_string())
+    kubosh_base::yaml::parse_value(&text, &path.display().to_string())
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -22,7 +22,7 @@ type Specs = BTreeMap<(String, String), JobSpec>;
 
 /// Job specs from `release/job: {spec}` YAML.
 fn specs(yaml: &str) -> Specs {
-    let map: BTreeMap<String, Value> = kubosh_core::yaml::parse(yaml, "specs").unwrap();
+    let map: BTreeMap<String, Value> = kubosh_base::yaml::parse(yaml, "specs").unwrap();
     map.into_iter()
         .map(|(key, mut spec)| {
             let (release, job) = key.split_once('/').unwrap();
@@ -36,7 +36,7 @@ fn specs(yaml: &str) -> Specs {
 }
 
 fn manifest(yaml: &str) -> DeploymentManifest {
-    kubosh_core::yaml::parse(yaml, "manifest").unwrap()
+    kubosh_base::yaml::parse(yaml, "manifest").unwrap()
 }
 
 fn ok(m: &DeploymentManifest, s: &Specs, others: &[OtherDeployment]) -> Resolution {
@@ -725,7 +725,7 @@ fn real_zookeeper_manifest_and_job_spec() {
         "{FIXTURES}/zookeeper-release/zookeeper-job-spec.yml"
     ))
     .unwrap();
-    let zk: JobSpec = kubosh_core::yaml::parse(&spec_text, "spec").unwrap();
+    let zk: JobSpec = kubosh_base::yaml::parse(&spec_text, "spec").unwrap();
     let mut s = specs(
         r#"
 zookeeper/status: {}

@@ -11,15 +11,15 @@ fn fixture(rel: &str) -> Value {
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    kubosh_core::yaml::parse_value(&text, &path).unwrap()
+    kubosh_base::yaml::parse_value(&text, &path).unwrap()
 }
 
 /// Parses `value` as `T`, writes it as YAML, reads it back, and checks nothing was lost.
 fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &Value) -> T {
     let typed: T = serde_json::from_value(value.clone()).expect("parses into the model");
-    let text = kubosh_core::yaml::to_string(&typed).unwrap();
+    let text = kubosh_base::yaml::to_string(&typed).unwrap();
     let again: T =
-        serde_json::from_value(kubosh_core::yaml::parse_value(&text, "round trip").unwrap())
+        serde_json::from_value(kubosh_base::yaml::parse_value(&text, "round trip").unwrap())
             .unwrap();
     assert_eq!(typed, again, "model → YAML → model changed the document");
     typed

@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
+use kubosh_base::yaml;
 use kubosh_core::ops::{
     self, InterpolateOptions, InterpolationError, MissingVars, OpsFile, Vars, interpolate,
     interpolate_with, placeholders,
 };
-use kubosh_core::yaml;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

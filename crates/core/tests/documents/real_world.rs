@@ -12,7 +12,7 @@ fn text(rel: &str) -> String {
 }
 
 fn yaml(rel: &str) -> Value {
-    kubosh_core::yaml::parse_value(&text(rel), rel).unwrap()
+    kubosh_base::yaml::parse_value(&text(rel), rel).unwrap()
 }
 
 fn with_ops(base: &str, ops_files: &[&str]) -> Value {

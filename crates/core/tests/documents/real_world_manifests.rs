@@ -12,7 +12,7 @@ const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
 
 fn load(path: &str) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    kubosh_core::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"))
+    kubosh_base::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn lookup<'a>(value: &'a Value, segments: &[Segment]) -> Option<&'a Value> {

@@ -27,7 +27,7 @@ const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/invalid");
 
 fn load(path: &str) -> (String, Value) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    let value = kubosh_core::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"));
+    let value = kubosh_base::yaml::parse_value(&text, path).unwrap_or_else(|e| panic!("{e}"));
     (text, value)
 }
 
@@ -446,7 +446,7 @@ proptest! {
         prop::collection::vec(any::<u8>(), 0..200)
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
     ]) {
-        if let Ok(value) = kubosh_core::yaml::parse_value(&text, "random") {
+        if let Ok(value) = kubosh_base::yaml::parse_value(&text, "random") {
             check_all(&value);
         }
     }
@@ -465,7 +465,7 @@ proptest! {
             }
         }
         let text = String::from_utf8_lossy(&bytes);
-        if let Ok(value) = kubosh_core::yaml::parse_value(&text, "damaged") {
+        if let Ok(value) = kubosh_base::yaml::parse_value(&text, "damaged") {
             check_all(&value);
         }
     }

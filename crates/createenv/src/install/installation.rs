@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::NeededPackage;
 use kubosh_artifacts::render::RenderedJob;
-use kubosh_core::digest::{MultiDigest, sha256_hex};
+use kubosh_base::digest::{MultiDigest, sha256_hex};
 
 use super::archive::{pack_dir, unpack};
 
@@ -204,7 +204,7 @@ impl Installation {
         } else {
             self.run_packaging(package, source, compiled).await?
         };
-        let blob_id = kubosh_core::ids::uuid_v4();
+        let blob_id = kubosh_base::ids::uuid_v4();
         let path = self.blobs_dir().join(&blob_id);
         write_atomic(&path, &tarball)?;
         let result = LocalCompiled {
@@ -304,7 +304,7 @@ impl Installation {
                 .digest
                 .parse()
                 .map_err(
-                    |e: kubosh_core::digest::DigestError| InstallError::Corrupt {
+                    |e: kubosh_base::digest::DigestError| InstallError::Corrupt {
                         name: compiled.name.clone(),
                         path: path.clone(),
                         reason: e.to_string(),

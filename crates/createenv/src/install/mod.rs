@@ -126,7 +126,7 @@ pub(super) async fn render_jobs(
                 index: 0,
                 bootstrap: true,
                 name: group.to_string(),
-                id: kubosh_core::ids::uuid_v4(),
+                id: kubosh_base::ids::uuid_v4(),
                 az: Some("unknown".into()),
                 networks: networks.clone(),
                 properties_need_filtering: true,

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kubosh_core::digest::MultiDigest;
+use kubosh_base::digest::MultiDigest;
 use kubosh_core::release::{GraphError, PackageArchive, Release, graph};
 
 /// One package to compile (or, from a compiled release, to take as it is).
@@ -38,7 +38,7 @@ impl NeededPackage {
             "{}\n{}\n{}\n{}",
             self.name, self.fingerprint, self.dependency_key, extra
         );
-        kubosh_core::digest::sha256_hex(text.as_bytes())
+        kubosh_base::digest::sha256_hex(text.as_bytes())
     }
 }
 

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha512};
 
 /// SHA-512 (lowercase hex) of the interpolated manifest as go-yaml v2 writes it.
 pub fn manifest_sha(manifest: &Value) -> String {
-    kubosh_core::digest::to_hex(&Sha512::digest(super::gov2::to_string(manifest).as_bytes()))
+    kubosh_base::digest::to_hex(&Sha512::digest(super::gov2::to_string(manifest).as_bytes()))
 }
 
 #[cfg(test)]
@@ -28,7 +28,7 @@ mod tests {
         // sha512 of "name: x\nreleases:\n- name: a\n  version: 1\n"
         assert_eq!(
             a,
-            kubosh_core::digest::to_hex(&Sha512::digest(
+            kubosh_base::digest::to_hex(&Sha512::digest(
                 b"name: x\nreleases:\n- name: a\n  version: 1\n"
             ))
         );

@@ -10,11 +10,11 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::{Value, json};
 
+use kubosh_base::secret::Secret;
 use kubosh_core::manifest::{
     CpiTemplate, InitInstanceGroup, InitManifest, InitStemcell, JobRef, Map, Network, NetworkType,
     WatchTime,
 };
-use kubosh_core::secret::Secret;
 
 /// bosh-cli's watch time when the manifest gives none (`0-300000`).
 pub const DEFAULT_WATCH_TIME: WatchTime = WatchTime {
@@ -439,7 +439,7 @@ fn network_fields(network: &Network, ni: usize) -> Result<Vec<(&'static str, Val
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubosh_core::yaml;
+    use kubosh_base::yaml;
 
     fn manifest(text: &str) -> InitManifest {
         yaml::parse(text, "test").unwrap()

@@ -16,7 +16,7 @@ impl Engine {
     /// reservations included, as their holders keep them until they are updated or
     /// deleted), before anything changes. `Ok(None)` when claimed; `Ok(Some(error))` when
     /// another deployment claimed one of them since it was planned (plan again).
-    pub async fn claim_addresses(
+    pub(crate) async fn claim_addresses(
         &self,
         deployment: &str,
         addresses: &Addresses,
@@ -33,7 +33,7 @@ impl Engine {
     /// After a deploy (or a failed one): the deployment holds exactly the addresses of
     /// `instances`, its recorded instances (deleted instances, compilation workers and
     /// instances never made let theirs go).
-    pub async fn release_unused_ips(
+    pub(crate) async fn release_unused_ips(
         &self,
         deployment: &str,
         instances: Vec<&InstanceRecord>,

@@ -14,8 +14,6 @@ use std::sync::PoisonError;
 use futures::StreamExt;
 use serde_json::Value;
 
-pub use dns::DNS_SYNC_WAIT;
-
 use crate::deploy::DeployReport;
 use crate::prepare::{
     CompileInputs, DeployPlan, Desire, Planned, Resolved, desire, instance_plans, vm_request,
@@ -243,7 +241,7 @@ impl Engine {
                 .into());
             };
             let intent = crate::state::Intent {
-                id: kubosh_core::ids::uuid_v4(),
+                id: kubosh_base::ids::uuid_v4(),
                 kind: IntentKind::CreateStemcell {
                     stemcell: key.clone(),
                 },

@@ -65,7 +65,7 @@ impl Packages {
 
     /// The compiled packages the jobs need on `stemcell`, by name, as the apply spec lists
     /// them.
-    pub fn for_jobs(
+    pub(crate) fn for_jobs(
         &self,
         stemcell: &StemcellInfo,
         jobs: &[JobRef],
@@ -158,7 +158,7 @@ impl Engine {
     /// which compiled (an unusable release fails here, with the Director's error), and the
     /// address each compilation worker will hold (a network too small for the workers fails
     /// here too). Runs before the deploy's first change.
-    pub fn plan_compile(
+    pub(crate) fn plan_compile(
         &self,
         inputs: &CompileInputs<'_>,
         state: &DeploymentState,
@@ -235,8 +235,8 @@ impl Engine {
                 .clamp(1, u64::try_from(plan.tasks.len()).unwrap_or(u64::MAX));
             let identities = (0..count)
                 .map(|_| WorkerIdentity {
-                    group: format!("compilation-{}", kubosh_core::ids::uuid_v4()),
-                    uuid: kubosh_core::ids::uuid_v4(),
+                    group: format!("compilation-{}", kubosh_base::ids::uuid_v4()),
+                    uuid: kubosh_base::ids::uuid_v4(),
                 })
                 .collect::<Vec<_>>();
             let deployment = manifest.name.clone().unwrap_or_default();
@@ -254,7 +254,7 @@ impl Engine {
     /// Checks, before the deploy changes anything, that every package archive the planned
     /// compilation takes from the blobstore by id (a release by reference) is there: one
     /// line per missing archive.
-    pub async fn check_stored_archives(
+    pub(crate) async fn check_stored_archives(
         &self,
         planned: &PlannedCompilation,
         releases: &BTreeMap<String, Arc<Release>>,
@@ -309,7 +309,7 @@ pub struct WorkerIdentity {
 /// `held` (and each other's); a dynamic network's settings as the allocator gives them
 /// (the IaaS picks the address); on a vip network the bare `type: vip` settings.
 /// Exhaustion is the Director's "Failed to reserve IP for ..." error.
-pub fn worker_networks(
+pub(crate) fn worker_networks(
     deployment: &str,
     cloud: &CloudConfig,
     compilation: &kubosh_core::manifest::Compilation,

@@ -63,7 +63,7 @@ pub(crate) fn place_all(
             static_ip_azs: static_ip_azs(cloud, group)?,
             migrated_from: group.migrated_from.clone(),
         };
-        let placement = placement::place(&demand, &existing, &mut kubosh_core::ids::uuid_v4);
+        let placement = placement::place(&demand, &existing, &mut kubosh_base::ids::uuid_v4);
         obsolete.extend(placement.obsolete);
         for placed in placement.instances {
             claimed.insert(placed.uuid.clone());
@@ -202,7 +202,7 @@ fn desired_spec(
             .map(Value::Object)
             .unwrap_or(Value::Null),
         trusted_certs: (!config.trusted_certs.is_empty())
-            .then(|| kubosh_core::digest::sha1_hex(config.trusted_certs.as_bytes())),
+            .then(|| kubosh_base::digest::sha1_hex(config.trusted_certs.as_bytes())),
     }
 }
 

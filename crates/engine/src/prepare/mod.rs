@@ -16,9 +16,11 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
-pub use compile::{CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks};
+pub(crate) use compile::{
+    CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
+};
 pub(crate) use instances::{Desire, Planned, desire, dns_instance, target, vm_request};
-pub use network::{Addresses, plan_networks, reservations, static_ip_azs};
+pub(crate) use network::{Addresses, reservations};
 
 use crate::deploy::{DeployReport, InstancePlan};
 use crate::progress::{self, InstanceName, Milestone, StageRun};
@@ -281,7 +283,7 @@ impl Engine {
     pub(crate) fn inputs_digest(&self, request: &DeployRequest) -> String {
         match self.config.trusted_certs.as_str() {
             "" => request.inputs_digest(),
-            certs => kubosh_core::digest::sha256_hex(
+            certs => kubosh_base::digest::sha256_hex(
                 format!("{}\n{}", request.inputs_digest(), certs).as_bytes(),
             ),
         }

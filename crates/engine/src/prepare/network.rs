@@ -38,7 +38,7 @@ pub fn static_ip_azs(
 /// Assigns addresses to every planned instance: kept where still valid, new ones picked as
 /// the Director picks them; every problem reported at once with the Director's text.
 /// `elsewhere` are the other deployments' reservations, never taken.
-pub fn plan_networks(
+pub(crate) fn plan_networks(
     manifest: &DeploymentManifest,
     cloud: &CloudConfig,
     groups: &[GroupSpec],
@@ -119,7 +119,7 @@ impl Engine {
     /// Step 4 among all the director's deployments, planned: addresses around what the
     /// other deployments hold now. Nothing is claimed ([`Engine::claim_addresses`] does,
     /// once everything else is planned).
-    pub async fn plan_addresses(
+    pub(crate) async fn plan_addresses(
         &self,
         manifest: &DeploymentManifest,
         cloud: &CloudConfig,

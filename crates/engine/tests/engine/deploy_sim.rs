@@ -1036,7 +1036,7 @@ async fn every_deployment_shares_one_dns_dataset_and_every_agent_receives_it() {
     // And it names the instances of both.
     let blob_id = other_meta.dns_blob.clone().unwrap();
     // Blob ids are the sha256 of the content.
-    let digest: kubosh_core::digest::MultiDigest = format!("sha256:{blob_id}").parse().unwrap();
+    let digest: kubosh_base::digest::MultiDigest = format!("sha256:{blob_id}").parse().unwrap();
     let blob = first.blobstore.get_bytes(&blob_id, &digest).await.unwrap();
     let blob: Value = serde_json::from_slice(&blob).unwrap();
     let deployments: BTreeSet<&str> = blob["record_infos"]

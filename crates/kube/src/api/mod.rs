@@ -126,7 +126,7 @@ pub const GENERATED_HEADER: &str =
 /// Every CRD as `(file name, YAML text)`, the file named after the CRD
 /// (`boshdeployments.kubosh.io.yaml`) and starting with [`GENERATED_HEADER`], in the order of
 /// [`crds`]. This is what `crds/` holds.
-pub fn crd_files() -> Result<Vec<(String, String)>, kubosh_core::yaml::YamlError> {
+pub fn crd_files() -> Result<Vec<(String, String)>, kubosh_base::yaml::YamlError> {
     Ok(documents()?
         .into_iter()
         .map(|(name, yaml)| (format!("{name}.yaml"), format!("{GENERATED_HEADER}{yaml}")))
@@ -134,18 +134,18 @@ pub fn crd_files() -> Result<Vec<(String, String)>, kubosh_core::yaml::YamlError
 }
 
 /// All CustomResourceDefinitions kubosh serves, as one multi-document YAML text.
-pub fn crds_yaml() -> Result<String, kubosh_core::yaml::YamlError> {
+pub fn crds_yaml() -> Result<String, kubosh_base::yaml::YamlError> {
     let docs: Vec<String> = documents()?.into_iter().map(|(_, yaml)| yaml).collect();
     Ok(docs.join("---\n"))
 }
 
 /// Every CRD as `(metadata.name, YAML document)`.
-fn documents() -> Result<Vec<(String, String)>, kubosh_core::yaml::YamlError> {
+fn documents() -> Result<Vec<(String, String)>, kubosh_base::yaml::YamlError> {
     crds()
         .iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            Ok((name, kubosh_core::yaml::to_string(crd)?))
+            Ok((name, kubosh_base::yaml::to_string(crd)?))
         })
         .collect()
 }

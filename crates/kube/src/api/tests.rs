@@ -314,7 +314,7 @@ fn output_is_deterministic_and_reads_back() {
     let docs: Vec<&str> = yaml.split("---\n").collect();
     assert_eq!(docs.len(), crds().len());
     for (doc, crd) in docs.iter().zip(crds()) {
-        let back: CustomResourceDefinition = kubosh_core::yaml::parse(doc, "crd").unwrap();
+        let back: CustomResourceDefinition = kubosh_base::yaml::parse(doc, "crd").unwrap();
         assert_eq!(back, crd);
     }
     for (name, text) in crd_files().unwrap() {
@@ -325,9 +325,9 @@ fn output_is_deterministic_and_reads_back() {
 
 /// Parses `text` into `T` and writes it back: nothing may be lost, added or reordered.
 fn round_trip<T: DeserializeOwned + Serialize>(text: &str, origin: &str) -> T {
-    let typed: T = kubosh_core::yaml::parse(text, origin).unwrap();
+    let typed: T = kubosh_base::yaml::parse(text, origin).unwrap();
     let back = serde_json::to_value(&typed).unwrap();
-    let original = kubosh_core::yaml::parse_value(text, origin).unwrap();
+    let original = kubosh_base::yaml::parse_value(text, origin).unwrap();
     assert_eq!(back, original, "{origin} does not round-trip");
     typed
 }
@@ -351,8 +351,8 @@ fn the_cloud_config_example_round_trips() {
 
 #[test]
 fn the_examples_are_a_valid_bosh_deployment() {
-    let mut deployment = kubosh_core::yaml::parse_value(DEPLOYMENT_EXAMPLE, "deployment").unwrap();
-    let cloud = kubosh_core::yaml::parse_value(CLOUD_CONFIG_EXAMPLE, "cloud config").unwrap();
+    let mut deployment = kubosh_base::yaml::parse_value(DEPLOYMENT_EXAMPLE, "deployment").unwrap();
+    let cloud = kubosh_base::yaml::parse_value(CLOUD_CONFIG_EXAMPLE, "cloud config").unwrap();
     let manifest = &mut deployment["spec"]["manifest"];
     manifest["name"] = deployment_name(DEPLOYMENT_EXAMPLE).into();
     if let Err(problems) = kubosh_core::validate::deployment(manifest, &cloud["spec"]) {
@@ -361,7 +361,7 @@ fn the_examples_are_a_valid_bosh_deployment() {
 }
 
 fn deployment_name(text: &str) -> String {
-    let d: Deployment = kubosh_core::yaml::parse(text, "deployment").unwrap();
+    let d: Deployment = kubosh_base::yaml::parse(text, "deployment").unwrap();
     d.metadata.name.unwrap()
 }
 

@@ -41,7 +41,7 @@ pub struct Inputs {
 impl Inputs {
     /// `text` with every secret of these inputs replaced by `<redacted>`.
     pub fn scrub(&self, text: &str) -> String {
-        kubosh_core::secret::scrub(text, &self.secrets)
+        kubosh_base::secret::scrub(text, &self.secrets)
     }
 }
 
@@ -158,7 +158,7 @@ pub async fn gather(
         if source.secret_ref.is_some() {
             for (k, v) in vars.resolved() {
                 if before.get(&k) != Some(&v) {
-                    kubosh_core::secret::collect_strings(&v, &mut secrets);
+                    kubosh_base::secret::collect_strings(&v, &mut secrets);
                 }
             }
         }
@@ -273,7 +273,7 @@ async fn interpolated(
         if *source != crate::variables::Source::Provided
             && let Some(value) = resolved.vars.get(name)
         {
-            kubosh_core::secret::collect_strings(&value, secrets);
+            kubosh_base::secret::collect_strings(&value, secrets);
         }
     }
     let options = InterpolateOptions {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kubosh_artifacts::blobstore::{Blobstore, LocalBlobstore};
-use kubosh_core::digest::sha1_hex;
+use kubosh_base::digest::sha1_hex;
 use kubosh_kube::api::{Release, ReleaseSpec, Stemcell, StemcellSpec};
 use kubosh_kube::controller::artifacts::{
     ArtifactContext, ReconcileError, reconcile_release, reconcile_stemcell,
@@ -102,7 +102,7 @@ async fn a_release_from_a_file_url_becomes_ready_and_stays_without_refetching() 
         .await
         .unwrap();
     assert!(String::from_utf8_lossy(&text).contains("name: hello"));
-    let tarball_id = kubosh_core::digest::sha256_hex(&std::fs::read(&tarball).unwrap());
+    let tarball_id = kubosh_base::digest::sha256_hex(&std::fs::read(&tarball).unwrap());
     assert!(!store.exists(&tarball_id).await.unwrap());
 
     // The status is on the API object, for kubectl and GitOps tools.

@@ -140,7 +140,7 @@ fn the_director_configuration_mounts_what_it_names() {
         .unwrap()
         .to_string();
     let local: kubosh_cloud::local::Config =
-        serde_json::from_value(kubosh_core::yaml::parse_value(&cpi_yml, "cpi.yml").unwrap())
+        serde_json::from_value(kubosh_base::yaml::parse_value(&cpi_yml, "cpi.yml").unwrap())
             .unwrap();
     assert_eq!(local.state_dir, Path::new("/var/lib/kubosh/state/cloud"));
     assert_eq!(
@@ -158,7 +158,7 @@ fn the_director_configuration_mounts_what_it_names() {
 fn document(rendered: &str, kind: &str) -> serde_json::Value {
     rendered
         .split("\n---\n")
-        .filter_map(|doc| kubosh_core::yaml::parse_value(doc, "chart").ok())
+        .filter_map(|doc| kubosh_base::yaml::parse_value(doc, "chart").ok())
         .find(|doc| doc["kind"] == kind)
         .unwrap_or_else(|| panic!("no {kind} in\n{rendered}"))
 }
@@ -190,9 +190,9 @@ fn the_generated_director_configuration_loads() {
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let ca_cert = params.self_signed(&key).unwrap().pem();
-    let ca = kubosh_core::pki::Ca::from_pem(&ca_cert, &key.serialize_pem()).unwrap();
+    let ca = kubosh_base::pki::Ca::from_pem(&ca_cert, &key.serialize_pem()).unwrap();
     let director = ca
-        .issue(&kubosh_core::pki::Leaf {
+        .issue(&kubosh_base::pki::Leaf {
             common_name: "default.director.bosh-internal",
             client: true,
             ..Default::default()
@@ -212,7 +212,7 @@ fn the_generated_director_configuration_loads() {
     }
     std::fs::write(creds.join("properties.yml"), "api_key: k3y\n").unwrap();
 
-    let value = kubosh_core::yaml::parse_value(&text, "director.yml").unwrap();
+    let value = kubosh_base::yaml::parse_value(&text, "director.yml").unwrap();
     let config = kubosh_director::DirectorConfig::from_value(&value, dir.path())
         .unwrap_or_else(|e| panic!("{}: {}\n{text}", e.key, e.message));
     assert_eq!(config.state_dir, dir.path().join("var/lib/kubosh/state"));

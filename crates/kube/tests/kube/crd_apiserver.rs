@@ -80,7 +80,7 @@ async fn explain_shows_the_documented_manifest_fields() {
 async fn examples_apply_client_and_server_side_and_read_back_unchanged() {
     let ns = support::namespace("apply").await;
     let original: Value =
-        kubosh_core::yaml::parse_value(&example("deployment.yaml"), "example").unwrap();
+        kubosh_base::yaml::parse_value(&example("deployment.yaml"), "example").unwrap();
     ok(&kubectl(
         &["apply", "-n", &ns, "-f", "-"],
         Some(&example("cloud-config.yaml")),

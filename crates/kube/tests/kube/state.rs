@@ -381,7 +381,7 @@ async fn a_vms_env_is_sealed_in_the_instance_and_still_compares() {
     let back = &loaded.instances["u-1"];
     let vm_env = &back.vm.as_ref().unwrap().env;
     assert_ne!(vm_env, &env);
-    assert!(kubosh_core::secret::same_value(vm_env, &env));
+    assert!(kubosh_base::secret::same_value(vm_env, &env));
     let applied_env = &back.applied.as_ref().unwrap().env;
-    assert!(kubosh_core::secret::same_value(applied_env, &env));
+    assert!(kubosh_base::secret::same_value(applied_env, &env));
 }

@@ -20,7 +20,7 @@ use x509_parser::prelude::*;
 use x509_parser::public_key::PublicKey;
 
 fn defs(yaml: &str) -> Vec<Variable> {
-    kubosh_core::yaml::parse(yaml, "variables").unwrap()
+    kubosh_base::yaml::parse(yaml, "variables").unwrap()
 }
 
 fn block<F: std::future::Future>(f: F) -> F::Output {
@@ -779,7 +779,7 @@ async fn values_never_reach_logs_errors_or_debug() {
     let logs = kubosh_devenv::captured_logs();
     const PLANTED: &str = "planted-S3cret-never-to-be-logged";
     let ns = support::namespace("leak").await;
-    let doc = kubosh_core::yaml::parse_value(
+    let doc = kubosh_base::yaml::parse_value(
         "name: leak\n\
          properties:\n  user: ((user_pw))\n  admin: ((admin_pw))\n  tls: ((tls))\n  cn: ((tls.certificate))\n\
          variables:\n\
@@ -827,7 +827,7 @@ async fn values_never_reach_logs_errors_or_debug() {
             .unwrap_err();
             assert!(err.to_string().contains("Invalid type 'map"), "{err}");
             texts.push(format!("{err} {err:?}"));
-            let bad_defs = kubosh_core::yaml::parse::<Vec<Variable>>(
+            let bad_defs = kubosh_base::yaml::parse::<Vec<Variable>>(
                 "- {name: c, type: certificate, options: {ca: tls, is_ca: true, common_name: 'x ((tls))'}}\n",
                 "v",
             )
@@ -962,12 +962,12 @@ fn check_generated_once(
 /// Removes `name` from the vars-store file, as an operator would with an editor.
 fn remove_from_vars_file(path: &Path, name: &str) {
     let text = std::fs::read_to_string(path).unwrap();
-    let mut doc = kubosh_core::yaml::parse_value(&text, "creds.yml").unwrap();
+    let mut doc = kubosh_base::yaml::parse_value(&text, "creds.yml").unwrap();
     assert!(
         doc.as_object_mut().unwrap().remove(name).is_some(),
         "{name}"
     );
-    std::fs::write(path, kubosh_core::yaml::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(path, kubosh_base::yaml::to_string(&doc).unwrap()).unwrap();
 }
 
 #[test]

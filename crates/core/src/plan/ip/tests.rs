@@ -8,7 +8,7 @@ use crate::manifest::{CloudConfig, NetworkRef};
 const DEPLOYMENT: &str = "dep";
 
 fn cloud(yaml: &str) -> CloudConfig {
-    crate::yaml::parse(yaml, "cloud-config").unwrap()
+    kubosh_base::yaml::parse(yaml, "cloud-config").unwrap()
 }
 
 fn ip(text: &str) -> IpAddr {

@@ -232,7 +232,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
 
 /// A task id unique within the deployment.
 fn task_id() -> String {
-    kubosh_core::ids::uuid_v4()[..8].to_string()
+    kubosh_base::ids::uuid_v4()[..8].to_string()
 }
 
 /// Says the deploy started: `Reconciling` (Deploying), a new `lastTask`, and an Event.

@@ -44,7 +44,7 @@ impl InputsKey {
             "releases": inputs.releases.iter().map(|r| (r.name_any(), r.status.as_ref().and_then(|s| s.manifest_blob_id.clone()))).collect::<Vec<_>>(),
             "stemcells": inputs.stemcells.iter().map(|s| (s.name_any(), s.status.as_ref().and_then(|x| x.blob_id.clone()))).collect::<Vec<_>>(),
         });
-        InputsKey(kubosh_core::digest::sha256_hex(doc.to_string().as_bytes()))
+        InputsKey(kubosh_base::digest::sha256_hex(doc.to_string().as_bytes()))
     }
 }
 

@@ -13,7 +13,7 @@ use super::DeploymentContext;
 use crate::api::{Release as ReleaseResource, Stemcell as StemcellResource};
 use kubosh_artifacts::blobstore::BlobstoreError;
 use kubosh_artifacts::release::{Release, ReleaseError};
-use kubosh_core::digest::{DigestError, MultiDigest};
+use kubosh_base::digest::{DigestError, MultiDigest};
 use kubosh_engine::{DeployRequest, StemcellSource};
 
 /// A release or stemcell could not be made ready for the engine. Each may pass (a resource

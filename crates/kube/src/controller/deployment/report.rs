@@ -30,7 +30,7 @@ const MAX_MESSAGE: usize = 4096;
 
 /// `message` cut to what a condition holds.
 pub(super) fn clip(message: &str) -> String {
-    kubosh_core::secret::excerpt(message, MAX_MESSAGE)
+    kubosh_base::secret::excerpt(message, MAX_MESSAGE)
 }
 
 /// Sets the kstatus trio in one go.
@@ -86,7 +86,7 @@ pub(crate) async fn publish_regarding(
     let event = KubeEvent {
         type_: kind,
         reason: reason.into(),
-        note: Some(kubosh_core::secret::excerpt(note, 1000)),
+        note: Some(kubosh_base::secret::excerpt(note, 1000)),
         action: "Deploy".into(),
         secondary,
     };
