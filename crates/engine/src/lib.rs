@@ -229,18 +229,30 @@ impl DeployRequest {
     /// versions): a deploy whose digest equals the last successful one's, with every agent
     /// running, changes nothing.
     pub fn inputs_digest(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let doc = serde_json::json!({
-            "manifest": self.manifest(),
-            "cloud_config": self.cloud_config(),
-            "releases": self.releases.iter().map(|r| format!("{}/{}", r.name(), r.version())).collect::<Vec<_>>(),
-            "stemcells": self.stemcells.iter().map(|s| s.info.key()).collect::<Vec<_>>(),
-        });
-        Sha256::digest(doc.to_string().as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        let releases: Vec<String> = (self.releases.iter())
+            .map(|r| format!("{}/{}", r.name(), r.version()))
+            .collect();
+        let stemcells: Vec<String> = self.stemcells.iter().map(|s| s.info.key()).collect();
+        inputs_digest(&self.documents, &releases, &stemcells)
     }
+}
+
+/// The digest of a deploy's inputs: the validated documents, and the releases and stemcells
+/// (`name/version`, in the request's order). [`DeployRequest::inputs_digest`] is this of its
+/// request; the controller computes the same from its resources before it materialises
+/// anything, so both speak of one digest.
+pub fn inputs_digest(
+    documents: &Validated<(DeploymentManifest, CloudConfig)>,
+    releases: &[String],
+    stemcells: &[String],
+) -> String {
+    let doc = serde_json::json!({
+        "manifest": documents.document.0,
+        "cloud_config": documents.document.1,
+        "releases": releases,
+        "stemcells": stemcells,
+    });
+    kubosh_base::digest::sha256_hex(doc.to_string().as_bytes())
 }
 
 /// The instance commands (`bosh start`, `stop`, `stop --hard`, `restart`, `recreate`).

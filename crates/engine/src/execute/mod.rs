@@ -14,9 +14,9 @@ use std::sync::PoisonError;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::deploy::DeployReport;
 use crate::prepare::{
-    CompileInputs, DeployPlan, Desire, Planned, Resolved, desire, instance_plans, vm_request,
+    CompileInputs, DeployPlan, DeployReport, Desire, Planned, Resolved, desire, instance_plans,
+    vm_request,
 };
 use crate::progress::StageRun;
 use crate::state::{

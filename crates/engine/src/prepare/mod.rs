@@ -10,6 +10,7 @@ mod compile;
 mod instances;
 mod network;
 mod render;
+mod report;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,8 +22,8 @@ pub(crate) use compile::{
 };
 pub(crate) use instances::{Desire, Planned, desire, dns_instance, target, vm_request};
 pub(crate) use network::{Addresses, reservations};
+pub use report::{DeployReport, InstancePlan};
 
-use crate::deploy::{DeployReport, InstancePlan};
 use crate::progress::{self, InstanceName, Milestone, StageRun};
 use crate::resources::CalculatedProperties;
 use crate::state::{DeploymentState, InstanceRecord};

@@ -7,44 +7,46 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
-use serde_json::json;
-
 use super::super::backoff::Backoffs;
 use super::super::inputs::Inputs;
 use kubosh_engine::CancellationToken;
 
-/// What a deployment's inputs were when a deploy was attempted: the manifest and cloud
-/// config as deployed, and each `Release` and `Stemcell` resource with the blob it stored.
+/// What a deployment's inputs were when a deploy was attempted: the engine's digest of the
+/// deploy (`kubosh_engine::inputs_digest`: the validated documents, release and stemcell
+/// versions), computed from the resources before anything is materialised, and the blob each
+/// `Release` and `Stemcell` resource stored, so one stored anew under the same version is a
+/// new attempt.
 ///
-/// Not the engine's digest (`DeployRequest::inputs_digest`, recorded as
-/// `DeploymentMeta::deployed_inputs`), for three reasons:
-/// - The engine's digest names release and stemcell versions, which only the materialised
-///   request knows (`release.MF` read from the blobstore, the stemcell tarball fetched and
-///   extracted); the deploy task does that, a reconcile must not: every reconcile of every
-///   deployment would pay blobstore reads and a stemcell extraction.
-/// - The engine records its digest only when a deploy succeeds (with the director's trusted
-///   certificates mixed in); this key also remembers attempts that failed or stalled, so a
-///   stalled deploy is not tried again until its inputs change.
-/// - It names the stored blobs, so a `Release` or `Stemcell` stored anew under the same
-///   name is a new attempt.
-///
-/// It only decides whether to start a deploy task. Whether a deploy has anything to do is
-/// still the engine's decision, from its own digest: equal inputs and healthy agents make
-/// it a no-op.
+/// The ledger remembers it for every attempt, failed and stalled ones too (the engine records
+/// its digest only when a deploy succeeds): a stalled deploy is not tried again until its
+/// inputs change. Whether a deploy has anything to do is still the engine's decision, from
+/// the same digest: equal inputs and healthy agents make it a no-op.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct InputsKey(String);
+pub(super) struct InputsKey {
+    /// The engine's digest of the deploy's inputs.
+    digest: String,
+    /// The blob each release (its `release.MF`) and stemcell resource stored, in order.
+    blobs: Vec<Option<String>>,
+}
 
 impl InputsKey {
     /// The key of `inputs`.
     pub(super) fn of(inputs: &Inputs) -> InputsKey {
-        let doc = json!({
-            "manifest": inputs.documents.document.0,
-            "cloud_config": inputs.documents.document.1,
-            "releases": inputs.releases.iter().map(|r| (r.name_any(), r.status.as_ref().and_then(|s| s.manifest_blob_id.clone()))).collect::<Vec<_>>(),
-            "stemcells": inputs.stemcells.iter().map(|s| (s.name_any(), s.status.as_ref().and_then(|x| x.blob_id.clone()))).collect::<Vec<_>>(),
-        });
-        InputsKey(kubosh_base::digest::sha256_hex(doc.to_string().as_bytes()))
+        let version = |name: &str, version: &str| format!("{name}/{version}");
+        let releases: Vec<String> = (inputs.releases.iter())
+            .map(|r| version(&r.spec.name, r.spec.version.as_str()))
+            .collect();
+        let stemcells: Vec<String> = (inputs.stemcells.iter())
+            .map(|s| version(&s.spec.name, s.spec.version.as_str()))
+            .collect();
+        let release_blobs = (inputs.releases.iter())
+            .map(|r| r.status.as_ref().and_then(|s| s.manifest_blob_id.clone()));
+        let stemcell_blobs =
+            (inputs.stemcells.iter()).map(|s| s.status.as_ref().and_then(|x| x.blob_id.clone()));
+        InputsKey {
+            digest: kubosh_engine::inputs_digest(&inputs.documents, &releases, &stemcells),
+            blobs: release_blobs.chain(stemcell_blobs).collect(),
+        }
     }
 }
 
