@@ -44,6 +44,9 @@ step "disk: $(df -h --output=avail . | tail -n 1 | tr -d ' ') free"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "functions over 100 lines without a reason (tools/long-fns.py)"
+python3 tools/long-fns.py
+
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 

@@ -14,10 +14,7 @@ use std::sync::PoisonError;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::prepare::{
-    CompileInputs, DeployPlan, DeployReport, Desire, Planned, Resolved, desire, instance_plans,
-    vm_request,
-};
+use crate::prepare::{DeployPlan, DeployReport, Planned, Resolved, instance_plans, vm_request};
 use crate::progress::StageRun;
 use crate::state::{
     DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind, StemcellRecord,
@@ -48,11 +45,7 @@ impl Engine {
             compilation,
         } = plan;
         let Resolved {
-            manifest,
-            cloud,
-            groups,
-            calculated,
-            releases,
+            manifest, groups, ..
         } = &resolved;
         // Instances whose VM vanished are recorded without it: whatever happens next, no one
         // asks that VM again.
@@ -69,31 +62,15 @@ impl Engine {
         let stemcells = self
             .upload_stemcells(&request.stemcells, groups, &planned, &mut state)
             .await?;
-        let compile_inputs = CompileInputs {
-            manifest,
-            cloud,
-            groups,
-            releases,
-            held: &addresses.held,
-            elsewhere: &addresses.elsewhere,
-            calculated,
-        };
         let packages = self
-            .compile(compile_inputs, compilation, &stemcells, &mut state)
+            .compile(
+                resolved.compile_inputs(&addresses),
+                compilation,
+                &stemcells,
+                &mut state,
+            )
             .await?;
-        desire(
-            &mut planned,
-            &Desire {
-                manifest,
-                cloud,
-                groups,
-                packages: &packages,
-                calculated,
-                config: &self.config,
-                requests: request.requests,
-                action: request.action.as_ref(),
-            },
-        );
+        resolved.desire(&mut planned, &packages, request, &self.config);
         let mut report = DeployReport {
             compiled: packages.compiled,
             plan: instance_plans(&planned),

@@ -20,7 +20,8 @@ use futures::StreamExt;
 pub(crate) use compile::{
     CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
 };
-pub(crate) use instances::{Desire, Planned, desire, dns_instance, target, vm_request};
+use instances::{Desire, desire};
+pub(crate) use instances::{Planned, dns_instance, target, vm_request};
 pub(crate) use network::{Addresses, reservations};
 pub use report::{DeployReport, InstancePlan};
 
@@ -70,6 +71,42 @@ pub struct Resolved {
     pub(crate) calculated: CalculatedProperties,
     /// Releases by name.
     pub(crate) releases: BTreeMap<String, Arc<Release>>,
+}
+
+impl Resolved {
+    /// What compilation reads, around `addresses`.
+    pub(crate) fn compile_inputs<'a>(&'a self, addresses: &'a Addresses) -> CompileInputs<'a> {
+        CompileInputs {
+            manifest: &self.manifest,
+            cloud: &self.cloud,
+            groups: &self.groups,
+            releases: &self.releases,
+            held: &addresses.held,
+            elsewhere: &addresses.elsewhere,
+            calculated: &self.calculated,
+        }
+    }
+
+    /// Sets each planned instance's desired spec and changes with `packages` ([`desire`]).
+    pub(crate) fn desire(
+        &self,
+        planned: &mut [Planned],
+        packages: &Packages,
+        request: &DeployRequest,
+        config: &crate::EngineConfig,
+    ) {
+        let d = Desire {
+            manifest: &self.manifest,
+            cloud: &self.cloud,
+            groups: &self.groups,
+            packages,
+            calculated: &self.calculated,
+            config,
+            requests: request.requests,
+            action: request.action.as_ref(),
+        };
+        desire(planned, &d);
+    }
 }
 
 /// What a deploy will do, decided before anything changes.
@@ -217,8 +254,8 @@ impl Engine {
             manifest,
             cloud,
             groups,
-            calculated,
             releases,
+            ..
         } = resolved;
         let state = observation.state.clone();
         let (mut planned, obsolete) =
@@ -240,30 +277,13 @@ impl Engine {
                 ),
             )
             .await?;
-        let compile_inputs = CompileInputs {
-            manifest,
-            cloud,
-            groups,
-            releases,
-            held: &addresses.held,
-            elsewhere: &addresses.elsewhere,
-            calculated,
-        };
-        let compilation = self.plan_compile(&compile_inputs, &state)?;
+        let compilation = self.plan_compile(&resolved.compile_inputs(&addresses), &state)?;
         self.check_stored_archives(&compilation, releases).await?;
-        let packages = compilation.tentative_packages();
-        desire(
+        resolved.desire(
             &mut planned,
-            &Desire {
-                manifest,
-                cloud,
-                groups,
-                packages: &packages,
-                calculated,
-                config: &self.config,
-                requests: request.requests,
-                action: request.action.as_ref(),
-            },
+            &compilation.tentative_packages(),
+            request,
+            &self.config,
         );
         Ok(DeployPlan {
             request,
