@@ -1115,6 +1115,22 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         reasons_about(&events, "Deployment", "broken").contains(&"InvalidManifest".to_string())
     );
 
+    // A manifest that is invalid because of a variable's value: the validator quotes the
+    // value, and the condition and Event say `<redacted>` instead (checked with the other
+    // planted secrets at the end).
+    let mut leaky = hello_deployment(w.port, "x");
+    leaky["instance_groups"][0]["vm_type"] = json!("((greeting))");
+    let mut leaky = deployment_object("leaky", leaky);
+    leaky["spec"]["varsFrom"] = json!([{"secretRef": {"name": "hello-vars"}}]);
+    apply(&client, ns, leaky).await;
+    let d = wait_for(&deployments, "leaky", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let message = condition(&d, "Stalled").unwrap().message.clone();
+    assert_eq!(condition(&d, "Stalled").unwrap().reason, "InvalidManifest");
+    assert!(message.contains("<redacted>"), "{message}");
+
     // Every status, while everything exists (checked for planted secrets at the end).
     let statuses = serde_json::to_string(&(
         deployments

@@ -188,10 +188,13 @@ pub async fn gather(
 
     let documents = match kubosh_core::validate::deployment(&manifest, &cloud_config) {
         Ok(documents) => documents,
+        // The validator quotes what it found, which may be a variable's value: the
+        // problems reach conditions, Events and the log scrubbed, as deploy errors do.
         Err(problems) => {
+            let text = kubosh_base::secret::scrub(&problems.to_string(), &secrets);
             return Ok(Err(Unready::Invalid {
                 reason: "InvalidManifest",
-                problems: problems.to_string().lines().map(String::from).collect(),
+                problems: text.lines().map(String::from).collect(),
             }));
         }
     };
