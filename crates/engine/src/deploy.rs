@@ -50,7 +50,7 @@ impl Engine {
         &self,
         request: &DeployRequest,
     ) -> Result<DeployReport, EngineError> {
-        let (manifest, cloud) = self.documents(request);
+        self.warn_of(request);
         let mut state = self.store.load().await?;
         // Agents recorded before the bus was confined (or whose admission a killed run lost)
         // are let in again: one write, and nothing if they all are.
@@ -60,8 +60,8 @@ impl Engine {
         self.admit_agents(&recorded).await?;
         self.recover(&mut state, self.config.recovery_wait).await?;
 
-        let settled = state.meta.deployed_inputs.as_deref()
-            == Some(self.inputs_digest(request).as_str())
+        let inputs = self.inputs_digest(request);
+        let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
             && request.requests == changes::Requests::default()
             && request.action.is_none()
             && state.instances.values().all(|i| i.update_completed);
@@ -74,20 +74,21 @@ impl Engine {
             return Ok(DeployReport::nothing_to_do());
         }
 
-        let resolved = self.resolve(request, manifest, cloud).await?;
-        let deployment = resolved.manifest.name.clone().unwrap_or_default();
+        let mut resolved = self.resolve(request).await?;
+        let deployment = request.name();
         // Everything is planned before anything changes; only then are the addresses claimed
         // among the director's deployments. One claimed elsewhere meanwhile means planning
         // again around it.
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let plan = self.plan_deploy(request, &resolved, &observation).await?;
+            let plan = (self.plan_deploy(request, resolved, &observation, inputs.clone())).await?;
             self.checkpoint()?;
-            match self.claim_addresses(&deployment, &plan.addresses).await? {
+            match self.claim_addresses(deployment, &plan.addresses).await? {
                 None => return self.execute(plan).await,
                 Some(e) if attempt >= CLAIM_ATTEMPTS => return Err(e),
-                Some(_) => continue,
+                // Planned again around the new claims, from the same resolved documents.
+                Some(_) => resolved = plan.resolved,
             }
         }
     }
@@ -110,15 +111,5 @@ impl Engine {
                     .is_some(),
                 (None, _) => false,
             })
-    }
-}
-
-impl DeployReport {
-    /// A deploy that found nothing to do.
-    fn nothing_to_do() -> DeployReport {
-        DeployReport {
-            noop: true,
-            ..DeployReport::default()
-        }
     }
 }

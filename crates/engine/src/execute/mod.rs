@@ -14,7 +14,7 @@ use std::sync::PoisonError;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::prepare::{DeployPlan, DeployReport, Planned, Resolved, instance_plans, vm_request};
+use crate::prepare::{DeployPlan, DeployReport, Planned, Resolved, vm_request};
 use crate::progress::StageRun;
 use crate::state::{
     DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind, StemcellRecord,
@@ -71,17 +71,7 @@ impl Engine {
             )
             .await?;
         resolved.desire(&mut planned, &packages, request, &self.config);
-        let mut report = DeployReport {
-            compiled: packages.compiled,
-            plan: instance_plans(&planned),
-            obsolete: obsolete
-                .iter()
-                .filter_map(|u| state.instances.get(u))
-                .map(InstanceRecord::display_name)
-                .collect(),
-            to_compile: packages.to_compile.clone(),
-            ..DeployReport::default()
-        };
+        let mut report = DeployReport::of(&planned, &obsolete, &state, &packages);
         self.delete_obsolete(&state, &obsolete, &mut report).await?;
         self.create_missing_vms(manifest, groups, &mut planned, &stemcells)
             .await?;

@@ -58,13 +58,13 @@ impl Observation {
     }
 }
 
-/// The request's documents resolved: what every planning attempt starts from.
-#[derive(Clone)]
-pub struct Resolved {
-    /// The manifest, typed.
-    pub(crate) manifest: DeploymentManifest,
-    /// The cloud config, typed.
-    pub(crate) cloud: CloudConfig,
+/// The request's documents resolved: what every planning attempt starts from (a plan keeps
+/// it, and hands it back for the next attempt when its addresses were claimed elsewhere).
+pub struct Resolved<'r> {
+    /// The manifest, as the request validated it.
+    pub(crate) manifest: &'r DeploymentManifest,
+    /// The cloud config, as the request validated it.
+    pub(crate) cloud: &'r CloudConfig,
     /// Every instance group resolved against the cloud config and the stemcells.
     pub(crate) groups: Vec<GroupSpec>,
     /// `vm_resources` as the CPI's cloud properties (the compilation workers' included).
@@ -73,12 +73,12 @@ pub struct Resolved {
     pub(crate) releases: BTreeMap<String, Arc<Release>>,
 }
 
-impl Resolved {
+impl Resolved<'_> {
     /// What compilation reads, around `addresses`.
     pub(crate) fn compile_inputs<'a>(&'a self, addresses: &'a Addresses) -> CompileInputs<'a> {
         CompileInputs {
-            manifest: &self.manifest,
-            cloud: &self.cloud,
+            manifest: self.manifest,
+            cloud: self.cloud,
             groups: &self.groups,
             releases: &self.releases,
             held: &addresses.held,
@@ -96,8 +96,8 @@ impl Resolved {
         config: &crate::EngineConfig,
     ) {
         let d = Desire {
-            manifest: &self.manifest,
-            cloud: &self.cloud,
+            manifest: self.manifest,
+            cloud: self.cloud,
             groups: &self.groups,
             packages,
             calculated: &self.calculated,
@@ -114,7 +114,7 @@ pub struct DeployPlan<'r> {
     /// What was asked.
     pub(crate) request: &'r DeployRequest,
     /// The documents it was planned from.
-    pub(crate) resolved: Resolved,
+    pub(crate) resolved: Resolved<'r>,
     /// The digest recorded once the deploy succeeds.
     pub(crate) inputs: String,
     /// The deployment's state as planned from.
@@ -137,17 +137,12 @@ pub struct DeployPlan<'r> {
 impl DeployPlan<'_> {
     /// What the deploy would do, and why (nothing is compiled yet: `compiled` is 0).
     pub fn report(&self) -> DeployReport {
-        let mut report = DeployReport {
-            plan: self.instances.iter().map(instance_plan).collect(),
-            obsolete: self
-                .obsolete
-                .iter()
-                .filter_map(|u| self.state.instances.get(u))
-                .map(InstanceRecord::display_name)
-                .collect(),
-            to_compile: self.compilation.packages.to_compile.clone(),
-            ..DeployReport::default()
-        };
+        let mut report = DeployReport::of(
+            &self.instances,
+            &self.obsolete,
+            &self.state,
+            &self.compilation.packages,
+        );
         report.noop = report.obsolete.is_empty()
             && report.to_compile.is_empty()
             && self.instances.iter().all(|p| p.changes.is_empty());
@@ -164,20 +159,20 @@ impl Engine {
         &self,
         request: &'r DeployRequest,
     ) -> Result<DeployPlan<'r>, EngineError> {
-        let (manifest, cloud) = self.documents(request);
+        self.warn_of(request);
         let state = self.store.load().await?;
         let observation = self.observe_deployment(state).await?;
-        let resolved = self.resolve(request, manifest, cloud).await?;
-        self.plan_deploy(request, &resolved, &observation).await
+        let resolved = self.resolve(request).await?;
+        let inputs = self.inputs_digest(request);
+        self.plan_deploy(request, resolved, &observation, inputs)
+            .await
     }
 
-    /// The request's documents, validated when the request was made; their warnings go to
-    /// the event log.
-    pub(crate) fn documents(&self, request: &DeployRequest) -> (DeploymentManifest, CloudConfig) {
+    /// The warnings validation found in the request's documents, on the event log.
+    pub(crate) fn warn_of(&self, request: &DeployRequest) {
         for w in request.documents.warnings.all() {
             progress::warn(self.events.as_ref(), w.to_string());
         }
-        request.documents.document.clone()
     }
 
     /// Step 3: asks every VM for its state (the "Preparing deployment" task); instances whose
@@ -218,14 +213,13 @@ impl Engine {
 
     /// The groups resolved and `vm_resources` turned into cloud properties, before anything
     /// is made or compared.
-    pub(crate) async fn resolve(
+    pub(crate) async fn resolve<'r>(
         &self,
-        request: &DeployRequest,
-        manifest: DeploymentManifest,
-        cloud: CloudConfig,
-    ) -> Result<Resolved, EngineError> {
+        request: &'r DeployRequest,
+    ) -> Result<Resolved<'r>, EngineError> {
+        let (manifest, cloud) = &request.documents.document;
         let infos: Vec<StemcellInfo> = request.stemcells.iter().map(|s| s.info.clone()).collect();
-        let groups = desired::groups(&manifest, &cloud, &infos).map_err(PlanError::Desired)?;
+        let groups = desired::groups(manifest, cloud, &infos).map_err(PlanError::Desired)?;
         let calculated = self
             .calculate_vm_resources(groups.iter().filter_map(|g| g.vm_resources).chain(
                 crate::resources::compilation_resources(cloud.compilation.as_ref()),
@@ -243,12 +237,13 @@ impl Engine {
     /// One planning attempt: placement, addresses around what the other deployments hold
     /// now, templates, compilation (an unusable release fails here, before any address is
     /// claimed, any stemcell uploaded or any record written), and each instance's desired
-    /// spec and changes.
+    /// spec and changes. `inputs` is the request's digest ([`Engine::inputs_digest`]).
     pub(crate) async fn plan_deploy<'r>(
         &self,
         request: &'r DeployRequest,
-        resolved: &Resolved,
+        resolved: Resolved<'r>,
         observation: &Observation,
+        inputs: String,
     ) -> Result<DeployPlan<'r>, EngineError> {
         let Resolved {
             manifest,
@@ -256,7 +251,7 @@ impl Engine {
             groups,
             releases,
             ..
-        } = resolved;
+        } = &resolved;
         let state = observation.state.clone();
         let (mut planned, obsolete) =
             instances::place_all(cloud, groups, &state, &observation.observed)?;
@@ -287,8 +282,8 @@ impl Engine {
         );
         Ok(DeployPlan {
             request,
-            resolved: resolved.clone(),
-            inputs: self.inputs_digest(request),
+            resolved,
+            inputs,
             vanished: observation.vanished.clone(),
             state,
             instances: planned,
@@ -379,36 +374,4 @@ impl Engine {
             Ok(false)
         )
     }
-}
-
-/// The plan of one instance, for reports.
-fn instance_plan(p: &Planned) -> InstancePlan {
-    let action = if p.changes.is_empty() {
-        "none"
-    } else if p.record.vm.is_none() && p.record.applied.is_none() {
-        "create"
-    } else if p.changes.recreates_vm() || p.record.vm.is_none() {
-        "recreate"
-    } else if p.changes.is_minimal() {
-        "dns/tags only"
-    } else {
-        "update"
-    };
-    InstancePlan {
-        instance: p.record.display_name(),
-        action,
-        changes: p.changes.names(),
-        ips: p
-            .record
-            .ips
-            .iter()
-            .map(|(n, r)| (n.clone(), r.ip.clone()))
-            .collect(),
-        az: p.placed.az.clone(),
-    }
-}
-
-/// The reports of planned instances.
-pub(crate) fn instance_plans(planned: &[Planned]) -> Vec<InstancePlan> {
-    planned.iter().map(instance_plan).collect()
 }

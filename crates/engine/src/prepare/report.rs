@@ -2,6 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use super::compile::Packages;
+use super::instances::Planned;
+use crate::state::{DeploymentState, InstanceRecord};
+
 /// What a deploy did (or, from [`crate::prepare::DeployPlan::report`], would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeployReport {
@@ -62,5 +66,63 @@ impl std::fmt::Display for DeployReport {
             writeln!(f, "no changes")?;
         }
         Ok(())
+    }
+}
+
+impl DeployReport {
+    /// What `planned` instances get, the `obsolete` ones (uuids, named from `state`) and the
+    /// packages compiled (or to compile); `noop`, `updated` and `deleted` are the caller's.
+    pub(crate) fn of(
+        planned: &[Planned],
+        obsolete: &[String],
+        state: &DeploymentState,
+        packages: &Packages,
+    ) -> DeployReport {
+        DeployReport {
+            compiled: packages.compiled,
+            plan: planned.iter().map(instance_plan).collect(),
+            obsolete: obsolete
+                .iter()
+                .filter_map(|u| state.instances.get(u))
+                .map(InstanceRecord::display_name)
+                .collect(),
+            to_compile: packages.to_compile.clone(),
+            ..DeployReport::default()
+        }
+    }
+
+    /// A deploy that found nothing to do.
+    pub(crate) fn nothing_to_do() -> DeployReport {
+        DeployReport {
+            noop: true,
+            ..DeployReport::default()
+        }
+    }
+}
+
+/// The plan of one instance, for reports.
+fn instance_plan(p: &Planned) -> InstancePlan {
+    let action = if p.changes.is_empty() {
+        "none"
+    } else if p.record.vm.is_none() && p.record.applied.is_none() {
+        "create"
+    } else if p.changes.recreates_vm() || p.record.vm.is_none() {
+        "recreate"
+    } else if p.changes.is_minimal() {
+        "dns/tags only"
+    } else {
+        "update"
+    };
+    InstancePlan {
+        instance: p.record.display_name(),
+        action,
+        changes: p.changes.names(),
+        ips: p
+            .record
+            .ips
+            .iter()
+            .map(|(n, r)| (n.clone(), r.ip.clone()))
+            .collect(),
+        az: p.placed.az.clone(),
     }
 }
