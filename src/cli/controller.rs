@@ -18,6 +18,7 @@ use kubosh_cloud::CallObserver;
 use kubosh_director::DirectorConfig;
 use kubosh_engine::{AgentHealth, Engine, NoEvents};
 use kubosh_kube::client::RequestBudget;
+use kubosh_kube::controller::resurrection::MeltdownPolicy;
 use kubosh_kube::controller::serve::{EdgeError, Edges, ServeOptions};
 
 /// Arguments of `kubosh controller`.
@@ -59,6 +60,20 @@ pub struct ControllerArgs {
     /// (the health monitor's `agent_timeout`): `60s`, `2m`.
     #[arg(long = "agent-timeout", default_value = "60s", value_parser = humantime::parse_duration)]
     pub agent_timeout: std::time::Duration,
+    /// Recreate no instance that lost its agent or VM, in any deployment (BOSH's resurrector
+    /// off; each deployment may also opt out with `spec.resurrection: false`).
+    #[arg(long = "no-resurrection")]
+    pub no_resurrection: bool,
+    /// Meltdown: resurrection stops for a deployment when more than this many of its
+    /// instances went down within `--meltdown-window`...
+    #[arg(long = "meltdown-minimum-down", default_value_t = 5)]
+    pub meltdown_minimum_down: usize,
+    /// ... and more than this percentage of them.
+    #[arg(long = "meltdown-percent", default_value_t = 20)]
+    pub meltdown_percent: u32,
+    /// How far back instances that went down count towards a meltdown: `10m`.
+    #[arg(long = "meltdown-window", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub meltdown_window: std::time::Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); empty: nowhere.
     #[arg(long = "metrics-bind-address", default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
@@ -96,6 +111,12 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
             burst: args.kube_api_burst,
         },
         agent_timeout: args.agent_timeout,
+        resurrection: !args.no_resurrection,
+        meltdown: MeltdownPolicy {
+            minimum_down: args.meltdown_minimum_down,
+            percent: args.meltdown_percent,
+            window: args.meltdown_window,
+        },
         metrics_bind_address: Some(args.metrics_bind_address.clone()).filter(|a| !a.is_empty()),
         work_dir: config.state_dir.join("controller"),
     };

@@ -33,7 +33,7 @@ use kubosh_bosh::events::{CliRenderer, EventLine};
 use kubosh_core::plan::changes::Requests;
 use kubosh_director::DirectorConfig;
 use kubosh_engine::deploy::DeployReport;
-use kubosh_engine::{DeployRequest, EventSink, StemcellSource};
+use kubosh_engine::{DeployRequest, EngineError, EventSink, StemcellSource};
 
 /// Arguments of `kubosh deploy` and `kubosh plan`.
 #[derive(Debug, Args)]
@@ -61,6 +61,10 @@ pub struct DeployArgs {
     /// Recreate every VM.
     #[arg(long)]
     pub recreate: bool,
+    /// Recreate the VMs of instances whose agents do not answer, on their persistent disks
+    /// (without it, such a deploy fails before it changes anything).
+    #[arg(long)]
+    pub fix: bool,
     /// Update all AZs of an instance group at once (kubosh's opt-in; BOSH goes AZ by AZ).
     #[arg(long = "parallel-azs")]
     pub parallel_azs: bool,
@@ -147,6 +151,7 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         stemcells,
         requests: Requests {
             recreate: args.recreate,
+            fix: args.fix,
             ..Requests::default()
         },
         ..documents
@@ -163,7 +168,10 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
                 tokio::time::sleep(rest).await;
                 engine.config.health = Some(Arc::new(monitor));
             }
-            let report = engine.deploy(&request).await.map_err(|e| e.to_string())?;
+            let report = engine
+                .deploy(&request)
+                .await
+                .map_err(|e| with_fix_hint(&e))?;
             Ok(format!("\n{}\n\nSucceeded\n", summary(&report)))
         }
         Mode::Plan => {
@@ -171,11 +179,25 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stderr()), task));
             let engine = config.engine(&name, events, args.parallel_azs).await?;
             let report = (engine.prepare(&request).await)
-                .map_err(|e| e.to_string())?
+                .map_err(|e| with_fix_hint(&e))?
                 .report();
             Ok(report.to_string())
         }
     }
+}
+
+/// The error's text; when agents did not answer, which instances and what recreates them.
+fn with_fix_hint(error: &EngineError) -> String {
+    let silent: Vec<&str> = (error.unanswered().iter())
+        .map(|u| u.instance.display.as_str())
+        .collect();
+    if silent.is_empty() || !error.unanswered().iter().all(|u| u.error.is_timeout()) {
+        return error.to_string();
+    }
+    format!(
+        "{error}\n\nNo answer from the agent of {}: `kubosh deploy --fix` recreates their VMs (on their persistent disks)",
+        silent.join(", ")
+    )
 }
 
 /// The manifest with ops files and variables applied. Every variable must have a value.
@@ -298,6 +320,7 @@ mod tests {
             releases: vec![],
             stemcells: vec![],
             recreate: false,
+            fix: false,
             parallel_azs: false,
         }
     }

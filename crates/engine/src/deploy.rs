@@ -8,7 +8,6 @@ use crate::execute::addresses::CLAIM_ATTEMPTS;
 use crate::progress;
 use crate::state::{DeploymentState, InstanceRecord, InstanceState};
 use crate::{DeployRequest, Engine, EngineError};
-use kubosh_core::plan::changes;
 
 pub use crate::prepare::{DeployReport, InstancePlan};
 
@@ -62,14 +61,14 @@ impl Engine {
 
         let inputs = self.inputs_digest(request);
         let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
-            && request.requests == changes::Requests::default()
+            && !request.requests.asks_for_changes()
             && request.action.is_none()
             && state.instances.values().all(|i| i.update_completed);
         // Nothing changed and every agent said `running` in a recent heartbeat: no call at all.
         if settled && self.heartbeats_say_settled(&state) {
             return Ok(DeployReport::nothing_to_do());
         }
-        let observation = self.observe_deployment(state).await?;
+        let observation = self.observe_deployment(state, request).await?;
         if settled && observation.all_running() {
             return Ok(DeployReport::nothing_to_do());
         }

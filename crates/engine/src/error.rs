@@ -10,6 +10,7 @@ use kubosh_core::plan::ip::IpError;
 use kubosh_core::validate::Problems;
 use kubosh_transport::agent::AgentError;
 
+use crate::progress::InstanceName;
 use crate::templates::TemplateError;
 
 /// A deploy failed.
@@ -27,9 +28,10 @@ pub enum EngineError {
     /// An agent call failed.
     #[error("{0}")]
     Agent(#[from] AgentError),
-    /// Agents did not answer `get_state` before anything changed (each error, by text).
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
-    AgentsUnanswered(Vec<AgentError>),
+    /// Agents did not answer `get_state` before anything changed (each error, by text), and
+    /// the deploy was not asked to recreate them (`--fix`).
+    #[error("{}", .0.iter().map(|u| u.error.to_string()).collect::<Vec<_>>().join("\n"))]
+    AgentsUnanswered(Vec<Unanswered>),
     /// The blobstore failed.
     #[error("{0}")]
     Blobstore(#[from] BlobstoreError),
@@ -94,9 +96,7 @@ impl EngineError {
             EngineError::Lock(_) => 100_001,
             EngineError::Plan(e) | EngineError::AddressesContended(e) => e.code(),
             EngineError::Agent(AgentError::Timeout { .. }) => 450_002,
-            EngineError::AgentsUnanswered(errors)
-                if matches!(errors.first(), Some(AgentError::Timeout { .. })) =>
-            {
+            EngineError::AgentsUnanswered(unanswered) if matches!(unanswered.first(), Some(u) if u.error.is_timeout()) => {
                 450_002
             }
             _ => 100,
@@ -118,6 +118,14 @@ impl EngineError {
                 _ => Disposition::Retry,
             },
             EngineError::Agent(AgentError::Unsupported { .. }) => Disposition::Stall,
+            // Silent agents stay silent until something recreates their VMs (`--fix`, the
+            // resurrector, a `recreate` of them); an agent that answered with an error, or a
+            // bus that could not be reached, may pass.
+            EngineError::AgentsUnanswered(unanswered)
+                if unanswered.iter().all(|u| u.error.is_timeout()) =>
+            {
+                Disposition::Stall
+            }
             EngineError::Lock(_)
             | EngineError::Store(_)
             | EngineError::Agent(_)
@@ -135,6 +143,25 @@ impl EngineError {
 impl From<CpiError> for EngineError {
     fn from(e: CpiError) -> EngineError {
         EngineError::Cloud(Box::new(e))
+    }
+}
+
+/// An instance whose agent did not answer `get_state` at the start of a deploy.
+#[derive(Debug)]
+pub struct Unanswered {
+    /// The instance.
+    pub instance: InstanceName,
+    /// What asking it said.
+    pub error: AgentError,
+}
+
+impl EngineError {
+    /// The instances whose agents did not answer, when that is why the deploy failed.
+    pub fn unanswered(&self) -> &[Unanswered] {
+        match self {
+            EngineError::AgentsUnanswered(unanswered) => unanswered,
+            _ => &[],
+        }
     }
 }
 
@@ -367,7 +394,17 @@ mod tests {
     fn codes_come_from_the_error_not_its_text() {
         let timed_out = EngineError::Agent(timeout("a"));
         assert_eq!(timed_out.code(), 450_002);
-        let several = EngineError::AgentsUnanswered(vec![timeout("a"), timeout("b")]);
+        let silent = |agent: &str| Unanswered {
+            instance: InstanceName {
+                group: "web".into(),
+                index: 0,
+                display: format!("web/{agent} (0)"),
+            },
+            error: timeout(agent),
+        };
+        let several = EngineError::AgentsUnanswered(vec![silent("a"), silent("b")]);
+        assert_eq!(several.disposition(), Disposition::Stall);
+        assert_eq!(several.unanswered().len(), 2);
         assert_eq!(several.code(), 450_002);
         assert_eq!(
             several.to_string(),

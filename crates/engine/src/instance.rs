@@ -114,7 +114,7 @@ impl Engine {
         }
 
         if target.desired_state == InstanceState::Detached {
-            if let Some(cid) = self.delete_vm_of(record).await? {
+            if let Some(cid) = self.delete_vm_of(record, target.responsive).await? {
                 self.events.milestone(Milestone::VmDeleted {
                     instance: InstanceName::of(record),
                     cid,
@@ -132,7 +132,7 @@ impl Engine {
             tags: &target.desired.tags,
         };
         if recreate {
-            let replaced = self.delete_vm_of(record).await?;
+            let replaced = self.delete_vm_of(record, target.responsive).await?;
             let vm = self
                 .create_instance_vm(record, &target.vm, replaced)
                 .await?;
@@ -265,11 +265,13 @@ impl Engine {
         Ok(vm)
     }
 
-    /// Unmounts and detaches the instance's disks, deletes its VM, and records that it has
-    /// none. The deleted VM's CID, if it had one.
+    /// Unmounts and detaches the instance's disks (without asking the agent when it does not
+    /// answer, `agent_answers` false), deletes its VM, and records that it has none. The
+    /// deleted VM's CID, if it had one.
     pub(crate) async fn delete_vm_of(
         &self,
         record: &mut InstanceRecord,
+        agent_answers: bool,
     ) -> Result<Option<String>, EngineError> {
         let Some(vm) = record.vm.clone() else {
             return Ok(None);
@@ -289,8 +291,9 @@ impl Engine {
         let agent = self.agent(&vm.agent_id, &record.display_name());
         // The disks come off as the Director's `RecreateHandler` takes them (unmount the
         // managed one, then detach all). An agent that does not answer is not asked again
-        // (each question would wait its timeout); the cloud still detaches.
-        let mut agent_answers = true;
+        // (each question would wait its timeout), nor is one the deploy found silent; the
+        // cloud still detaches.
+        let mut agent_answers = agent_answers;
         for disk in &record.disks {
             if agent_answers {
                 match self.detach_disk_from_vm(&agent, &vm.cid, disk).await {
@@ -564,7 +567,7 @@ impl Engine {
             self.orphan_disk(&disk, &record).await?;
         }
         let instance = InstanceName::of(&record);
-        let deleted = self.delete_vm_of(&mut record).await?;
+        let deleted = self.delete_vm_of(&mut record, true).await?;
         self.write(Write::DeleteInstance(record.uuid.clone()))
             .await?;
         if let Some(cid) = deleted {

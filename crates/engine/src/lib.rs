@@ -47,10 +47,10 @@ use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_core::validate::{Problems, Validated};
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
-pub use error::{Disposition, EngineError, PlanError};
+pub use error::{Disposition, EngineError, PlanError, Unanswered};
 pub use kubosh_artifacts::render::TemplateRenderer;
 pub use prepare::DeployPlan;
-pub use progress::{EventLog, EventSink, InstanceName, Milestone, NoEvents};
+pub use progress::{EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
 /// certificate: `{"bosh": {"mbus": {"cert": ...}}}`), by agent id.
@@ -188,7 +188,8 @@ pub struct DeployRequest {
     /// `--recreate`, `restart`, ...
     pub requests: Requests,
     /// `bosh start|stop|restart|recreate`: what to do to the instances in `scope` (all when
-    /// `None`); instances outside it are left as they are.
+    /// `None`); instances outside it are updated only where they differ from the manifest
+    /// (what any deploy does), so the deployment ends as its manifest says.
     pub action: Option<(InstanceAction, Option<Scope>)>,
 }
 

@@ -94,6 +94,17 @@ pub enum Milestone {
         /// The cloud's id.
         cid: String,
     },
+    /// An instance lost its VM or its agent, and the deploy gives it a new VM on its
+    /// persistent disks (the resurrector, `--fix`, a `recreate` of it): its `VmCreated` or
+    /// `VmRecreated` follows.
+    Resurrecting {
+        /// Whose.
+        instance: InstanceName,
+        /// The VM it had.
+        cid: String,
+        /// What was lost.
+        lost: Lost,
+    },
     /// An instance's agent did not answer (the deploy fails before it changes anything).
     AgentUnresponsive {
         /// Whose.
@@ -110,6 +121,15 @@ pub enum Milestone {
         /// Agents that did not acknowledge.
         failed: usize,
     },
+}
+
+/// What an instance being resurrected lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Its agent does not answer.
+    Agent,
+    /// The cloud no longer has its VM (`has_vm` false).
+    Vm,
 }
 
 /// Keeps every line and milestone (tests).

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -80,6 +81,8 @@ pub struct Metrics {
     deploys_running: Gauge,
     deploys_waiting: Gauge,
     leader: Gauge,
+    resurrections: Counter,
+    meltdowns: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -141,6 +144,17 @@ impl Metrics {
             "1 while this process leads, else 0",
             leader.clone(),
         );
+        let (resurrections, meltdowns) = (Counter::default(), Counter::default());
+        registry.register(
+            "resurrections",
+            "Instances given a new VM because they lost their agent or VM",
+            resurrections.clone(),
+        );
+        registry.register(
+            "meltdowns",
+            "Times resurrection stopped for a deployment because too many of its instances went down",
+            meltdowns.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -151,7 +165,19 @@ impl Metrics {
             deploys_running,
             deploys_waiting,
             leader,
+            resurrections,
+            meltdowns,
         }
+    }
+
+    /// An instance was resurrected.
+    pub fn resurrected(&self) {
+        self.resurrections.inc();
+    }
+
+    /// Resurrection stopped for a deployment (meltdown).
+    pub fn melted_down(&self) {
+        self.meltdowns.inc();
     }
 
     /// The metrics in OpenMetrics text.

@@ -7,4 +7,12 @@ use std::time::Duration;
 pub trait AgentHealth: Send + Sync {
     /// The `job_state` agent `agent_id` reported within the last `within`, if it did.
     fn recent_job_state(&self, agent_id: &str, within: Duration) -> Option<String>;
+
+    /// Whether the heartbeats prove agent `agent_id` silent for at least `at_least`: they
+    /// have been listened to that long, other agents were heard in that time (the feed
+    /// works), and this one was not. `false` when they cannot tell.
+    fn silent_for(&self, agent_id: &str, at_least: Duration) -> bool {
+        let _ = (agent_id, at_least);
+        false
+    }
 }

@@ -132,6 +132,17 @@ pub struct Requests {
     pub recreate_persistent_disks: bool,
     /// Restart jobs.
     pub restart: bool,
+    /// `--fix`: recreate the VMs of instances whose agents do not answer, instead of failing
+    /// before anything changes. Changes nothing by itself.
+    pub fix: bool,
+}
+
+impl Requests {
+    /// Whether the operator asked for a change the manifest does not make (`--fix` alone
+    /// asks for none: it only says what to do about silent agents).
+    pub fn asks_for_changes(&self) -> bool {
+        self.recreate || self.recreate_persistent_disks || self.restart
+    }
 }
 
 /// What the agent said at the start of the deploy.
@@ -386,7 +397,17 @@ mod tests {
             recreate: true,
             restart: true,
             recreate_persistent_disks: true,
+            fix: true,
         };
+        assert!(requests.asks_for_changes());
+        assert!(
+            !Requests {
+                fix: true,
+                ..Requests::default()
+            }
+            .asks_for_changes(),
+            "--fix alone changes nothing"
+        );
         let c = detect(
             &record(),
             &spec(),

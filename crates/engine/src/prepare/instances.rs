@@ -128,8 +128,10 @@ pub(crate) struct Desire<'a> {
 }
 
 /// Sets each planned instance's desired spec and its changes: the instance command applied
-/// to the instances in its scope (those outside it keep what they have), change detection
-/// (§4.3) for the rest. Running it again with the same packages gives the same result.
+/// to the instances in its scope, then change detection (§4.3) for all, so an action never
+/// leaves a pending change of the manifest half deployed (an instance outside its scope is
+/// updated only when it differs from the manifest). Running it again with the same packages
+/// gives the same result.
 pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
     for p in planned.iter_mut() {
         let group = &d.groups[p.group];
@@ -138,21 +140,18 @@ pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
             d.manifest, d.cloud, group, p, d.packages, calculated, d.config,
         );
         let mut requests = d.requests;
-        let mut in_scope = true;
-        if let Some((action, scope)) = d.action {
-            in_scope = scope.as_ref().is_none_or(|s| s.contains(&p.record));
-            if in_scope {
-                match action {
-                    InstanceAction::Start => p.record.state = InstanceState::Started,
-                    InstanceAction::Stop => p.record.state = InstanceState::Stopped,
-                    InstanceAction::StopHard => p.record.state = InstanceState::Detached,
-                    InstanceAction::Restart => requests.restart = true,
-                    InstanceAction::Recreate => requests.recreate = true,
-                }
+        if let Some((action, scope)) = d.action
+            && scope.as_ref().is_none_or(|s| s.contains(&p.record))
+        {
+            match action {
+                InstanceAction::Start => p.record.state = InstanceState::Started,
+                InstanceAction::Stop => p.record.state = InstanceState::Stopped,
+                InstanceAction::StopHard => p.record.state = InstanceState::Detached,
+                InstanceAction::Restart => requests.restart = true,
+                InstanceAction::Recreate => requests.recreate = true,
             }
         }
         p.changes = match &p.record.applied {
-            _ if !in_scope => Changes::default(),
             None => Changes(BTreeSet::from([changes::Change::Dirty])),
             Some(_) => {
                 changes::detect(&p.record, &p.desired, p.record.state, &p.observed, requests)

@@ -25,10 +25,12 @@ pub(crate) use instances::{Planned, dns_instance, target, vm_request};
 pub(crate) use network::{Addresses, reservations};
 pub use report::{DeployReport, InstancePlan};
 
-use crate::progress::{self, InstanceName, Milestone, StageRun};
+use crate::progress::{self, InstanceName, Lost, Milestone, StageRun};
 use crate::resources::CalculatedProperties;
-use crate::state::{DeploymentState, InstanceRecord};
-use crate::{DeployRequest, Engine, EngineError, PlanError, releases_by_name};
+use crate::state::{DeploymentState, InstanceRecord, VmRecord};
+use crate::{
+    DeployRequest, Engine, EngineError, InstanceAction, PlanError, Unanswered, releases_by_name,
+};
 use kubosh_artifacts::release::Release;
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::changes::Observed;
@@ -46,6 +48,14 @@ pub struct Observation {
     pub(crate) vanished: Vec<String>,
     /// The "Preparing deployment" stage; rendering is its second task.
     preparing: Arc<StageRun>,
+}
+
+/// Whether a deploy of `request` recreates the VM of `record` when its agent is silent:
+/// `--fix` (the resurrector's deploys), or a `recreate` of it.
+fn recreates_if_silent(request: &DeployRequest, record: &InstanceRecord) -> bool {
+    request.requests.fix
+        || matches!(&request.action, Some((InstanceAction::Recreate, scope))
+                if scope.as_ref().is_none_or(|s| s.contains(record)))
 }
 
 impl Observation {
@@ -161,7 +171,7 @@ impl Engine {
     ) -> Result<DeployPlan<'r>, EngineError> {
         self.warn_of(request);
         let state = self.store.load().await?;
-        let observation = self.observe_deployment(state).await?;
+        let observation = self.observe_deployment(state, request).await?;
         let resolved = self.resolve(request).await?;
         let inputs = self.inputs_digest(request);
         self.plan_deploy(request, resolved, &observation, inputs)
@@ -177,14 +187,16 @@ impl Engine {
 
     /// Step 3: asks every VM for its state (the "Preparing deployment" task); instances whose
     /// VM vanished lose their VM record (in memory) and are dirty, so the deploy makes them a
-    /// new VM and re-attaches their disks.
+    /// new VM and re-attaches their disks; silent agents fail the deploy unless `request`
+    /// recreates them.
     pub(crate) async fn observe_deployment(
         &self,
         mut state: DeploymentState,
+        request: &DeployRequest,
     ) -> Result<Observation, EngineError> {
         let preparing = StageRun::new(self.events.clone(), "Preparing deployment", vec![], 2);
         let (observed, vanished) = preparing
-            .task("Preparing deployment", self.observe(&state))
+            .task("Preparing deployment", self.observe(&state, request))
             .await?;
         for uuid in &vanished {
             let Some(record) = state.instances.get_mut(uuid) else {
@@ -202,6 +214,11 @@ impl Engine {
                     vm.cid
                 ),
             );
+            self.events.milestone(Milestone::Resurrecting {
+                instance: InstanceName::of(record),
+                cid: vm.cid,
+                lost: Lost::Vm,
+            });
         }
         Ok(Observation {
             state,
@@ -307,60 +324,109 @@ impl Engine {
 
     /// `get_state` of every VM (bounded concurrency). An agent that does not answer fails
     /// the deploy with BOSH's timeout text, before anything changed, unless the cloud says
-    /// its VM is gone (cck's `missing_vm`): such instances are listed second, to be given a
-    /// new VM.
+    /// its VM is gone (cck's `missing_vm`: such instances are listed second, to be given a
+    /// new VM) or the request recreates silent agents' VMs ([`recreates_if_silent`]: the
+    /// instance is `Unresponsive`, and heartbeats that prove it silent spare the question).
     async fn observe(
         &self,
         state: &DeploymentState,
+        request: &DeployRequest,
     ) -> Result<(BTreeMap<String, Observed>, Vec<String>), EngineError> {
         let records: Vec<InstanceRecord> = state.instances.values().cloned().collect();
         let asks = records.into_iter().map(|i| async move {
             let observed = match &i.vm {
                 None => Ok(Observed::NoVm),
-                Some(vm) => match self.agent(&vm.agent_id, &i.name()).get_state(false).await {
-                    Ok(s) => Ok(Observed::Answered {
-                        job_state: String::from(s.job_state),
-                    }),
-                    Err(e) if e.is_timeout() && self.vm_is_gone(&vm.cid).await => {
-                        Ok(Observed::NoVm)
-                    }
-                    Err(e) => {
-                        self.events.milestone(Milestone::AgentUnresponsive {
-                            instance: InstanceName::of(&i),
-                            error: e.to_string(),
-                        });
-                        Err(e)
-                    }
-                },
+                Some(vm) => {
+                    self.observe_vm(&i, vm, recreates_if_silent(request, &i))
+                        .await
+                }
             };
             let vanished = i.vm.is_some() && matches!(observed, Ok(Observed::NoVm));
-            (i.uuid.clone(), observed, vanished)
+            (i, observed, vanished)
         });
-        let answers: Vec<(String, Result<Observed, AgentError>, bool)> =
+        let answers: Vec<(InstanceRecord, Result<Observed, AgentError>, bool)> =
             futures::stream::iter(asks)
                 .buffer_unordered(self.config.get_state_concurrency.max(1))
                 .collect()
                 .await;
         let mut out = BTreeMap::new();
         let mut vanished = Vec::new();
-        let mut errors = Vec::new();
-        for (uuid, answer, gone) in answers {
+        let mut unanswered = Vec::new();
+        for (record, answer, gone) in answers {
             match answer {
                 Ok(o) => {
                     if gone {
-                        vanished.push(uuid.clone());
+                        vanished.push(record.uuid.clone());
                     }
-                    out.insert(uuid, o);
+                    out.insert(record.uuid, o);
                 }
-                Err(e) => errors.push(e),
+                Err(error) => {
+                    let instance = InstanceName::of(&record);
+                    self.events.milestone(Milestone::AgentUnresponsive {
+                        instance: instance.clone(),
+                        error: error.to_string(),
+                    });
+                    unanswered.push(Unanswered { instance, error });
+                }
             }
         }
-        if errors.is_empty() {
+        if unanswered.is_empty() {
             vanished.sort();
             Ok((out, vanished))
         } else {
-            errors.sort_by_cached_key(ToString::to_string);
-            Err(EngineError::AgentsUnanswered(errors))
+            unanswered.sort_by_cached_key(|u| u.error.to_string());
+            Err(EngineError::AgentsUnanswered(unanswered))
+        }
+    }
+
+    /// What the agent of `record`'s VM `vm` says, or why it says nothing.
+    async fn observe_vm(
+        &self,
+        record: &InstanceRecord,
+        vm: &VmRecord,
+        recreate_if_silent: bool,
+    ) -> Result<Observed, AgentError> {
+        let proven_silent = recreate_if_silent
+            && (self.config.health.as_ref())
+                .is_some_and(|h| h.silent_for(&vm.agent_id, self.config.health_window));
+        let timed_out = if proven_silent {
+            None
+        } else {
+            match self
+                .agent(&vm.agent_id, &record.name())
+                .get_state(false)
+                .await
+            {
+                Ok(s) => {
+                    return Ok(Observed::Answered {
+                        job_state: String::from(s.job_state),
+                    });
+                }
+                Err(e) if e.is_timeout() => Some(e),
+                Err(e) => return Err(e),
+            }
+        };
+        if self.vm_is_gone(&vm.cid).await {
+            return Ok(Observed::NoVm);
+        }
+        match timed_out {
+            Some(e) if !recreate_if_silent => Err(e),
+            _ => {
+                progress::warn(
+                    self.events.as_ref(),
+                    format!(
+                        "Agent of '{}' does not respond: its VM '{}' is recreated",
+                        record.display_name(),
+                        vm.cid
+                    ),
+                );
+                self.events.milestone(Milestone::Resurrecting {
+                    instance: InstanceName::of(record),
+                    cid: vm.cid.clone(),
+                    lost: Lost::Agent,
+                });
+                Ok(Observed::Unresponsive)
+            }
         }
     }
 

@@ -378,6 +378,9 @@ impl Sim {
                 Milestone::DiskOrphaned { instance, cid } => {
                     ("DiskOrphaned", instance.display, vec![cid])
                 }
+                Milestone::Resurrecting { instance, cid, .. } => {
+                    ("Resurrecting", instance.display, vec![cid])
+                }
                 Milestone::AgentUnresponsive { instance, .. } => {
                     ("AgentUnresponsive", instance.display, vec![])
                 }

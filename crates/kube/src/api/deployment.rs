@@ -111,9 +111,23 @@ pub struct DeploymentSpec {
     /// (`--orphaned-disk-max-age`) or their `Disk` is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+
+    /// Whether an instance whose agent falls silent for longer than the agent timeout, or
+    /// whose VM the cloud no longer has, gets a new VM on its persistent disks without being
+    /// asked (BOSH's resurrector, and `bosh deploy --fix` for deploys that meet one). On
+    /// when unset; the controller's `--no-resurrection` turns it off for every deployment.
+    /// Stops on its own in a meltdown (more than 5 instances and 20 % of the deployment down
+    /// within 10 minutes), said by the `Resurrection` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resurrection: Option<bool>,
 }
 
 impl DeploymentSpec {
+    /// Whether this deployment asks for resurrection (`resurrection`, on when unset).
+    pub fn resurrection(&self) -> bool {
+        self.resurrection.unwrap_or(true)
+    }
+
     /// Name of the `CloudConfig` to use: `cloudConfigRef.name`, else [`DEFAULT_CLOUD_CONFIG`].
     pub fn cloud_config_name(&self) -> &str {
         self.cloud_config_ref

@@ -12,20 +12,24 @@
 //! count (one sent while its jobs were being restarted says nothing about them now), and
 //! silence counts only once a whole agent timeout passed since then.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-use super::deployment::{DeploymentContext, publish_regarding, write_status};
+use super::deployment::{DeploymentContext, publish_regarding, reasons, set_trio, write_status};
+use super::resurrection::{Meltdown, RESURRECTION, Resurrection, Verdict};
 use super::status;
-use crate::api::{Deployment, Instance, InstanceState, ProcessState, RECORD_ANNOTATION};
+use crate::api::condition::{READY, STALLED};
+use crate::api::{
+    Deployment, DeploymentStatus, Instance, InstanceState, ProcessState, RECORD_ANNOTATION,
+};
 use kubosh_engine::AgentHealth;
 use kubosh_engine::state::InstanceRecord;
 
@@ -118,10 +122,12 @@ fn check_every(agent_timeout: Duration) -> Duration {
 }
 
 /// Watches the `Instance`s (of `api`'s scope) until `shutdown`: counts them by state for
-/// the metrics and, with heartbeats (`watch`), writes what the agents say changed.
+/// the metrics and, with heartbeats (`watch`), writes what the agents say changed and what
+/// that makes of each of `deployments` (the deployment controller's cache).
 pub async fn run(
     ctx: Arc<DeploymentContext>,
     api: Api<Instance>,
+    deployments: Store<Deployment>,
     watch: Option<HealthWatch>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -141,7 +147,7 @@ pub async fn run(
         loop {
             tick.tick().await;
             if let Some(watch) = &watch {
-                check(&ctx, &store, watch).await;
+                check(&ctx, &store, &deployments, watch).await;
             }
             ctx.metrics.set_instances(&count_by_state(&store));
         }
@@ -180,10 +186,39 @@ fn slim(instance: &mut Instance) {
     annotations.insert(UPDATE_COMPLETED.into(), completed.to_string());
 }
 
-/// One comparison of every instance with its agent's heartbeats.
-async fn check(ctx: &DeploymentContext, store: &Store<Instance>, watch: &HealthWatch) {
-    // Deployments whose counters move, by (namespace, name, uid).
-    let mut touched: BTreeSet<(String, String, String)> = BTreeSet::new();
+/// What one check found of a deployment's instances.
+#[derive(Debug, Default)]
+struct DeploymentHealth {
+    /// Its instances.
+    total: usize,
+    /// Instances whose agents are silent, by label.
+    down: Vec<String>,
+    /// Instances whose agents report jobs not running, by label.
+    failing: Vec<String>,
+    /// An instance's agent answered again after silence.
+    recovered: bool,
+    /// An instance's state was written: the counters move.
+    touched: bool,
+}
+
+/// An instance as the health watch names it: `group/uuid (index)`.
+fn label(instance: &Instance) -> String {
+    format!(
+        "{}/{} ({})",
+        instance.spec.instance_group, instance.spec.id, instance.spec.index
+    )
+}
+
+/// One comparison of every instance with its agent's heartbeats, then what each deployment
+/// makes of it: its counters and conditions, and resurrection.
+async fn check(
+    ctx: &DeploymentContext,
+    store: &Store<Instance>,
+    deployments: &Store<Deployment>,
+    watch: &HealthWatch,
+) {
+    // By (namespace, name, uid) of the owning deployment.
+    let mut found: BTreeMap<(String, String, String), DeploymentHealth> = BTreeMap::new();
     let mut states: BTreeMap<String, ProcessState> = BTreeMap::new();
     for instance in store.state() {
         let Some(owner) = instance
@@ -196,70 +231,194 @@ async fn check(ctx: &DeploymentContext, store: &Store<Instance>, watch: &HealthW
         if ctx.ledger.is_running(&owner.uid) {
             continue;
         }
-        // How long the agents of this deployment have had to say something new.
-        let quiet = match ctx.ledger.ended(&owner.uid) {
-            Some(ended) => ended.max(watch.since),
-            None => watch.since,
-        }
-        .elapsed();
-        let completed = instance
-            .annotations()
-            .get(UPDATE_COMPLETED)
-            .map(String::as_str)
-            == Some("true");
-        let current = instance.status.as_ref().and_then(|s| s.process_state);
-        let job_state = (instance.spec.agent_id.as_deref()).and_then(|agent| {
-            (watch.health).recent_job_state(agent, watch.agent_timeout.min(quiet))
-        });
-        let Some(next) = observed_state(
-            instance.spec.state,
-            instance.spec.vm_cid.is_some(),
-            job_state.as_deref(),
-            quiet > watch.agent_timeout,
-        )
-        .filter(|_| completed) else {
-            if let Some(state) = current {
-                states.insert(instance.name_any(), state);
-            }
-            continue;
-        };
-        states.insert(instance.name_any(), next);
-        if current == Some(next) {
-            continue;
-        }
-        let label = format!(
-            "{}/{} ({})",
-            instance.spec.instance_group, instance.spec.id, instance.spec.index
+        let key = (
+            instance.namespace().unwrap_or_default(),
+            owner.name.clone(),
+            owner.uid.clone(),
         );
-        if write_process_state(ctx, &instance, next).await {
-            if let Some((kind, reason, note)) =
-                transition(current, next, &label, watch.agent_timeout)
-            {
-                let secondary = Some(owner_reference(&instance, owner));
-                publish_regarding(
-                    ctx,
-                    &instance.object_ref(&()),
-                    secondary,
-                    kind,
-                    reason,
-                    &note,
-                )
-                .await;
+        let health = found.entry(key).or_default();
+        health.total += 1;
+        let current = instance.status.as_ref().and_then(|s| s.process_state);
+        let state = match observe(ctx, &instance, owner, watch).await {
+            Some(next) if current != Some(next) => {
+                if write_process_state(ctx, &instance, next).await {
+                    health.touched = true;
+                    health.recovered |= current == Some(ProcessState::Unresponsive)
+                        && next == ProcessState::Running;
+                    publish_transition(ctx, &instance, owner, current, next, watch).await;
+                }
+                Some(next)
             }
-            touched.insert((
-                instance.namespace().unwrap_or_default(),
-                owner.name.clone(),
-                owner.uid.clone(),
-            ));
+            Some(next) => Some(next),
+            None => current,
+        };
+        let Some(state) = state else { continue };
+        states.insert(instance.name_any(), state);
+        match state {
+            ProcessState::Unresponsive => health.down.push(label(&instance)),
+            ProcessState::Failing => health.failing.push(label(&instance)),
+            _ => {}
         }
     }
-    for (namespace, name, uid) in touched {
+    for ((namespace, name, uid), health) in found {
+        let reference = ObjectRef::<Deployment>::new(&name).within(&namespace);
+        let Some(deployment) = deployments.get(&reference) else {
+            continue;
+        };
+        if deployment.uid().as_deref() != Some(uid.as_str()) {
+            continue;
+        }
+        resurrect(ctx, &deployment, &health).await;
         let instances: Vec<Arc<Instance>> = (store.state().into_iter())
             .filter(|i| i.namespace().as_deref() == Some(namespace.as_str()))
             .filter(|i| i.spec.deployment == name)
             .collect();
-        write_counters(ctx, &namespace, &name, &uid, &instances, &states).await;
+        write_counters(ctx, &deployment, &health, &instances, &states).await;
     }
+}
+
+/// What the heartbeats say of `instance` now: `None` when they say nothing new, or its last
+/// update did not complete (the next deploy's business).
+async fn observe(
+    ctx: &DeploymentContext,
+    instance: &Instance,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    watch: &HealthWatch,
+) -> Option<ProcessState> {
+    // How long the agents of this deployment have had to say something new.
+    let quiet = match ctx.ledger.ended(&owner.uid) {
+        Some(ended) => ended.max(watch.since),
+        None => watch.since,
+    }
+    .elapsed();
+    let completed = instance
+        .annotations()
+        .get(UPDATE_COMPLETED)
+        .map(String::as_str)
+        == Some("true");
+    let job_state = (instance.spec.agent_id.as_deref())
+        .and_then(|agent| (watch.health).recent_job_state(agent, watch.agent_timeout.min(quiet)));
+    observed_state(
+        instance.spec.state,
+        instance.spec.vm_cid.is_some(),
+        job_state.as_deref(),
+        quiet > watch.agent_timeout,
+    )
+    .filter(|_| completed)
+}
+
+/// The Event of `instance` going from `current` to `next`, if it is one worth telling.
+async fn publish_transition(
+    ctx: &DeploymentContext,
+    instance: &Instance,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    current: Option<ProcessState>,
+    next: ProcessState,
+    watch: &HealthWatch,
+) {
+    if let Some((kind, reason, note)) =
+        transition(current, next, &label(instance), watch.agent_timeout)
+    {
+        let secondary = Some(owner_reference(instance, owner));
+        publish_regarding(
+            ctx,
+            &instance.object_ref(&()),
+            secondary,
+            kind,
+            reason,
+            &note,
+        )
+        .await;
+    }
+}
+
+/// The resurrector's part of a check: instances down are recreated by a deploy (the
+/// deployment's reconcile is woken) unless resurrection is off or the deployment melts
+/// down; a meltdown ends once every instance runs. Agents that answer again after a deploy
+/// stalled on them make the deploy run again.
+async fn resurrect(ctx: &DeploymentContext, deployment: &Deployment, health: &DeploymentHealth) {
+    let uid = deployment.uid().unwrap_or_default();
+    let reference = ObjectRef::from_obj(deployment);
+    let resurrection = &ctx.resurrection;
+    let asked = resurrection.enabled()
+        && deployment.spec.resurrection()
+        && !deployment.spec.paused
+        && deployment.metadata.deletion_timestamp.is_none();
+    if asked {
+        let now = Instant::now();
+        for instance in &health.down {
+            match resurrection.down(&uid, instance, health.total, now) {
+                Verdict::Repair { newly: true } => {
+                    tracing::info!(deployment = %deployment.name_any(), %instance, "resurrecting: the instance's agent is silent");
+                    resurrection.wake(reference.clone());
+                }
+                Verdict::Meltdown {
+                    meltdown,
+                    newly: true,
+                } => {
+                    ctx.metrics.melted_down();
+                    let note = meltdown_message(meltdown, &ctx.resurrection);
+                    tracing::warn!(deployment = %deployment.name_any(), "{note}");
+                    publish_about(
+                        ctx,
+                        deployment,
+                        EventType::Warning,
+                        "ResurrectionStopped",
+                        &note,
+                    )
+                    .await;
+                }
+                _ => {}
+            }
+        }
+    }
+    if health.down.is_empty()
+        && health.failing.is_empty()
+        && let Some(meltdown) = resurrection.all_up(&uid)
+    {
+        let note = format!(
+            "Resurrection resumed: every instance runs again (it stopped when {} of {} instances went down)",
+            meltdown.down, meltdown.total
+        );
+        publish_about(
+            ctx,
+            deployment,
+            EventType::Normal,
+            "ResurrectionResumed",
+            &note,
+        )
+        .await;
+    }
+    let stalled_on_agents = (deployment.status.as_ref())
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == STALLED))
+        .is_some_and(|c| c.status == "True" && c.reason == reasons::DEPLOY_FAILED);
+    if health.recovered && stalled_on_agents && resurrection.want(&uid) {
+        resurrection.wake(reference);
+    }
+}
+
+/// Publishes an Event regarding `deployment`.
+async fn publish_about(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    kind: EventType,
+    reason: &str,
+    note: &str,
+) {
+    publish_regarding(ctx, &deployment.object_ref(&()), None, kind, reason, note).await;
+}
+
+/// What the `ResurrectionStopped` Event and the `Resurrection` condition say of `meltdown`.
+fn meltdown_message(meltdown: Meltdown, resurrection: &Resurrection) -> String {
+    let policy = resurrection.policy();
+    format!(
+        "Resurrection stopped (meltdown): {} of {} instances went down within {}s (more than {} and more than {}%); it resumes once every instance runs again, or when asked with the kubosh.io/reconcile-request annotation",
+        meltdown.down,
+        meltdown.total,
+        policy.window.as_secs(),
+        policy.minimum_down,
+        policy.percent
+    )
 }
 
 fn owner_reference(
@@ -298,27 +457,79 @@ async fn write_process_state(
     }
 }
 
-/// Rewrites the `ready` and `failing` counters of deployment `name` from its instances'
-/// states (the other counters are the last deploy's).
+/// Rewrites the `ready` and `failing` counters of `deployment` from its instances' states
+/// (the other counters are the last deploy's), and its conditions from what the check found
+/// ([`health_trio`]). Read fresh before the write (a task may have written since the cache
+/// saw it), and written only when something changed.
 async fn write_counters(
     ctx: &DeploymentContext,
-    namespace: &str,
-    name: &str,
-    uid: &str,
+    deployment: &Deployment,
+    health: &DeploymentHealth,
     instances: &[Arc<Instance>],
     states: &BTreeMap<String, ProcessState>,
 ) {
-    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    let deployment = match api.get_opt(name).await {
-        Ok(Some(d)) if d.uid().as_deref() == Some(uid) => d,
+    let uid = deployment.uid().unwrap_or_default();
+    let repairing = ctx.resurrection.wanted(&uid);
+    let meltdown = ctx.resurrection.meltdown(&uid);
+    let next = |deployment: &Deployment| {
+        let mut status = deployment.status.clone().unwrap_or_default();
+        count_ready(&mut status, instances, states);
+        let why_not = if repairing {
+            None
+        } else if let Some(meltdown) = meltdown {
+            Some((
+                RESURRECTION_MELTDOWN,
+                meltdown_message(meltdown, &ctx.resurrection),
+            ))
+        } else if !health.down.is_empty() && !ctx.resurrection.enabled() {
+            Some((
+                RESURRECTION_OFF,
+                "the controller runs with --no-resurrection".to_string(),
+            ))
+        } else if !health.down.is_empty() && !deployment.spec.resurrection() {
+            Some((RESURRECTION_OFF, "spec.resurrection is false".to_string()))
+        } else {
+            None
+        };
+        health_trio(&mut status, health, why_not);
+        resurrection_condition(
+            &mut status,
+            meltdown.map(|m| meltdown_message(m, &ctx.resurrection)),
+        );
+        status
+    };
+    if deployment.status.as_ref() == Some(&next(deployment)) {
+        return;
+    }
+    let name = deployment.name_any();
+    let api: Api<Deployment> = Api::namespaced(
+        ctx.client.clone(),
+        &deployment.namespace().unwrap_or_default(),
+    );
+    let fresh = match api.get_opt(&name).await {
+        Ok(Some(d)) if d.uid().as_deref() == Some(uid.as_str()) => d,
         Ok(_) => return,
         Err(e) => {
-            tracing::warn!(deployment = name, error = %e, "cannot read the deployment");
+            tracing::warn!(deployment = %name, error = %e, "cannot read the deployment");
             return;
         }
     };
-    let mut status = deployment.status.clone().unwrap_or_default();
-    let before = status.clone();
+    let status = next(&fresh);
+    // A task started meanwhile writes every counter when it ends.
+    if fresh.status.as_ref() == Some(&status) || ctx.ledger.is_running(&uid) {
+        return;
+    }
+    if let Err(e) = write_status(&ctx.client, &fresh, &status).await {
+        tracing::warn!(deployment = %name, error = %e, "cannot write the counters");
+    }
+}
+
+/// The `ready` and `failing` counters of `status` from the instances' states.
+fn count_ready(
+    status: &mut DeploymentStatus,
+    instances: &[Arc<Instance>],
+    states: &BTreeMap<String, ProcessState>,
+) {
     for group in &mut status.instance_groups {
         let of_group = || {
             (instances.iter())
@@ -339,13 +550,118 @@ async fn write_counters(
     if let Some(desired) = status.desired_instances {
         status.instances = Some(format!("{ready}/{desired}"));
     }
-    // A task started meanwhile writes every counter when it ends.
-    if status == before || ctx.ledger.is_running(uid) {
+}
+
+/// Condition reasons the health watch writes.
+const INSTANCES_UNHEALTHY: &str = "InstancesUnhealthy";
+const RESURRECTING: &str = "Resurrecting";
+const RESURRECTION_OFF: &str = "ResurrectionOff";
+const RESURRECTION_MELTDOWN: &str = "Meltdown";
+const JOBS_FAILING: &str = "JobsFailing";
+
+/// The kstatus trio of a deployment whose last deploy succeeded, from its instances now:
+/// `Ready` only while every instance runs; instances down are being resurrected
+/// (`Reconciling`) or, when they will not be (`why_not`: resurrection off, meltdown) or
+/// only their jobs fail (monit's business), `Stalled` says so. A deployment whose last
+/// deploy did not succeed keeps what that deploy said.
+fn health_trio(
+    status: &mut DeploymentStatus,
+    health: &DeploymentHealth,
+    why_not: Option<(&str, String)>,
+) {
+    let ready = status.conditions.iter().find(|c| c.type_ == READY);
+    let after_success =
+        ready.is_some_and(|c| c.reason == reasons::DEPLOYED || c.reason == INSTANCES_UNHEALTHY);
+    if !after_success {
         return;
     }
-    if let Err(e) = write_status(&ctx.client, &deployment, &status).await {
-        tracing::warn!(deployment = name, error = %e, "cannot write the counters");
+    let generation = status.observed_generation;
+    if health.down.is_empty() && health.failing.is_empty() {
+        if ready.is_some_and(|c| c.reason == INSTANCES_UNHEALTHY) {
+            let message = "Every instance runs again";
+            set_trio(
+                status,
+                generation,
+                (true, reasons::DEPLOYED, message),
+                (false, reasons::DEPLOYED, ""),
+                (false, reasons::DEPLOYED, ""),
+            );
+        }
+        return;
     }
+    let mut unhealthy: Vec<String> = (health.down.iter())
+        .map(|i| format!("{i} (agent unresponsive)"))
+        .collect();
+    unhealthy.extend(health.failing.iter().map(|i| format!("{i} (jobs failing)")));
+    let message = format!(
+        "{} of {} instance(s) not running: {}",
+        unhealthy.len(),
+        health.total,
+        unhealthy.join(", ")
+    );
+    let ready = (false, INSTANCES_UNHEALTHY, message.as_str());
+    match why_not {
+        Some((reason, why)) if !health.down.is_empty() => {
+            let stalled = format!("{message}; not resurrected: {why}");
+            set_trio(
+                status,
+                generation,
+                ready,
+                (false, reason, ""),
+                (true, reason, &stalled),
+            );
+        }
+        _ if !health.down.is_empty() => {
+            let doing = format!(
+                "Recreating the VMs of instances whose agents are silent: {}",
+                health.down.join(", ")
+            );
+            set_trio(
+                status,
+                generation,
+                ready,
+                (true, RESURRECTING, &doing),
+                (false, RESURRECTING, ""),
+            );
+        }
+        _ => {
+            let stalled = format!(
+                "{message}; their agents restart failing jobs (monit), kubosh does not recreate them"
+            );
+            set_trio(
+                status,
+                generation,
+                ready,
+                (false, JOBS_FAILING, ""),
+                (true, JOBS_FAILING, &stalled),
+            );
+        }
+    }
+}
+
+/// The `Resurrection` condition: `False` with why in a meltdown, `True` again once it ended
+/// (absent until a deployment's first meltdown).
+fn resurrection_condition(status: &mut DeploymentStatus, meltdown: Option<String>) {
+    let generation = status.observed_generation;
+    let present = status.conditions.iter().any(|c| c.type_ == RESURRECTION);
+    let condition = match meltdown {
+        Some(message) => status::condition(
+            RESURRECTION,
+            false,
+            RESURRECTION_MELTDOWN,
+            &message,
+            generation,
+        ),
+        None if present => status::condition(
+            RESURRECTION,
+            true,
+            "Resumed",
+            "Resurrection runs: instances that lose their agent or VM are recreated",
+            generation,
+        ),
+        None => return,
+    };
+    status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! - [`fetch`] downloads `http(s)://` and `file://` URLs with optional Secret credentials.
 //! - [`deployment`] reconciles `Deployment`s: deploys, actions, deletion.
 //! - [`disk`] deletes orphaned `Disk`s once expired or when their resource is deleted.
-//! - [`health`] follows the agents' heartbeats into each `Instance`'s state between deploys.
+//! - [`health`] follows the agents' heartbeats into each `Instance`'s state between deploys;
+//!   [`resurrection`] decides what to do about instances that lost their agent or VM.
 //! - [`requests`] reads the action and reconcile-request annotations.
 //! - [`status`] writes `Ready`/`Reconciling`/`Stalled` conditions.
 //! - [`run`] runs the controllers together; [`serve`] is the process around them (probes,
@@ -22,6 +23,7 @@ pub mod health;
 pub mod inputs;
 pub mod progress;
 pub mod requests;
+pub mod resurrection;
 pub mod run;
 pub mod serve;
 pub mod status;

@@ -15,7 +15,10 @@ use kube::runtime::events::EventType;
 
 use crate::api::Progress;
 use kubosh_bosh::events::{EventLine, State};
-use kubosh_engine::{EventSink, InstanceName, Milestone as EngineMilestone};
+use kubosh_engine::{EventSink, InstanceName, Lost, Milestone as EngineMilestone};
+
+/// The reason of the Event of an instance given a new VM because it lost its agent or VM.
+pub const RESURRECTED: &str = "VMResurrected";
 
 /// A milestone of a deploy, to publish as an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +72,9 @@ struct Inner {
     progress: Option<Progress>,
     changed: bool,
     milestones: Vec<Milestone>,
+    /// Instances the deploy resurrects (their new VM is a `VMResurrected`), by
+    /// `(group, index)`, with what they lost.
+    resurrecting: std::collections::BTreeMap<(String, u64), Lost>,
 }
 
 /// The engine's event sink of one deploy.
@@ -98,6 +104,13 @@ impl DeployProgress {
         }
         inner.changed = false;
         inner.progress.clone()
+    }
+
+    /// Puts back `milestones` a reader took but did not tell yet, before any seen since.
+    pub fn requeue(&self, mut milestones: Vec<Milestone>) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        milestones.append(&mut inner.milestones);
+        inner.milestones = milestones;
     }
 
     /// The milestones seen since the last call.
@@ -161,10 +174,38 @@ fn milestone(stage: &str, task: &str, state: State, error: Option<&str>) -> Opti
     })
 }
 
-/// The Event of one of the engine's typed milestones.
-fn typed_milestone(m: EngineMilestone) -> Milestone {
+/// Why an instance was resurrected, as its Event says it.
+fn lost_what(lost: Lost) -> &'static str {
+    match lost {
+        Lost::Agent => "its agent did not respond",
+        Lost::Vm => "the cloud no longer had its VM",
+    }
+}
+
+/// The Event of one of the engine's typed milestones; a new VM of an instance in
+/// `resurrecting` is its resurrection.
+fn typed_milestone(
+    m: EngineMilestone,
+    resurrecting: &std::collections::BTreeMap<(String, u64), Lost>,
+) -> Milestone {
     let about = |i: &InstanceName| Some((i.group.clone(), i.index));
+    let lost = |i: &InstanceName| resurrecting.get(&(i.group.clone(), i.index)).copied();
     let (kind, reason, note, instance) = match m {
+        EngineMilestone::VmCreated { instance, cid }
+        | EngineMilestone::VmRecreated {
+            instance,
+            new_cid: cid,
+            ..
+        } if lost(&instance).is_some() => (
+            EventType::Normal,
+            RESURRECTED,
+            format!(
+                "Resurrected {} on VM {cid}: {}",
+                instance.display,
+                lost(&instance).map_or("", lost_what)
+            ),
+            about(&instance),
+        ),
         EngineMilestone::VmCreated { instance, cid } => (
             EventType::Normal,
             "VMCreated",
@@ -226,6 +267,20 @@ fn typed_milestone(m: EngineMilestone) -> Milestone {
             ),
             about(&instance),
         ),
+        EngineMilestone::Resurrecting {
+            instance,
+            cid,
+            lost,
+        } => (
+            EventType::Warning,
+            "Resurrecting",
+            format!(
+                "Giving {} a new VM on its persistent disks: {} (VM {cid})",
+                instance.display,
+                lost_what(lost)
+            ),
+            about(&instance),
+        ),
         EngineMilestone::AgentUnresponsive { instance, error } => (
             EventType::Warning,
             "AgentUnresponsive",
@@ -258,10 +313,12 @@ fn typed_milestone(m: EngineMilestone) -> Milestone {
 
 impl EventSink for DeployProgress {
     fn milestone(&self, milestone: EngineMilestone) {
-        let m = typed_milestone(milestone);
-        (self.inner.lock().unwrap_or_else(PoisonError::into_inner))
-            .milestones
-            .push(m);
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let EngineMilestone::Resurrecting { instance, lost, .. } = &milestone {
+            (inner.resurrecting).insert((instance.group.clone(), instance.index), *lost);
+        }
+        let m = typed_milestone(milestone, &inner.resurrecting);
+        inner.milestones.push(m);
     }
 
     fn emit(&self, line: EventLine) {
@@ -457,6 +514,60 @@ mod tests {
             assert_eq!(about_web1.instance, Some(("web".into(), 1)));
         }
         assert_eq!(m[3].instance, None, "DNS is the deployment's");
+    }
+
+    #[test]
+    fn a_new_vm_of_an_instance_that_lost_its_agent_or_vm_is_its_resurrection() {
+        let p = DeployProgress::new();
+        let name = |index: u64| InstanceName {
+            group: "web".into(),
+            index,
+            display: format!("web/u{index} ({index})"),
+        };
+        p.milestone(EngineMilestone::Resurrecting {
+            instance: name(0),
+            cid: "vm-a".into(),
+            lost: Lost::Agent,
+        });
+        p.milestone(EngineMilestone::Resurrecting {
+            instance: name(1),
+            cid: "vm-b".into(),
+            lost: Lost::Vm,
+        });
+        p.milestone(EngineMilestone::VmRecreated {
+            instance: name(0),
+            old_cid: "vm-a".into(),
+            new_cid: "vm-c".into(),
+        });
+        p.milestone(EngineMilestone::VmCreated {
+            instance: name(1),
+            cid: "vm-d".into(),
+        });
+        p.milestone(EngineMilestone::VmCreated {
+            instance: name(2),
+            cid: "vm-e".into(),
+        });
+        let m = p.drain();
+        let reasons: Vec<_> = m.iter().map(|m| m.reason).collect();
+        assert_eq!(
+            reasons,
+            [
+                "Resurrecting",
+                "Resurrecting",
+                RESURRECTED,
+                RESURRECTED,
+                "VMCreated"
+            ]
+        );
+        assert_eq!(
+            m[2].note,
+            "Resurrected web/u0 (0) on VM vm-c: its agent did not respond"
+        );
+        assert_eq!(
+            m[3].note,
+            "Resurrected web/u1 (1) on VM vm-d: the cloud no longer had its VM"
+        );
+        assert_eq!(m[3].instance, Some(("web".into(), 1)));
     }
 
     #[test]

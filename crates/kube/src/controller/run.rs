@@ -195,6 +195,7 @@ pub async fn run(
     let health_loop = health::run(
         deployments.clone(),
         scope.api::<Instance>(&client),
+        synced_store.clone(),
         health,
         shutdown,
     );
@@ -247,7 +248,11 @@ where
             .map(|d| ObjectRef::from_obj(&*d))
             .collect::<Vec<_>>()
     };
+    // The resurrector wakes the deployments it asks to deploy.
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    deployments.resurrection.wake_with(wake);
     let deployment_loop = controller
+        .reconcile_on(woken)
         .owns(scope.api::<Instance>(client), watch.clone())
         .watches(
             scope.api::<CloudConfig>(client),

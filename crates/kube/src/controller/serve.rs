@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use super::artifacts::ArtifactContext;
 use super::deployment::DeploymentContext;
 use super::health::HealthWatch;
+use super::resurrection::{MeltdownPolicy, Resurrection};
 use super::run::{Scope, run};
 use crate::client::RequestBudget;
 use crate::lock::Process;
@@ -58,6 +59,11 @@ pub struct ServeOptions {
     pub budget: RequestBudget,
     /// How long an agent may send no heartbeat before its instance shows `Unresponsive`.
     pub agent_timeout: Duration,
+    /// Whether instances that lose their agent or VM are recreated (deployments may opt out
+    /// with `spec.resurrection: false`; this switch turns it off for all).
+    pub resurrection: bool,
+    /// When resurrection stops for a deployment.
+    pub meltdown: MeltdownPolicy,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); `None`: nowhere.
     pub metrics_bind_address: Option<String>,
     /// Scratch space: release tarballs, extracted stemcells, downloads.
@@ -263,6 +269,7 @@ async fn lead(
     deployments.metrics = metrics.clone();
     deployments.readiness = readiness.clone();
     deployments.orphaned_disk_max_age = options.orphaned_disk_max_age;
+    deployments.resurrection = Arc::new(Resurrection::new(options.resurrection, options.meltdown));
     let cancel = deployments.cancel.clone();
     let tasks = deployments.tasks.clone();
     let artifacts = ArtifactContext {

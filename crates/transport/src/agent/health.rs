@@ -119,6 +119,22 @@ impl HeartbeatTable {
             .map(|last| last.job_state.as_str())
     }
 
+    /// Whether, listened to since `listening_since`, the table proves `agent_id` silent for
+    /// `at_least` at `now` ([`AgentHealth::silent_for`]).
+    pub fn silent_for(
+        &self,
+        agent_id: &str,
+        at_least: Duration,
+        listening_since: Instant,
+        now: Instant,
+    ) -> bool {
+        let recent =
+            |last: &LastHeartbeat| now.saturating_duration_since(last.received) <= at_least;
+        now.saturating_duration_since(listening_since) >= at_least
+            && self.agents.values().any(recent)
+            && !self.agents.get(agent_id).is_some_and(recent)
+    }
+
     /// Forgets agents whose last heartbeat is older than `age` at `now`.
     pub fn prune(&mut self, age: Duration, now: Instant) {
         self.agents
@@ -314,6 +330,10 @@ impl AgentHealth for HeartbeatMonitor {
             .recent_job_state(agent_id, within, Instant::now())
             .map(str::to_string)
     }
+
+    fn silent_for(&self, agent_id: &str, at_least: Duration) -> bool {
+        (self.table()).silent_for(agent_id, at_least, self.listening_since, Instant::now())
+    }
 }
 
 /// The monitor's task: applies every message to the table until the subscriptions end.
@@ -432,6 +452,33 @@ mod tests {
         assert_eq!(
             table.recent_job_state("agent-1", Duration::from_secs(1), now),
             Some("unknown")
+        );
+    }
+
+    #[test]
+    fn silence_is_proven_only_when_the_feed_works_and_was_listened_to_long_enough() {
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let window = Duration::from_secs(60);
+        let mut table = HeartbeatTable::default();
+        let read =
+            |agent: &str| HmMessage::read(&format!("hm.agent.heartbeat.{agent}"), &beat("running"));
+        read("alive").apply(&mut table, at(10));
+        read("dead").apply(&mut table, at(10));
+        read("alive").apply(&mut table, at(70));
+        assert!(
+            table.silent_for("dead", window, start, at(75)),
+            "others heard, it was not"
+        );
+        assert!(table.silent_for("never-heard", window, start, at(75)));
+        assert!(!table.silent_for("alive", window, start, at(75)));
+        assert!(
+            !table.silent_for("dead", window, at(30), at(75)),
+            "not listened to for a whole window"
+        );
+        assert!(
+            !table.silent_for("dead", window, start, at(200)),
+            "nobody heard: the feed itself may be down"
         );
     }
 

@@ -1,7 +1,8 @@
 //! The reconcile of a `Deployment` that is not being deleted: short, it reads the inputs,
 //! writes what stops them (waiting for a release, an invalid manifest: zero cloud calls),
 //! and otherwise starts a deploy task unless the same generation and inputs were already
-//! deployed (or failed for good, or wait for their retry).
+//! deployed (or failed for good, or wait for their retry) and the resurrector asks for
+//! nothing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,9 +42,11 @@ pub(super) async fn reconcile(
     // Deployed, nothing asked, no input changed and read recently: nothing to read again.
     let namespace = deployment.namespace().unwrap_or_default();
     let counter = ctx.inputs.counter(&namespace);
+    let repair = ctx.resurrection.wanted(&uid);
     if let Some(Outcome::Deployed(attempt)) = ctx.ledger.outcome(&uid)
         && attempt.generation == generation
         && !deployment.spec.paused
+        && !repair
         && Pending::of(&deployment).is_empty()
         && let Some(age) = ctx.ledger.inputs_unchanged_for(&uid, counter)
         && age < RESYNC
@@ -61,6 +64,22 @@ pub(super) async fn reconcile(
         return report_paused(ctx, &deployment, status).await;
     }
     let pending = Pending::of(&deployment);
+    if pending.reconcile.is_some()
+        && let Some(meltdown) = ctx.resurrection.resume(&uid)
+    {
+        let note = format!(
+            "Resurrection resumed as asked (it stopped when {} of {} instances went down)",
+            meltdown.down, meltdown.total
+        );
+        publish(
+            ctx,
+            &deployment,
+            EventType::Normal,
+            "ResurrectionResumed",
+            note,
+        )
+        .await;
+    }
     if let Some(ActionRequest {
         value,
         parsed: Err(message),
@@ -72,7 +91,7 @@ pub(super) async fn reconcile(
         generation,
         inputs: InputsKey::of(&inputs),
     };
-    if let Some(action) = already_decided(ctx.ledger.outcome(&uid), &attempt, &pending) {
+    if !repair && let Some(action) = already_decided(ctx.ledger.outcome(&uid), &attempt, &pending) {
         return Ok(action);
     }
     let Some(cancel) = ctx.ledger.start(&uid, TaskKind::Deploy, &ctx.cancel) else {

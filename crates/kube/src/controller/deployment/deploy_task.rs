@@ -21,10 +21,11 @@ use super::report::{clip, now, publish, reasons, set_trio, write_status};
 use super::task_progress::ProgressWriter;
 use crate::api::{Deployment, DeploymentStatus, TaskState, TaskSummary};
 use crate::state::KubeStore;
+use kubosh_core::plan::changes::Requests;
 use kubosh_engine::deploy::DeployReport;
 use kubosh_engine::state::StateStore;
 use kubosh_engine::{
-    CancellationToken, DeployRequest, Disposition, EngineError, InstanceAction, Scope,
+    CancellationToken, DeployRequest, Disposition, EngineError, InstanceAction, InstanceName, Scope,
 };
 
 /// What a deploy task does, as `lastTask.description` says it.
@@ -185,7 +186,16 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     let deployment = deployment.as_ref();
     let namespace = deployment.namespace().unwrap_or_default();
     let kind = DeployKind::of(deployment, &pending);
-    let status = announce(ctx, deployment, &kind).await;
+    let announcement = Announcement::of(deployment, &kind);
+    let quiet = starts_quietly(deployment, &kind);
+    let status = if quiet {
+        let mut status = deployment.status.clone().unwrap_or_default();
+        Handled::of(deployment).fill(&mut status);
+        status
+    } else {
+        announce(ctx, deployment, &announcement).await
+    };
+    let before = status.clone();
     let progress = Arc::new(DeployProgress::new());
     let store = Arc::new(KubeStore::new(
         ctx.client.clone(),
@@ -203,10 +213,19 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         inputs.clone(),
         progress,
         status.clone(),
+        quiet.then(|| announcement.clone()),
     );
+    let uid = deployment.uid().unwrap_or_default();
+    // This deploy recreates what lost its agent or VM, as the resurrector asked (or would).
+    ctx.resurrection.deploying(&uid);
+    let fix = (ctx.resurrection).allows(&uid, deployment.spec.resurrection());
     let result = match request_of(ctx, &inputs).await {
         Ok(request) => (engine.deploy(&DeployRequest {
             action: kind.action(),
+            requests: Requests {
+                fix,
+                ..request.requests
+            },
             ..request
         }))
         .await
@@ -216,13 +235,48 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         }),
         Err(e) => Err(Failure::Failed(e.into())),
     };
-    writer.stop(ctx, deployment).await;
+    let announced = writer.stop(ctx, deployment).await;
     let mut status = status.lock().await.clone();
+    if quiet && !announced {
+        if let Ok(report) = &result
+            && report.noop
+        {
+            // Nothing was done, nothing said: the status stays as it was.
+            let uid = deployment.uid().unwrap_or_default();
+            ctx.ledger.reset_backoff(&uid);
+            ctx.ledger.set_outcome(&uid, Outcome::Deployed(attempt));
+            if status != before {
+                acknowledge_requests(
+                    ctx,
+                    deployment,
+                    &store,
+                    status,
+                    pending,
+                    DeployResult::Succeeded,
+                )
+                .await;
+            }
+            return DeployResult::Succeeded;
+        }
+        // It did something (or failed) without a stage that says so: its task is told now.
+        announcement.apply(&mut status);
+        announcement.publish(ctx, deployment).await;
+    }
     status.progress = None;
     let elapsed = started.elapsed();
     if let Ok(state) = store.load().await {
         count_instances(&mut status, &inputs, &state);
-        write_instance_statuses(ctx, &namespace, &deployment.name_any(), &state).await;
+        // After a failure, whether an instance runs is its agent's to say (the health
+        // watch), not the record's.
+        let running_known = result.is_ok();
+        write_instance_statuses(
+            ctx,
+            &namespace,
+            &deployment.name_any(),
+            &state,
+            running_known,
+        )
+        .await;
     }
     let ended = DeployResult::of(&result);
     let status = conclude(ctx, deployment, &inputs, status, attempt, result, elapsed).await;
@@ -235,41 +289,86 @@ fn task_id() -> String {
     kubosh_base::ids::uuid_v4()[..8].to_string()
 }
 
-/// Says the deploy started: `Reconciling` (Deploying), a new `lastTask`, and an Event.
-/// The status as written.
+/// How a deploy says it started: `Reconciling` (Deploying), a new `lastTask`, and an Event.
+#[derive(Debug, Clone)]
+pub(super) struct Announcement {
+    generation: i64,
+    /// `lastTask.description`.
+    description: String,
+    /// The condition's message and the Event's note.
+    message: String,
+}
+
+impl Announcement {
+    fn of(deployment: &Deployment, kind: &DeployKind) -> Announcement {
+        let generation = deployment.metadata.generation.unwrap_or_default();
+        let description = kind.to_string();
+        let message = match kind {
+            DeployKind::Action(..) => format!("Deploying generation {generation}: {description}"),
+            DeployKind::Create | DeployKind::Update => format!("Deploying generation {generation}"),
+        };
+        Announcement {
+            generation,
+            description,
+            message,
+        }
+    }
+
+    /// `status` as a deploy that started says it.
+    pub(super) fn apply(&self, status: &mut DeploymentStatus) {
+        let message = format!("Deploying generation {}", self.generation);
+        set_trio(
+            status,
+            Some(self.generation),
+            (false, reasons::DEPLOYING, &message),
+            (true, reasons::DEPLOYING, &message),
+            (false, reasons::DEPLOYING, ""),
+        );
+        status.progress = None;
+        status.last_task = Some(TaskSummary {
+            id: task_id(),
+            state: TaskState::Processing,
+            description: self.description.clone(),
+            started: Some(now()),
+            ..TaskSummary::default()
+        });
+    }
+
+    /// Publishes the `DeployStarted` Event.
+    pub(super) async fn publish(&self, ctx: &DeploymentContext, deployment: &Deployment) {
+        let note = self.message.clone();
+        publish(ctx, deployment, EventType::Normal, "DeployStarted", note).await;
+    }
+}
+
+/// Whether a deploy of `deployment` starts quietly: its status says it is Ready at this
+/// generation and no action is asked, so the deploy most likely finds nothing to do (a
+/// controller restart, a resync, agents back after silence). It says it started only once
+/// it changes something (see `task_progress`), so `Ready` does not flap for a deploy that
+/// does nothing.
+fn starts_quietly(deployment: &Deployment, kind: &DeployKind) -> bool {
+    let generation = deployment.metadata.generation;
+    let status = deployment.status.as_ref();
+    !matches!(kind, DeployKind::Action(..))
+        && status.is_some_and(|s| {
+            s.observed_generation == generation
+                && super::super::status::is_ready(&s.conditions, s.observed_generation)
+        })
+}
+
+/// Says the deploy started (see [`Announcement`]); the status as written.
 async fn announce(
     ctx: &DeploymentContext,
     deployment: &Deployment,
-    kind: &DeployKind,
+    announcement: &Announcement,
 ) -> DeploymentStatus {
-    let generation = deployment.metadata.generation.unwrap_or_default();
     let mut status = deployment.status.clone().unwrap_or_default();
     Handled::of(deployment).fill(&mut status);
-    let message = format!("Deploying generation {generation}");
-    set_trio(
-        &mut status,
-        Some(generation),
-        (false, reasons::DEPLOYING, &message),
-        (true, reasons::DEPLOYING, &message),
-        (false, reasons::DEPLOYING, ""),
-    );
-    status.progress = None;
-    let description = kind.to_string();
-    let message = match kind {
-        DeployKind::Action(..) => format!("{message}: {description}"),
-        DeployKind::Create | DeployKind::Update => message,
-    };
-    status.last_task = Some(TaskSummary {
-        id: task_id(),
-        state: TaskState::Processing,
-        description,
-        started: Some(now()),
-        ..TaskSummary::default()
-    });
+    announcement.apply(&mut status);
     if let Err(e) = write_status(&ctx.client, deployment, &status).await {
         tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot write the status");
     }
-    publish(ctx, deployment, EventType::Normal, "DeployStarted", message).await;
+    announcement.publish(ctx, deployment).await;
     status
 }
 
@@ -297,7 +396,7 @@ async fn conclude(
             cancelled(ctx, deployment, &mut status, attempt.generation).await;
         }
         Err(Failure::Failed(error)) => {
-            let message = inputs.scrub(&error.to_string());
+            let message = inputs.scrub(&failure_message(ctx, deployment, &error));
             task.state = TaskState::Failed;
             task.error = Some(clip(&message));
             failed(
@@ -312,6 +411,48 @@ async fn conclude(
         }
     }
     status
+}
+
+/// What a failed deploy's status says: the error, and for agents that did not answer, why
+/// they were not recreated and how to have them recreated.
+fn failure_message(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    error: &DeployError,
+) -> String {
+    let DeployError::Engine(engine) = error else {
+        return error.to_string();
+    };
+    let silent: Vec<&InstanceName> = (engine.unanswered().iter())
+        .filter(|u| u.error.is_timeout())
+        .map(|u| &u.instance)
+        .collect();
+    if silent.is_empty() {
+        return error.to_string();
+    }
+    let uid = deployment.uid().unwrap_or_default();
+    let why = if !ctx.resurrection.enabled() {
+        "the controller runs with --no-resurrection".to_string()
+    } else if !deployment.spec.resurrection() {
+        "spec.resurrection is false".to_string()
+    } else if let Some(m) = ctx.resurrection.meltdown(&uid) {
+        format!(
+            "resurrection stopped (meltdown: {} of {} instances went down; resume it with the kubosh.io/reconcile-request annotation)",
+            m.down, m.total
+        )
+    } else {
+        "resurrection is off".to_string()
+    };
+    let names: Vec<&str> = silent.iter().map(|i| i.display.as_str()).collect();
+    let recreate: Vec<String> = (silent.iter())
+        .map(|i| format!("recreate {}/{}", i.group, i.index))
+        .collect();
+    format!(
+        "{error}\nNo answer from the agent of {}; their VMs are not recreated because {why}. Recreate them with the {} annotation ({}), or turn resurrection on",
+        names.join(", "),
+        requests::ACTION_ANNOTATION,
+        recreate.join("; ")
+    )
 }
 
 /// Ready, with what the deploy did.

@@ -54,13 +54,15 @@ pub(super) fn count_instances(
 }
 
 /// Each `Instance`'s status from its record after a deploy: `Running` when its update
-/// completed and it is started, `Stopped` when stopped or detached. Written only where it
-/// changed.
+/// completed and it is started (only when `running_known`: the deploy succeeded, so it
+/// watched every started instance run), `Stopped` when stopped or detached. Written only
+/// where it changed.
 pub(super) async fn write_instance_statuses(
     ctx: &DeploymentContext,
     namespace: &str,
     deployment: &str,
     state: &DeploymentState,
+    running_known: bool,
 ) {
     let api: Api<Instance> = Api::namespaced(ctx.client.clone(), namespace);
     // One list, not a read per instance: the request budget is shared by every deployment.
@@ -81,6 +83,7 @@ pub(super) async fn write_instance_statuses(
         };
         let generation = object.metadata.generation;
         let (process, ready, reason) = match (record.state, record.update_completed) {
+            (InstanceState::Started, true) if !running_known => continue,
             (InstanceState::Started, true) => (ProcessState::Running, true, "Running"),
             (InstanceState::Started, false) => (ProcessState::Unknown, false, "UpdateIncomplete"),
             _ => (ProcessState::Stopped, true, "Stopped"),

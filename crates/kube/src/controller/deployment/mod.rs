@@ -52,7 +52,7 @@ pub use deploy_task::DeployError;
 pub use input_changes::InputChanges;
 pub use ledger::Ledger;
 pub use materialise::{MaterialiseError, ReleasePart};
-pub(crate) use report::{publish_regarding, write_status};
+pub(crate) use report::{publish_regarding, reasons, set_trio, write_status};
 
 /// How often a settled deployment's inputs are read again (Secrets and ConfigMaps in
 /// `varsFrom` are not watched).
@@ -90,6 +90,8 @@ pub struct DeploymentContext {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// What `/readyz` says (told when the caches are synced).
     pub readiness: Arc<crate::metrics::Readiness>,
+    /// The resurrector: which deployments recreate lost instances, and which are asked to.
+    pub resurrection: Arc<super::resurrection::Resurrection>,
     /// The releases deploys read, by reference.
     releases: Arc<materialise::ReleaseCache>,
 }
@@ -120,6 +122,7 @@ impl DeploymentContext {
             inputs: Arc::default(),
             metrics: Arc::default(),
             readiness: Arc::default(),
+            resurrection: Arc::default(),
             releases: Arc::default(),
         }
     }

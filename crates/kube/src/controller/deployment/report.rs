@@ -13,7 +13,7 @@ use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{Deployment, DeploymentStatus};
 
 /// Condition reasons of a `Deployment`.
-pub(super) mod reasons {
+pub(crate) mod reasons {
     pub const DEPLOYING: &str = "Deploying";
     pub const DEPLOYED: &str = "Deployed";
     pub const WAITING: &str = "Waiting";
@@ -34,7 +34,7 @@ pub(super) fn clip(message: &str) -> String {
 }
 
 /// Sets the kstatus trio in one go.
-pub(super) fn set_trio(
+pub(crate) fn set_trio(
     status: &mut DeploymentStatus,
     generation: Option<i64>,
     ready: (bool, &str, &str),

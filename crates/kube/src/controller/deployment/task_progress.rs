@@ -9,9 +9,10 @@ use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
 use super::super::inputs::Inputs;
-use super::super::progress::{DeployProgress, Milestone};
+use super::super::progress::{DeployProgress, Milestone, RESURRECTED};
 use super::super::status;
 use super::DeploymentContext;
+use super::deploy_task::Announcement;
 use super::report::{publish, publish_regarding, reasons, write_status};
 use crate::api::condition::RECONCILING;
 use crate::api::{Deployment, DeploymentStatus, Progress};
@@ -32,11 +33,15 @@ pub(super) struct ProgressWriter {
     store: Arc<KubeStore>,
     inputs: Arc<Inputs>,
     progress: Arc<DeployProgress>,
+    /// Whether the deploy said it started (a quiet one says so at its first change).
+    announced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ProgressWriter {
     /// Starts telling what `progress` hears of the deploy of `deployment`, writing into
-    /// `status` (the task's status, shared with it).
+    /// `status` (the task's status, shared with it). A deploy that starts quietly
+    /// (`quiet`: its announcement, not made yet) is told from its first stage that changes
+    /// something; "Preparing deployment" only reads.
     pub(super) fn start(
         ctx: &DeploymentContext,
         deployment: &Deployment,
@@ -44,47 +49,71 @@ impl ProgressWriter {
         inputs: Arc<Inputs>,
         progress: Arc<DeployProgress>,
         status: Arc<Mutex<DeploymentStatus>>,
+        quiet: Option<Announcement>,
     ) -> ProgressWriter {
         let (stop, stopped) = watch::channel(false);
-        let writer = tokio::spawn(report_progress(
-            ctx.clone(),
-            deployment.clone(),
-            store.clone(),
-            inputs.clone(),
-            progress.clone(),
+        let announced = Arc::new(std::sync::atomic::AtomicBool::new(quiet.is_none()));
+        let task = Task {
+            ctx: ctx.clone(),
+            deployment: deployment.clone(),
+            store: store.clone(),
+            inputs: inputs.clone(),
+            progress: progress.clone(),
             status,
-            stopped,
-        ));
+            quiet,
+            announced: announced.clone(),
+        };
+        let writer = tokio::spawn(report_progress(task, stopped));
         ProgressWriter {
             stop,
             writer,
             store,
             inputs,
             progress,
+            announced,
         }
     }
 
-    /// Stops writing, then publishes the milestones not told yet.
-    pub(super) async fn stop(self, ctx: &DeploymentContext, deployment: &Deployment) {
+    /// Stops writing, then publishes the milestones not told yet; whether the deploy said
+    /// it started.
+    pub(super) async fn stop(self, ctx: &DeploymentContext, deployment: &Deployment) -> bool {
         let _ = self.stop.send(true);
         let _ = self.writer.await;
         for m in self.progress.drain() {
             publish_milestone(ctx, deployment, &self.store, &self.inputs, m).await;
         }
+        self.announced.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
-/// Publishes milestones as they come and writes the running stage to the status (a new
-/// stage at once, its count at most every [`PROGRESS_COUNT_EVERY`]), until `stop`.
-async fn report_progress(
+/// What the progress task works with.
+struct Task {
     ctx: DeploymentContext,
     deployment: Deployment,
     store: Arc<KubeStore>,
     inputs: Arc<Inputs>,
     progress: Arc<DeployProgress>,
     status: Arc<Mutex<DeploymentStatus>>,
-    mut stop: watch::Receiver<bool>,
-) {
+    quiet: Option<Announcement>,
+    announced: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The stage that only reads (a quiet deploy says nothing of it).
+const PREPARING: &str = "Preparing deployment";
+
+/// Publishes milestones as they come and writes the running stage to the status (a new
+/// stage at once, its count at most every [`PROGRESS_COUNT_EVERY`]), until `stop`.
+async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
+    let Task {
+        ctx,
+        deployment,
+        store,
+        inputs,
+        progress,
+        status,
+        quiet,
+        announced,
+    } = task;
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     let mut written: Option<(String, tokio::time::Instant)> = None;
     let mut pending: Option<Progress> = None;
@@ -93,11 +122,29 @@ async fn report_progress(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        for m in progress.drain() {
-            publish_milestone(&ctx, &deployment, &store, &inputs, m).await;
-        }
+        let mut milestones = progress.drain();
         if let Some(p) = progress.take_progress() {
             pending = Some(p);
+        }
+        let silent = !announced.load(std::sync::atomic::Ordering::SeqCst);
+        if silent
+            && pending
+                .as_ref()
+                .is_some_and(|p| p.stage.starts_with(PREPARING))
+        {
+            // Still only reading: what it heard waits until it changes something.
+            progress.requeue(std::mem::take(&mut milestones));
+            pending = None;
+            continue;
+        }
+        if silent && let Some(announcement) = &quiet {
+            let mut s = status.lock().await;
+            announcement.apply(&mut s);
+            announced.store(true, std::sync::atomic::Ordering::SeqCst);
+            announcement.publish(&ctx, &deployment).await;
+        }
+        for m in milestones {
+            publish_milestone(&ctx, &deployment, &store, &inputs, m).await;
         }
         let due = |p: &Progress| match &written {
             Some((stage, at)) => stage != &p.stage || at.elapsed() >= PROGRESS_COUNT_EVERY,
@@ -134,6 +181,9 @@ async fn publish_milestone(
     mut m: Milestone,
 ) {
     m.note = inputs.scrub(&m.note);
+    if m.reason == RESURRECTED {
+        ctx.metrics.resurrected();
+    }
     let Some((group, index)) = &m.instance else {
         publish(ctx, deployment, m.kind, m.reason, m.note).await;
         return;
