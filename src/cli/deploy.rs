@@ -191,7 +191,7 @@ fn with_fix_hint(error: &EngineError) -> String {
     let silent: Vec<&str> = (error.unanswered().iter())
         .map(|u| u.instance.display.as_str())
         .collect();
-    if silent.is_empty() || !error.unanswered().iter().all(|u| u.error.is_timeout()) {
+    if silent.is_empty() || !error.unanswered().iter().all(|u| u.error.is_silence()) {
         return error.to_string();
     }
     format!(

@@ -127,7 +127,7 @@ pub(crate) fn scrape(port: u16) -> String {
 
 /// The world's agents heartbeat every second (BOSH: 30 s), so a controller with a short
 /// `--agent-timeout` notices a silent one quickly.
-fn with_fast_heartbeats(w: &World) {
+pub(crate) fn with_fast_heartbeats(w: &World) {
     let path = w.dir.path().join("cpi.json");
     let mut cpi: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let command = cpi["agent"]["command"].as_array_mut().unwrap();
@@ -357,6 +357,10 @@ pub(crate) async fn stored_state(
         .expect("the state loads from the apiserver")
 }
 
+fn vm_of_instance(i: &Instance) -> Option<String> {
+    i.spec.vm_cid.clone()
+}
+
 pub(crate) fn is_ready(d: &Deployment) -> bool {
     condition(d, "Ready").is_some_and(|c| c.status == "True")
 }
@@ -371,7 +375,7 @@ pub(crate) async fn events_of(client: &kube::Client, namespace: &str) -> Vec<Eve
     events
 }
 
-fn reasons_about(events: &[Event], kind: &str, name: &str) -> Vec<String> {
+pub(crate) fn reasons_about(events: &[Event], kind: &str, name: &str) -> Vec<String> {
     events
         .iter()
         .filter(|e| {
@@ -941,7 +945,18 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     );
 
     // Between deploys, the instances' state follows their agents: a silent agent makes its
-    // instance Unresponsive (an Event, the group's failing counter), and it recovers.
+    // instance Unresponsive (an Event, the group's failing counter, Ready false and Stalled
+    // saying it is not resurrected: resurrection is off here), and it recovers.
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resurrection": false}})),
+        )
+        .await
+        .unwrap();
+    let generation = generation + 1;
+    ready_at(&deployments, "hello", &w, generation).await;
     let web1 = instance(1).await;
     let vm = kubosh_cloud::VmCid(web1.spec.vm_cid.clone().unwrap());
     kubosh_cloud::local::set_agent_frozen(&w.cloud(), &vm, true).unwrap();
@@ -952,6 +967,16 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     assert_eq!(d.status.as_ref().unwrap().instances.as_deref(), Some("1/2"));
+    let d = wait_for(&deployments, "hello", Duration::from_secs(30), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert!(!is_ready(&d), "not Ready while an instance is down");
+    assert_eq!(condition(&d, "Stalled").unwrap().reason, "ResurrectionOff");
+    assert_eq!(
+        gitops_verdicts(&d),
+        ("Degraded".to_string(), "Failed".to_string())
+    );
     let state = |i: &Instance| i.status.as_ref().and_then(|s| s.process_state);
     assert_eq!(
         state(&instance(1).await),
@@ -969,6 +994,13 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         state(&instance(1).await),
         Some(kubosh_kube::api::ProcessState::Running)
     );
+    let d = wait_for(&deployments, "hello", Duration::from_secs(30), &w, is_ready).await;
+    assert_eq!(
+        vm_of_instance(&instance(1).await),
+        vm_of_instance(&web1),
+        "not recreated"
+    );
+    assert!(condition(&d, "Stalled").is_some_and(|c| c.status == "False"));
     let about1 = reasons_about(&events_of(&client, ns).await, "Instance", &web1.name_any());
     for reason in ["AgentUnresponsive", "InstanceRecovered"] {
         assert!(

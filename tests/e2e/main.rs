@@ -24,5 +24,6 @@ mod helm;
 mod nats_confinement;
 mod real_agent;
 mod release;
+mod resurrection;
 mod stemcell;
 mod up;

@@ -96,7 +96,7 @@ impl EngineError {
             EngineError::Lock(_) => 100_001,
             EngineError::Plan(e) | EngineError::AddressesContended(e) => e.code(),
             EngineError::Agent(AgentError::Timeout { .. }) => 450_002,
-            EngineError::AgentsUnanswered(unanswered) if matches!(unanswered.first(), Some(u) if u.error.is_timeout()) => {
+            EngineError::AgentsUnanswered(unanswered) if matches!(unanswered.first(), Some(u) if u.error.is_silence()) => {
                 450_002
             }
             _ => 100,
@@ -122,7 +122,7 @@ impl EngineError {
             // resurrector, a `recreate` of them); an agent that answered with an error, or a
             // bus that could not be reached, may pass.
             EngineError::AgentsUnanswered(unanswered)
-                if unanswered.iter().all(|u| u.error.is_timeout()) =>
+                if unanswered.iter().all(|u| u.error.is_silence()) =>
             {
                 Disposition::Stall
             }
@@ -151,8 +151,35 @@ impl From<CpiError> for EngineError {
 pub struct Unanswered {
     /// The instance.
     pub instance: InstanceName,
-    /// What asking it said.
-    pub error: AgentError,
+    /// Why nothing was heard.
+    pub error: Unheard,
+}
+
+/// Why an agent said nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum Unheard {
+    /// Asking it failed (BOSH's timeout text, or the transport's error).
+    #[error(transparent)]
+    Asked(AgentError),
+    /// The heartbeats prove it silent, so it was not asked (that would take 3 x 45 s).
+    #[error("No heartbeat from agent '{agent_id}' for more than {} seconds", .for_at_least.as_secs())]
+    Silent {
+        /// The agent.
+        agent_id: String,
+        /// How long it has been silent, at least.
+        for_at_least: std::time::Duration,
+    },
+}
+
+impl Unheard {
+    /// Whether the agent is silent (a timeout, or no heartbeat), rather than failing
+    /// otherwise: only a new VM helps.
+    pub fn is_silence(&self) -> bool {
+        match self {
+            Unheard::Asked(e) => e.is_timeout(),
+            Unheard::Silent { .. } => true,
+        }
+    }
 }
 
 impl EngineError {
@@ -400,7 +427,7 @@ mod tests {
                 index: 0,
                 display: format!("web/{agent} (0)"),
             },
-            error: timeout(agent),
+            error: Unheard::Asked(timeout(agent)),
         };
         let several = EngineError::AgentsUnanswered(vec![silent("a"), silent("b")]);
         assert_eq!(several.disposition(), Disposition::Stall);

@@ -47,7 +47,7 @@ use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_core::validate::{Problems, Validated};
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
-pub use error::{Disposition, EngineError, PlanError, Unanswered};
+pub use error::{Disposition, EngineError, PlanError, Unanswered, Unheard};
 pub use kubosh_artifacts::render::TemplateRenderer;
 pub use prepare::DeployPlan;
 pub use progress::{EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents};

@@ -99,13 +99,17 @@ fn signal_group(record: &ProcessRecord, signal: i32) {
 }
 
 /// Stops the VM: SIGTERM (and SIGCONT, so a frozen agent sees it) to the agent's process
-/// group, so the agent stops its jobs; up to `grace` for the whole session to exit; then
+/// group, so the agent stops its jobs; up to `grace` for the whole session to exit (none when
+/// the agent is dead already); then
 /// SIGKILL to every process left in the session. Returns once nothing of the session runs
 /// (or after another second of waiting for the kill to land).
 pub fn stop_group(record: &ProcessRecord, grace: Duration) {
+    // With its agent dead nothing stops the jobs gracefully: no grace to wait for.
+    let agent_alive =
+        stat(record.pid).is_some_and(|s| s.start_time == record.start_time && !is_dead(s.state));
     signal_group(record, libc::SIGTERM);
     signal_group(record, libc::SIGCONT);
-    if wait_gone(record, grace) {
+    if wait_gone(record, if agent_alive { grace } else { Duration::ZERO }) {
         return;
     }
     signal_group(record, libc::SIGKILL);
@@ -131,6 +135,14 @@ fn wait_gone(record: &ProcessRecord, limit: Duration) -> bool {
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// SIGKILL to the agent process alone (its group's other members run on).
+pub fn kill_leader(record: &ProcessRecord) {
+    if record.pid > 1 && stat(record.pid).is_some_and(|s| s.start_time == record.start_time) {
+        // SAFETY: kill(2) on the recorded pid, checked to be the same process.
+        unsafe { libc::kill(record.pid, libc::SIGKILL) };
     }
 }
 

@@ -304,6 +304,22 @@ pub fn set_agent_frozen(state_dir: &Path, vm: &VmCid, frozen: bool) -> io::Resul
     Ok(())
 }
 
+/// Kills the agent of a VM as `kill -9` would (SIGKILL to the agent process only; its jobs
+/// run on, orphaned, until the VM is deleted): a dead agent on a VM that is still there.
+/// Fails when the VM does not exist or has no agent process.
+pub fn kill_agent(state_dir: &Path, vm: &VmCid) -> io::Result<()> {
+    let store = Store::open(state_dir)?;
+    let _lock = store.lock()?;
+    let record: VmRecord = store
+        .read(Kind::Vm, vm.as_str())?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' not found")))?;
+    let agent = record.agent.ok_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' has no agent"))
+    })?;
+    process::kill_leader(&agent);
+    Ok(())
+}
+
 /// Stops every VM's agent session (the agent and its job processes) after `grace`, leaving
 /// the records: for test teardown, so a failed test leaves no process behind.
 pub fn stop_all_agents(state_dir: &Path, grace: Duration) -> io::Result<()> {

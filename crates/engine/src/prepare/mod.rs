@@ -29,13 +29,13 @@ use crate::progress::{self, InstanceName, Lost, Milestone, StageRun};
 use crate::resources::CalculatedProperties;
 use crate::state::{DeploymentState, InstanceRecord, VmRecord};
 use crate::{
-    DeployRequest, Engine, EngineError, InstanceAction, PlanError, Unanswered, releases_by_name,
+    DeployRequest, Engine, EngineError, InstanceAction, PlanError, Unanswered, Unheard,
+    releases_by_name,
 };
 use kubosh_artifacts::release::Release;
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::changes::Observed;
 use kubosh_core::plan::desired::{self, GroupSpec, StemcellInfo};
-use kubosh_transport::agent::AgentError;
 
 /// What a deploy found before planning: the deployment's state and what each agent said.
 pub struct Observation {
@@ -344,7 +344,7 @@ impl Engine {
             let vanished = i.vm.is_some() && matches!(observed, Ok(Observed::NoVm));
             (i, observed, vanished)
         });
-        let answers: Vec<(InstanceRecord, Result<Observed, AgentError>, bool)> =
+        let answers: Vec<(InstanceRecord, Result<Observed, Unheard>, bool)> =
             futures::stream::iter(asks)
                 .buffer_unordered(self.config.get_state_concurrency.max(1))
                 .collect()
@@ -379,18 +379,22 @@ impl Engine {
         }
     }
 
-    /// What the agent of `record`'s VM `vm` says, or why it says nothing.
+    /// What the agent of `record`'s VM `vm` says, or why it says nothing. An agent the
+    /// heartbeats prove silent is not asked (3 x 45 s of timeouts would say the same).
     async fn observe_vm(
         &self,
         record: &InstanceRecord,
         vm: &VmRecord,
         recreate_if_silent: bool,
-    ) -> Result<Observed, AgentError> {
-        let proven_silent = recreate_if_silent
-            && (self.config.health.as_ref())
-                .is_some_and(|h| h.silent_for(&vm.agent_id, self.config.health_window));
-        let timed_out = if proven_silent {
-            None
+    ) -> Result<Observed, Unheard> {
+        let window = self.config.health_window;
+        let proven_silent =
+            (self.config.health.as_ref()).is_some_and(|h| h.silent_for(&vm.agent_id, window));
+        let unheard = if proven_silent {
+            Unheard::Silent {
+                agent_id: vm.agent_id.clone(),
+                for_at_least: window,
+            }
         } else {
             match self
                 .agent(&vm.agent_id, &record.name())
@@ -402,32 +406,30 @@ impl Engine {
                         job_state: String::from(s.job_state),
                     });
                 }
-                Err(e) if e.is_timeout() => Some(e),
-                Err(e) => return Err(e),
+                Err(e) if e.is_timeout() => Unheard::Asked(e),
+                Err(e) => return Err(Unheard::Asked(e)),
             }
         };
         if self.vm_is_gone(&vm.cid).await {
             return Ok(Observed::NoVm);
         }
-        match timed_out {
-            Some(e) if !recreate_if_silent => Err(e),
-            _ => {
-                progress::warn(
-                    self.events.as_ref(),
-                    format!(
-                        "Agent of '{}' does not respond: its VM '{}' is recreated",
-                        record.display_name(),
-                        vm.cid
-                    ),
-                );
-                self.events.milestone(Milestone::Resurrecting {
-                    instance: InstanceName::of(record),
-                    cid: vm.cid.clone(),
-                    lost: Lost::Agent,
-                });
-                Ok(Observed::Unresponsive)
-            }
+        if !recreate_if_silent {
+            return Err(unheard);
         }
+        progress::warn(
+            self.events.as_ref(),
+            format!(
+                "Agent of '{}' does not respond: its VM '{}' is recreated",
+                record.display_name(),
+                vm.cid
+            ),
+        );
+        self.events.milestone(Milestone::Resurrecting {
+            instance: InstanceName::of(record),
+            cid: vm.cid.clone(),
+            lost: Lost::Agent,
+        });
+        Ok(Observed::Unresponsive)
     }
 
     /// Whether the cloud says the VM no longer exists (`has_vm` false). A failing `has_vm`

@@ -344,32 +344,29 @@ async fn resurrect(ctx: &DeploymentContext, deployment: &Deployment, health: &De
         && deployment.spec.resurrection()
         && !deployment.spec.paused
         && deployment.metadata.deletion_timestamp.is_none();
-    if asked {
-        let now = Instant::now();
-        for instance in &health.down {
-            match resurrection.down(&uid, instance, health.total, now) {
-                Verdict::Repair { newly: true } => {
-                    tracing::info!(deployment = %deployment.name_any(), %instance, "resurrecting: the instance's agent is silent");
-                    resurrection.wake(reference.clone());
-                }
-                Verdict::Meltdown {
-                    meltdown,
-                    newly: true,
-                } => {
-                    ctx.metrics.melted_down();
-                    let note = meltdown_message(meltdown, &ctx.resurrection);
-                    tracing::warn!(deployment = %deployment.name_any(), "{note}");
-                    publish_about(
-                        ctx,
-                        deployment,
-                        EventType::Warning,
-                        "ResurrectionStopped",
-                        &note,
-                    )
-                    .await;
-                }
-                _ => {}
+    if asked && !health.down.is_empty() {
+        match resurrection.down(&uid, &health.down, health.total, Instant::now()) {
+            Verdict::Repair { newly: true } => {
+                tracing::info!(deployment = %deployment.name_any(), instances = ?health.down, "resurrecting: agents are silent");
+                resurrection.wake(reference.clone());
             }
+            Verdict::Meltdown {
+                meltdown,
+                newly: true,
+            } => {
+                ctx.metrics.melted_down();
+                let note = meltdown_message(meltdown, &ctx.resurrection);
+                tracing::warn!(deployment = %deployment.name_any(), "{note}");
+                publish_about(
+                    ctx,
+                    deployment,
+                    EventType::Warning,
+                    "ResurrectionStopped",
+                    &note,
+                )
+                .await;
+            }
+            _ => {}
         }
     }
     if health.down.is_empty()

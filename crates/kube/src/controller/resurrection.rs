@@ -157,13 +157,16 @@ impl Resurrection {
         self.with(uid, |k| k.meltdown)
     }
 
-    /// Instance `instance` of deployment `uid` (of `total` instances) is down at `now`.
-    pub fn down(&self, uid: &str, instance: &str, total: usize, now: Instant) -> Verdict {
+    /// Instances `instances` of deployment `uid` (of `total` instances) are down at `now`
+    /// (all the check found at once: a meltdown is decided on all of them).
+    pub fn down(&self, uid: &str, instances: &[String], total: usize, now: Instant) -> Verdict {
         let policy = self.policy;
         self.with(uid, |k| {
             k.down
                 .retain(|_, at| now.saturating_duration_since(*at) <= policy.window);
-            k.down.entry(instance.to_string()).or_insert(now);
+            for instance in instances {
+                k.down.entry(instance.clone()).or_insert(now);
+            }
             if let Some(meltdown) = k.meltdown {
                 return Verdict::Meltdown {
                     meltdown,
@@ -256,16 +259,19 @@ mod tests {
             },
         );
         let t0 = Instant::now();
-        assert_eq!(r.down("d", "web/0", 5, t0), Verdict::Repair { newly: true });
         assert_eq!(
-            r.down("d", "web/0", 5, t0 + Duration::from_secs(15)),
+            r.down("d", &["web/0".into()], 5, t0),
+            Verdict::Repair { newly: true }
+        );
+        assert_eq!(
+            r.down("d", &["web/0".into()], 5, t0 + Duration::from_secs(15)),
             Verdict::Repair { newly: false },
             "the same instance, still down: asked once"
         );
         assert!(r.wanted("d") && r.allows("d", true) && !r.allows("d", false));
         r.deploying("d");
         assert!(!r.wanted("d"));
-        let tipped = r.down("d", "web/1", 5, t0 + Duration::from_secs(20));
+        let tipped = r.down("d", &["web/1".into()], 5, t0 + Duration::from_secs(20));
         assert_eq!(
             tipped,
             Verdict::Meltdown {
@@ -275,18 +281,39 @@ mod tests {
         );
         assert!(!r.allows("d", true) && !r.wanted("d"));
         assert!(matches!(
-            r.down("d", "web/2", 5, t0 + Duration::from_secs(30)),
+            r.down("d", &["web/2".into()], 5, t0 + Duration::from_secs(30)),
             Verdict::Meltdown { newly: false, .. }
         ));
         assert_eq!(r.all_up("d"), Some(Meltdown { down: 2, total: 5 }));
         assert!(r.allows("d", true));
         assert_eq!(r.all_up("d"), None);
         assert!(
-            Resurrection::new(false, MeltdownPolicy::default()).down("e", "web/0", 5, t0)
+            Resurrection::new(false, MeltdownPolicy::default()).down("e", &["web/0".into()], 5, t0)
                 == Verdict::Repair { newly: true }
                 && !Resurrection::new(false, MeltdownPolicy::default()).allows("e", true),
             "the controller's switch wins"
         );
+    }
+
+    #[test]
+    fn instances_down_together_are_judged_together() {
+        let r = Resurrection::new(
+            true,
+            MeltdownPolicy {
+                minimum_down: 1,
+                percent: 60,
+                window: Duration::from_secs(600),
+            },
+        );
+        let both = ["web/0".to_string(), "web/1".to_string()];
+        assert!(
+            matches!(
+                r.down("d", &both, 2, Instant::now()),
+                Verdict::Meltdown { newly: true, .. }
+            ),
+            "no repair is asked for the first before the second tips the meltdown"
+        );
+        assert!(!r.wanted("d"));
     }
 
     #[test]
@@ -300,13 +327,13 @@ mod tests {
             },
         );
         let t0 = Instant::now();
-        r.down("d", "web/0", 10, t0);
+        r.down("d", &["web/0".into()], 10, t0);
         assert_eq!(
-            r.down("d", "web/1", 10, t0 + Duration::from_secs(601)),
+            r.down("d", &["web/1".into()], 10, t0 + Duration::from_secs(601)),
             Verdict::Repair { newly: false }
         );
         assert!(matches!(
-            r.down("d", "web/2", 10, t0 + Duration::from_secs(602)),
+            r.down("d", &["web/2".into()], 10, t0 + Duration::from_secs(602)),
             Verdict::Meltdown { .. }
         ));
         assert_eq!(r.resume("d"), Some(Meltdown { down: 2, total: 10 }));

@@ -120,18 +120,20 @@ impl HeartbeatTable {
     }
 
     /// Whether, listened to since `listening_since`, the table proves `agent_id` silent for
-    /// `at_least` at `now` ([`AgentHealth::silent_for`]).
+    /// `at_least` at `now` ([`AgentHealth::silent_for`]): the heartbeats flow (`feed_up`: the
+    /// monitor is connected and has heard agents; or some agent was heard within
+    /// `at_least`) and this agent was not heard.
     pub fn silent_for(
         &self,
         agent_id: &str,
         at_least: Duration,
-        listening_since: Instant,
+        (listening_since, feed_up): (Instant, bool),
         now: Instant,
     ) -> bool {
         let recent =
             |last: &LastHeartbeat| now.saturating_duration_since(last.received) <= at_least;
         now.saturating_duration_since(listening_since) >= at_least
-            && self.agents.values().any(recent)
+            && (feed_up || self.agents.values().any(recent))
             && !self.agents.get(agent_id).is_some_and(recent)
     }
 
@@ -332,7 +334,12 @@ impl AgentHealth for HeartbeatMonitor {
     }
 
     fn silent_for(&self, agent_id: &str, at_least: Duration) -> bool {
-        (self.table()).silent_for(agent_id, at_least, self.listening_since, Instant::now())
+        // Connected, and heartbeats came through (permissions let them): silence is the
+        // agent's, even when every agent is silent.
+        let feed_up = self.client.connection_state() == async_nats::connection::State::Connected
+            && !self.table().is_empty();
+        let since = (self.listening_since, feed_up);
+        (self.table()).silent_for(agent_id, at_least, since, Instant::now())
     }
 }
 
@@ -466,19 +473,24 @@ mod tests {
         read("alive").apply(&mut table, at(10));
         read("dead").apply(&mut table, at(10));
         read("alive").apply(&mut table, at(70));
+        let unknown = (start, false);
         assert!(
-            table.silent_for("dead", window, start, at(75)),
+            table.silent_for("dead", window, unknown, at(75)),
             "others heard, it was not"
         );
-        assert!(table.silent_for("never-heard", window, start, at(75)));
-        assert!(!table.silent_for("alive", window, start, at(75)));
+        assert!(table.silent_for("never-heard", window, unknown, at(75)));
+        assert!(!table.silent_for("alive", window, unknown, at(75)));
         assert!(
-            !table.silent_for("dead", window, at(30), at(75)),
+            !table.silent_for("dead", window, (at(30), true), at(75)),
             "not listened to for a whole window"
         );
         assert!(
-            !table.silent_for("dead", window, start, at(200)),
-            "nobody heard: the feed itself may be down"
+            !table.silent_for("dead", window, unknown, at(200)),
+            "nobody heard, and the feed is not known to be up: it may be down"
+        );
+        assert!(
+            table.silent_for("dead", window, (start, true), at(200)),
+            "nobody heard on a feed that is up: every agent is silent"
         );
     }
 

@@ -424,7 +424,7 @@ fn failure_message(
         return error.to_string();
     };
     let silent: Vec<&InstanceName> = (engine.unanswered().iter())
-        .filter(|u| u.error.is_timeout())
+        .filter(|u| u.error.is_silence())
         .map(|u| &u.instance)
         .collect();
     if silent.is_empty() {

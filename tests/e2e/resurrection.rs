@@ -1,0 +1,304 @@
+//! Self-healing end to end (issue 24): the controller recreates instances that lost their
+//! agent (kill -9) or their VM (deleted behind its back) without a spec change, on their
+//! persistent disks; a meltdown stops it until every instance runs again or it is asked to
+//! resume; with resurrection off a deploy that meets a silent agent stalls once, saying which
+//! instance and how to fix it, and a `recreate` of that instance fixes it and deploys the
+//! pending change too. Real kube-apiserver, real nats-server, the local cloud, kubosh agents.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::controller::{
+    apply_deployment, apply_inputs, condition, control_plane, deployment_object, events_of,
+    is_ready, ready_at, reasons_about, start_replica_with, stored_state, wait_for,
+    with_fast_heartbeats,
+};
+use crate::crash_safety::plant_marker;
+use crate::director_world::{KUBOSH, World, hello_deployment, http_get};
+use kubosh_kube::api::{Deployment, Instance, ProcessState};
+
+/// The deployment's instances by index.
+async fn instances(client: &kube::Client, ns: &str) -> Vec<Instance> {
+    let mut all = Api::<Instance>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    all.sort_by_key(|i| i.spec.index);
+    all
+}
+
+fn vm_of(instance: &Instance) -> String {
+    instance.spec.vm_cid.clone().expect("a VM")
+}
+
+/// Asks the local cloud's CPI to delete VM `cid`, as someone with cloud access would.
+fn delete_vm_behind_the_controllers_back(w: &World, cid: &str) {
+    let request = json!({"method": "delete_vm", "arguments": [cid],
+                         "context": {"director_uuid": "someone-else"}, "api_version": 2});
+    let mut child = Command::new(KUBOSH)
+        .args(["cpi", "--config", "cpi.json"])
+        .current_dir(w.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(answer["error"].is_null(), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_a_deploy_stalls_once()
+ {
+    let cp = control_plane().await;
+    let w = World::new(41);
+    let ns = "resurrect-e2e";
+    cp.create_namespace(ns).await.unwrap();
+    let client = cp.client().await.unwrap();
+    with_fast_heartbeats(&w);
+    // Meltdown lowered: more than 1 instance and more than 60 % down.
+    let _controller = start_replica_with(
+        &w,
+        cp,
+        ns,
+        "resurrector",
+        &[
+            "--agent-timeout",
+            "4s",
+            "--meltdown-minimum-down",
+            "1",
+            "--meltdown-percent",
+            "60",
+        ],
+    );
+    apply_inputs(&client, ns, &w).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let mut hello = deployment_object(
+        "hello",
+        crate::controller::with_disk(hello_deployment(w.port, "first")),
+    );
+    let generation = apply_deployment(&client, ns, &hello).await;
+    ready_at(&deployments, "hello", &w, generation).await;
+    let web0 = plant_marker(&w, &stored_state(&client, ns, "hello").await);
+    let before = instances(&client, ns).await;
+    let running_again = |vms: Vec<String>, index: usize| {
+        let client = client.clone();
+        move |d: &Deployment| {
+            let status = d.status.as_ref();
+            let replaced = futures::executor::block_on(instances(&client, ns))
+                .get(index)
+                .is_some_and(|i| {
+                    i.spec.vm_cid.as_ref().is_some_and(|v| !vms.contains(v))
+                        && i.status.as_ref().and_then(|s| s.process_state)
+                            == Some(ProcessState::Running)
+                });
+            replaced && is_ready(d) && status.and_then(|s| s.instances.as_deref()) == Some("2/2")
+        }
+    };
+
+    // kill -9 of web/0's agent: a new VM, on its disk (the data kept), same address, same
+    // identity, no spec change.
+    kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(vm_of(&before[0]))).unwrap();
+    let d = wait_for(
+        &deployments,
+        "hello",
+        Duration::from_secs(120),
+        &w,
+        running_again(vec![vm_of(&before[0])], 0),
+    )
+    .await;
+    assert_eq!(d.metadata.generation, Some(generation), "no spec change");
+    let after = instances(&client, ns).await;
+    assert_eq!(after[0].spec.id, before[0].spec.id, "same identity");
+    assert_eq!(
+        after[0].spec.networks, before[0].spec.networks,
+        "same addresses"
+    );
+    assert_eq!(vm_of(&after[1]), vm_of(&before[1]), "web/1 untouched");
+    let state = stored_state(&client, ns, "hello").await;
+    let record = &state.instances[&web0];
+    let marker = w
+        .vm_root(&record.vm.as_ref().unwrap().cid)
+        .join("store/marker");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "keep me");
+    let events = events_of(&client, ns).await;
+    let about = reasons_about(&events, "Instance", &after[0].name_any());
+    assert!(about.contains(&"VMResurrected".to_string()), "{about:?}");
+
+    // web/1's VM deleted in the cloud behind the controller's back: recreated too.
+    delete_vm_behind_the_controllers_back(&w, &vm_of(&after[1]));
+    wait_for(
+        &deployments,
+        "hello",
+        Duration::from_secs(120),
+        &w,
+        running_again(vec![vm_of(&after[1])], 1),
+    )
+    .await;
+    let events = events_of(&client, ns).await;
+    let resurrected: Vec<String> = (events.iter())
+        .filter(|e| e.reason.as_deref() == Some("VMResurrected"))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    assert!(
+        resurrected
+            .iter()
+            .any(|n| n.contains("the cloud no longer had its VM")),
+        "{resurrected:?}"
+    );
+
+    // Both agents dead at once: a meltdown (2 of 2 > 60 %): nothing is recreated, a
+    // condition and an Event say why.
+    let now = instances(&client, ns).await;
+    let vms: Vec<String> = now.iter().map(vm_of).collect();
+    let creates_before = create_vm_calls(&w);
+    for vm in &vms {
+        kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(vm.clone())).unwrap();
+    }
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True" && c.reason == "Meltdown")
+    })
+    .await;
+    assert!(!is_ready(&d));
+    let resurrection = condition(&d, "Resurrection").expect("a Resurrection condition");
+    assert_eq!(
+        (resurrection.status.as_str(), resurrection.reason.as_str()),
+        ("False", "Meltdown")
+    );
+    assert!(
+        resurrection.message.contains("2 of 2 instances went down"),
+        "{}",
+        resurrection.message
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        create_vm_calls(&w),
+        creates_before,
+        "no VM made in a meltdown"
+    );
+    let reasons = reasons_about(&events_of(&client, ns).await, "Deployment", "hello");
+    assert!(
+        reasons.contains(&"ResurrectionStopped".to_string()),
+        "{reasons:?}"
+    );
+
+    // Asked to resume: both recreated, Ready again.
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"kubosh.io/reconcile-request": "resume-1"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let d = wait_for(&deployments, "hello", Duration::from_secs(180), &w, |d| {
+        let replaced = futures::executor::block_on(instances(&client, ns))
+            .iter()
+            .all(|i| i.spec.vm_cid.as_ref().is_some_and(|v| !vms.contains(v)));
+        replaced && is_ready(d)
+    })
+    .await;
+    assert_eq!(
+        condition(&d, "Resurrection").map(|c| c.status.as_str()),
+        Some("True")
+    );
+    let reasons = reasons_about(&events_of(&client, ns).await, "Deployment", "hello");
+    assert!(
+        reasons.contains(&"ResurrectionResumed".to_string()),
+        "{reasons:?}"
+    );
+
+    // Resurrection off: a dead agent is shown and left alone (Stalled says why) ...
+    hello["spec"]["resurrection"] = json!(false);
+    let generation = apply_deployment(&client, ns, &hello).await;
+    ready_at(&deployments, "hello", &w, generation).await;
+    let now = instances(&client, ns).await;
+    kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(vm_of(&now[0]))).unwrap();
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True" && c.reason == "ResurrectionOff")
+    })
+    .await;
+    assert!(!is_ready(&d));
+    // ... and a spec change meets it: one failed deploy, at once, naming it and the fix.
+    hello["spec"]["manifest"]["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] =
+        json!("second");
+    let generation = apply_deployment(&client, ns, &hello).await;
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True" && c.reason == "DeployFailed")
+    })
+    .await;
+    let stalled = condition(&d, "Stalled").unwrap().message.clone();
+    assert!(
+        stalled.contains("No answer from the agent of web/"),
+        "{stalled}"
+    );
+    assert!(stalled.contains("spec.resurrection is false"), "{stalled}");
+    assert!(stalled.contains("recreate web/0"), "{stalled}");
+    let task = d.status.as_ref().unwrap().last_task.clone().unwrap();
+    assert!(
+        task.duration_seconds.unwrap_or(99) < 30,
+        "no 3 x 45 s of timeouts: {task:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let again = deployments.get("hello").await.unwrap();
+    assert_eq!(
+        again
+            .status
+            .as_ref()
+            .unwrap()
+            .last_task
+            .as_ref()
+            .map(|t| &t.id),
+        Some(&task.id),
+        "a stalled deploy is not retried"
+    );
+    assert_eq!(vm_of(&instances(&client, ns).await[1]), vm_of(&now[1]));
+
+    // `recreate web/0` recreates the silent instance and deploys the pending change with it.
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"kubosh.io/action": "recreate web/0"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let d = ready_at(&deployments, "hello", &w, generation).await;
+    assert_eq!(
+        d.status.as_ref().unwrap().last_handled_action.as_deref(),
+        Some("recreate web/0")
+    );
+    let last = instances(&client, ns).await;
+    assert_ne!(vm_of(&last[0]), vm_of(&now[0]), "web/0 recreated");
+    for i in &last {
+        let ip = i.spec.networks[0].ip.clone().unwrap();
+        let body = http_get(&ip, w.port).unwrap_or_default();
+        assert!(
+            body.contains("second"),
+            "{ip} runs the pending change: {body}"
+        );
+    }
+}
+
+/// How many `create_vm` calls the local cloud has answered.
+fn create_vm_calls(w: &World) -> usize {
+    (kubosh_cloud::local::read_calls(&w.cloud()).unwrap().iter())
+        .filter(|c| c.method == "create_vm")
+        .count()
+}
