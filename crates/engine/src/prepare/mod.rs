@@ -324,6 +324,8 @@ impl Engine {
                     Err(e) if e.is_timeout() && self.vm_is_gone(&vm.cid).await => {
                         Ok(Observed::NoVm)
                     }
+                    // The bus is down: nothing is known of this agent.
+                    Err(e) if e.is_unreachable() => Err(e),
                     Err(e) => {
                         self.events.milestone(Milestone::AgentUnresponsive {
                             instance: InstanceName::of(&i),
@@ -358,6 +360,9 @@ impl Engine {
         if errors.is_empty() {
             vanished.sort();
             Ok((out, vanished))
+        } else if let Some(bus) = errors.iter().find(|e| e.is_unreachable()) {
+            // One cause for every agent: said once.
+            Err(EngineError::Agent(bus.clone()))
         } else {
             errors.sort_by_cached_key(ToString::to_string);
             Err(EngineError::AgentsUnanswered(errors))
