@@ -134,6 +134,9 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
                 .map_err(|e| format!("release {}: {e}", path.display()))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // A job its release lacks is the manifest's fault: said with its path before any
+    // stemcell is extracted or any agent or cloud asked.
+    check_release_jobs(documents.manifest(), &releases)?;
     let stemcells = args
         .stemcells
         .iter()
@@ -175,6 +178,29 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
                 .report();
             Ok(report.to_string())
         }
+    }
+}
+
+/// Every job of the manifest is in the release it names (among `releases`), or the
+/// problems as the validator words them.
+fn check_release_jobs(
+    manifest: &kubosh_core::manifest::DeploymentManifest,
+    releases: &[Arc<Release>],
+) -> Result<(), String> {
+    let problems = kubosh_core::validate::release_jobs(
+        manifest,
+        (releases.iter()).map(|r| {
+            (
+                r.name(),
+                r.version(),
+                r.jobs.iter().map(|j| j.name.as_str()),
+            )
+        }),
+    );
+    if problems.has_errors() {
+        Err(problems.to_string())
+    } else {
+        Ok(())
     }
 }
 

@@ -203,12 +203,35 @@ pub async fn gather(
         Ok(chosen) => chosen,
         Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
     };
+    // A job its release lacks is the manifest's fault too, found before any agent is asked.
+    let problems = unknown_jobs(typed, &releases);
+    if problems.has_errors() {
+        let text = kubosh_base::secret::scrub(&problems.to_string(), &secrets);
+        return Ok(Err(Unready::Invalid {
+            reason: "InvalidManifest",
+            problems: text.lines().map(String::from).collect(),
+        }));
+    }
     Ok(Ok(Inputs {
         documents,
         releases,
         stemcells,
         secrets,
     }))
+}
+
+/// The manifest's jobs that the chosen releases (their Ready status lists their jobs) lack.
+fn unknown_jobs(
+    manifest: &DeploymentManifest,
+    releases: &[ReleaseResource],
+) -> kubosh_core::validate::Problems {
+    kubosh_core::validate::release_jobs(
+        manifest,
+        releases.iter().map(|r| {
+            let jobs = (r.status.iter()).flat_map(|s| s.jobs.iter().map(|j| j.name.as_str()));
+            (r.spec.name.as_str(), r.spec.version.as_str(), jobs)
+        }),
+    )
 }
 
 /// The deployment's manifest as a document, named after the resource unless it names
