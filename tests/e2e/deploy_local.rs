@@ -19,7 +19,7 @@ use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_devenv::{BoshNats, http_get};
 use kubosh_engine::deploy::DeployReport;
-use kubosh_engine::state::{DeploymentState, DirStore, StateStore};
+use kubosh_engine::state::{DeploymentState, DirStore, InstanceRecord, StateStore};
 use kubosh_engine::vm::mbus_cert_env;
 use kubosh_engine::{DeployRequest, Engine, EngineConfig, EventLog, StemcellSource};
 use kubosh_kube::lock::FileLocks;
@@ -325,12 +325,7 @@ async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
     assert_eq!(inventory.disks.len(), 2);
 
     // A marker on web/0's persistent disk, written through the VM's /var/vcap/store.
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap()
-        .clone();
+    let web0 = record_of(&state, "web", 0);
     let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
     std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
 
@@ -662,12 +657,7 @@ async fn new_vms_are_set_up_as_the_director_does_and_lost_vms_come_back() {
     w.deploy(m.clone()).await;
 
     let state = w.state().await;
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap()
-        .clone();
+    let web0 = record_of(&state, "web", 0);
     let cid = web0.vm.as_ref().unwrap().cid.clone();
     let vm_dir = w.cloud_state().join("vms").join(&cid);
     let read = |p: PathBuf| -> Value {
@@ -747,12 +737,7 @@ async fn restarts_snapshot_disks_and_a_bigger_disk_is_resized_in_place() {
     w.deploy(m("Hello", 64)).await;
     assert!(!w.calls().iter().any(|c| c == "snapshot_disk"));
     let state = w.state().await;
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap()
-        .clone();
+    let web0 = record_of(&state, "web", 0);
     let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
     std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
 
@@ -832,16 +817,14 @@ async fn restarts_snapshot_disks_and_a_bigger_disk_is_resized_in_place() {
     );
 }
 
-/// The warnings (event log notices) of a world's deploys so far.
-fn warnings(w: &World) -> Vec<String> {
-    w.events
-        .lines()
-        .into_iter()
-        .filter_map(|l| match l {
-            kubosh_bosh::events::EventLine::Notice(n) => Some(n.message),
-            _ => None,
-        })
-        .collect()
+/// The record of `group/index`.
+fn record_of(state: &DeploymentState, group: &str, index: u64) -> InstanceRecord {
+    state
+        .instances
+        .values()
+        .find(|i| i.group == group && i.index == index)
+        .unwrap_or_else(|| panic!("no {group}/{index}"))
+        .clone()
 }
 
 /// Errors that point at their cause (issue 24, item 6). A `create_vm` the CPI answered
@@ -872,7 +855,7 @@ async fn refused_and_abandoned_vms_leave_no_intent_and_no_record() {
     assert!(state.intents.is_empty(), "{:?}", state.intents);
     assert!(local::inventory(&w.cloud_state()).unwrap().vms.is_empty());
     w.deploy(m.clone()).await;
-    let said = warnings(&w);
+    let said = w.events.warnings();
     assert!(
         !said.iter().any(|s| s.contains("before the cloud answered")),
         "{said:?}"
@@ -881,12 +864,7 @@ async fn refused_and_abandoned_vms_leave_no_intent_and_no_record() {
     // web/0 is recreated while new agents never start: its new VM is deleted after the
     // agent wait, and its record says it has none.
     let state = w.state().await;
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap()
-        .clone();
+    let web0 = record_of(&state, "web", 0);
     Faults {
         start_agents_frozen: true,
         ..Faults::default()

@@ -193,19 +193,7 @@ impl Engine {
                     .await?
                 }
             }
-            if !request.metadata.is_empty() {
-                let mut metadata = request.metadata.clone();
-                metadata.insert("created_at".into(), Value::String(created_at_now()));
-                match self
-                    .cloud
-                    .set_vm_metadata(&VmCid(vm.cid.clone()), &metadata)
-                    .await
-                {
-                    // A CPI without VM metadata is no reason to lose the VM.
-                    Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => {}
-                    other => other.map_err(EngineError::from)?,
-                }
-            }
+            self.set_vm_metadata(&vm.cid, request).await?;
             self.agent(&agent_id, &request.display_name)
                 .wait_until_ready(&vm.cid, self.config.agent_wait_timeout)
                 .await
@@ -215,23 +203,52 @@ impl Engine {
         match ready {
             Ok(()) => Ok((vm, intent.id)),
             Err(e) => {
-                // The VM is useless; the intent (with its CID) stays until it is gone and
-                // its owner no longer names it.
-                if self.delete_agent_vm(&vm.cid, &vm.agent_id).await.is_ok() {
-                    let forgotten = match on_deleted {
-                        Some(on_deleted) => on_deleted().await,
-                        None => Ok(()),
-                    };
-                    match forgotten {
-                        Ok(()) => {
-                            let _ = self.write(Write::DeleteIntent(intent.id)).await;
-                        }
-                        Err(w) => {
-                            tracing::warn!(vm = %vm.cid, error = %w, "a deleted VM is still in its owner's record")
-                        }
-                    }
-                }
+                self.abandon_vm(&vm, intent.id, on_deleted).await;
                 Err(e)
+            }
+        }
+    }
+
+    /// `set_vm_metadata` with the request's metadata and `created_at`, if it has any.
+    async fn set_vm_metadata(&self, cid: &str, request: &VmRequest) -> Result<(), EngineError> {
+        if request.metadata.is_empty() {
+            return Ok(());
+        }
+        let mut metadata = request.metadata.clone();
+        metadata.insert("created_at".into(), Value::String(created_at_now()));
+        match self
+            .cloud
+            .set_vm_metadata(&VmCid(cid.to_string()), &metadata)
+            .await
+        {
+            // A CPI without VM metadata is no reason to lose the VM.
+            Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => Ok(()),
+            other => other.map_err(EngineError::from),
+        }
+    }
+
+    /// Deletes a new VM that is useless (its owner write, metadata or agent failed). Its
+    /// intent (`intent_id`) stays until the VM is gone and its owner (`on_deleted`) no longer
+    /// names it.
+    async fn abandon_vm(
+        &self,
+        vm: &NewVm,
+        intent_id: String,
+        on_deleted: Option<impl AsyncFnOnce() -> Result<(), EngineError>>,
+    ) {
+        if self.delete_agent_vm(&vm.cid, &vm.agent_id).await.is_err() {
+            return;
+        }
+        let forgotten = match on_deleted {
+            Some(on_deleted) => on_deleted().await,
+            None => Ok(()),
+        };
+        match forgotten {
+            Ok(()) => {
+                let _ = self.write(Write::DeleteIntent(intent_id)).await;
+            }
+            Err(e) => {
+                tracing::warn!(vm = %vm.cid, error = %e, "a deleted VM is still in its owner's record")
             }
         }
     }

@@ -188,15 +188,7 @@ pub async fn gather(
 
     let documents = match kubosh_core::validate::deployment(&manifest, &cloud_config) {
         Ok(documents) => documents,
-        // The validator quotes what it found, which may be a variable's value: the
-        // problems reach conditions, Events and the log scrubbed, as deploy errors do.
-        Err(problems) => {
-            let text = kubosh_base::secret::scrub(&problems.to_string(), &secrets);
-            return Ok(Err(Unready::Invalid {
-                reason: "InvalidManifest",
-                problems: text.lines().map(String::from).collect(),
-            }));
-        }
+        Err(problems) => return Ok(Err(invalid_manifest(&problems, &secrets))),
     };
     let typed = &documents.document.0;
     let (releases, stemcells) = match choose(typed, &watched.releases, &watched.stemcells) {
@@ -206,11 +198,7 @@ pub async fn gather(
     // A job its release lacks is the manifest's fault too, found before any agent is asked.
     let problems = unknown_jobs(typed, &releases);
     if problems.has_errors() {
-        let text = kubosh_base::secret::scrub(&problems.to_string(), &secrets);
-        return Ok(Err(Unready::Invalid {
-            reason: "InvalidManifest",
-            problems: text.lines().map(String::from).collect(),
-        }));
+        return Ok(Err(invalid_manifest(&problems, &secrets)));
     }
     Ok(Ok(Inputs {
         documents,
@@ -218,6 +206,17 @@ pub async fn gather(
         stemcells,
         secrets,
     }))
+}
+
+/// `InvalidManifest` with every problem, one line each. The validator quotes what it
+/// found, which may be a variable's value: the problems reach conditions, Events and the
+/// log scrubbed of `secrets`, as deploy errors do.
+fn invalid_manifest(problems: &kubosh_core::validate::Problems, secrets: &[String]) -> Unready {
+    let text = kubosh_base::secret::scrub(&problems.to_string(), secrets);
+    Unready::Invalid {
+        reason: "InvalidManifest",
+        problems: text.lines().map(String::from).collect(),
+    }
 }
 
 /// The manifest's jobs that the chosen releases (their Ready status lists their jobs) lack.

@@ -45,6 +45,17 @@ fn release(name: &str, url: &str, sha1: Option<String>) -> Release {
     )
 }
 
+/// The example release as `Release` `hello-1.0.0` (not reconciled yet).
+async fn create_hello_release(api: &Api<Release>, dir: &Path) -> Release {
+    let tarball = example_release_tarball(dir);
+    api.create(
+        &PostParams::default(),
+        &release("hello-1.0.0", &file_url(&tarball), None),
+    )
+    .await
+    .unwrap()
+}
+
 fn reason(
     conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     kind: &str,
@@ -330,14 +341,7 @@ async fn a_stemcell_becomes_ready_and_deployments_know_what_they_wait_for() {
     .unwrap();
     let stemcells = api.list(&Default::default()).await.unwrap().items;
     let rels: Api<Release> = Api::namespaced(ctx.client.clone(), &ns);
-    let tarball = example_release_tarball(dir.path());
-    let r = rels
-        .create(
-            &PostParams::default(),
-            &release("hello-1.0.0", &file_url(&tarball), None),
-        )
-        .await
-        .unwrap();
+    let r = create_hello_release(&rels, dir.path()).await;
     assert_eq!(
         waiting_for(&manifest, std::slice::from_ref(&r), &stemcells),
         [
@@ -365,14 +369,7 @@ async fn a_job_its_release_lacks_makes_the_manifest_invalid() {
     let ns = support::namespace("jobs").await;
     let (ctx, _store) = context(dir.path()).await;
     let rels: Api<Release> = Api::namespaced(ctx.client.clone(), &ns);
-    let tarball = example_release_tarball(dir.path());
-    let r = rels
-        .create(
-            &PostParams::default(),
-            &release("hello-1.0.0", &file_url(&tarball), None),
-        )
-        .await
-        .unwrap();
+    let r = create_hello_release(&rels, dir.path()).await;
     reconcile_release(&r, &ctx).await.unwrap();
     let stemcell: Stemcell = serde_json::from_value(serde_json::json!({
         "apiVersion": "kubosh.io/v1alpha1", "kind": "Stemcell",

@@ -47,24 +47,18 @@ async fn events_sort_by_last_timestamp_in_the_order_they_happened() {
             .unwrap();
     }
 
-    let out = cp
-        .kubectl()
-        .unwrap()
+    let mut kubectl = cp.kubectl().unwrap();
+    kubectl
         .args(["get", "events", "-n", &ns, "--sort-by=.lastTimestamp"])
-        .args(["-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        .args(["-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}"]);
+    let out = kubectl.output().unwrap();
+    let (said, complaint) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        ["event 0", "event 1", "event 2"]
-    );
+    assert!(out.status.success(), "{complaint}");
+    let order: Vec<&str> = said.lines().collect();
+    assert_eq!(order, ["event 0", "event 1", "event 2"], "{complaint}");
 
     // The events.k8s.io view has what kube's Recorder writes, plus the legacy fields.
     let events = Api::<Event>::namespaced(client, &ns)
