@@ -138,6 +138,9 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
                 .map_err(|e| format!("release {}: {e}", path.display()))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // A job its release lacks is the manifest's fault: said with its path before any
+    // stemcell is extracted or any agent or cloud asked.
+    check_release_jobs(documents.manifest(), &releases)?;
     let stemcells = args
         .stemcells
         .iter()
@@ -198,6 +201,29 @@ fn with_fix_hint(error: &EngineError) -> String {
         "{error}\n\nNo answer from the agent of {}: `kubosh deploy --fix` recreates their VMs (on their persistent disks)",
         silent.join(", ")
     )
+}
+
+/// Every job of the manifest is in the release it names (among `releases`), or the
+/// problems as the validator words them.
+fn check_release_jobs(
+    manifest: &kubosh_core::manifest::DeploymentManifest,
+    releases: &[Arc<Release>],
+) -> Result<(), String> {
+    let problems = kubosh_core::validate::release_jobs(
+        manifest,
+        (releases.iter()).map(|r| {
+            (
+                r.name(),
+                r.version(),
+                r.jobs.iter().map(|j| j.name.as_str()),
+            )
+        }),
+    );
+    if problems.has_errors() {
+        Err(problems.to_string())
+    } else {
+        Ok(())
+    }
 }
 
 /// The manifest with ops files and variables applied. Every variable must have a value.

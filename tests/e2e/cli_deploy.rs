@@ -69,6 +69,24 @@ fn plan_lines<'a>(stdout: &'a str, group: &str) -> Vec<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_and_deploy_run_the_engine_as_a_command() {
     let w = World::new(1);
+    // A job its release lacks: the manifest's fault, named by its path before anything is
+    // asked of an agent or the cloud.
+    let mut unknown = manifest(w.port);
+    unknown["instance_groups"][1]["jobs"]
+        .as_array_mut()
+        .expect("jobs")
+        .push(json!({"name": "helo", "release": "hello"}));
+    w.write_manifest(&unknown);
+    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.trim_end().lines().last(),
+        Some(
+            "error: manifest: instance_groups[1].jobs[1].name: Can't find job 'helo' in release 'hello/1.0.0'"
+        ),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(w.calls(), 0, "an unknown job called the cloud");
     w.write_manifest(&manifest(w.port));
 
     // A fresh plan: everything is created, both packages compiled; nothing is written.

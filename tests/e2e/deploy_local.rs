@@ -19,7 +19,7 @@ use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_devenv::{BoshNats, http_get};
 use kubosh_engine::deploy::DeployReport;
-use kubosh_engine::state::{DeploymentState, DirStore, StateStore};
+use kubosh_engine::state::{DeploymentState, DirStore, InstanceRecord, StateStore};
 use kubosh_engine::vm::mbus_cert_env;
 use kubosh_engine::{DeployRequest, Engine, EngineConfig, EventLog, StemcellSource};
 use kubosh_kube::lock::FileLocks;
@@ -325,12 +325,7 @@ async fn a_deployment_is_created_left_alone_updated_and_shrunk() {
     assert_eq!(inventory.disks.len(), 2);
 
     // A marker on web/0's persistent disk, written through the VM's /var/vcap/store.
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap()
-        .clone();
+    let web0 = record_of(&state, "web", 0);
     let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
     std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
 
@@ -662,12 +657,7 @@ async fn new_vms_are_set_up_as_the_director_does_and_lost_vms_come_back() {
     w.deploy(m.clone()).await;
 
     let state = w.state().await;
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap()
-        .clone();
+    let web0 = record_of(&state, "web", 0);
     let cid = web0.vm.as_ref().unwrap().cid.clone();
     let vm_dir = w.cloud_state().join("vms").join(&cid);
     let read = |p: PathBuf| -> Value {
@@ -747,12 +737,7 @@ async fn restarts_snapshot_disks_and_a_bigger_disk_is_resized_in_place() {
     w.deploy(m("Hello", 64)).await;
     assert!(!w.calls().iter().any(|c| c == "snapshot_disk"));
     let state = w.state().await;
-    let web0 = state
-        .instances
-        .values()
-        .find(|i| i.group == "web" && i.index == 0)
-        .unwrap()
-        .clone();
+    let web0 = record_of(&state, "web", 0);
     let root = w.vm_root(&web0.vm.as_ref().unwrap().cid);
     std::fs::write(root.join("store").join("marker"), "keep me").unwrap();
 
@@ -829,5 +814,98 @@ async fn restarts_snapshot_disks_and_a_bigger_disk_is_resized_in_place() {
         http_get(&ip_of(&state, "web", 0), w.port)
             .unwrap()
             .starts_with("Howdy")
+    );
+}
+
+/// The record of `group/index`.
+fn record_of(state: &DeploymentState, group: &str, index: u64) -> InstanceRecord {
+    state
+        .instances
+        .values()
+        .find(|i| i.group == group && i.index == index)
+        .unwrap_or_else(|| panic!("no {group}/{index}"))
+        .clone()
+}
+
+/// Errors that point at their cause (issue 24, item 6). A `create_vm` the CPI answered
+/// with an error made no VM: it leaves no intent, so the next deploy neither warns that a
+/// run "stopped before the cloud answered" nor waits for that VM's agent. A VM deleted
+/// because its agent never answered leaves no CID in its instance record, so the next
+/// deploy does not ask a VM that no longer exists for its state (three timeouts, then
+/// `has_vm`) before it makes a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_and_abandoned_vms_leave_no_intent_and_no_record() {
+    use kubosh_cloud::ErrorKind;
+    use kubosh_cloud::local::{Fault, Faults};
+    use kubosh_engine::{InstanceAction, Scope};
+    let mut w = World::new(6, Duration::from_secs(2)).await;
+    let m = manifest(w.net, w.port, "Hello", 64, false);
+
+    // The CPI refuses the first VM (a compilation worker's): the deploy fails with its
+    // words, and nothing is left to recover.
+    let mut faults = Faults::default();
+    faults.methods.insert(
+        "create_vm".into(),
+        Fault::fail(ErrorKind::VmCreationFailed, "no capacity in z1", false).times(1),
+    );
+    faults.save(&w.cloud_state()).unwrap();
+    let err = w.try_deploy(&w.request(m.clone())).await.unwrap_err();
+    assert!(err.contains("no capacity in z1"), "{err}");
+    let state = w.state().await;
+    assert!(state.intents.is_empty(), "{:?}", state.intents);
+    assert!(local::inventory(&w.cloud_state()).unwrap().vms.is_empty());
+    w.deploy(m.clone()).await;
+    let said = w.events.warnings();
+    assert!(
+        !said.iter().any(|s| s.contains("before the cloud answered")),
+        "{said:?}"
+    );
+
+    // web/0 is recreated while new agents never start: its new VM is deleted after the
+    // agent wait, and its record says it has none.
+    let state = w.state().await;
+    let web0 = record_of(&state, "web", 0);
+    Faults {
+        start_agents_frozen: true,
+        ..Faults::default()
+    }
+    .save(&w.cloud_state())
+    .unwrap();
+    w.engine.config.agent_wait_timeout = Duration::from_secs(3);
+    let recreate = DeployRequest {
+        action: Some((
+            InstanceAction::Recreate,
+            Some(Scope {
+                group: "web".into(),
+                instance: Some("0".into()),
+            }),
+        )),
+        ..w.request(m.clone())
+    };
+    let err = w.try_deploy(&recreate).await.unwrap_err();
+    assert!(err.starts_with("Timed out pinging VM '"), "{err}");
+    let after = w.state().await;
+    assert_eq!(after.instances[&web0.uuid].vm, None, "no VM in the record");
+    assert!(after.intents.is_empty(), "{:?}", after.intents);
+    let vms = local::inventory(&w.cloud_state()).unwrap().vms;
+    assert_eq!(vms.len(), 1, "only web/1's VM is left: {vms:?}");
+
+    // The next deploy gives web/0 a VM without asking the deleted one anything.
+    Faults::clear(&w.cloud_state()).unwrap();
+    w.engine.config.agent_wait_timeout = Duration::from_secs(60);
+    let calls = w.calls().len();
+    let report = w.deploy(m.clone()).await;
+    assert!(!report.noop, "{report:?}");
+    assert!(
+        !w.calls()[calls..].iter().any(|c| c == "has_vm"),
+        "{:?}",
+        &w.calls()[calls..]
+    );
+    let last = w.state().await;
+    assert!(last.instances[&web0.uuid].vm.is_some());
+    assert!(
+        http_get(&ip_of(&last, "web", 0), w.port)
+            .unwrap()
+            .starts_with("Hello")
     );
 }

@@ -236,18 +236,24 @@ impl Engine {
         replaced: Option<String>,
     ) -> Result<NewVm, EngineError> {
         let mut owner = record.clone();
+        let before = &*record;
         let vm = self
-            .create_vm(request, async |vm: &NewVm| {
-                owner.vm = Some(VmRecord {
-                    cid: vm.cid.clone(),
-                    agent_id: vm.agent_id.clone(),
-                    stemcell: request.stemcell.clone(),
-                    cloud_properties: request.cloud_properties.clone(),
-                    env: request.env.clone(),
-                    networks: vm.networks.clone(),
-                });
-                self.persist(&owner).await
-            })
+            .create_vm(
+                request,
+                async |vm: &NewVm| {
+                    owner.vm = Some(VmRecord {
+                        cid: vm.cid.clone(),
+                        agent_id: vm.agent_id.clone(),
+                        stemcell: request.stemcell.clone(),
+                        cloud_properties: request.cloud_properties.clone(),
+                        env: request.env.clone(),
+                        networks: vm.networks.clone(),
+                    });
+                    self.persist(&owner).await
+                },
+                // Deleted again (its agent never answered): the record as it was.
+                async || self.persist(before).await,
+            )
             .await?;
         *record = owner;
         let instance = InstanceName::of(record);

@@ -153,6 +153,17 @@ impl EventLog {
             .clone()
     }
 
+    /// The warnings (notices) so far, by text.
+    pub fn warnings(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter_map(|l| match l {
+                EventLine::Notice(n) => Some(n.message),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The milestones so far.
     pub fn milestones(&self) -> Vec<Milestone> {
         self.milestones

@@ -372,17 +372,6 @@ mod tests {
         (engine, cloud, events, state)
     }
 
-    fn warnings(events: &EventLog) -> Vec<String> {
-        events
-            .lines()
-            .into_iter()
-            .filter_map(|l| match l {
-                kubosh_bosh::events::EventLine::Notice(n) => Some(n.message),
-                _ => None,
-            })
-            .collect()
-    }
-
     async fn made_for(cloud: &SimCloud, request_id: &str) -> DiskCid {
         let request = CreateDisk {
             size_mib: 10,
@@ -405,7 +394,7 @@ mod tests {
         assert!(state.intents.is_empty());
         assert!(cloud.disk(&disk).is_none());
         assert!(cloud.disk(&other).is_some());
-        assert_eq!(warnings(&events), Vec::<String>::new());
+        assert_eq!(events.warnings(), Vec::<String>::new());
     }
 
     #[tokio::test]
@@ -415,7 +404,7 @@ mod tests {
         engine.recover(&mut state, Duration::ZERO).await.unwrap();
         assert!(state.intents.is_empty());
         assert_eq!(cloud.count("kubosh_find_disk"), 1);
-        assert_eq!(warnings(&events), Vec::<String>::new());
+        assert_eq!(events.warnings(), Vec::<String>::new());
     }
 
     #[tokio::test]
@@ -437,7 +426,7 @@ mod tests {
             "settled: nothing more can be done"
         );
         assert!(cloud.disk(&disk).is_some());
-        let warnings = warnings(&events);
+        let warnings = events.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
             warnings[0].contains("disk '' of instance u-gone")
@@ -500,7 +489,7 @@ mod tests {
         assert!(state.intents.is_empty());
         assert!(cloud.vm(&vm.cid).is_none(), "the VM is deleted");
         assert_eq!(cloud.count("kubosh_find_vm"), 1);
-        assert_eq!(warnings(&events), Vec::<String>::new());
+        assert_eq!(events.warnings(), Vec::<String>::new());
     }
 
     #[tokio::test]
@@ -534,6 +523,6 @@ mod tests {
             .map(|s| s.cid.clone())
             .collect();
         assert_eq!(left, vec![kept.0.clone()], "{snapshot:?} is deleted");
-        assert_eq!(warnings(&events), Vec::<String>::new());
+        assert_eq!(events.warnings(), Vec::<String>::new());
     }
 }

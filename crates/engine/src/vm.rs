@@ -11,6 +11,12 @@ use kubosh_cloud::{CreateDisk, CreateVm, DiskCid, NetworkSettings, Networks, Ste
 use kubosh_transport::agent::AgentClient;
 use kubosh_transport::agent::protocol::{DiskAssociation, UpdateSettings};
 
+/// The owner callbacks of a VM no record owns (never called).
+type NoOwner = (
+    fn(&NewVm) -> std::future::Ready<Result<(), EngineError>>,
+    fn() -> std::future::Ready<Result<(), EngineError>>,
+);
+
 /// What a new VM is made from.
 #[derive(Debug, Clone)]
 pub struct VmRequest {
@@ -56,13 +62,18 @@ impl Engine {
     /// `create_vm` → `set_vm_metadata` → wait for the agent (§4.5). The intent is stored
     /// before the call; `on_created` persists the CID in its owner record right after it
     /// (the write that records the CID: recovery finds it there), and the intent is settled
-    /// once the VM is ready. A VM whose later steps fail is deleted.
+    /// once the VM is ready. A VM whose later steps fail is deleted, and `on_deleted` then
+    /// takes it out of its owner record again (so the next deploy does not ask a VM that no
+    /// longer exists for its state).
     pub async fn create_vm(
         &self,
         request: &VmRequest,
         on_created: impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
+        on_deleted: impl AsyncFnOnce() -> Result<(), EngineError>,
     ) -> Result<NewVm, EngineError> {
-        let (vm, intent) = self.create_vm_pending(request, Some(on_created)).await?;
+        let (vm, intent) = self
+            .create_vm_pending(request, Some((on_created, on_deleted)))
+            .await?;
         self.settle(intent).await?;
         Ok(vm)
     }
@@ -74,11 +85,7 @@ impl Engine {
         &self,
         request: &VmRequest,
     ) -> Result<(NewVm, String), EngineError> {
-        self.create_vm_pending(
-            request,
-            None::<fn(&NewVm) -> std::future::Ready<Result<(), EngineError>>>,
-        )
-        .await
+        self.create_vm_pending(request, None::<NoOwner>).await
     }
 
     /// Deletes a VM made by [`Engine::create_unowned_vm`] and settles its intent.
@@ -116,11 +123,15 @@ impl Engine {
     }
 
     /// [`Engine::create_vm`] up to the ready agent, the intent (id returned) still pending.
-    /// Without an owner to record the CID (`on_created`), the intent records it.
+    /// Without an owner to record the CID (`owner`: on created, on deleted), the intent
+    /// records it.
     async fn create_vm_pending(
         &self,
         request: &VmRequest,
-        on_created: Option<impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>>,
+        owner: Option<(
+            impl AsyncFnOnce(&NewVm) -> Result<(), EngineError>,
+            impl AsyncFnOnce() -> Result<(), EngineError>,
+        )>,
     ) -> Result<(NewVm, String), EngineError> {
         let agent_id = kubosh_base::ids::uuid_v4();
         let intent = Intent {
@@ -141,7 +152,7 @@ impl Engine {
         if let Some(agent_env) = &self.config.agent_env {
             super::desired_merge(&mut env, &agent_env(&agent_id));
         }
-        let created = self
+        let created = match self
             .cloud
             .create_vm(&CreateVm {
                 agent_id: agent_id.clone(),
@@ -152,7 +163,10 @@ impl Engine {
                 env,
             })
             .await
-            .map_err(EngineError::from)?;
+        {
+            Ok(created) => created,
+            Err(e) => return Err(self.vm_not_created(e, &intent, &agent_id).await),
+        };
         let vm = NewVm {
             cid: created.cid.0.clone(),
             agent_id: agent_id.clone(),
@@ -160,6 +174,10 @@ impl Engine {
                 .networks
                 .map(Value::Object)
                 .unwrap_or_else(|| request.networks.clone()),
+        };
+        let (on_created, on_deleted) = match owner {
+            Some((created, deleted)) => (Some(created), Some(deleted)),
+            None => (None, None),
         };
         let ready = async {
             match on_created {
@@ -175,19 +193,7 @@ impl Engine {
                     .await?
                 }
             }
-            if !request.metadata.is_empty() {
-                let mut metadata = request.metadata.clone();
-                metadata.insert("created_at".into(), Value::String(created_at_now()));
-                match self
-                    .cloud
-                    .set_vm_metadata(&VmCid(vm.cid.clone()), &metadata)
-                    .await
-                {
-                    // A CPI without VM metadata is no reason to lose the VM.
-                    Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => {}
-                    other => other.map_err(EngineError::from)?,
-                }
-            }
+            self.set_vm_metadata(&vm.cid, request).await?;
             self.agent(&agent_id, &request.display_name)
                 .wait_until_ready(&vm.cid, self.config.agent_wait_timeout)
                 .await
@@ -197,13 +203,78 @@ impl Engine {
         match ready {
             Ok(()) => Ok((vm, intent.id)),
             Err(e) => {
-                // The VM is useless; the intent (with its CID) stays until it is gone.
-                if self.delete_agent_vm(&vm.cid, &vm.agent_id).await.is_ok() {
-                    let _ = self.write(Write::DeleteIntent(intent.id)).await;
-                }
+                self.abandon_vm(&vm, intent.id, on_deleted).await;
                 Err(e)
             }
         }
+    }
+
+    /// `set_vm_metadata` with the request's metadata and `created_at`, if it has any.
+    async fn set_vm_metadata(&self, cid: &str, request: &VmRequest) -> Result<(), EngineError> {
+        if request.metadata.is_empty() {
+            return Ok(());
+        }
+        let mut metadata = request.metadata.clone();
+        metadata.insert("created_at".into(), Value::String(created_at_now()));
+        match self
+            .cloud
+            .set_vm_metadata(&VmCid(cid.to_string()), &metadata)
+            .await
+        {
+            // A CPI without VM metadata is no reason to lose the VM.
+            Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => Ok(()),
+            other => other.map_err(EngineError::from),
+        }
+    }
+
+    /// Deletes a new VM that is useless (its owner write, metadata or agent failed). Its
+    /// intent (`intent_id`) stays until the VM is gone and its owner (`on_deleted`) no longer
+    /// names it.
+    async fn abandon_vm(
+        &self,
+        vm: &NewVm,
+        intent_id: String,
+        on_deleted: Option<impl AsyncFnOnce() -> Result<(), EngineError>>,
+    ) {
+        if self.delete_agent_vm(&vm.cid, &vm.agent_id).await.is_err() {
+            return;
+        }
+        let forgotten = match on_deleted {
+            Some(on_deleted) => on_deleted().await,
+            None => Ok(()),
+        };
+        match forgotten {
+            Ok(()) => {
+                let _ = self.write(Write::DeleteIntent(intent_id)).await;
+            }
+            Err(e) => {
+                tracing::warn!(vm = %vm.cid, error = %e, "a deleted VM is still in its owner's record")
+            }
+        }
+    }
+
+    /// A `create_vm` that failed. When the CPI answered with an error, it made no VM (a
+    /// CPI cleans up what a failed creation left): the intent is settled and the agent let
+    /// off the bus, so the next run neither looks for the VM nor waits for its agent. A
+    /// call that got no answer (a timeout, a killed CPI, unreadable output) may have made
+    /// one: its intent stays for recovery.
+    async fn vm_not_created(
+        &self,
+        error: kubosh_cloud::CpiError,
+        intent: &Intent,
+        agent_id: &str,
+    ) -> EngineError {
+        if matches!(error, kubosh_cloud::CpiError::Cloud { .. }) {
+            if let Some(access) = &self.config.agent_access
+                && let Err(e) = access.revoke(&[agent_id.to_string()]).await
+            {
+                tracing::warn!(agent_id, error = %e, "cannot lock the agent of a VM the cloud did not make out of NATS");
+            }
+            if let Err(e) = self.write(Write::DeleteIntent(intent.id.clone())).await {
+                tracing::warn!(intent = %intent.id, error = %e, "cannot settle the intent of a VM the cloud did not make");
+            }
+        }
+        EngineError::from(error)
     }
 
     /// `delete_vm`, a VM already gone counting as deleted.

@@ -977,3 +977,77 @@ async fn nats_permissions_confine_an_agent_to_its_own_subjects() {
         "an unmapped certificate must not connect"
     );
 }
+
+/// A NATS outage is the bus's fault and said so, at once: not three `get_state` timeouts
+/// blamed on the agent. The error names the server (never credentials) and is no timeout
+/// (the engine would ask the cloud whether the VM is gone); once the server is back, the
+/// same transport works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_outage_is_reported_as_nats_unreachable_not_as_an_agent_timeout() {
+    let pki = Pki::new("default.nats.bosh-internal");
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::agentd_common::free_port();
+    let mut server = NatsServer::start_in(dir.path(), port, Some(&pki.server_tls()), "").unwrap();
+    let url = server.url();
+    let transport = director(&server, &pki).await;
+    let agent_nc = raw_client(&server, &pki.client("agent")).await;
+    let _fake = FakeAgent::start(agent_nc, AGENT, |req| match req["method"].as_str() {
+        Some("get_state") => Some(Reply::value(json!({"job_state": "running"}))),
+        _ => Some(Reply::value("pong")),
+    })
+    .await;
+    // The Director's timeouts: an outage blamed on the agent would take 3 x 45 s here.
+    let c = transport.agent(AGENT).with_instance_name("web/0");
+    c.get_state(false).await.unwrap();
+
+    server.stop();
+    let started = std::time::Instant::now();
+    let err = c.get_state(false).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(err.is_unreachable() && !err.is_timeout(), "{err:?}");
+    assert!(
+        took >= kubosh_transport::agent::nats::OUTAGE_GRACE && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("NATS at {url} is unreachable: no connection for ")),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(&format!(
+            "cannot send 'get_state' to instance: 'web/0', agent-id: '{AGENT}'"
+        )),
+        "{text}"
+    );
+    // Down for a while: every request fails at once, waiting for a new VM's agent too.
+    let started = std::time::Instant::now();
+    assert!(c.ping().await.unwrap_err().is_unreachable());
+    let err = c
+        .wait_until_ready("vm-1", Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(err.is_unreachable(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    // Back on the same port: the client reconnects, the requests go through again.
+    let _server = NatsServer::start_in(dir.path(), port, Some(&pki.server_tls()), "").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let c = c.with_options(ClientOptions {
+        timeout: Duration::from_secs(1),
+        ..fast()
+    });
+    loop {
+        match c.get_state(false).await {
+            Ok(state) => {
+                assert_eq!(String::from(state.job_state), "running");
+                break;
+            }
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "not back yet");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("NATS is back, the agent is not: {e}"),
+        }
+    }
+}

@@ -16,6 +16,7 @@ mod deployment;
 mod init;
 pub mod network;
 mod problem;
+mod release_jobs;
 pub mod shape;
 
 use std::sync::LazyLock;
@@ -24,6 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use problem::{Document, Path, Problem, Problems, Segment, Severity};
+pub use release_jobs::release_jobs;
 use shape::ShapeChecker;
 
 use crate::manifest::{CloudConfig, DeploymentManifest, InitManifest};

@@ -352,6 +352,7 @@ impl Engine {
         let mut out = BTreeMap::new();
         let mut vanished = Vec::new();
         let mut unanswered = Vec::new();
+        let mut unreachable = None;
         for (record, answer, gone) in answers {
             match answer {
                 Ok(o) => {
@@ -360,6 +361,8 @@ impl Engine {
                     }
                     out.insert(record.uuid, o);
                 }
+                // The bus is down: nothing is known of any agent; said once.
+                Err(Unheard::Asked(e)) if e.is_unreachable() => unreachable = Some(e),
                 Err(error) => {
                     let instance = InstanceName::of(&record);
                     self.events.milestone(Milestone::AgentUnresponsive {
@@ -370,7 +373,9 @@ impl Engine {
                 }
             }
         }
-        if unanswered.is_empty() {
+        if let Some(bus) = unreachable {
+            Err(EngineError::Agent(bus))
+        } else if unanswered.is_empty() {
             vanished.sort();
             Ok((out, vanished))
         } else {

@@ -188,27 +188,49 @@ pub async fn gather(
 
     let documents = match kubosh_core::validate::deployment(&manifest, &cloud_config) {
         Ok(documents) => documents,
-        // The validator quotes what it found, which may be a variable's value: the
-        // problems reach conditions, Events and the log scrubbed, as deploy errors do.
-        Err(problems) => {
-            let text = kubosh_base::secret::scrub(&problems.to_string(), &secrets);
-            return Ok(Err(Unready::Invalid {
-                reason: "InvalidManifest",
-                problems: text.lines().map(String::from).collect(),
-            }));
-        }
+        Err(problems) => return Ok(Err(invalid_manifest(&problems, &secrets))),
     };
     let typed = &documents.document.0;
     let (releases, stemcells) = match choose(typed, &watched.releases, &watched.stemcells) {
         Ok(chosen) => chosen,
         Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
     };
+    // A job its release lacks is the manifest's fault too, found before any agent is asked.
+    let problems = unknown_jobs(typed, &releases);
+    if problems.has_errors() {
+        return Ok(Err(invalid_manifest(&problems, &secrets)));
+    }
     Ok(Ok(Inputs {
         documents,
         releases,
         stemcells,
         secrets,
     }))
+}
+
+/// `InvalidManifest` with every problem, one line each. The validator quotes what it
+/// found, which may be a variable's value: the problems reach conditions, Events and the
+/// log scrubbed of `secrets`, as deploy errors do.
+fn invalid_manifest(problems: &kubosh_core::validate::Problems, secrets: &[String]) -> Unready {
+    let text = kubosh_base::secret::scrub(&problems.to_string(), secrets);
+    Unready::Invalid {
+        reason: "InvalidManifest",
+        problems: text.lines().map(String::from).collect(),
+    }
+}
+
+/// The manifest's jobs that the chosen releases (their Ready status lists their jobs) lack.
+fn unknown_jobs(
+    manifest: &DeploymentManifest,
+    releases: &[ReleaseResource],
+) -> kubosh_core::validate::Problems {
+    kubosh_core::validate::release_jobs(
+        manifest,
+        releases.iter().map(|r| {
+            let jobs = (r.status.iter()).flat_map(|s| s.jobs.iter().map(|j| j.name.as_str()));
+            (r.spec.name.as_str(), r.spec.version.as_str(), jobs)
+        }),
+    )
 }
 
 /// The deployment's manifest as a document, named after the resource unless it names

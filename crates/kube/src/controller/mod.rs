@@ -7,6 +7,7 @@
 //! - [`fetch`] downloads `http(s)://` and `file://` URLs with optional Secret credentials.
 //! - [`deployment`] reconciles `Deployment`s: deploys, actions, deletion.
 //! - [`disk`] deletes orphaned `Disk`s once expired or when their resource is deleted.
+//! - [`events`] publishes Events with both the events.k8s.io and the core/v1 timestamps.
 //! - [`health`] follows the agents' heartbeats into each `Instance`'s state between deploys;
 //!   [`resurrection`] decides what to do about instances that lost their agent or VM.
 //! - [`requests`] reads the action and reconcile-request annotations.
@@ -18,6 +19,7 @@ pub mod artifacts;
 pub mod backoff;
 pub mod deployment;
 pub mod disk;
+pub mod events;
 pub use kubosh_artifacts::fetch;
 pub mod health;
 pub mod inputs;

@@ -45,6 +45,17 @@ fn release(name: &str, url: &str, sha1: Option<String>) -> Release {
     )
 }
 
+/// The example release as `Release` `hello-1.0.0` (not reconciled yet).
+async fn create_hello_release(api: &Api<Release>, dir: &Path) -> Release {
+    let tarball = example_release_tarball(dir);
+    api.create(
+        &PostParams::default(),
+        &release("hello-1.0.0", &file_url(&tarball), None),
+    )
+    .await
+    .unwrap()
+}
+
 fn reason(
     conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     kind: &str,
@@ -330,14 +341,7 @@ async fn a_stemcell_becomes_ready_and_deployments_know_what_they_wait_for() {
     .unwrap();
     let stemcells = api.list(&Default::default()).await.unwrap().items;
     let rels: Api<Release> = Api::namespaced(ctx.client.clone(), &ns);
-    let tarball = example_release_tarball(dir.path());
-    let r = rels
-        .create(
-            &PostParams::default(),
-            &release("hello-1.0.0", &file_url(&tarball), None),
-        )
-        .await
-        .unwrap();
+    let r = create_hello_release(&rels, dir.path()).await;
     assert_eq!(
         waiting_for(&manifest, std::slice::from_ref(&r), &stemcells),
         [
@@ -351,5 +355,75 @@ async fn a_stemcell_becomes_ready_and_deployments_know_what_they_wait_for() {
     assert_eq!(
         waiting_for(&manifest, &releases, &stemcells),
         ["release missing/3"]
+    );
+}
+
+/// A manifest naming a job its (Ready) release lacks is invalid before anything is asked of
+/// an agent or the cloud: the `InvalidManifest` problem names the job by its path, in the
+/// Director's words, and the release it was looked for in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_its_release_lacks_makes_the_manifest_invalid() {
+    use kubosh_kube::api::{CloudConfig, Deployment};
+    use kubosh_kube::controller::inputs::{Unready, Watched, gather};
+    let dir = tempfile::tempdir().unwrap();
+    let ns = support::namespace("jobs").await;
+    let (ctx, _store) = context(dir.path()).await;
+    let rels: Api<Release> = Api::namespaced(ctx.client.clone(), &ns);
+    let r = create_hello_release(&rels, dir.path()).await;
+    reconcile_release(&r, &ctx).await.unwrap();
+    let stemcell: Stemcell = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubosh.io/v1alpha1", "kind": "Stemcell",
+        "metadata": {"name": "noble-1.0", "namespace": ns, "generation": 1},
+        "spec": {"name": "kubosh-local-ubuntu-noble", "version": "1.0", "url": "file:///x"},
+        "status": {"os": "ubuntu-noble", "conditions": [{
+            "type": "Ready", "status": "True", "reason": "Ready", "message": "",
+            "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    }))
+    .unwrap();
+    let cloud_config: CloudConfig = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+        "metadata": {"name": "default", "namespace": ns},
+        "spec": {
+            "azs": [{"name": "z1"}],
+            "vm_types": [{"name": "small"}],
+            "networks": [{"name": "default", "type": "manual", "subnets": [{
+                "range": "10.0.0.0/24", "gateway": "10.0.0.1", "az": "z1"}]}],
+            "compilation": {"workers": 1, "network": "default", "az": "z1", "vm_type": "small"},
+        },
+    }))
+    .unwrap();
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubosh.io/v1alpha1", "kind": "Deployment",
+        "metadata": {"name": "greeters", "namespace": ns},
+        "spec": {"manifest": {
+            "releases": [{"name": "hello", "version": "1.0.0"}],
+            "stemcells": [{"alias": "default", "os": "ubuntu-noble", "version": "latest"}],
+            "update": {"canaries": 1, "max_in_flight": 1, "canary_watch_time": 1000, "update_watch_time": 1000},
+            "instance_groups": [{
+                "name": "web", "instances": 1, "azs": ["z1"], "vm_type": "small",
+                "stemcell": "default", "networks": [{"name": "default"}],
+                "jobs": [{"name": "hello", "release": "hello"}, {"name": "helo", "release": "hello"}],
+            }],
+        }},
+    }))
+    .unwrap();
+    let watched = Watched {
+        cloud_configs: vec![cloud_config],
+        releases: rels.list(&Default::default()).await.unwrap().items,
+        stemcells: vec![stemcell],
+    };
+    let unready = gather(&ctx.client, &deployment, &watched)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        unready,
+        Unready::Invalid {
+            reason: "InvalidManifest",
+            problems: vec![
+                "error: manifest: instance_groups[0].jobs[1].name: Can't find job 'helo' in release 'hello/1.0.0'"
+                    .into()
+            ],
+        }
     );
 }

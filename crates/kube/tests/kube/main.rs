@@ -9,6 +9,7 @@ mod client;
 mod control_plane;
 mod crd_apiserver;
 mod crds;
+mod events;
 mod gitops;
 mod helm;
 mod lock;

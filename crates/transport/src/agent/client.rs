@@ -39,6 +39,11 @@ pub enum TransportError {
     /// The connection failed or closed.
     #[error("{0}")]
     Connection(String),
+    /// The message bus itself cannot be reached (its connection has been down for a
+    /// while): no agent can answer. The text names the bus (`NATS at nats://host:port`,
+    /// never credentials) and for how long it has been down.
+    #[error("{0}")]
+    Unreachable(String),
 }
 
 /// One way of reaching agents: NATS ([`super::nats::NatsTransport`]) or HTTPS
@@ -135,6 +140,19 @@ pub enum AgentError {
         /// What failed.
         reason: String,
     },
+    /// The message bus (NATS) cannot be reached, so no agent can: the cause is the bus, not
+    /// the agent (not a timeout: the agent's VM may well be fine).
+    #[error("{reason}: cannot send '{method}' to instance: '{instance}', agent-id: '{agent_id}'")]
+    Unreachable {
+        /// The method.
+        method: String,
+        /// The instance name (`unknown` when not given).
+        instance: String,
+        /// The agent id.
+        agent_id: String,
+        /// Which bus, since when (`NATS at nats://10.0.0.6:4222 is unreachable: ...`).
+        reason: String,
+    },
     /// Waiting was cancelled; the agent task was sent `cancel_task`.
     #[error("'{method}' on agent '{agent_id}' was cancelled")]
     Cancelled {
@@ -151,9 +169,15 @@ impl AgentError {
         matches!(self, AgentError::Remote { message, .. } if message.contains("unknown message"))
     }
 
-    /// True when no reply came in time.
+    /// True when no reply came in time (from an agent behind a working bus: an unreachable
+    /// bus is [`AgentError::is_unreachable`], not a timeout).
     pub fn is_timeout(&self) -> bool {
         matches!(self, AgentError::Timeout { .. })
+    }
+
+    /// True when the message bus could not be reached: nothing is known of the agent.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, AgentError::Unreachable { .. })
     }
 }
 
@@ -470,6 +494,12 @@ impl AgentClient {
                 agent_id: self.agent_id.clone(),
                 after: timeout,
             },
+            TransportError::Unreachable(reason) => AgentError::Unreachable {
+                method: method.to_string(),
+                instance: self.instance.clone(),
+                agent_id: self.agent_id.clone(),
+                reason,
+            },
             TransportError::Reply(r) => AgentError::MalformedReply {
                 method: method.to_string(),
                 agent_id: self.agent_id.clone(),
@@ -619,7 +649,7 @@ impl AgentClient {
 
     /// Pings until the agent answers (1 s per attempt), for at most `deadline`; "restarting
     /// agent" exceptions and undelivered requests are retried too
-    /// (`agent_client.rb#wait_until_ready`).
+    /// (`agent_client.rb#wait_until_ready`). An unreachable bus ends the wait at once.
     pub async fn wait_until_ready(
         &self,
         vm_cid: &str,

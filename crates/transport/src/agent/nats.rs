@@ -161,6 +161,23 @@ pub async fn connect_with(
         .map_err(|e| NatsError::Connect(redact_userinfo(&e.to_string(), &options.urls)))
 }
 
+/// The servers as messages name them: each URL without its `user:password@`.
+fn server_names(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| match u.split_once("://") {
+            Some((scheme, rest)) => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                format!("{scheme}://{host}")
+            }
+            None => u
+                .rsplit_once('@')
+                .map_or(u.as_str(), |(_, h)| h)
+                .to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Removes any `user:password@` of the configured URLs from an error text.
 fn redact_userinfo(text: &str, urls: &[String]) -> String {
     let mut text = text.to_string();
@@ -179,6 +196,108 @@ pub use kubosh_bosh::agent::nats_auth::is_subject_token;
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<async_nats::Message>>>>;
 
+/// How long the connection may be down before requests fail as "NATS is unreachable"
+/// rather than wait for their reply: async-nats reconnects within a few seconds when the
+/// server is back (its delay grows to 4 s), and what is published meanwhile is sent then.
+pub const OUTAGE_GRACE: Duration = Duration::from_secs(5);
+
+/// How often the connection state is looked at.
+const LINK_POLL: Duration = Duration::from_millis(100);
+
+/// The connection to the server, as last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Up,
+    Down { since: tokio::time::Instant },
+}
+
+/// Follows the connection's state (async-nats exposes it only to be polled) for requests
+/// to wait on.
+struct Bus {
+    /// The servers, without credentials, for messages.
+    servers: String,
+    link: tokio::sync::watch::Receiver<Link>,
+    grace: Duration,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Bus {
+    fn watch(client: &async_nats::Client, servers: String) -> Bus {
+        let link = |state: async_nats::connection::State, was: Link| match (state, was) {
+            (async_nats::connection::State::Connected, _) => Link::Up,
+            (_, Link::Down { since }) => Link::Down { since },
+            (_, Link::Up) => Link::Down {
+                since: tokio::time::Instant::now(),
+            },
+        };
+        let first = link(client.connection_state(), Link::Up);
+        let (tx, rx) = tokio::sync::watch::channel(first);
+        let client = client.clone();
+        let watcher = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(LINK_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                let state = client.connection_state();
+                tx.send_if_modified(|was| {
+                    let now = link(state, *was);
+                    std::mem::replace(was, now) != now
+                });
+            }
+        });
+        Bus {
+            servers,
+            link: rx,
+            grace: OUTAGE_GRACE,
+            watcher,
+        }
+    }
+
+    /// The error of a connection down since `since`.
+    fn unreachable(&self, since: tokio::time::Instant) -> TransportError {
+        TransportError::Unreachable(format!(
+            "NATS at {} is unreachable: no connection for {} s",
+            self.servers,
+            since.elapsed().as_secs()
+        ))
+    }
+
+    /// An error when the connection has been down longer than the grace period.
+    fn check(&self) -> Result<(), TransportError> {
+        match *self.link.borrow() {
+            Link::Down { since } if since.elapsed() >= self.grace => Err(self.unreachable(since)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Completes once the connection has been down for the grace period (never, while it is
+    /// up).
+    async fn outage(&self) -> TransportError {
+        let mut link = self.link.clone();
+        loop {
+            let seen = *link.borrow_and_update();
+            match seen {
+                Link::Down { since } if since.elapsed() >= self.grace => {
+                    return self.unreachable(since);
+                }
+                Link::Down { since } => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(since + self.grace) => {}
+                        changed = link.changed() => if changed.is_err() {
+                            std::future::pending::<()>().await;
+                        },
+                    }
+                }
+                Link::Up => {
+                    if link.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The Director's side of NATS: publishes requests and routes replies back to callers.
 ///
 /// One inbox subscription (`director.<process uuid>.>`) serves all requests; each request's
@@ -188,6 +307,7 @@ pub struct NatsTransport {
     inbox: String,
     pending: Pending,
     reader: tokio::task::JoinHandle<()>,
+    bus: Bus,
 }
 
 impl std::fmt::Debug for NatsTransport {
@@ -201,6 +321,7 @@ impl std::fmt::Debug for NatsTransport {
 impl Drop for NatsTransport {
     fn drop(&mut self) {
         self.reader.abort();
+        self.bus.watcher.abort();
     }
 }
 
@@ -224,15 +345,32 @@ impl NatsTransport {
         NatsTransport::with_process_uuid(client, &kubosh_base::ids::uuid_v4()).await
     }
 
-    /// Connects ([`connect`]) and subscribes the inbox.
+    /// Connects ([`connect`]) and subscribes the inbox. Errors name the servers as
+    /// `options` does, without credentials.
     pub async fn connect(options: &NatsOptions) -> Result<NatsTransport, NatsError> {
-        NatsTransport::new(connect(options).await?).await
+        let client = connect(options).await?;
+        NatsTransport::start(
+            client,
+            &kubosh_base::ids::uuid_v4(),
+            server_names(&options.urls),
+        )
+        .await
     }
 
     /// Subscribes the inbox `director.<process_uuid>.>` on `client`.
     pub async fn with_process_uuid(
         client: async_nats::Client,
         process_uuid: &str,
+    ) -> Result<NatsTransport, NatsError> {
+        let info = client.server_info();
+        let servers = format!("nats://{}:{}", info.host, info.port);
+        NatsTransport::start(client, process_uuid, servers).await
+    }
+
+    async fn start(
+        client: async_nats::Client,
+        process_uuid: &str,
+        servers: String,
     ) -> Result<NatsTransport, NatsError> {
         let inbox = format!("director.{process_uuid}");
         let subject = format!("{inbox}.>");
@@ -264,12 +402,21 @@ impl NatsTransport {
                 p.clear();
             }
         });
+        let bus = Bus::watch(&client, servers);
         Ok(NatsTransport {
             client,
             inbox,
             pending,
             reader,
+            bus,
         })
+    }
+
+    /// Sets how long the connection may be down before requests fail as "NATS is
+    /// unreachable" ([`OUTAGE_GRACE`] by default).
+    pub fn with_outage_grace(mut self, grace: Duration) -> NatsTransport {
+        self.bus.grace = grace;
+        self
     }
 
     /// `director.<process uuid>`.
@@ -321,6 +468,9 @@ impl NatsTransport {
         timeout: Duration,
     ) -> Result<Reply, TransportError> {
         let (request_id, subject, body) = self.envelope(agent_id, method, arguments)?;
+        // A bus down for a while answers for every agent at once, instead of each request
+        // waiting out its timeout.
+        self.bus.check()?;
         let (tx, rx) = oneshot::channel();
         self.pending
             .lock()
@@ -334,12 +484,15 @@ impl NatsTransport {
             .publish(subject, body.into())
             .await
             .map_err(|e| TransportError::Connection(e.to_string()))?;
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(msg)) => Ok(Reply::from_slice(&msg.payload)?),
-            Ok(Err(_)) => Err(TransportError::Connection(
-                "the reply subscription closed".into(),
-            )),
-            Err(_) => Err(TransportError::Timeout),
+        tokio::select! {
+            reply = tokio::time::timeout(timeout, rx) => match reply {
+                Ok(Ok(msg)) => Ok(Reply::from_slice(&msg.payload)?),
+                Ok(Err(_)) => Err(TransportError::Connection(
+                    "the reply subscription closed".into(),
+                )),
+                Err(_) => Err(TransportError::Timeout),
+            },
+            outage = self.bus.outage() => Err(outage),
         }
     }
 }
@@ -363,6 +516,7 @@ impl Transport for NatsTransport {
     ) -> BoxFuture<'a, Result<(), TransportError>> {
         Box::pin(async move {
             let (_, subject, body) = self.envelope(agent_id, method, arguments)?;
+            self.bus.check()?;
             self.client
                 .publish(subject, body.into())
                 .await
@@ -480,6 +634,18 @@ mod tests {
         let urls = vec!["nats://nats:s3cret@10.0.0.6:4222".to_string()];
         let text = redact_userinfo("failed nats://nats:s3cret@10.0.0.6:4222", &urls);
         assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    #[test]
+    fn server_names_carry_no_credentials() {
+        let urls = vec![
+            "nats://nats:s3cret@10.0.0.6:4222".to_string(),
+            "tls://10.0.0.7:4222".to_string(),
+        ];
+        assert_eq!(
+            server_names(&urls),
+            "nats://10.0.0.6:4222, tls://10.0.0.7:4222"
+        );
     }
 
     #[test]

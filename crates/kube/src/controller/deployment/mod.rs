@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, Recorder, Reporter};
+use kube::runtime::events::{Event as KubeEvent, Reporter};
 use kube::runtime::finalizer::{self, finalizer};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
@@ -161,8 +161,8 @@ impl DeploymentContext {
 
     /// Publishes `event` regarding `regarding`; a failure is only logged.
     pub(crate) async fn publish(&self, event: &KubeEvent, regarding: &ObjectReference) {
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(e) = recorder.publish(event, regarding).await {
+        if let Err(e) = super::events::publish(&self.client, &self.reporter, event, regarding).await
+        {
             tracing::warn!(regarding = ?regarding.name, error = %e, "cannot publish an event");
         }
     }
