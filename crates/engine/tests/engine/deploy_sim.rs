@@ -1377,7 +1377,11 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         .unwrap();
     let mut changed = manifest();
     group_mut(&mut changed, "web")["jobs"][0]["properties"]["hello"]["greeting"] = json!("Hey");
-    let err = sim.engine.deploy(&sim.request(changed)).await.unwrap_err();
+    let err = sim
+        .engine
+        .deploy(&sim.request(changed.clone()))
+        .await
+        .unwrap_err();
     assert!(
         err.to_string()
             .starts_with("Timed out sending 'get_state' to instance: 'web/"),
@@ -1388,6 +1392,73 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         sim.milestones_of("AgentUnresponsive"),
         vec![(web1.display_name(), vec![])]
     );
+    // It stalls (no retry helps) and names the instance.
+    assert_eq!(err.disposition(), kubosh_engine::Disposition::Stall);
+    let named: Vec<&str> = (err.unanswered().iter())
+        .map(|u| u.instance.display.as_str())
+        .collect();
+    assert_eq!(named, vec![web1.display_name().as_str()]);
+
+    // `--fix`: the silent instance gets a new VM on its disk, and the change goes out.
+    sim.cloud
+        .write_disk_file(
+            &kubosh_cloud::DiskCid(web1.disks[0].cid.clone()),
+            "marker",
+            "web1 data",
+        )
+        .unwrap();
+    let fix = DeployRequest {
+        requests: Requests {
+            fix: true,
+            ..Requests::default()
+        },
+        ..sim.request(changed.clone())
+    };
+    let report = sim.deploy_with(&sim.engine, &fix).await;
+    assert!(report.updated.contains(&web1.display_name()), "{report:?}");
+    let fixed = sim.group("web").remove(1);
+    assert_ne!(Sim::vm_cid(&fixed), Sim::vm_cid(&web1), "a new VM");
+    assert_eq!(fixed.disks, web1.disks, "the same disk");
+    assert_eq!(fixed.ips, web1.ips, "the same address");
+    let resurrecting: std::collections::BTreeSet<_> =
+        sim.milestones_of("Resurrecting").into_iter().collect();
+    assert_eq!(
+        resurrecting,
+        [
+            (web1.display_name(), vec![Sim::vm_cid(&web1)]),
+            (web0.display_name(), vec![old_vm.clone()]),
+        ]
+        .into(),
+        "web/1 now (its agent), web/0 before (its VM)"
+    );
+    let disk = kubosh_cloud::DiskCid(fixed.disks[0].cid.clone());
+    assert_eq!(
+        sim.cloud
+            .disk_files(&disk)
+            .unwrap()
+            .get("marker")
+            .map(String::as_str),
+        Some("web1 data")
+    );
+    sim.assert_no_leak();
+
+    // A `recreate` of a silent instance recreates it without asking it anything.
+    sim.cloud
+        .set_agent_unresponsive(&VmCid(Sim::vm_cid(&fixed)), true)
+        .unwrap();
+    let scope = kubosh_engine::Scope {
+        group: "web".into(),
+        instance: Some("1".into()),
+    };
+    let recreate = DeployRequest {
+        action: Some((kubosh_engine::InstanceAction::Recreate, Some(scope))),
+        ..sim.request(changed)
+    };
+    sim.deploy_with(&sim.engine, &recreate).await;
+    let again = sim.group("web").remove(1);
+    assert_ne!(Sim::vm_cid(&again), Sim::vm_cid(&fixed), "recreated");
+    assert!(again.update_completed);
+    sim.assert_no_leak();
 }
 
 /// New trusted certificates on the director reach every running VM: each instance is

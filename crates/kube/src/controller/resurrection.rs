@@ -89,6 +89,9 @@ struct Known {
     /// A deploy should run to recreate what is down (or look again at agents that came
     /// back after a deploy stalled on them).
     wanted: bool,
+    /// Asked to resume: what is down until the next deploy starts is that deploy's to
+    /// recreate, whatever the count.
+    resumed: bool,
 }
 
 /// The resurrector's bookkeeping, per deployment uid ([module docs](self)).
@@ -173,7 +176,7 @@ impl Resurrection {
                     newly: false,
                 };
             }
-            if policy.is_meltdown(k.down.len(), total) {
+            if !k.resumed && policy.is_meltdown(k.down.len(), total) {
                 let meltdown = Meltdown {
                     down: k.down.len(),
                     total,
@@ -205,6 +208,7 @@ impl Resurrection {
         self.with(uid, |k| {
             k.down.clear();
             k.wanted = k.meltdown.is_some();
+            k.resumed = k.meltdown.is_some();
             k.meltdown.take()
         })
     }
@@ -222,7 +226,10 @@ impl Resurrection {
 
     /// A deploy of `uid` starts: it does what was asked.
     pub fn deploying(&self, uid: &str) {
-        self.with(uid, |k| k.wanted = false);
+        self.with(uid, |k| {
+            k.wanted = false;
+            k.resumed = false;
+        });
     }
 
     /// Deployment `uid` is gone.
@@ -338,5 +345,21 @@ mod tests {
         ));
         assert_eq!(r.resume("d"), Some(Meltdown { down: 2, total: 10 }));
         assert!(r.wanted("d"), "resuming looks again at once");
+        let all = [
+            "web/0".to_string(),
+            "web/1".to_string(),
+            "web/2".to_string(),
+        ];
+        let later = t0 + Duration::from_secs(610);
+        assert_eq!(
+            r.down("d", &all, 10, later),
+            Verdict::Repair { newly: false },
+            "what is down when asked to resume is the next deploy's to recreate"
+        );
+        r.deploying("d");
+        assert!(matches!(
+            r.down("d", &all, 10, later),
+            Verdict::Meltdown { .. }
+        ));
     }
 }

@@ -247,6 +247,8 @@ async fn lead(
     let health = match edges.heartbeats().await {
         Ok(heartbeats) => {
             engine.config.health = Some(heartbeats.clone());
+            // Silence means the same to a deploy as to the health watch.
+            engine.config.health_window = options.agent_timeout;
             Some(HealthWatch::new(heartbeats, options.agent_timeout))
         }
         Err(e) => {
