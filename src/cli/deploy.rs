@@ -105,7 +105,7 @@ fn run(args: &DeployArgs, mode: Mode) -> ExitCode {
 
 /// The failure as the last line(s): `Error: <message>`, or the validator's problems as they
 /// are (each line already says `error: ...`).
-fn error_text(message: &str) -> String {
+pub(super) fn error_text(message: &str) -> String {
     let message = message.trim_end();
     if message.starts_with("error: ") {
         format!("{message}\n")
@@ -122,43 +122,7 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         (Some(health), Mode::Deploy) => Some((config.heartbeat_monitor().await?, health)),
         _ => None,
     };
-    let manifest = read_manifest(args, mode)?;
-    let cloud_config = read_yaml(&args.cloud_config)?;
-    let name = deployment_name(&manifest, &cloud_config)?;
-    // Validated once, before a release is read or a stemcell extracted: the engine plans
-    // from the typed documents and never validates.
-    let documents =
-        DeployRequest::validated(&manifest, &cloud_config).map_err(|p| p.to_string())?;
-    let releases = args
-        .releases
-        .iter()
-        .map(|path| {
-            Release::read(path)
-                .map(Arc::new)
-                .map_err(|e| format!("release {}: {e}", path.display()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    // A job its release lacks is the manifest's fault: said with its path before any
-    // stemcell is extracted or any agent or cloud asked.
-    check_release_jobs(documents.manifest(), &releases)?;
-    let stemcells = args
-        .stemcells
-        .iter()
-        .map(|path| {
-            StemcellSource::prepare(&config.stemcells_dir(), path, mode == Mode::Deploy)
-                .map_err(|e| format!("stemcell {}: {e}", path.display()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let request = DeployRequest {
-        releases,
-        stemcells,
-        requests: Requests {
-            recreate: args.recreate,
-            fix: args.fix,
-            ..Requests::default()
-        },
-        ..documents
-    };
+    let (name, request) = read_request(args, &config, mode == Mode::Deploy)?;
     match mode {
         Mode::Deploy => {
             println!("Using deployment '{name}'\n");
@@ -187,6 +151,56 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
             Ok(report.to_string())
         }
     }
+}
+
+/// The deployment's name and the request `args` make: the manifest with ops files and
+/// variables (a scratch vars store unless `saving`), validated with the cloud config before a
+/// release is read; the releases (every job checked against them); the stemcells (extracted
+/// when `saving`).
+pub(super) fn read_request(
+    args: &DeployArgs,
+    config: &DirectorConfig,
+    saving: bool,
+) -> Result<(String, DeployRequest), String> {
+    let mode = if saving { Mode::Deploy } else { Mode::Plan };
+    let manifest = read_manifest(args, mode)?;
+    let cloud_config = read_yaml(&args.cloud_config)?;
+    let name = deployment_name(&manifest, &cloud_config)?;
+    // Validated once, before a release is read or a stemcell extracted: the engine plans
+    // from the typed documents and never validates.
+    let documents =
+        DeployRequest::validated(&manifest, &cloud_config).map_err(|p| p.to_string())?;
+    let releases = args
+        .releases
+        .iter()
+        .map(|path| {
+            Release::read(path)
+                .map(Arc::new)
+                .map_err(|e| format!("release {}: {e}", path.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // A job its release lacks is the manifest's fault: said with its path before any
+    // stemcell is extracted or any agent or cloud asked.
+    check_release_jobs(documents.manifest(), &releases)?;
+    let stemcells = args
+        .stemcells
+        .iter()
+        .map(|path| {
+            StemcellSource::prepare(&config.stemcells_dir(), path, saving)
+                .map_err(|e| format!("stemcell {}: {e}", path.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = DeployRequest {
+        releases,
+        stemcells,
+        requests: Requests {
+            recreate: args.recreate,
+            fix: args.fix,
+            ..Requests::default()
+        },
+        ..documents
+    };
+    Ok((name, request))
 }
 
 /// The error's text; when agents did not answer, which instances and what recreates them.
@@ -283,12 +297,12 @@ fn summary(report: &DeployReport) -> String {
 
 /// The event log printed as the BOSH CLI shows a task. The task's error line is left out:
 /// the command prints the error itself, last.
-struct TaskOutput {
+pub(super) struct TaskOutput {
     renderer: Mutex<CliRenderer<Box<dyn Write + Send>>>,
 }
 
 impl TaskOutput {
-    fn new(out: Box<dyn Write + Send>, task: u32) -> TaskOutput {
+    pub(super) fn new(out: Box<dyn Write + Send>, task: u32) -> TaskOutput {
         TaskOutput {
             renderer: Mutex::new(CliRenderer::new(out, u64::from(task))),
         }

@@ -1,6 +1,7 @@
 //! The `kubosh` command line: thin wrappers that read files, call the library and print.
 
 mod agent;
+mod cck;
 mod controller;
 mod cpi;
 mod create_env;
@@ -60,6 +61,9 @@ enum Command {
     Controller(controller::ControllerArgs),
     /// What `kubosh deploy` would do, per instance and why; changes nothing.
     Plan(deploy::DeployArgs),
+    /// Scan a `kubosh deploy` deployment for missing VMs, silent agents, missing or unmounted
+    /// disks (`bosh cck`); resolve them with `--auto` or `--resolution`.
+    Cck(cck::CckArgs),
     /// Create or update a single-VM environment from a bosh-init manifest, installing its CPI
     /// on this machine (`bosh create-env`); the state is bosh-cli's state file.
     CreateEnv(create_env::EnvArgs),
@@ -114,6 +118,7 @@ pub fn main() -> ExitCode {
         Command::DeleteEnv(args) => create_env::run(create_env::EnvCommand::Delete, &args),
         Command::Deploy(args) => deploy::run_deploy(&args),
         Command::Plan(args) => deploy::run_plan(&args),
+        Command::Cck(args) => cck::run(&args),
         Command::Controller(args) => controller::run_controller(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Vm(command) => vm::run(&command),

@@ -205,17 +205,13 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         )
         .await
         .unwrap();
-    let d = wait_for(&deployments, "hello", Duration::from_secs(180), &w, |d| {
+    wait_for(&deployments, "hello", Duration::from_secs(180), &w, |d| {
         let replaced = futures::executor::block_on(instances(&client, ns))
             .iter()
             .all(|i| i.spec.vm_cid.as_ref().is_some_and(|v| !vms.contains(v)));
-        replaced && is_ready(d)
+        replaced && is_ready(d) && condition(d, "Resurrection").is_some_and(|c| c.status == "True")
     })
     .await;
-    assert_eq!(
-        condition(&d, "Resurrection").map(|c| c.status.as_str()),
-        Some("True")
-    );
     let reasons = reasons_about(&events_of(&client, ns).await, "Deployment", "hello");
     assert!(
         reasons.contains(&"ResurrectionResumed".to_string()),

@@ -10,6 +10,7 @@
 
 pub mod agent_access;
 mod cancel;
+pub mod cck;
 pub mod delete;
 pub mod deploy;
 mod disks;
@@ -191,6 +192,9 @@ pub struct DeployRequest {
     /// `None`); instances outside it are updated only where they differ from the manifest
     /// (what any deploy does), so the deployment ends as its manifest says.
     pub action: Option<(InstanceAction, Option<Scope>)>,
+    /// Instances (by uuid) to give a new VM on their disks, whether their agents answer or
+    /// not (cck's `recreate_vm`).
+    pub recreate_instances: std::collections::BTreeSet<String>,
 }
 
 impl DeployRequest {
@@ -202,6 +206,7 @@ impl DeployRequest {
             stemcells: Vec::new(),
             requests: Requests::default(),
             action: None,
+            recreate_instances: Default::default(),
         }
     }
 

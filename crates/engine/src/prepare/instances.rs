@@ -125,6 +125,8 @@ pub(crate) struct Desire<'a> {
     pub requests: Requests,
     /// An instance command and the instances it is for.
     pub action: Option<&'a (InstanceAction, Option<Scope>)>,
+    /// Instances (by uuid) to recreate (cck's `recreate_vm`).
+    pub recreate: &'a std::collections::BTreeSet<String>,
 }
 
 /// Sets each planned instance's desired spec and its changes: the instance command applied
@@ -140,6 +142,7 @@ pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
             d.manifest, d.cloud, group, p, d.packages, calculated, d.config,
         );
         let mut requests = d.requests;
+        requests.recreate |= d.recreate.contains(&p.record.uuid);
         if let Some((action, scope)) = d.action
             && scope.as_ref().is_none_or(|s| s.contains(&p.record))
         {

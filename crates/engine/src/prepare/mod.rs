@@ -51,9 +51,11 @@ pub struct Observation {
 }
 
 /// Whether a deploy of `request` recreates the VM of `record` when its agent is silent:
-/// `--fix` (the resurrector's deploys), or a `recreate` of it.
+/// `--fix` (the resurrector's deploys), or a `recreate` of it (an action, or cck's
+/// `recreate_vm`).
 fn recreates_if_silent(request: &DeployRequest, record: &InstanceRecord) -> bool {
     request.requests.fix
+        || request.recreate_instances.contains(&record.uuid)
         || matches!(&request.action, Some((InstanceAction::Recreate, scope))
                 if scope.as_ref().is_none_or(|s| s.contains(record)))
 }
@@ -114,6 +116,7 @@ impl Resolved<'_> {
             config,
             requests: request.requests,
             action: request.action.as_ref(),
+            recreate: &request.recreate_instances,
         };
         desire(planned, &d);
     }

@@ -2764,3 +2764,125 @@ async fn agents_are_admitted_before_their_vms_and_revoked_after() {
     );
     sim.assert_no_leak();
 }
+
+/// `bosh cck`: a scan names each problem in BOSH's words (a VM gone, an agent silent, a disk
+/// gone, a disk not mounted) and changes nothing; each chosen resolution is applied, and a
+/// scan afterwards finds nothing.
+#[tokio::test(start_paused = true)]
+async fn cck_finds_each_problem_and_applies_the_chosen_resolutions() {
+    use kubosh_engine::cck::{ProblemKind, Resolution};
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    assert_eq!(
+        sim.engine.scan("sim").await.unwrap(),
+        vec![],
+        "a healthy deployment"
+    );
+    let web = sim.group("web");
+    let api = sim.group("api");
+    // web/0: its VM deleted; web/1: its agent silent; web/2: its disk not mounted;
+    // api/0: its disk deleted.
+    kubosh_cloud::Cloud::delete_vm(sim.cloud.as_ref(), &VmCid(Sim::vm_cid(&web[0])))
+        .await
+        .unwrap();
+    sim.cloud
+        .set_agent_unresponsive(&VmCid(Sim::vm_cid(&web[1])), true)
+        .unwrap();
+    let agent2 = web[2].vm.as_ref().unwrap().agent_id.clone();
+    sim.agents
+        .client(agent2.as_str())
+        .unmount_disk(&web[2].disks[0].cid)
+        .await
+        .unwrap();
+    let api_disk = kubosh_cloud::DiskCid(api[0].disks[0].cid.clone());
+    let api_vm = VmCid(Sim::vm_cid(&api[0]));
+    kubosh_cloud::Cloud::detach_disk(sim.cloud.as_ref(), &api_vm, &api_disk)
+        .await
+        .unwrap();
+    kubosh_cloud::Cloud::delete_disk(sim.cloud.as_ref(), &api_disk)
+        .await
+        .unwrap();
+    sim.reset_calls();
+    let problems = sim.engine.scan("sim").await.unwrap();
+    let found: Vec<(ProblemKind, String)> = (problems.iter())
+        .map(|p| (p.kind, p.instance.display.clone()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (ProblemKind::MissingDisk, api[0].display_name()),
+            (ProblemKind::MissingVm, web[0].display_name()),
+            (ProblemKind::UnresponsiveAgent, web[1].display_name()),
+            (ProblemKind::MountInfoMismatch, web[2].display_name()),
+        ]
+    );
+    assert_eq!(
+        problems[1].description,
+        format!(
+            "VM for '{}' with cloud ID '{}' missing.",
+            web[0].display_name(),
+            Sim::vm_cid(&web[0])
+        )
+    );
+    assert!(
+        problems[2].description.ends_with("is not responding."),
+        "{}",
+        problems[2].description
+    );
+    assert_eq!(
+        sim.engine.scan("sim").await.unwrap(),
+        problems,
+        "the same ids again"
+    );
+    let changes: Vec<String> = (sim.cloud.counts().into_keys())
+        .filter(|m| !["has_vm", "has_disk", "info"].contains(&m.as_str()))
+        .collect();
+    assert_eq!(changes, Vec::<String>::new(), "a scan changes nothing");
+
+    // A resolution a problem does not offer is refused before anything changes.
+    let refused = sim
+        .engine
+        .resolve_problems(
+            "sim",
+            &[(problems[1].clone(), Resolution::ReattachDisk)],
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("does not resolve missing_vm"),
+        "{refused}"
+    );
+
+    let request = sim.request(manifest());
+    let choices = vec![
+        (problems[0].clone(), Resolution::DeleteDiskReference),
+        (problems[1].clone(), Resolution::RecreateVm),
+        (problems[2].clone(), Resolution::RecreateVm),
+        (problems[3].clone(), Resolution::ReattachDisk),
+    ];
+    let done = sim
+        .engine
+        .resolve_problems("sim", &choices, Some(&request))
+        .await
+        .unwrap();
+    assert_eq!(done.applied.len(), 4);
+    let web_after = sim.group("web");
+    assert_ne!(Sim::vm_cid(&web_after[0]), Sim::vm_cid(&web[0]));
+    assert_ne!(Sim::vm_cid(&web_after[1]), Sim::vm_cid(&web[1]));
+    assert_eq!(web_after[0].disks, web[0].disks, "recreated on its disk");
+    assert_eq!(web_after[1].disks, web[1].disks, "recreated on its disk");
+    assert_eq!(
+        Sim::vm_cid(&web_after[2]),
+        Sim::vm_cid(&web[2]),
+        "reattached in place"
+    );
+    let api_after = sim.group("api");
+    assert_ne!(api_after[0].disks[0].cid, api[0].disks[0].cid, "a new disk");
+    assert_eq!(
+        sim.engine.scan("sim").await.unwrap(),
+        vec![],
+        "nothing left"
+    );
+    sim.assert_no_leak();
+}

@@ -406,7 +406,7 @@ async fn publish_about(
 }
 
 /// What the `ResurrectionStopped` Event and the `Resurrection` condition say of `meltdown`.
-fn meltdown_message(meltdown: Meltdown, resurrection: &Resurrection) -> String {
+pub(crate) fn meltdown_message(meltdown: Meltdown, resurrection: &Resurrection) -> String {
     let policy = resurrection.policy();
     format!(
         "Resurrection stopped (meltdown): {} of {} instances went down within {}s (more than {} and more than {}%); it resumes once every instance runs again, or when asked with the kubosh.io/reconcile-request annotation",
@@ -638,7 +638,7 @@ fn health_trio(
 
 /// The `Resurrection` condition: `False` with why in a meltdown, `True` again once it ended
 /// (absent until a deployment's first meltdown).
-fn resurrection_condition(status: &mut DeploymentStatus, meltdown: Option<String>) {
+pub(crate) fn resurrection_condition(status: &mut DeploymentStatus, meltdown: Option<String>) {
     let generation = status.observed_generation;
     let present = status.conditions.iter().any(|c| c.type_ == RESURRECTION);
     let condition = match meltdown {

@@ -279,6 +279,10 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         .await;
     }
     let ended = DeployResult::of(&result);
+    // The task's status was read at its start: whether resurrection runs is said as it is now.
+    let meltdown = (ctx.resurrection.meltdown(&uid))
+        .map(|m| super::super::health::meltdown_message(m, &ctx.resurrection));
+    super::super::health::resurrection_condition(&mut status, meltdown);
     let status = conclude(ctx, deployment, &inputs, status, attempt, result, elapsed).await;
     acknowledge_requests(ctx, deployment, &store, status, pending, ended).await;
     ended

@@ -1,0 +1,118 @@
+//! `kubosh cck`: `bosh cck` for deployments made with `kubosh deploy`. Scans the deployment
+//! (its records, the cloud, the agents) and prints each problem; with `--auto` or
+//! `--resolution` applies resolutions. Never asks: without either it only reports (and exits 1
+//! when it found problems, as `bosh cck --report` does).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::deploy::{DeployArgs, TaskOutput, error_text, read_request};
+use kubosh_director::DirectorConfig;
+use kubosh_engine::cck::{Problem, Resolution};
+
+/// Arguments of `kubosh cck`.
+#[derive(Debug, Args)]
+pub struct CckArgs {
+    #[command(flatten)]
+    pub deploy: DeployArgs,
+    /// Apply each problem's automatic resolution (`recreate_vm` for a missing VM, `ignore`
+    /// for the rest).
+    #[arg(long)]
+    pub auto: bool,
+    /// Apply this resolution to every problem that offers it (repeatable), e.g.
+    /// `--resolution recreate_vm --resolution delete_disk_reference`.
+    #[arg(long = "resolution", value_name = "RESOLUTION", value_parser = parse_resolution)]
+    pub resolutions: Vec<Resolution>,
+    /// Only report the problems (the default without `--auto` or `--resolution`).
+    #[arg(long)]
+    pub report: bool,
+}
+
+fn parse_resolution(text: &str) -> Result<Resolution, String> {
+    Resolution::parse(text).ok_or_else(|| {
+        let names: Vec<&str> = Resolution::ALL.iter().map(|r| r.name()).collect();
+        format!("unknown resolution '{text}' (one of: {})", names.join(", "))
+    })
+}
+
+/// Runs `kubosh cck`.
+pub fn run(args: &CckArgs) -> ExitCode {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .and_then(|runtime| runtime.block_on(cck(args)));
+    let (text, code) = match result {
+        Ok((text, clean)) => (
+            text,
+            if clean {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            },
+        ),
+        Err(e) => (error_text(&e), ExitCode::FAILURE),
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    code
+}
+
+/// The text to print last, and whether the deployment ends without unresolved problems.
+async fn cck(args: &CckArgs) -> Result<(String, bool), String> {
+    let config = DirectorConfig::load(&args.deploy.director).map_err(|e| e.to_string())?;
+    let resolving = !args.report && (args.auto || !args.resolutions.is_empty());
+    let (name, request) = read_request(&args.deploy, &config, resolving)?;
+    println!("Using deployment '{name}'\n");
+    let task = std::process::id();
+    let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
+    let engine = config.engine(&name, events, false).await?;
+    let problems = engine.scan(&name).await.map_err(|e| e.to_string())?;
+    let mut text = table(&problems);
+    if !resolving || problems.is_empty() {
+        return Ok((text, problems.is_empty()));
+    }
+    let choices: Vec<(Problem, Resolution)> = (problems.iter())
+        .filter_map(|p| choose(p, args).map(|r| (p.clone(), r)))
+        .collect();
+    let resolved = engine
+        .resolve_problems(&name, &choices, Some(&request))
+        .await
+        .map_err(|e| e.to_string())?;
+    text.push('\n');
+    for (id, resolution) in &resolved.applied {
+        text.push_str(&format!("Resolved problem {id}: {}\n", resolution.name()));
+    }
+    let left = engine.scan(&name).await.map_err(|e| e.to_string())?;
+    text.push_str(&format!("\n{} problem(s) left\n", left.len()));
+    Ok((text, left.is_empty()))
+}
+
+/// The resolution `args` choose for `problem`: the first `--resolution` it offers, else its
+/// automatic one with `--auto`.
+fn choose(problem: &Problem, args: &CckArgs) -> Option<Resolution> {
+    (args.resolutions.iter())
+        .find(|r| problem.resolutions().contains(r))
+        .copied()
+        .or_else(|| args.auto.then(|| problem.kind.auto()))
+}
+
+/// The problems as `bosh cck` lists them.
+fn table(problems: &[Problem]) -> String {
+    let mut out = String::from("ID        Type                 Description\n");
+    for p in problems {
+        let description = p.description.replace('\n', " ");
+        out.push_str(&format!(
+            "{:<9} {:<20} {description}\n",
+            p.id,
+            p.kind.name()
+        ));
+        let offered: Vec<&str> = p.resolutions().iter().map(|r| r.name()).collect();
+        out.push_str(&format!("          resolutions: {}\n", offered.join(", ")));
+    }
+    out.push_str(&format!("\n{} problem(s)\n", problems.len()));
+    out
+}
