@@ -134,6 +134,7 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
                 let rest = health.listen_for.saturating_sub(monitor.listening_for());
                 tokio::time::sleep(rest).await;
                 engine.config.health = Some(Arc::new(monitor));
+                engine.config.health_window = health.agent_timeout;
             }
             let report = engine
                 .deploy(&request)

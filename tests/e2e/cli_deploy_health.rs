@@ -116,3 +116,112 @@ async fn a_no_op_deploy_that_heard_every_agent_calls_nothing() {
     assert!(asked.iter().all(|l| l.contains("get_state")), "{asked:#?}");
     assert_eq!(w.calls(), calls, "a no-op deploy called the cloud");
 }
+
+/// `kubosh deploy` on a dead agent (kill -9): without `--fix` it fails at once (the
+/// heartbeats prove the agent silent), naming the instance and the fix; `kubosh cck` lists the
+/// problem and changes nothing; `--fix` recreates the instance on its disk with the change;
+/// `kubosh cck --auto` recreates a VM deleted behind kubosh's back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_agent_fails_a_deploy_once_and_fix_or_cck_recreate_it_on_its_disk() {
+    let w = World::new(42);
+    let mut manifest = hello_deployment(w.port, "Hello");
+    manifest["instance_groups"][0]["persistent_disk"] = json!(64);
+    w.write_manifest(&manifest);
+    edit(&w.dir.path().join("cpi.json"), |cpi| {
+        let command = cpi["agent"]["command"].as_array_mut().unwrap();
+        command.extend([json!("--heartbeat-interval"), json!("1")]);
+    });
+    edit(&w.dir.path().join("director.yml"), |d| {
+        d["health"] = json!({"listen_for": 3, "agent_timeout": 2});
+    });
+    let (ok, stdout, stderr) = w.output(w.command("deploy"));
+    assert!(ok, "deploy failed:\n{stdout}\n{stderr}");
+    let state = w.state().await;
+    let web0 = crate::crash_safety::plant_marker(&w, &state);
+    let web0_record = state.instances[&web0].clone();
+    let web0_vm = web0_record.vm.clone().unwrap().cid;
+    kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(web0_vm.clone())).unwrap();
+
+    // cck reports it and changes nothing.
+    let calls = w.calls();
+    let (ok, stdout, _) = w.output(w.command("cck"));
+    assert!(!ok, "problems left: exit 1\n{stdout}");
+    assert!(stdout.contains("unresponsive_agent"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "VM for '{}' with cloud ID '{web0_vm}' is not responding.",
+            web0_record.display_name()
+        )),
+        "{stdout}"
+    );
+    let changed: Vec<String> = (local_calls(&w).into_iter().skip(calls))
+        .filter(|m| !["has_vm", "has_disk", "info"].contains(&m.as_str()))
+        .collect();
+    assert_eq!(changed, Vec::<String>::new(), "a report changes nothing");
+
+    // A change without --fix: one failure, at once, naming the instance and the fix.
+    manifest["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] = json!("Hey");
+    w.write_manifest(&manifest);
+    let started = std::time::Instant::now();
+    let (ok, stdout, _) = w.output(w.command("deploy"));
+    assert!(!ok, "{stdout}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(40),
+        "no 3 x 45 s of timeouts: {:?}",
+        started.elapsed()
+    );
+    assert!(stdout.contains("No heartbeat from agent"), "{stdout}");
+    assert!(stdout.contains("kubosh deploy --fix"), "{stdout}");
+    assert_eq!(
+        w.state().await.instances[&web0].vm,
+        web0_record.vm,
+        "nothing changed"
+    );
+
+    // --fix: a new VM on the same disk, the change deployed.
+    let mut fix = w.command("deploy");
+    fix.arg("--fix");
+    let (ok, stdout, stderr) = w.output(fix);
+    assert!(ok, "deploy --fix failed:\n{stdout}\n{stderr}");
+    let after = w.state().await;
+    let fixed = &after.instances[&web0];
+    assert_ne!(fixed.vm.as_ref().unwrap().cid, web0_vm, "a new VM");
+    assert_eq!(fixed.disks, web0_record.disks, "the same disk");
+    let marker = w
+        .vm_root(&fixed.vm.as_ref().unwrap().cid)
+        .join("store/marker");
+    assert_eq!(std::fs::read_to_string(marker).unwrap(), "keep me");
+    for i in after.instances.values() {
+        let ip = &i.ips["default"].ip;
+        let body = http_get(ip, w.port).unwrap_or_default();
+        assert!(body.contains("Hey"), "{}: {body}", i.name());
+    }
+
+    // A VM deleted behind kubosh's back: `cck --auto` recreates it (missing_vm's automatic
+    // resolution), and nothing is left.
+    let web1 = (after.instances.values())
+        .find(|i| i.uuid != web0)
+        .unwrap()
+        .clone();
+    let web1_vm = web1.vm.clone().unwrap().cid;
+    w.delete_vm_in_cloud(&web1_vm);
+    let mut auto = w.command("cck");
+    auto.arg("--auto");
+    let (ok, stdout, stderr) = w.output(auto);
+    assert!(ok, "cck --auto failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("missing_vm"), "{stdout}");
+    assert!(stdout.contains("recreate_vm"), "{stdout}");
+    assert!(stdout.contains("0 problem(s) left"), "{stdout}");
+    let last = w.state().await;
+    assert_ne!(last.instances[&web1.uuid].vm.as_ref().unwrap().cid, web1_vm);
+    assert_eq!(last.instances[&web1.uuid].disks, web1.disks);
+}
+
+/// The local cloud's calls, by method, in order.
+fn local_calls(w: &World) -> Vec<String> {
+    (kubosh_cloud::local::read_calls(&w.cloud())
+        .unwrap()
+        .into_iter())
+    .map(|c| c.method)
+    .collect()
+}

@@ -246,6 +246,27 @@ impl World {
             .unwrap()
     }
 
+    /// Deletes VM `cid` with the local cloud's CPI, as someone with cloud access would,
+    /// behind the director's back.
+    pub fn delete_vm_in_cloud(&self, cid: &str) {
+        use std::io::Write;
+        let request = serde_json::json!({"method": "delete_vm", "arguments": [cid],
+                             "context": {"director_uuid": "someone-else"}, "api_version": 2});
+        let mut child = Command::new(KUBOSH)
+            .args(["cpi", "--config", "cpi.json"])
+            .current_dir(self.dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        (child.stdin.take().unwrap())
+            .write_all(request.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(answer["error"].is_null(), "{answer}");
+    }
+
     /// The host path of a VM's `/var/vcap`.
     pub fn vm_root(&self, vm_cid: &str) -> PathBuf {
         self.cloud().join("vms").join(vm_cid).join("root")

@@ -5,7 +5,6 @@
 //! instance and how to fix it, and a `recreate` of that instance fixes it and deploys the
 //! pending change too. Real kube-apiserver, real nats-server, the local cloud, kubosh agents.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -18,7 +17,7 @@ use crate::controller::{
     with_fast_heartbeats,
 };
 use crate::crash_safety::plant_marker;
-use crate::director_world::{KUBOSH, World, hello_deployment, http_get};
+use crate::director_world::{World, hello_deployment, http_get};
 use kubosh_kube::api::{Deployment, Instance, ProcessState};
 
 /// The deployment's instances by index.
@@ -34,29 +33,6 @@ async fn instances(client: &kube::Client, ns: &str) -> Vec<Instance> {
 
 fn vm_of(instance: &Instance) -> String {
     instance.spec.vm_cid.clone().expect("a VM")
-}
-
-/// Asks the local cloud's CPI to delete VM `cid`, as someone with cloud access would.
-fn delete_vm_behind_the_controllers_back(w: &World, cid: &str) {
-    let request = json!({"method": "delete_vm", "arguments": [cid],
-                         "context": {"director_uuid": "someone-else"}, "api_version": 2});
-    let mut child = Command::new(KUBOSH)
-        .args(["cpi", "--config", "cpi.json"])
-        .current_dir(w.dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(request.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(answer["error"].is_null(), "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +114,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
     assert!(about.contains(&"VMResurrected".to_string()), "{about:?}");
 
     // web/1's VM deleted in the cloud behind the controller's back: recreated too.
-    delete_vm_behind_the_controllers_back(&w, &vm_of(&after[1]));
+    w.delete_vm_in_cloud(&vm_of(&after[1]));
     wait_for(
         &deployments,
         "hello",
@@ -288,6 +264,69 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         assert!(
             body.contains("second"),
             "{ip} runs the pending change: {body}"
+        );
+    }
+
+    // cck through the action annotation: a scan lists the dead agent's instance in
+    // status.problems with BOSH's resolutions, and `resolve <ID> reboot_vm` brings it back on
+    // the same VM; the scan after it finds nothing.
+    kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(vm_of(&last[1]))).unwrap();
+    wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.reason == "ResurrectionOff")
+    })
+    .await;
+    let act = |value: String| {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch(
+                    "hello",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"kubosh.io/action": value}}}),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    act("cck".into()).await;
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.last_handled_action.as_deref())
+            == Some("cck")
+    })
+    .await;
+    let problems = d.status.as_ref().unwrap().problems.clone();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].type_, "unresponsive_agent");
+    assert!(
+        problems[0].instance.starts_with("web/") && problems[0].instance.ends_with("(1)"),
+        "{problems:?}"
+    );
+    assert!(problems[0].resolutions.contains(&"reboot_vm".to_string()));
+    let resolve = format!("resolve {} reboot_vm", problems[0].id);
+    act(resolve.clone()).await;
+    let d = wait_for(&deployments, "hello", Duration::from_secs(120), &w, |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.last_handled_action.as_deref())
+            == Some(resolve.as_str())
+            && is_ready(d)
+    })
+    .await;
+    assert_eq!(d.status.as_ref().unwrap().problems, vec![], "nothing left");
+    assert_eq!(
+        vm_of(&instances(&client, ns).await[1]),
+        vm_of(&last[1]),
+        "rebooted, not recreated"
+    );
+    let reasons = reasons_about(&events_of(&client, ns).await, "Deployment", "hello");
+    for reason in ["ProblemsScanned", "ProblemResolved"] {
+        assert!(
+            reasons.contains(&reason.to_string()),
+            "{reason} in {reasons:?}"
         );
     }
 }

@@ -165,6 +165,8 @@ pub struct EngineFile {
 pub struct HealthFile {
     /// Seconds to listen to heartbeats (required).
     pub listen_for: Option<u64>,
+    /// Seconds an agent may send no heartbeat before it counts as silent (default 60).
+    pub agent_timeout: Option<u64>,
 }
 
 /// `snapshots:` (the Director's spelling).
@@ -271,6 +273,11 @@ pub struct HealthSettings {
     /// an agent heard in that time and reporting `running` is not asked for its state. Agents
     /// heartbeat every 30 s, so less than that may miss some (they are then asked).
     pub listen_for: Duration,
+    /// How long an agent may send no heartbeat before it counts as silent (`agent_timeout`,
+    /// seconds; the health monitor's 60 by default): once listened that long, a silent
+    /// agent is not asked (3 x 45 s of timeouts); `--fix` recreates its VM, without it the
+    /// deploy fails at once naming it.
+    pub agent_timeout: Duration,
 }
 
 /// Engine settings of the file.
@@ -378,6 +385,7 @@ impl DirectorConfig {
                     h.listen_for
                         .ok_or_else(|| key_error("health.listen_for", "is required (seconds)"))?,
                 ),
+                agent_timeout: Duration::from_secs(h.agent_timeout.unwrap_or(60)),
             }),
             None => None,
         };
@@ -1000,7 +1008,8 @@ mod tests {
         assert_eq!(
             c.health,
             Some(HealthSettings {
-                listen_for: Duration::from_secs(35)
+                listen_for: Duration::from_secs(35),
+                agent_timeout: Duration::from_secs(60),
             })
         );
         // No hm_certificate: one issued by the CA, which the director's TLS trusts.

@@ -27,7 +27,8 @@
 //! blobstore: {local: {path: ./blobs}}   # LocalBlobstore (the only provider for now)
 //! engine: {agent_wait_timeout_seconds: 600, recovery_wait_seconds: 60, parallel_azs: false}
 //! health: {listen_for: 35}      # optional: `kubosh deploy` listens to agents' heartbeats this
-//!                               #   many seconds, then skips `get_state` for agents it heard
+//!                               #   many seconds, then skips `get_state` for agents it heard;
+//!                               #   `agent_timeout: 60`: silence that proves an agent dead
 //! snapshots: {enabled: false}   # snapshot persistent disks when an update stops an instance
 //! enable_cpi_resize_disk: false # grow disks with the CPI's resize_disk (else a new disk and a copy)
 //! enable_cpi_update_disk: false # change disks with the CPI's update_disk

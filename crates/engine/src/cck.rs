@@ -219,7 +219,11 @@ impl Engine {
 
     /// The problems of `state`.
     async fn scan_state(&self, state: &DeploymentState) -> Vec<Problem> {
-        let asks = (state.instances.values()).map(|record| self.scan_instance(record));
+        // Owned records in `async move` blocks: a stream of futures that borrow from the
+        // closure's argument is not `Send` for every lifetime, and callers need it to be.
+        let records: Vec<InstanceRecord> = state.instances.values().cloned().collect();
+        let asks =
+            (records.into_iter()).map(|record| async move { self.scan_instance(&record).await });
         let mut problems: Vec<Problem> = futures::stream::iter(asks)
             .buffer_unordered(self.config.get_state_concurrency.max(1))
             .collect::<Vec<Vec<Problem>>>()

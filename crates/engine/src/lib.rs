@@ -327,4 +327,13 @@ mod send_check {
         let f = engine.deploy(request);
         is_send(&f);
     }
+    #[allow(dead_code)]
+    fn cck_is_send(
+        engine: &super::Engine,
+        choices: &[(super::cck::Problem, super::cck::Resolution)],
+        request: Option<&super::DeployRequest>,
+    ) {
+        is_send(&engine.scan("d"));
+        is_send(&engine.resolve_problems("d", choices, request));
+    }
 }

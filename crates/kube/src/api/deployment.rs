@@ -280,6 +280,31 @@ pub struct DeploymentStatus {
     /// The last `kubosh.io/reconcile-request` annotation value handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_request: Option<String>,
+
+    /// What the last scan (`kubosh.io/action: cck`, `bosh cck`) found wrong: resolve one with
+    /// `kubosh.io/action: resolve <ID> <RESOLUTION>`, or all that offer a resolution with
+    /// `resolve all <RESOLUTION>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<ProblemStatus>,
+}
+
+/// A problem a scan found (`bosh cck`'s list).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProblemStatus {
+    /// Its id, the same in every scan while it lasts.
+    pub id: String,
+    /// BOSH's problem type: `missing_vm`, `unresponsive_agent`, `missing_disk`,
+    /// `mount_info_mismatch`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The instance, `group/uuid (index)`.
+    pub instance: String,
+    /// What is wrong, in BOSH's words.
+    pub description: String,
+    /// The resolutions offered, the automatic one first.
+    #[serde(default)]
+    pub resolutions: Vec<String>,
 }
 
 /// Instance counters of one instance group.

@@ -43,8 +43,8 @@ pub use cloud_config::{CloudConfig, CloudConfigSpec, CloudConfigStatus};
 pub use compiled_package::{CompiledPackage, CompiledPackageSpec};
 pub use deployment::{
     CloudConfigRef, DEFAULT_CLOUD_CONFIG, DeletionPolicy, Deployment, DeploymentSpec,
-    DeploymentStatus, InstanceGroupStatus, Operation, OperationType, Progress, TaskState,
-    TaskSummary, VarsKeyRef, VarsSource,
+    DeploymentStatus, InstanceGroupStatus, Operation, OperationType, ProblemStatus, Progress,
+    TaskState, TaskSummary, VarsKeyRef, VarsSource,
 };
 pub use disk::{Disk, DiskSpec};
 pub use instance::{

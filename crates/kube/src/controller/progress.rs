@@ -184,6 +184,8 @@ fn lost_what(lost: Lost) -> &'static str {
 
 /// The Event of one of the engine's typed milestones; a new VM of an instance in
 /// `resurrecting` is its resurrection.
+///
+/// Long: one arm per milestone, a table best read in one piece.
 fn typed_milestone(
     m: EngineMilestone,
     resurrecting: &std::collections::BTreeMap<(String, u64), Lost>,

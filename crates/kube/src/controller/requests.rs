@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use kubosh_engine::cck::Resolution;
 use kubosh_engine::{InstanceAction, Scope};
 
 use crate::api::{Deployment, DeploymentStatus};
@@ -32,7 +33,45 @@ pub struct ActionRequest {
     /// The annotation's value, acknowledged as it is.
     pub value: String,
     /// What it asks, or why it cannot be done.
-    pub parsed: Result<(InstanceAction, Option<Scope>), String>,
+    pub parsed: Result<Requested, String>,
+}
+
+/// What the action annotation asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requested {
+    /// An instance command (`start`, `stop`, `stop --hard`, `restart`, `recreate`), for the
+    /// instances in the scope (all when `None`).
+    Instance(InstanceAction, Option<Scope>),
+    /// `cck`: a scan; what it finds goes to `status.problems`.
+    Scan,
+    /// `resolve <ID|all> <RESOLUTION>`: the problem of the last scan with that id (every one
+    /// that offers the resolution when `None`) resolved so.
+    Resolve {
+        /// The problem's id, or `None` for all.
+        problem: Option<String>,
+        /// How.
+        resolution: Resolution,
+    },
+}
+
+impl std::fmt::Display for Requested {
+    /// How it reads in a task description: `restart web/0`, `scan and fix`, `resolve all
+    /// recreate_vm`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Requested::Instance(action, scope) => f.write_str(&describe(*action, scope.as_ref())),
+            Requested::Scan => f.write_str("scan and fix"),
+            Requested::Resolve {
+                problem,
+                resolution,
+            } => write!(
+                f,
+                "resolve {} {}",
+                problem.as_deref().unwrap_or("all"),
+                resolution.name()
+            ),
+        }
+    }
 }
 
 /// The request values a deployment acknowledged (its status, else [`HANDLED_ANNOTATION`]).
@@ -128,16 +167,26 @@ impl Pending {
     }
 }
 
-/// `"<verb> [<group>[/<index or uuid>]][ @<anything>]"`.
-pub fn parse_action(text: &str) -> Result<(InstanceAction, Option<Scope>), String> {
+/// `"<verb> [<group>[/<index or uuid>]][ @<anything>]"`, `"cck"`, or
+/// `"resolve <ID|all> <RESOLUTION>"`.
+pub fn parse_action(text: &str) -> Result<Requested, String> {
     let command = text.split_once(" @").map_or(text, |(c, _)| c);
     let words: Vec<&str> = command.split_whitespace().collect();
     let usage = || {
         format!(
-            "cannot read {ACTION_ANNOTATION} {text:?}: expected \"start|stop|stop --hard|restart|recreate [GROUP[/INDEX-OR-ID]]\""
+            "cannot read {ACTION_ANNOTATION} {text:?}: expected \"start|stop|stop --hard|restart|recreate [GROUP[/INDEX-OR-ID]]\", \"cck\" or \"resolve ID|all RESOLUTION\""
         )
     };
     let (action, rest) = match words.as_slice() {
+        ["cck"] => return Ok(Requested::Scan),
+        ["resolve", problem, resolution] => {
+            let resolution = Resolution::parse(resolution).ok_or_else(usage)?;
+            let problem = (*problem != "all").then(|| problem.to_string());
+            return Ok(Requested::Resolve {
+                problem,
+                resolution,
+            });
+        }
         ["start", rest @ ..] => (InstanceAction::Start, rest),
         ["stop", "--hard", rest @ ..] => (InstanceAction::StopHard, rest),
         ["stop", rest @ ..] => (InstanceAction::Stop, rest),
@@ -162,7 +211,7 @@ pub fn parse_action(text: &str) -> Result<(InstanceAction, Option<Scope>), Strin
         }
         _ => return Err(usage()),
     };
-    Ok((action, scope))
+    Ok(Requested::Instance(action, scope))
 }
 
 /// How an action reads in a task description: `restart web/0`.
@@ -256,20 +305,34 @@ mod tests {
 
     #[test]
     fn actions_read_as_bosh_commands_with_an_optional_target_and_suffix() {
-        assert_eq!(parse_action("restart"), Ok((InstanceAction::Restart, None)));
+        let instance = |a, s| Ok(Requested::Instance(a, s));
+        assert_eq!(
+            parse_action("restart"),
+            instance(InstanceAction::Restart, None)
+        );
         assert_eq!(
             parse_action("stop --hard web"),
-            Ok((InstanceAction::StopHard, scope("web", None)))
+            instance(InstanceAction::StopHard, scope("web", None))
         );
         assert_eq!(
             parse_action("  recreate web/0 @2026-11-25"),
-            Ok((InstanceAction::Recreate, scope("web", Some("0"))))
+            instance(InstanceAction::Recreate, scope("web", Some("0")))
         );
         assert_eq!(
             parse_action("start api/6f1c"),
-            Ok((InstanceAction::Start, scope("api", Some("6f1c"))))
+            instance(InstanceAction::Start, scope("api", Some("6f1c")))
         );
-        assert_eq!(parse_action("stop"), Ok((InstanceAction::Stop, None)));
+        assert_eq!(parse_action("stop"), instance(InstanceAction::Stop, None));
+        assert_eq!(parse_action("cck @1"), Ok(Requested::Scan));
+        assert_eq!(
+            parse_action("resolve 3f2a91c0 reboot_vm"),
+            Ok(Requested::Resolve {
+                problem: Some("3f2a91c0".into()),
+                resolution: Resolution::RebootVm
+            })
+        );
+        let all = parse_action("resolve all recreate_vm @2").unwrap();
+        assert_eq!(all.to_string(), "resolve all recreate_vm");
         for bad in [
             "",
             "reboot web",
@@ -277,6 +340,9 @@ mod tests {
             "restart /0",
             "stop web/",
             "@x",
+            "resolve all",
+            "resolve all reboot",
+            "cck web",
         ] {
             let e = parse_action(bad).expect_err(bad);
             assert!(

@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 
 use super::super::inputs::Inputs;
 use super::super::progress::DeployProgress;
-use super::super::requests::{self, Handled, Pending};
+use super::super::requests::{self, Handled, Pending, Requested};
 use super::DeploymentContext;
 use super::instances::{count_instances, write_instance_statuses};
 use super::ledger::{Attempt, Outcome};
@@ -37,6 +37,8 @@ enum DeployKind {
     Update,
     /// An instance action (`kubosh.io/action`).
     Action(InstanceAction, Option<Scope>),
+    /// A scan or a resolution of its problems (`kubosh.io/action: cck`, `resolve ...`).
+    Cck(Requested),
 }
 
 impl DeployKind {
@@ -49,7 +51,8 @@ impl DeployKind {
             .and_then(|s| s.last_task.as_ref())
             .is_none();
         match action {
-            Some((verb, scope)) => DeployKind::Action(verb, scope),
+            Some(Requested::Instance(verb, scope)) => DeployKind::Action(verb, scope),
+            Some(cck) => DeployKind::Cck(cck),
             None if first => DeployKind::Create,
             None => DeployKind::Update,
         }
@@ -59,7 +62,7 @@ impl DeployKind {
     fn action(&self) -> Option<(InstanceAction, Option<Scope>)> {
         match self {
             DeployKind::Action(verb, scope) => Some((*verb, scope.clone())),
-            DeployKind::Create | DeployKind::Update => None,
+            DeployKind::Create | DeployKind::Update | DeployKind::Cck(_) => None,
         }
     }
 }
@@ -72,6 +75,7 @@ impl std::fmt::Display for DeployKind {
             DeployKind::Action(verb, scope) => {
                 f.write_str(&requests::describe(*verb, scope.as_ref()))
             }
+            DeployKind::Cck(requested) => requested.fmt(f),
         }
     }
 }
@@ -109,7 +113,7 @@ enum Failure {
 
 /// How a deploy ended, as the metrics count it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DeployResult {
+pub(super) enum DeployResult {
     Succeeded,
     Cancelled,
     Retrying,
@@ -127,7 +131,7 @@ impl DeployResult {
     }
 
     /// The metric's `result` label.
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             DeployResult::Succeeded => "succeeded",
             DeployResult::Cancelled => "cancelled",
@@ -169,9 +173,8 @@ async fn run_deploy(ctx: &DeploymentContext, task: DeployTask) {
     ctx.metrics.deploys_waiting(-1);
     ctx.metrics.deploys_running(1);
     let started = Instant::now();
-    let result = deploy(ctx, task, started).await;
+    deploy(ctx, task, started).await;
     ctx.metrics.deploys_running(-1);
-    ctx.metrics.deployed(result.label(), started.elapsed());
 }
 
 /// [`run_deploy`] once it has a slot.
@@ -186,6 +189,19 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     let deployment = deployment.as_ref();
     let namespace = deployment.namespace().unwrap_or_default();
     let kind = DeployKind::of(deployment, &pending);
+    if let DeployKind::Cck(requested) = &kind {
+        let task = super::cck_task::CckTask {
+            deployment: deployment.clone(),
+            inputs,
+            pending,
+            cancel,
+            requested: requested.clone(),
+            description: kind.to_string(),
+        };
+        let ended = super::cck_task::run(ctx, task).await;
+        ctx.metrics.deployed(ended.label(), started.elapsed());
+        return ended;
+    }
     let announcement = Announcement::of(deployment, &kind);
     let quiet = starts_quietly(deployment, &kind);
     let status = if quiet {
@@ -216,46 +232,17 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         quiet.then(|| announcement.clone()),
     );
     let uid = deployment.uid().unwrap_or_default();
-    // This deploy recreates what lost its agent or VM, as the resurrector asked (or would).
-    ctx.resurrection.deploying(&uid);
-    let fix = (ctx.resurrection).allows(&uid, deployment.spec.resurrection());
-    let result = match request_of(ctx, &inputs).await {
-        Ok(request) => (engine.deploy(&DeployRequest {
-            action: kind.action(),
-            requests: Requests {
-                fix,
-                ..request.requests
-            },
-            ..request
-        }))
-        .await
-        .map_err(|e| match e {
-            EngineError::Cancelled { lock_lost: false } => Failure::Cancelled,
-            e => Failure::Failed(e.into()),
-        }),
-        Err(e) => Err(Failure::Failed(e.into())),
-    };
+    let result = run_engine(ctx, deployment, &engine, &inputs, &kind).await;
     let announced = writer.stop(ctx, deployment).await;
     let mut status = status.lock().await.clone();
     if quiet && !announced {
         if let Ok(report) = &result
             && report.noop
         {
-            // Nothing was done, nothing said: the status stays as it was.
-            let uid = deployment.uid().unwrap_or_default();
-            ctx.ledger.reset_backoff(&uid);
-            ctx.ledger.set_outcome(&uid, Outcome::Deployed(attempt));
-            if status != before {
-                acknowledge_requests(
-                    ctx,
-                    deployment,
-                    &store,
-                    status,
-                    pending,
-                    DeployResult::Succeeded,
-                )
-                .await;
-            }
+            ctx.metrics
+                .deployed(DeployResult::Succeeded.label(), started.elapsed());
+            let quiet_end = (attempt, status, before, pending);
+            finish_quietly(ctx, deployment, &store, quiet_end).await;
             return DeployResult::Succeeded;
         }
         // It did something (or failed) without a stage that says so: its task is told now.
@@ -279,6 +266,9 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         .await;
     }
     let ended = DeployResult::of(&result);
+    // Counted before the status says it ended (a reader of both never sees one without the
+    // other).
+    ctx.metrics.deployed(ended.label(), elapsed);
     // The task's status was read at its start: whether resurrection runs is said as it is now.
     let meltdown = (ctx.resurrection.meltdown(&uid))
         .map(|m| super::super::health::meltdown_message(m, &ctx.resurrection));
@@ -288,8 +278,55 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     ended
 }
 
+/// The engine's deploy of `inputs` with what `kind` asks; every deploy of a deployment with
+/// resurrection on recreates what lost its agent or VM (`--fix`), as the resurrector asked
+/// (or would).
+async fn run_engine(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    engine: &kubosh_engine::Engine,
+    inputs: &Inputs,
+    kind: &DeployKind,
+) -> Result<DeployReport, Failure> {
+    let uid = deployment.uid().unwrap_or_default();
+    ctx.resurrection.deploying(&uid);
+    let fix = (ctx.resurrection).allows(&uid, deployment.spec.resurrection());
+    let request = request_of(ctx, inputs)
+        .await
+        .map_err(|e| Failure::Failed(e.into()))?;
+    let request = DeployRequest {
+        action: kind.action(),
+        requests: Requests {
+            fix,
+            ..request.requests
+        },
+        ..request
+    };
+    engine.deploy(&request).await.map_err(|e| match e {
+        EngineError::Cancelled { lock_lost: false } => Failure::Cancelled,
+        e => Failure::Failed(e.into()),
+    })
+}
+
+/// The end of a quiet deploy that found nothing to do: nothing was done, nothing is said (the
+/// status stays as it was, but for the requests it handled).
+async fn finish_quietly(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    store: &KubeStore,
+    (attempt, status, before, pending): (Attempt, DeploymentStatus, DeploymentStatus, Pending),
+) {
+    let uid = deployment.uid().unwrap_or_default();
+    ctx.ledger.reset_backoff(&uid);
+    ctx.ledger.set_outcome(&uid, Outcome::Deployed(attempt));
+    if status != before {
+        let ended = DeployResult::Succeeded;
+        acknowledge_requests(ctx, deployment, store, status, pending, ended).await;
+    }
+}
+
 /// A task id unique within the deployment.
-fn task_id() -> String {
+pub(super) fn task_id() -> String {
     kubosh_base::ids::uuid_v4()[..8].to_string()
 }
 
@@ -308,7 +345,9 @@ impl Announcement {
         let generation = deployment.metadata.generation.unwrap_or_default();
         let description = kind.to_string();
         let message = match kind {
-            DeployKind::Action(..) => format!("Deploying generation {generation}: {description}"),
+            DeployKind::Action(..) | DeployKind::Cck(_) => {
+                format!("Deploying generation {generation}: {description}")
+            }
             DeployKind::Create | DeployKind::Update => format!("Deploying generation {generation}"),
         };
         Announcement {
@@ -353,7 +392,7 @@ impl Announcement {
 fn starts_quietly(deployment: &Deployment, kind: &DeployKind) -> bool {
     let generation = deployment.metadata.generation;
     let status = deployment.status.as_ref();
-    !matches!(kind, DeployKind::Action(..))
+    !matches!(kind, DeployKind::Action(..) | DeployKind::Cck(_))
         && status.is_some_and(|s| {
             s.observed_generation == generation
                 && super::super::status::is_ready(&s.conditions, s.observed_generation)
@@ -576,7 +615,7 @@ async fn failed(
 /// Writes the final `status`, with the requests the deploy handled: a request is handled
 /// once a deploy ran for it to an end; an action that may succeed on a retry stays pending.
 /// What the status acknowledges is kept in the annotation too.
-async fn acknowledge_requests(
+pub(super) async fn acknowledge_requests(
     ctx: &DeploymentContext,
     deployment: &Deployment,
     store: &KubeStore,

@@ -3,7 +3,8 @@
 //! By concept:
 //! - `apply`: the reconcile of a live deployment: reads the inputs, writes what stops them,
 //!   starts a deploy task unless the same generation and inputs were already deployed.
-//! - `deploy_task`: the deploy task, from its start to its status and Events;
+//! - `deploy_task`: the deploy task, from its start to its status and Events (`cck_task`:
+//!   a scan or a resolution of the deployment's problems, the same task's other shape);
 //!   `task_progress` tells its progress while it runs, `instances` the instances after it.
 //! - `materialise`: the engine's request from the inputs (releases by reference, stemcells
 //!   extracted).
@@ -17,6 +18,7 @@
 //! server-side apply with field manager `kubosh`.
 
 mod apply;
+mod cck_task;
 mod deletion;
 mod deploy_task;
 mod input_changes;
