@@ -298,6 +298,8 @@ pub(crate) fn target(
         responsive: matches!(p.observed, Observed::Answered { .. }),
         was_running: matches!(&p.observed, Observed::Answered { job_state } if job_state != "stopped"),
         announced: false,
+        // No VM when asked, one now: "Creating missing vms" made it.
+        new_vm: p.observed == Observed::NoVm && p.record.vm.is_some(),
     }
 }
 

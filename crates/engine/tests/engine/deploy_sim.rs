@@ -1348,7 +1348,9 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         .await
         .unwrap();
 
+    sim.reset_calls();
     let report = sim.deploy(manifest()).await;
+    assert_eq!(sim.cloud.count("create_vm"), 1, "one new VM");
     assert_eq!(report.updated, vec![web0.display_name()], "{report:?}");
     let after = sim.group("web").remove(0);
     assert_ne!(Sim::vm_cid(&after), old_vm, "a new VM");
@@ -1452,12 +1454,38 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
     };
     let recreate = DeployRequest {
         action: Some((kubosh_engine::InstanceAction::Recreate, Some(scope))),
-        ..sim.request(changed)
+        ..sim.request(changed.clone())
     };
     sim.deploy_with(&sim.engine, &recreate).await;
     let again = sim.group("web").remove(1);
     assert_ne!(Sim::vm_cid(&again), Sim::vm_cid(&fixed), "recreated");
     assert!(again.update_completed);
+    sim.assert_no_leak();
+
+    // A `recreate` of an instance whose VM is gone (the way out of a dead agent before
+    // `--fix`): the VM made for it in "Creating missing vms" is its new VM, not one more
+    // to delete and make again.
+    kubosh_cloud::Cloud::delete_vm(sim.cloud.as_ref(), &VmCid(Sim::vm_cid(&again)))
+        .await
+        .unwrap();
+    sim.reset_calls();
+    let recreate = DeployRequest {
+        action: Some((
+            kubosh_engine::InstanceAction::Recreate,
+            Some(kubosh_engine::Scope {
+                group: "web".into(),
+                instance: Some("1".into()),
+            }),
+        )),
+        ..sim.request(changed)
+    };
+    sim.deploy_with(&sim.engine, &recreate).await;
+    assert_eq!(sim.cloud.count("create_vm"), 1, "one new VM");
+    assert_eq!(sim.cloud.count("delete_vm"), 0, "none to delete");
+    let back = sim.group("web").remove(1);
+    assert_ne!(Sim::vm_cid(&back), Sim::vm_cid(&again));
+    assert_eq!(back.disks, again.disks, "the same disk");
+    assert!(back.update_completed);
     sim.assert_no_leak();
 }
 
