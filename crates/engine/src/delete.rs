@@ -1,7 +1,7 @@
-//! `bosh delete-deployment`: every instance stopped (pre-stop, drain, stop) and its VM
-//! deleted, its disks orphaned and then deleted or kept, its addresses released and its DNS
-//! entries withdrawn from every other deployment's agents. Resumable: a run killed half way
-//! leaves recorded intents and records the next run settles.
+//! `bosh delete-deployment`: its DNS entries withdrawn from every other deployment's agents
+//! first, then every instance stopped (pre-stop, drain, stop) and its VM deleted, its disks
+//! orphaned and then deleted or kept, its addresses released. Resumable: a run killed half
+//! way leaves recorded intents and records the next run settles.
 
 use super::progress::{self, StageRun};
 use super::{Engine, EngineError};
@@ -70,6 +70,18 @@ impl Engine {
         let mut state = self.store.load().await?;
         self.recover(&mut state, self.config.recovery_wait).await?;
         let mut report = DeleteReport::default();
+        // Out of every agent's records before any of its VMs goes.
+        if state.meta.dns_records.is_some() {
+            let (version, _) = self
+                .publish_dns_entries(name, None, state.meta.dns_version)
+                .await?;
+            let mut meta = state.meta.clone();
+            meta.dns_version = version;
+            meta.dns_blob = None;
+            meta.dns_records = None;
+            meta.deployed_inputs = None;
+            self.write(Write::Meta(meta)).await?;
+        }
 
         let records: Vec<InstanceRecord> = state.instances.values().cloned().collect();
         report.instances = self.delete_instances("Deleting instances", records).await?;
@@ -96,18 +108,6 @@ impl Engine {
         }
 
         self.release_unused_ips(name, Vec::new()).await?;
-        let meta = self.store.load().await?.meta;
-        if meta.dns_records.is_some() {
-            let (version, _) = self
-                .publish_dns_entries(name, None, meta.dns_version)
-                .await?;
-            let mut meta = meta;
-            meta.dns_version = version;
-            meta.dns_blob = None;
-            meta.dns_records = None;
-            meta.deployed_inputs = None;
-            self.write(Write::Meta(meta)).await?;
-        }
         Ok(report)
     }
 }

@@ -27,9 +27,11 @@ impl Engine {
         self.under_deployment_lock(name, "create deployment", |engine| async move {
             let result = engine.deploy_under_lock(request).await;
             if result.is_err() {
-                // Addresses claimed for instances this deploy did not get to record go back.
+                // The DNS records follow what the deploy did before it failed, and addresses
+                // claimed for instances it did not get to record go back.
                 match engine.store.load().await {
                     Ok(state) => {
+                        engine.publish_dns_after_failure(name, &state).await;
                         let held: Vec<&InstanceRecord> = state.instances.values().collect();
                         if let Err(e) = engine.release_unused_ips(name, held).await {
                             tracing::warn!(deployment = %name, error = %e, "cannot release addresses");

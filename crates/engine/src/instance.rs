@@ -51,6 +51,10 @@ pub struct InstanceTarget {
     /// The deploy announced this update in [`crate::state::DeploymentMeta::updating`], so
     /// the record need not be written not-completed first.
     pub announced: bool,
+    /// Its VM was made by this deploy ("Creating missing vms") from the desired stemcell,
+    /// cloud properties, env and networks: changes that ask for a new VM (a `recreate`
+    /// included) are made already.
+    pub new_vm: bool,
 }
 
 impl Engine {
@@ -81,7 +85,7 @@ impl Engine {
             return Ok(target.record);
         }
 
-        let recreate = target.changes.recreates_vm() || record.vm.is_none();
+        let recreate = (target.changes.recreates_vm() && !target.new_vm) || record.vm.is_none();
         // Stop what runs, with the new spec so drain scripts see what comes.
         if let Some(vm) = record.vm.clone() {
             let agent = self.agent(&vm.agent_id, &name);

@@ -1,42 +1,96 @@
-//! Step 12 of the seed: the DNS records of all the director's deployments published and
-//! sent to every agent (`bosh-protocols.md` §4.10).
+//! The seed's "Update and propagate DNS records": the DNS records of all the director's
+//! deployments published and sent to every agent (`bosh-protocols.md` §4.10), as instances
+//! get, change and lose VMs. A deployment's records are its instances as they are (each with
+//! a VM, at its VM's addresses, naming its agent), never as planned: [`live_entries`].
 
 use futures::StreamExt;
 
-use crate::prepare::{Planned, dns_instance};
 use crate::progress::{self, Milestone};
-use crate::state::{DeploymentState, Write};
+use crate::state::{DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, Write};
 use crate::{Engine, EngineError};
-use kubosh_core::manifest::DeploymentManifest;
 use kubosh_core::plan::dns::{self, DnsInstance};
 
 /// How long `sync_dns` waits for an agent (the Director's broadcast waits 10 s in all).
 pub const DNS_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The DNS entries of `records` as they are: one per instance that has a VM and is not to
+/// be detached, at the addresses its VM has (dynamic ones as its agent reported them),
+/// naming its agent. An instance without a VM (deleted, detached, vanished, its new VM not
+/// made yet) has none.
+pub(crate) fn live_entries<'a>(
+    records: impl IntoIterator<Item = &'a InstanceRecord>,
+) -> Vec<DnsInstance> {
+    records
+        .into_iter()
+        .filter(|r| r.state != InstanceState::Detached)
+        .filter_map(|r| {
+            let vm = r.vm.as_ref()?;
+            let addresses = match &vm.networks {
+                serde_json::Value::Object(networks) => networks
+                    .iter()
+                    .filter_map(|(net, s)| Some((net.clone(), s.get("ip")?.as_str()?.to_string())))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            Some(DnsInstance {
+                uuid: r.uuid.clone(),
+                index: r.index,
+                group: r.group.clone(),
+                az: r.az.clone(),
+                addresses,
+                agent_id: Some(vm.agent_id.clone()),
+            })
+        })
+        .collect()
+}
+
 impl Engine {
-    /// Step 12: when the deployment's records changed, publishes the records dataset of all
-    /// deployments and sends `sync_dns` to every VM of every deployment, each agent given at
-    /// most [`DNS_SYNC_WAIT`] (the Director's broadcast wait).
+    /// Publishes `instances` ([`live_entries`]) as `deployment`'s records when they differ
+    /// from what it published last (`meta`, updated and written): the records dataset of all
+    /// deployments, and `sync_dns` to every VM of every deployment, each agent given at most
+    /// [`DNS_SYNC_WAIT`] (the Director's broadcast wait). A deployment that never published
+    /// publishes nothing while it has no instance.
     pub(crate) async fn publish_dns(
         &self,
-        manifest: &DeploymentManifest,
-        planned: &[Planned],
-        state: &mut DeploymentState,
+        deployment: &str,
+        instances: Vec<DnsInstance>,
+        meta: &mut DeploymentMeta,
     ) -> Result<(), EngineError> {
-        let deployment = manifest.name.clone().unwrap_or_default();
-        let instances: Vec<DnsInstance> = planned.iter().map(|p| dns_instance(p, true)).collect();
-        let records = dns::records(&deployment, &self.config.dns_root_domain, false, &instances);
+        let records = dns::records(deployment, &self.config.dns_root_domain, false, &instances);
         let digest = records.digest();
-        if state.meta.dns_records.as_deref() == Some(digest.as_str()) {
+        let unchanged = match meta.dns_records.as_deref() {
+            Some(published) => published == digest,
+            None => instances.is_empty(),
+        };
+        if unchanged {
             return Ok(());
         }
         let (version, blob) = self
-            .publish_dns_entries(&deployment, Some(instances), state.meta.dns_version)
+            .publish_dns_entries(deployment, Some(instances), meta.dns_version)
             .await?;
-        state.meta.dns_version = version;
-        state.meta.dns_blob = Some(blob);
-        state.meta.dns_records = Some(digest);
-        self.write(Write::Meta(state.meta.clone())).await
+        meta.dns_version = version;
+        meta.dns_blob = Some(blob);
+        meta.dns_records = Some(digest);
+        self.write(Write::Meta(meta.clone())).await
+    }
+
+    /// After a failed deploy: the records of `state` (as stored) published when they differ
+    /// from the last ones, so that no instance the deploy deleted stays named and none it
+    /// made stays out. Not once cancelled (the lock may be another run's by now). Best
+    /// effort: a failure is logged, and the next deploy publishes again.
+    pub(crate) async fn publish_dns_after_failure(
+        &self,
+        deployment: &str,
+        state: &DeploymentState,
+    ) {
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let instances = live_entries(state.instances.values());
+        let mut meta = state.meta.clone();
+        if let Err(e) = self.publish_dns(deployment, instances, &mut meta).await {
+            tracing::warn!(deployment, error = %e, "cannot publish the DNS records of a failed deploy");
+        }
     }
 
     /// Replaces `deployment`'s DNS entries in the dataset of all deployments (`None`: it is

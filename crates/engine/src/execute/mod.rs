@@ -1,7 +1,8 @@
 //! A [`DeployPlan`] carried out: the seed's steps from the first change on (the planned
 //! addresses are claimed before [`Engine::execute`] runs). Stemcells uploaded, packages
 //! compiled (`compile`), obsolete instances deleted, missing VMs created, the rollout
-//! (`rollout`), DNS published (`dns`), unused addresses released (`addresses`), `post-deploy`.
+//! (`rollout`), unused addresses released (`addresses`), `post-deploy`; the DNS records
+//! published as VMs come and go (`dns`).
 
 pub(crate) mod addresses;
 mod compile;
@@ -21,11 +22,17 @@ use crate::state::{
     Write,
 };
 use crate::{Engine, EngineError, PlanError};
+use dns::live_entries;
 use kubosh_bosh::events::instance_task;
 use kubosh_cloud::CreateStemcell;
 use kubosh_core::manifest::DeploymentManifest;
 use kubosh_core::plan::desired::{DesiredError, GroupSpec};
 use rollout::Rollout;
+
+/// The records of the planned instances, as the deploy has changed them so far.
+fn planned_records(planned: &[Planned]) -> impl Iterator<Item = &InstanceRecord> {
+    planned.iter().map(|p| &p.record)
+}
 
 impl Engine {
     /// Carries out a plan whose addresses are claimed: the deploy's changes, in the seed's
@@ -72,9 +79,25 @@ impl Engine {
             .await?;
         resolved.desire(&mut planned, &packages, request, &self.config);
         let mut report = DeployReport::of(&planned, &obsolete, &state, &packages);
+        let deployment = request.name();
+        // Out of the records before their VMs go: instances to delete or detach (and those
+        // whose VM vanished).
+        self.publish_dns(
+            deployment,
+            live_entries(planned_records(&planned)),
+            &mut state.meta,
+        )
+        .await?;
         self.delete_obsolete(&state, &obsolete, &mut report).await?;
         self.create_missing_vms(manifest, groups, &mut planned, &stemcells)
             .await?;
+        // The new VMs in the records (the seed's DNS step after "Creating missing vms").
+        self.publish_dns(
+            deployment,
+            live_entries(planned_records(&planned)),
+            &mut state.meta,
+        )
+        .await?;
         let initial_deploy = state.meta.deployed_inputs.is_none();
         let announced = self.announce_updates(&planned, &mut state).await?;
         let started = std::sync::Mutex::new(BTreeSet::new());
@@ -88,6 +111,7 @@ impl Engine {
                     initial_deploy,
                     announced: &announced,
                     started: &started,
+                    meta: &mut state.meta,
                 },
                 &mut report.updated,
             )
@@ -102,9 +126,10 @@ impl Engine {
         Ok(report)
     }
 
-    /// After the rollout: DNS published, unused addresses released, `post-deploy` when
-    /// anything changed, and the deployed inputs recorded (announcements end with the
-    /// updates: only instances still dirty keep theirs).
+    /// After the rollout: DNS published (when a stage before left it behind), unused
+    /// addresses released, `post-deploy` when anything changed, and the deployed inputs
+    /// recorded (announcements end with the updates: only instances still dirty keep
+    /// theirs).
     async fn conclude(
         &self,
         manifest: &DeploymentManifest,
@@ -113,7 +138,13 @@ impl Engine {
         inputs: String,
         report: &DeployReport,
     ) -> Result<(), EngineError> {
-        self.publish_dns(manifest, planned, &mut state).await?;
+        let deployment = manifest.name.as_deref().unwrap_or_default();
+        self.publish_dns(
+            deployment,
+            live_entries(planned_records(planned)),
+            &mut state.meta,
+        )
+        .await?;
         let held: Vec<&InstanceRecord> = planned.iter().map(|p| &p.record).collect();
         self.release_unused_ips(manifest.name.as_deref().unwrap_or_default(), held)
             .await?;

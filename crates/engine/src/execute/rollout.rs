@@ -8,7 +8,7 @@ use std::sync::PoisonError;
 use crate::instance::InstanceTarget;
 use crate::prepare::{Planned, target};
 use crate::progress::StageRun;
-use crate::state::{DeploymentState, InstanceRecord, Write};
+use crate::state::{DeploymentMeta, DeploymentState, InstanceRecord, Write};
 use crate::{Engine, EngineError, PlanError};
 use kubosh_bosh::events::instance_task;
 use kubosh_core::manifest::DeploymentManifest;
@@ -22,11 +22,14 @@ use kubosh_core::plan::rollout::{
 type GroupOutcome = (Vec<(usize, InstanceRecord)>, Option<EngineError>);
 
 /// How a deploy's updates run: whether it is the deployment's first, which updates it
-/// announced, and (filled as they go) which it started.
+/// announced, (filled as they go) which it started, and what it last published of its DNS
+/// records (published again after each group, or groups updated together, that changed
+/// them).
 pub(crate) struct Rollout<'a> {
     pub(crate) initial_deploy: bool,
     pub(crate) announced: &'a BTreeSet<String>,
     pub(crate) started: &'a std::sync::Mutex<BTreeSet<String>>,
+    pub(crate) meta: &'a mut DeploymentMeta,
 }
 
 impl Engine {
@@ -91,7 +94,9 @@ impl Engine {
 
     /// Step 11: updates changed instances: runs of groups (serial or together), each group
     /// AZ by AZ (or all AZs at once), canaries first, then `max_in_flight` at a time on a
-    /// work-conserving pool.
+    /// work-conserving pool. After each group (or groups updated together) that succeeded,
+    /// the DNS records follow the VMs it recreated (one publish at most; a failed group's
+    /// are the failure's to publish, from the state as stored).
     pub(crate) async fn update_groups(
         &self,
         manifest: &DeploymentManifest,
@@ -102,6 +107,7 @@ impl Engine {
             initial_deploy,
             announced,
             started,
+            meta,
         }: Rollout<'_>,
         updated: &mut Vec<String>,
     ) -> Result<(), EngineError> {
@@ -152,43 +158,36 @@ impl Engine {
                 parallel_azs: self.config.parallel_azs,
             },
         );
-        let mut error = None;
         for run in &rollout.runs {
-            let groups: Vec<&GroupRollout<usize>> =
-                run.groups.iter().filter(|g| !g.phases.is_empty()).collect();
-            let outcomes: Vec<GroupOutcome> = if run.serial {
-                let mut out = Vec::new();
-                for g in groups {
-                    let o = self.update_group(g, &targets, started).await;
-                    let failed = o.1.is_some();
-                    out.push(o);
-                    if failed {
-                        break;
-                    }
-                }
-                out
+            let groups = run.groups.iter().filter(|g| !g.phases.is_empty());
+            // Serial groups one after another, the others of the run together; after each,
+            // the records follow the VMs it recreated.
+            let batches: Vec<Vec<&GroupRollout<usize>>> = if run.serial {
+                groups.map(|g| vec![g]).collect()
             } else {
-                futures::future::join_all(
-                    groups
-                        .into_iter()
-                        .map(|g| self.update_group(g, &targets, started)),
-                )
-                .await
+                vec![groups.collect()]
             };
-            for (records, failure) in outcomes {
-                for (i, record) in records {
-                    updated.push(record.display_name());
-                    planned[i].record = record;
+            for batch in batches {
+                let outcomes: Vec<GroupOutcome> = futures::future::join_all(
+                    (batch.into_iter()).map(|g| self.update_group(g, &targets, started)),
+                )
+                .await;
+                let mut error = None;
+                for (records, failure) in outcomes {
+                    for (i, record) in records {
+                        updated.push(record.display_name());
+                        planned[i].record = record;
+                    }
+                    error = error.or(failure);
                 }
-                if error.is_none() {
-                    error = failure;
+                if let Some(e) = error {
+                    return Err(e);
                 }
-            }
-            if error.is_some() {
-                break;
+                let live = super::live_entries(super::planned_records(planned));
+                self.publish_dns(&deployment, live, meta).await?;
             }
         }
-        error.map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// One group's phases; the updated records and the failure that stopped it.

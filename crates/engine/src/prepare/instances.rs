@@ -196,7 +196,7 @@ fn desired_spec(
         dns: Some(dns::instance_digest(
             &deployment,
             &config.dns_root_domain,
-            &dns_instance(p, false),
+            &dns_instance(p),
         )),
         tags: manifest
             .tags
@@ -208,10 +208,10 @@ fn desired_spec(
     }
 }
 
-/// The instance as DNS sees it; with `reported`, a dynamic network's address is the one the
-/// agent reported for the VM (for the records), without, only planned addresses count (for
-/// change detection, which must not see a dynamic address appear once the VM exists).
-pub(crate) fn dns_instance(p: &Planned, reported: bool) -> DnsInstance {
+/// The instance as its desired spec's DNS digest sees it: planned addresses only (change
+/// detection must not see a dynamic address appear once the VM exists). The records
+/// published name instances as they are (`execute::dns::live_entries`).
+fn dns_instance(p: &Planned) -> DnsInstance {
     DnsInstance {
         uuid: p.placed.uuid.clone(),
         index: p.placed.index,
@@ -220,16 +220,9 @@ pub(crate) fn dns_instance(p: &Planned, reported: bool) -> DnsInstance {
         addresses: p
             .networks
             .iter()
-            .filter_map(|(net, s)| {
-                let from_agent = || {
-                    let vm = p.record.vm.as_ref().filter(|_| reported)?;
-                    vm.networks.get(net)?.get("ip")
-                };
-                let ip = s.get("ip").or_else(from_agent)?.as_str()?;
-                Some((net.clone(), ip.to_string()))
-            })
+            .filter_map(|(net, s)| Some((net.clone(), s.get("ip")?.as_str()?.to_string())))
             .collect(),
-        agent_id: p.record.vm.as_ref().map(|vm| vm.agent_id.clone()),
+        agent_id: None,
     }
 }
 
@@ -301,6 +294,8 @@ pub(crate) fn target(
         responsive: matches!(p.observed, Observed::Answered { .. }),
         was_running: matches!(&p.observed, Observed::Answered { job_state } if job_state != "stopped"),
         announced: false,
+        // No VM when asked, one now: "Creating missing vms" made it.
+        new_vm: p.observed == Observed::NoVm && p.record.vm.is_some(),
     }
 }
 

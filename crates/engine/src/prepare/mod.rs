@@ -21,7 +21,7 @@ pub(crate) use compile::{
     CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
 };
 use instances::{Desire, desire};
-pub(crate) use instances::{Planned, dns_instance, target, vm_request};
+pub(crate) use instances::{Planned, target, vm_request};
 pub(crate) use network::{Addresses, reservations};
 pub use report::{DeployReport, InstancePlan};
 

@@ -22,7 +22,8 @@ use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_engine::deploy::DeployReport;
 use kubosh_engine::lock::{FileLocks, Guard, Holder, Lock, LockError};
 use kubosh_engine::state::{
-    DeploymentState, InstanceRecord, IpRegistry, MemoryDnsRegistry, MemoryIpRegistry, MemoryStore,
+    DeploymentState, DnsDataset, DnsInstance, DnsRegistry, InstanceRecord, IpRegistry,
+    MemoryDnsRegistry, MemoryIpRegistry, MemoryStore, StoreFuture,
 };
 use kubosh_engine::{
     DeployRequest, Disposition, Engine, EngineConfig, EngineError, EventLog, Milestone,
@@ -391,6 +392,49 @@ impl Sim {
             .collect()
     }
 
+    /// What the agents were last sent of this deployment's DNS records (the blob the engine
+    /// stored): instance uuid => (agent id, address).
+    async fn published_dns(&self) -> BTreeMap<String, (String, String)> {
+        let meta = self.state().meta;
+        let Some(blob_id) = meta.dns_blob else {
+            return BTreeMap::new();
+        };
+        let digest: kubosh_base::digest::MultiDigest = format!("sha256:{blob_id}").parse().unwrap();
+        let blob = self
+            .engine
+            .blobstore
+            .get_bytes(&blob_id, &digest)
+            .await
+            .unwrap();
+        let blob: Value = serde_json::from_slice(&blob).unwrap();
+        assert_eq!(blob["version"], meta.dns_version);
+        (blob["record_infos"].as_array().unwrap().iter())
+            .filter(|row| row[8] == "sim")
+            .map(|row| {
+                let agent = row[11].as_str().unwrap().to_string();
+                (
+                    row[0].as_str().unwrap().into(),
+                    (agent, row[9].as_str().unwrap().into()),
+                )
+            })
+            .collect()
+    }
+
+    /// Every instance with a VM as the state has it: uuid => (agent id, address: its
+    /// reservation, or on the dynamic network the one its VM got).
+    fn live_agents(&self) -> BTreeMap<String, (String, String)> {
+        (self.state().instances.into_values())
+            .filter_map(|i| {
+                let vm = i.vm?;
+                let ip = match i.ips.values().next() {
+                    Some(r) => r.ip.clone(),
+                    None => vm.networks["dyn"]["ip"].as_str()?.to_string(),
+                };
+                Some((i.uuid, (vm.agent_id, ip)))
+            })
+            .collect()
+    }
+
     /// The milestones of `kind` since the start, as `(instance, cids)`, sorted.
     fn milestones_of(&self, kind: &str) -> Vec<(String, Vec<String>)> {
         let mut v: Vec<_> = (self.milestones().into_iter())
@@ -746,6 +790,11 @@ async fn a_new_stemcell_recreates_every_vm_and_a_subnet_change_recreates_its_ins
         assert_eq!(new.ips, old.ips, "{} keeps its addresses", old.name());
         assert_eq!(new.disks, old.disks, "{} keeps its disks", old.name());
     }
+    assert_eq!(
+        sim.published_dns().await,
+        sim.live_agents(),
+        "the records name the new VMs' agents"
+    );
     sim.assert_no_leak();
 
     // The z2 subnet of the manual network gets new cloud properties: the instances on it
@@ -1188,6 +1237,104 @@ async fn a_canary_that_never_runs_fails_the_deploy_and_leaves_the_others_alone()
     sim.assert_no_leak();
 }
 
+/// One publish: the instances named (uuid => agent id), and the agents whose VMs the cloud
+/// held at that moment.
+type Publish = (BTreeMap<String, String>, BTreeSet<String>);
+
+/// A DNS registry that remembers each publish.
+struct RecordingDnsRegistry {
+    inner: MemoryDnsRegistry,
+    cloud: Arc<SimCloud>,
+    publishes: std::sync::Mutex<Vec<Publish>>,
+}
+
+impl RecordingDnsRegistry {
+    fn new(cloud: Arc<SimCloud>) -> RecordingDnsRegistry {
+        RecordingDnsRegistry {
+            inner: MemoryDnsRegistry::default(),
+            cloud,
+            publishes: Default::default(),
+        }
+    }
+
+    fn publishes(&self) -> Vec<Publish> {
+        self.publishes.lock().unwrap().clone()
+    }
+}
+
+impl DnsRegistry for RecordingDnsRegistry {
+    fn publish<'a>(
+        &'a self,
+        deployment: &'a str,
+        instances: Option<Vec<DnsInstance>>,
+        at_least: u64,
+    ) -> StoreFuture<'a, DnsDataset> {
+        let named = (instances.iter().flatten())
+            .map(|i| (i.uuid.clone(), i.agent_id.clone().unwrap_or_default()))
+            .collect();
+        let vms = self.cloud.inventory().agents.into_iter().collect();
+        self.publishes.lock().unwrap().push((named, vms));
+        self.inner.publish(deployment, instances, at_least)
+    }
+}
+
+/// A deploy that scales web up and worker down, then fails on api's canary: the records it
+/// leaves name web's new instance (made and running) and not worker's deleted one, every
+/// agent has them, and worker/1 left them before its VM went. Two publishes: one before
+/// the deletion, one once the new VM exists; the rollout recreated no VM, and the failure
+/// changed nothing more.
+#[tokio::test(start_paused = true)]
+async fn a_deploy_that_fails_midway_leaves_dns_records_of_the_instances_as_they_are() {
+    let mut sim = Sim::new();
+    let registry = Arc::new(RecordingDnsRegistry::new(sim.cloud.clone()));
+    sim.engine.config.dns_registry = Some(registry.clone());
+    sim.deploy(manifest()).await;
+    assert_eq!(sim.published_dns().await, sim.live_agents());
+    let worker1 = sim.group("worker").remove(1);
+    let api_canary = sim.group("api").into_iter().find(|i| i.bootstrap).unwrap();
+    sim.agents
+        .set_jobs_never_running(&Sim::agent_id(&api_canary), true)
+        .unwrap();
+    let mut m = manifest();
+    group_mut(&mut m, "web")["instances"] = json!(4);
+    group_mut(&mut m, "worker")["instances"] = json!(1);
+    group_mut(&mut m, "api")["jobs"] = json!([hello_job("api", "Howdy")]);
+    m["update"]["canary_watch_time"] = json!("1000-10000");
+    let earlier = registry.publishes().len();
+    let err = sim.engine.deploy(&sim.request(m)).await.unwrap_err();
+    assert_eq!(err.code(), 400_007, "{err}");
+
+    let web3 = sim.group("web").remove(3);
+    assert!(web3.update_completed, "web/3 was made and runs");
+    assert!(!sim.state().instances.contains_key(&worker1.uuid));
+    let published = sim.published_dns().await;
+    assert_eq!(published, sim.live_agents(), "the records name what is");
+    assert_eq!(published[&web3.uuid].0, Sim::agent_id(&web3));
+    assert!(!published.contains_key(&worker1.uuid));
+    let version = sim.state().meta.dns_version;
+    for agent in sim.agents.agent_ids() {
+        assert_eq!(
+            sim.agents.agent(&agent).unwrap().dns_version,
+            Some(version),
+            "agent {agent}"
+        );
+    }
+    let publishes = registry.publishes()[earlier..].to_vec();
+    assert_eq!(publishes.len(), 2, "{publishes:?}");
+    let (withdrawn, vms) = &publishes[0];
+    assert!(!withdrawn.contains_key(&worker1.uuid));
+    assert!(
+        vms.contains(&Sim::agent_id(&worker1)),
+        "worker/1 left the records while its VM existed"
+    );
+    for (named, vms) in &publishes {
+        for agent in named.values() {
+            assert!(vms.contains(agent), "{agent} is named without a VM");
+        }
+    }
+    sim.assert_no_leak();
+}
+
 /// Drops a deploy at growing virtual deadlines: each time the next full deploy converges
 /// to what an uninterrupted one gives, and nothing leaks.
 #[tokio::test(start_paused = true)]
@@ -1231,8 +1378,21 @@ async fn an_interrupted_deploy_is_finished_by_the_next_one_without_leaks() {
             let dropped = tokio::time::timeout(deadline, sim.engine.deploy(&request))
                 .await
                 .is_err();
+            // Stopped anywhere, a run leaves no deleted instance in the records, and names
+            // an instance without a VM only while its update is unfinished (a VM replaced).
+            let state = sim.state();
+            for uuid in sim.published_dns().await.keys() {
+                let i = (state.instances.get(uuid))
+                    .unwrap_or_else(|| panic!("{uuid} is deleted and named at {deadline:?}"));
+                assert!(
+                    i.vm.is_some() || !i.update_completed,
+                    "{} is named without a VM at {deadline:?}",
+                    i.name()
+                );
+            }
             let report = sim.deploy(target).await;
             sim.assert_no_leak();
+            assert_eq!(sim.published_dns().await, sim.live_agents());
             let state = sim.state();
             let expected = if fresh { 3 + 2 + 2 } else { 5 + 2 + 1 };
             assert_eq!(state.instances.len(), expected);
@@ -1348,8 +1508,11 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         .await
         .unwrap();
 
+    sim.reset_calls();
     let report = sim.deploy(manifest()).await;
+    assert_eq!(sim.cloud.count("create_vm"), 1, "one new VM");
     assert_eq!(report.updated, vec![web0.display_name()], "{report:?}");
+    assert_eq!(sim.published_dns().await, sim.live_agents());
     let after = sim.group("web").remove(0);
     assert_ne!(Sim::vm_cid(&after), old_vm, "a new VM");
     assert_eq!(after.disks, web0.disks, "the same disk");
@@ -1452,12 +1615,38 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
     };
     let recreate = DeployRequest {
         action: Some((kubosh_engine::InstanceAction::Recreate, Some(scope))),
-        ..sim.request(changed)
+        ..sim.request(changed.clone())
     };
     sim.deploy_with(&sim.engine, &recreate).await;
     let again = sim.group("web").remove(1);
     assert_ne!(Sim::vm_cid(&again), Sim::vm_cid(&fixed), "recreated");
     assert!(again.update_completed);
+    sim.assert_no_leak();
+
+    // A `recreate` of an instance whose VM is gone (the way out of a dead agent before
+    // `--fix`): the VM made for it in "Creating missing vms" is its new VM, not one more
+    // to delete and make again.
+    kubosh_cloud::Cloud::delete_vm(sim.cloud.as_ref(), &VmCid(Sim::vm_cid(&again)))
+        .await
+        .unwrap();
+    sim.reset_calls();
+    let recreate = DeployRequest {
+        action: Some((
+            kubosh_engine::InstanceAction::Recreate,
+            Some(kubosh_engine::Scope {
+                group: "web".into(),
+                instance: Some("1".into()),
+            }),
+        )),
+        ..sim.request(changed)
+    };
+    sim.deploy_with(&sim.engine, &recreate).await;
+    assert_eq!(sim.cloud.count("create_vm"), 1, "one new VM");
+    assert_eq!(sim.cloud.count("delete_vm"), 0, "none to delete");
+    let back = sim.group("web").remove(1);
+    assert_ne!(Sim::vm_cid(&back), Sim::vm_cid(&again));
+    assert_eq!(back.disks, again.disks, "the same disk");
+    assert!(back.update_completed);
     sim.assert_no_leak();
 }
 
