@@ -21,7 +21,11 @@
 //!   latencies are free on the paused clock);
 //! - `Engine::plan` of the update (real time);
 //! - a no-op redeploy (real time and cloud/agent calls) with the simulated agents'
-//!   heartbeats (`AgentHealth`); the target at 1,000 instances is ≤ 2 s and 0 calls.
+//!   heartbeats (`AgentHealth`); the target at 1,000 instances is ≤ 2 s and 0 calls;
+//! - 1 % of the agents dying at once (issue 24): from their death to the resurrector's
+//!   deploy's end — the controller's detection (agent timeout, 60 s, plus its 5 s check) and
+//!   the deploy with `--fix` — over the agent timeout plus `rollout_lower_bound` of just those
+//!   instances, each `Tᵢ` a recreate's calls. Target ≤ 1.1 (one instance) and ≤ 1.2.
 //!
 //! Latencies (seconds) default to [`DEFAULT_LATENCIES`]; `BENCH_LATENCIES` overrides them
 //! (`create_vm=45,apply=5.5`), `BENCH_WATCH_MIN_MS` the watch times' minimum (1000),
@@ -152,6 +156,27 @@ impl Timing {
     /// as a first update without the disk.
     fn update_in_place(&self) -> u64 {
         self.sum(&["prepare", "run_script", "drain", "stop", "run_script"]) + self.start_and_watch()
+    }
+
+    /// A silent agent's instance given a new VM on its disk (the resurrector, `--fix`): the
+    /// cloud detaches the disk (the agent is not asked) and deletes the VM, a new VM is made
+    /// and the disk attached and mounted, the agent's settings, then as a first update.
+    fn recreate(&self, disk: bool) -> u64 {
+        let disk_calls = if disk {
+            self.sum(&[
+                "detach_disk",
+                "attach_disk",
+                "add_persistent_disk",
+                "mount_disk",
+            ])
+        } else {
+            0
+        };
+        self.sum(&["delete_vm"])
+            + self.missing_vm()
+            + disk_calls
+            + self.sum(&["update_settings"])
+            + self.start_and_watch()
     }
 
     /// apply, pre-start, start, the watch's minimum, post-start.
@@ -303,12 +328,12 @@ impl World {
     }
 }
 
-/// The rollout the engine plans for `state`'s instances (`changed` says which), with each
-/// instance's duration, as the bound needs it.
+/// The rollout the engine plans for `state`'s instances (`changed` says which, by uuid), with
+/// each instance's duration, as the bound needs it.
 fn rollout_bound(
     manifest: &Value,
     state: &DeploymentState,
-    initial_deploy: bool,
+    (initial_deploy, changed): (bool, &dyn Fn(&str) -> bool),
     duration: impl Fn(&str) -> u64,
     stages: StageTerms,
 ) -> u64 {
@@ -334,7 +359,7 @@ fn rollout_bound(
                         az: i.az.clone(),
                         bootstrap: i.bootstrap,
                         sort_key: i.name(),
-                        changed: true,
+                        changed: changed(&i.uuid),
                     })
                     .collect(),
                 name,
@@ -372,6 +397,7 @@ struct Row {
     noop_secs: f64,
     noop_calls: u64,
     noop_calls_without_health: u64,
+    resurrection: Measured,
 }
 
 /// One deploy: virtual duration, its bound, real time, instances updated.
@@ -441,7 +467,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         let bound = rollout_bound(
             &fresh_manifest,
             &state,
-            true,
+            (true, &|_| true),
             |group| timing.first_update(disk_of.get(group).copied().unwrap_or(false)),
             stages,
         );
@@ -464,7 +490,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         let bound = rollout_bound(
             &changed_manifest,
             &world.store.snapshot(),
-            false,
+            (false, &|_| true),
             |_| timing.update_in_place(),
             StageTerms {
                 post_deploy: timing.post_deploy(total),
@@ -490,6 +516,15 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         let (_, noop_secs, report) = measure(&with_health, &changed).await;
         assert!(report.noop);
         let noop_calls = world.calls();
+        let resurrection = resurrect(
+            &world,
+            &with_health,
+            &changed,
+            &changed_manifest,
+            timing,
+            &disk_of,
+        )
+        .await;
 
         Row {
             instances: total,
@@ -499,8 +534,72 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             noop_secs,
             noop_calls,
             noop_calls_without_health,
+            resurrection,
         }
     })
+}
+
+/// How long the controller takes to notice a silent agent, at most: the health monitor's
+/// agent timeout, then the health watch's next check (every 5 s).
+const DETECTION: (u64, u64) = (60_000, 5_000);
+
+/// 1 % of the agents (at least one, spread over the groups) die at once; the resurrector's
+/// deploy (`--fix`, heartbeats proving them silent) gives them new VMs on their disks. The
+/// time from their death to the deploy's end — detection (agent timeout plus the health
+/// watch's check interval) and the deploy — over its bound: the agent timeout, then the
+/// rollout of just those instances (canaries, `max_in_flight`, groups in order), each
+/// instance's `Tᵢ` a recreate's calls ([`Timing::recreate`]), then post-deploy.
+async fn resurrect(
+    world: &World,
+    engine: &Engine,
+    request: &DeployRequest,
+    manifest: &Value,
+    timing: &Timing,
+    disk_of: &BTreeMap<&str, bool>,
+) -> Measured {
+    let state = world.store.snapshot();
+    let mut records: Vec<_> = state.instances.values().collect();
+    records.sort_by_key(|r| r.name());
+    let dead: std::collections::BTreeSet<String> = (records.iter())
+        .step_by(100)
+        .map(|r| r.uuid.clone())
+        .collect();
+    for record in records.iter().filter(|r| dead.contains(&r.uuid)) {
+        let agent = &record.vm.as_ref().expect("a VM").agent_id;
+        (world.agents)
+            .set_unresponsive(agent, true)
+            .expect("the agent exists");
+    }
+    let fix = DeployRequest {
+        requests: Requests {
+            fix: true,
+            ..request.requests
+        },
+        ..request.clone()
+    };
+    let (virtual_secs, real_secs, report) = measure(engine, &fix).await;
+    assert_eq!(
+        report.updated.len(),
+        dead.len(),
+        "every dead instance is recreated"
+    );
+    let bound = DETECTION.0
+        + rollout_bound(
+            manifest,
+            &state,
+            (false, &|uuid| dead.contains(uuid)),
+            |group| timing.recreate(disk_of.get(group).copied().unwrap_or(false)),
+            StageTerms {
+                post_deploy: timing.post_deploy(state.instances.len()),
+                ..StageTerms::default()
+            },
+        );
+    Measured {
+        virtual_secs: virtual_secs + (DETECTION.0 + DETECTION.1) as f64 / 1000.0,
+        bound_secs: bound as f64 / 1000.0,
+        real_secs,
+        updated: report.updated.len(),
+    }
 }
 
 fn main() {
@@ -541,11 +640,11 @@ fn main() {
             .join("; ")
     );
     println!(
-        "{:>9} | {:>26} | {:>26} | {:>8} | {:>16}",
-        "", "fresh deploy", "update (property)", "plan", "no-op redeploy"
+        "{:>9} | {:>26} | {:>26} | {:>8} | {:>16} | {:>22}",
+        "", "fresh deploy", "update (property)", "plan", "no-op redeploy", "1 % of agents die"
     );
     println!(
-        "{:>9} | {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} | {:>8} | {:>8} {:>7}",
+        "{:>9} | {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} | {:>8} | {:>8} {:>7} | {:>4} {:>8} {:>8}",
         "instances",
         "virtual",
         "÷bound",
@@ -555,12 +654,15 @@ fn main() {
         "ms/inst",
         "real",
         "real",
-        "calls"
+        "calls",
+        "dead",
+        "virtual",
+        "÷bound"
     );
     for n in sizes {
         let row = run_size(n, &release, &timing);
         println!(
-            "{:>9} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.2}s | {:>6.0}ms {:>7}",
+            "{:>9} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.2}s | {:>6.0}ms {:>7} | {:>4} {:>7.0}s {:>8.3}",
             row.instances,
             row.fresh.virtual_secs,
             row.fresh.ratio(),
@@ -571,11 +673,16 @@ fn main() {
             row.plan_secs,
             row.noop_secs * 1000.0,
             format!("{} ({})", row.noop_calls, row.noop_calls_without_health),
+            row.resurrection.updated,
+            row.resurrection.virtual_secs,
+            row.resurrection.ratio(),
         );
     }
     println!(
         "\nvirtual: the deploy's duration on the simulated clock; ÷bound: that over \
          plan::bound's lower bound; ms/inst: real time per instance updated; plan: \
-         Engine::plan of the update; no-op calls: with heartbeats (without)."
+         Engine::plan of the update; no-op calls: with heartbeats (without); 1 % of agents \
+         die: from their death (agent timeout 60 s + the health watch's 5 s check) to the \
+         resurrector's deploy's end, over the agent timeout + the rollout of their recreates."
     );
 }

@@ -451,6 +451,12 @@ enum Begun {
 /// nothing). Asking costs no agent call, so a no-op deploy with this as
 /// `kubosh_engine::EngineConfig::health` calls nothing.
 impl kubosh_bosh::agent::AgentHealth for SimAgents {
+    /// An agent made unresponsive has been silent as long as anyone asks.
+    fn silent_for(&self, agent_id: &str, _at_least: Duration) -> bool {
+        let world = self.shared.world();
+        world.agents.get(agent_id).is_some_and(|a| !a.responsive)
+    }
+
     fn recent_job_state(&self, agent_id: &str, _within: Duration) -> Option<String> {
         let world = self.shared.world();
         let agent = world.agents.get(agent_id).filter(|a| a.responsive)?;

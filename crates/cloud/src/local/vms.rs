@@ -292,22 +292,18 @@ impl Local {
 /// Freezes (SIGSTOP) or thaws (SIGCONT) the agent of a VM: its processes stay, but it no
 /// longer answers anything. Fails when the VM does not exist or has no agent process.
 pub fn set_agent_frozen(state_dir: &Path, vm: &VmCid, frozen: bool) -> io::Result<()> {
-    let store = Store::open(state_dir)?;
-    let _lock = store.lock()?;
-    let record: VmRecord = store
-        .read(Kind::Vm, vm.as_str())?
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' not found")))?;
-    let agent = record.agent.ok_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' has no agent"))
-    })?;
-    process::freeze_group(&agent, frozen);
-    Ok(())
+    with_agent(state_dir, vm, |agent| process::freeze_group(agent, frozen))
 }
 
 /// Kills the agent of a VM as `kill -9` would (SIGKILL to the agent process only; its jobs
 /// run on, orphaned, until the VM is deleted): a dead agent on a VM that is still there.
 /// Fails when the VM does not exist or has no agent process.
 pub fn kill_agent(state_dir: &Path, vm: &VmCid) -> io::Result<()> {
+    with_agent(state_dir, vm, process::kill_leader)
+}
+
+/// Runs `f` on the agent process of VM `vm`, under the cloud's lock.
+fn with_agent(state_dir: &Path, vm: &VmCid, f: impl FnOnce(&ProcessRecord)) -> io::Result<()> {
     let store = Store::open(state_dir)?;
     let _lock = store.lock()?;
     let record: VmRecord = store
@@ -316,7 +312,7 @@ pub fn kill_agent(state_dir: &Path, vm: &VmCid) -> io::Result<()> {
     let agent = record.agent.ok_or_else(|| {
         io::Error::new(io::ErrorKind::NotFound, format!("VM '{vm}' has no agent"))
     })?;
-    process::kill_leader(&agent);
+    f(&agent);
     Ok(())
 }
 

@@ -342,6 +342,11 @@ impl Sim {
         assert_eq!(cloud_stemcells, recorded_stemcells);
     }
 
+    /// The `marker` file on disk `disk`, if it is there.
+    fn marker_on(&self, disk: &kubosh_cloud::DiskCid) -> Option<String> {
+        self.cloud.disk_files(disk)?.get("marker").cloned()
+    }
+
     /// Every agent call since the counters were reset, by method.
     fn agent_counts(&self) -> BTreeMap<String, u64> {
         self.agents.counts()
@@ -1518,14 +1523,7 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
     assert_eq!(after.disks, web0.disks, "the same disk");
     assert_eq!(after.ips, web0.ips, "the same address");
     assert!(after.update_completed);
-    assert_eq!(
-        sim.cloud
-            .disk_files(&disk)
-            .unwrap()
-            .get("marker")
-            .map(String::as_str),
-        Some("keep me")
-    );
+    assert_eq!(sim.marker_on(&disk).as_deref(), Some("keep me"));
     let warning = format!(
         "VM for '{}' with cloud ID '{old_vm}' missing.",
         web0.display_name()
@@ -1595,14 +1593,7 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         "web/1 now (its agent), web/0 before (its VM)"
     );
     let disk = kubosh_cloud::DiskCid(fixed.disks[0].cid.clone());
-    assert_eq!(
-        sim.cloud
-            .disk_files(&disk)
-            .unwrap()
-            .get("marker")
-            .map(String::as_str),
-        Some("web1 data")
-    );
+    assert_eq!(sim.marker_on(&disk).as_deref(), Some("web1 data"));
     sim.assert_no_leak();
 
     // A `recreate` of a silent instance recreates it without asking it anything.

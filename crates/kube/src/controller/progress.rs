@@ -40,6 +40,7 @@ struct StageCount {
     progress: Progress,
     canaries_started: u32,
     canaries_done: u32,
+    failed: u32,
 }
 
 impl StageCount {
@@ -348,12 +349,18 @@ impl EventSink for DeployProgress {
         match event.state {
             State::Started if canary => count.canaries_started += 1,
             State::Finished if canary => count.canaries_done += 1,
+            State::Failed => count.failed += 1,
             _ => {}
         }
         if done {
             count.progress.done += 1;
         }
         count.progress.message = count.message(&event.stage, &event.tags);
+        let compiled = (event.stage == COMPILING
+            && done
+            && count.failed == 0
+            && count.progress.done == count.progress.total)
+            .then_some(count.progress.total);
         inner.progress = Some(count.progress.clone());
         inner.changed = true;
         if done
@@ -366,8 +373,20 @@ impl EventSink for DeployProgress {
         {
             inner.milestones.push(m);
         }
+        // Told when compilation ends, not when the deploy does.
+        if let Some(packages) = compiled {
+            inner.milestones.push(Milestone {
+                kind: EventType::Normal,
+                reason: "PackagesCompiled",
+                note: format!("Compiled {packages} package(s)"),
+                instance: None,
+            });
+        }
     }
 }
+
+/// The stage that compiles packages.
+const COMPILING: &str = "Compiling packages";
 
 #[cfg(test)]
 mod tests {
@@ -460,6 +479,20 @@ mod tests {
         assert!(
             p.drain().is_empty(),
             "a compiled package is not an Event of its own"
+        );
+        for n in 2..=5 {
+            p.emit(line(
+                "Compiling packages",
+                &format!("pkg/{n}"),
+                5,
+                State::Finished,
+            ));
+        }
+        let told: Vec<(&str, String)> = p.drain().into_iter().map(|m| (m.reason, m.note)).collect();
+        assert_eq!(
+            told,
+            vec![("PackagesCompiled", "Compiled 5 package(s)".to_string())],
+            "said once, when the last package is compiled"
         );
     }
 

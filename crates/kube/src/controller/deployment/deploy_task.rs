@@ -380,6 +380,7 @@ impl Announcement {
     /// Publishes the `DeployStarted` Event.
     pub(super) async fn publish(&self, ctx: &DeploymentContext, deployment: &Deployment) {
         let note = self.message.clone();
+        tracing::info!(deployment = %deployment.name_any(), "{note}");
         publish(ctx, deployment, EventType::Normal, "DeployStarted", note).await;
     }
 }
@@ -525,10 +526,7 @@ async fn succeeded(
         (false, reasons::DEPLOYED, ""),
         (false, reasons::DEPLOYED, ""),
     );
-    if report.compiled > 0 {
-        let note = format!("Compiled {} package(s)", report.compiled);
-        publish(ctx, deployment, EventType::Normal, "PackagesCompiled", note).await;
-    }
+    tracing::info!(deployment = %deployment.name_any(), generation = attempt.generation, "{summary}");
     publish(
         ctx,
         deployment,
@@ -609,6 +607,8 @@ async fn failed(
         );
         ctx.ledger.set_outcome(&uid, Outcome::Stalled(attempt));
     }
+    // The message is scrubbed of the deployment's variables already.
+    tracing::warn!(deployment = %deployment.name_any(), generation = ?generation, retry, "deploy failed: {message}");
     publish(ctx, deployment, EventType::Warning, "DeployFailed", message).await;
 }
 
