@@ -45,7 +45,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
     let client = cp.client().await.unwrap();
     with_fast_heartbeats(&w);
     // Meltdown lowered: more than 1 instance and more than 60 % down.
-    let _controller = start_replica_with(
+    let controller = start_replica_with(
         &w,
         cp,
         ns,
@@ -329,6 +329,46 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
             "{reason} in {reasons:?}"
         );
     }
+
+    // A controller restart (kill -9, then a new process) redeploys nothing: Ready stays
+    // true and no task starts.
+    let settled = wait_for(&deployments, "hello", Duration::from_secs(120), &w, |d| {
+        is_ready(d)
+            && d.status
+                .as_ref()
+                .and_then(|s| s.last_task.as_ref())
+                .is_some_and(|t| t.state == kubosh_kube::api::TaskState::Succeeded)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let task = settled.status.as_ref().unwrap().last_task.clone().unwrap();
+    let started_before = count_reason(&client, ns, "DeployStarted").await;
+    drop(controller);
+    let _controller = start_replica_with(&w, cp, ns, "resurrector", &["--agent-timeout", "4s"]);
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < Duration::from_secs(20) {
+        let d = deployments.get("hello").await.unwrap();
+        assert!(
+            is_ready(&d),
+            "Ready stays true across a restart: {:?}",
+            d.status
+        );
+        let now = d.status.as_ref().unwrap().last_task.clone().unwrap();
+        assert_eq!(now.id, task.id, "no task after a restart");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        count_reason(&client, ns, "DeployStarted").await,
+        started_before,
+        "no deploy announced"
+    );
+}
+
+/// How many Events with `reason` the namespace has.
+async fn count_reason(client: &kube::Client, ns: &str, reason: &str) -> usize {
+    (events_of(client, ns).await.iter())
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .count()
 }
 
 /// How many `create_vm` calls the local cloud has answered.

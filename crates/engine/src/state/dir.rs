@@ -102,6 +102,21 @@ impl StateStore for DirStore {
         })
     }
 
+    /// Only the orphaned disks' directory: every disk an update creates asks (a whole load
+    /// per disk made a deploy quadratic in its instances).
+    fn orphaned_disks(
+        &self,
+    ) -> StoreFuture<'_, std::collections::BTreeMap<String, super::OrphanedDisk>> {
+        let dir = self.dir.join(ORPHANED_DISKS);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                read_kind(&dir).map(|m| rekey(m, |r: &super::OrphanedDisk| r.disk.cid.clone()))
+            })
+            .await
+            .map_err(|e| StoreError::Io(e.to_string()))?
+        })
+    }
+
     fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()> {
         let store = self.clone();
         let write = write.clone();

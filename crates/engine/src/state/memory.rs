@@ -37,6 +37,14 @@ impl StateStore for MemoryStore {
         Box::pin(async move { Ok(state) })
     }
 
+    /// Only the orphaned disks, not a copy of every record.
+    fn orphaned_disks(
+        &self,
+    ) -> StoreFuture<'_, std::collections::BTreeMap<String, super::OrphanedDisk>> {
+        let orphans = self.lock().0.orphaned_disks.clone();
+        Box::pin(async move { Ok(orphans) })
+    }
+
     fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()> {
         let mut inner = self.lock();
         inner.0.apply(write);
