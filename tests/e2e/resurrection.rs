@@ -354,7 +354,15 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
             d.status
         );
         let now = d.status.as_ref().unwrap().last_task.clone().unwrap();
-        assert_eq!(now.id, task.id, "no task after a restart");
+        if now.id != task.id {
+            let log =
+                std::fs::read_to_string(w.dir.path().join("controller.log")).unwrap_or_default();
+            let tail: Vec<&str> = (log.lines().rev())
+                .filter(|l| l.contains("INFO") || l.contains("WARN"))
+                .take(40)
+                .collect();
+            panic!("a task after a restart: {now:?}\n{}", tail.join("\n"));
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(

@@ -65,6 +65,9 @@ pub struct Meltdown {
 /// What the resurrector makes of an instance that went down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
+    /// Just seen down: the next check decides (others that died with it are seen by then,
+    /// and count towards a meltdown before anything is recreated).
+    Settling,
     /// A deploy is asked to recreate it (already asked, or asked now: `newly`).
     Repair {
         /// Asked now (the deployment's reconcile is to be woken).
@@ -100,6 +103,8 @@ pub struct Resurrection {
     /// The controller-wide switch (`--no-resurrection` turns it off).
     enabled: bool,
     policy: MeltdownPolicy,
+    /// How long an instance is seen down before a repair is asked ([`Verdict::Settling`]).
+    settle: Duration,
     known: Mutex<HashMap<String, Known>>,
     /// Wakes a deployment's reconcile (set once the controller runs).
     wake: Mutex<Option<UnboundedSender<ObjectRef<Deployment>>>>,
@@ -117,9 +122,16 @@ impl Resurrection {
         Resurrection {
             enabled,
             policy,
+            settle: Duration::ZERO,
             known: Mutex::new(HashMap::new()),
             wake: Mutex::new(None),
         }
+    }
+
+    /// The resurrector asking for a repair only once an instance was seen down `settle` ago
+    /// (one health check: instances that die together are judged together).
+    pub fn with_settle(self, settle: Duration) -> Resurrection {
+        Resurrection { settle, ..self }
     }
 
     /// When resurrection stops.
@@ -163,7 +175,7 @@ impl Resurrection {
     /// Instances `instances` of deployment `uid` (of `total` instances) are down at `now`
     /// (all the check found at once: a meltdown is decided on all of them).
     pub fn down(&self, uid: &str, instances: &[String], total: usize, now: Instant) -> Verdict {
-        let policy = self.policy;
+        let (policy, settle) = (self.policy, self.settle);
         self.with(uid, |k| {
             k.down
                 .retain(|_, at| now.saturating_duration_since(*at) <= policy.window);
@@ -187,6 +199,12 @@ impl Resurrection {
                     meltdown,
                     newly: true,
                 };
+            }
+            let settled = (instances.iter())
+                .filter_map(|i| k.down.get(i))
+                .any(|since| now.saturating_duration_since(*since) >= settle);
+            if !settled && !k.resumed {
+                return Verdict::Settling;
             }
             let newly = !k.wanted;
             k.wanted = true;
@@ -321,6 +339,37 @@ mod tests {
             "no repair is asked for the first before the second tips the meltdown"
         );
         assert!(!r.wanted("d"));
+    }
+
+    #[test]
+    fn an_instance_just_seen_down_waits_one_check_for_the_others() {
+        let r = Resurrection::new(
+            true,
+            MeltdownPolicy {
+                minimum_down: 1,
+                percent: 60,
+                window: Duration::from_secs(600),
+            },
+        )
+        .with_settle(Duration::from_secs(5));
+        let t0 = Instant::now();
+        assert_eq!(r.down("d", &["web/0".into()], 2, t0), Verdict::Settling);
+        assert!(!r.wanted("d"));
+        let both = ["web/0".to_string(), "web/1".to_string()];
+        assert!(
+            matches!(
+                r.down("d", &both, 2, t0 + Duration::from_secs(5)),
+                Verdict::Meltdown { newly: true, .. }
+            ),
+            "the second death, seen within the settle time, makes a meltdown, not a repair"
+        );
+        let alone =
+            Resurrection::new(true, MeltdownPolicy::default()).with_settle(Duration::from_secs(5));
+        alone.down("e", &["web/0".into()], 10, t0);
+        assert_eq!(
+            alone.down("e", &["web/0".into()], 10, t0 + Duration::from_secs(5)),
+            Verdict::Repair { newly: true }
+        );
     }
 
     #[test]

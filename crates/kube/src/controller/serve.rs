@@ -271,7 +271,10 @@ async fn lead(
     deployments.metrics = metrics.clone();
     deployments.readiness = readiness.clone();
     deployments.orphaned_disk_max_age = options.orphaned_disk_max_age;
-    deployments.resurrection = Arc::new(Resurrection::new(options.resurrection, options.meltdown));
+    deployments.resurrection = Arc::new(
+        Resurrection::new(options.resurrection, options.meltdown)
+            .with_settle(super::health::check_every(options.agent_timeout)),
+    );
     let cancel = deployments.cancel.clone();
     let tasks = deployments.tasks.clone();
     let artifacts = ArtifactContext {

@@ -127,12 +127,12 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
             pending = Some(p);
         }
         let silent = !announced.load(std::sync::atomic::Ordering::SeqCst);
-        if silent
-            && pending
-                .as_ref()
-                .is_some_and(|p| p.stage.starts_with(PREPARING))
-        {
-            // Still only reading: what it heard waits until it changes something.
+        let changing = pending
+            .as_ref()
+            .is_some_and(|p| !p.stage.starts_with(PREPARING));
+        if silent && !changing {
+            // Nothing yet, or still only reading: what it heard waits until it changes
+            // something (or is told at the end).
             progress.requeue(std::mem::take(&mut milestones));
             pending = None;
             continue;
