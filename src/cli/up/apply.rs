@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use kubosh_devenv::ControlPlane;
 use kubosh_devenv::demo::{Artifact, DemoLayout};
 
-use super::Say;
+use super::{DEPLOYMENT, Say};
 
 /// The examples the demo applies as they are.
 fn examples_dir() -> PathBuf {
@@ -82,6 +82,27 @@ pub(super) fn apply_examples(
     ] {
         apply(cp, &file, say)?;
     }
+    // Asked, the controller answers with a task even when the deployment is as it should
+    // be (unasked, a deploy that finds nothing to do says nothing): what the demo waits for.
+    let asked = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let request = format!("kubosh.io/reconcile-request=up-{asked}");
+    say.line(&format!(
+        "kubectl annotate boshdeployment/{DEPLOYMENT} {request}"
+    ));
+    let target = format!("boshdeployment/{DEPLOYMENT}");
+    kubectl(
+        cp,
+        &[
+            "annotate",
+            "--overwrite",
+            "-n",
+            namespace,
+            &target,
+            &request,
+        ],
+    )?;
     Ok(())
 }
 

@@ -203,7 +203,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         return ended;
     }
     let announcement = Announcement::of(deployment, &kind);
-    let quiet = starts_quietly(deployment, &kind);
+    let quiet = starts_quietly(deployment, &kind, &pending);
     let status = if quiet {
         let mut status = deployment.status.clone().unwrap_or_default();
         Handled::of(deployment).fill(&mut status);
@@ -319,7 +319,8 @@ async fn finish_quietly(
     let uid = deployment.uid().unwrap_or_default();
     ctx.ledger.reset_backoff(&uid);
     ctx.ledger.set_outcome(&uid, Outcome::Deployed(attempt));
-    if status != before {
+    // A reconcile request is acknowledged even when nothing was done for it.
+    if status != before || !pending.is_empty() {
         let ended = DeployResult::Succeeded;
         acknowledge_requests(ctx, deployment, store, status, pending, ended).await;
     }
@@ -386,14 +387,16 @@ impl Announcement {
 }
 
 /// Whether a deploy of `deployment` starts quietly: its status says it is Ready at this
-/// generation and no action is asked, so the deploy most likely finds nothing to do (a
+/// generation and nothing is asked (no action, no reconcile request), so the deploy most likely finds nothing to do (a
 /// controller restart, a resync, agents back after silence). It says it started only once
 /// it changes something (see `task_progress`), so `Ready` does not flap for a deploy that
 /// does nothing.
-fn starts_quietly(deployment: &Deployment, kind: &DeployKind) -> bool {
+fn starts_quietly(deployment: &Deployment, kind: &DeployKind, pending: &Pending) -> bool {
     let generation = deployment.metadata.generation;
     let status = deployment.status.as_ref();
-    !matches!(kind, DeployKind::Action(..) | DeployKind::Cck(_))
+    // Whoever asked (an action, a reconcile request) hears how it went.
+    pending.is_empty()
+        && !matches!(kind, DeployKind::Action(..) | DeployKind::Cck(_))
         && status.is_some_and(|s| {
             s.observed_generation == generation
                 && super::super::status::is_ready(&s.conditions, s.observed_generation)
