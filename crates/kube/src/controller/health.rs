@@ -24,7 +24,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 use super::deployment::{DeploymentContext, publish_regarding, reasons, set_trio, write_status};
-use super::resurrection::{Meltdown, RESURRECTION, Resurrection, Verdict};
+use super::resurrection::{RESURRECTION, RESURRECTION_MELTDOWN, Resurrection, Verdict};
 use super::status;
 use crate::api::condition::{READY, STALLED};
 use crate::api::{
@@ -200,8 +200,8 @@ struct DeploymentHealth {
     failing: Vec<String>,
     /// An instance's agent answered again after silence.
     recovered: bool,
-    /// An instance's state was written: the counters move.
-    touched: bool,
+    /// Its instances as the watch's cache has them.
+    instances: Vec<Arc<Instance>>,
 }
 
 /// An instance as the health watch names it: `group/uuid (index)`.
@@ -241,11 +241,11 @@ async fn check(
         );
         let health = found.entry(key).or_default();
         health.total += 1;
+        health.instances.push(instance.clone());
         let current = instance.status.as_ref().and_then(|s| s.process_state);
         let state = match observe(ctx, &instance, owner, watch).await {
             Some(next) if current != Some(next) => {
                 if write_process_state(ctx, &instance, next).await {
-                    health.touched = true;
                     health.recovered |= current == Some(ProcessState::Unresponsive)
                         && next == ProcessState::Running;
                     publish_transition(ctx, &instance, owner, current, next, watch).await;
@@ -272,11 +272,7 @@ async fn check(
             continue;
         }
         resurrect(ctx, &deployment, &health).await;
-        let instances: Vec<Arc<Instance>> = (store.state().into_iter())
-            .filter(|i| i.namespace().as_deref() == Some(namespace.as_str()))
-            .filter(|i| i.spec.deployment == name)
-            .collect();
-        write_counters(ctx, &deployment, &health, &instances, &states).await;
+        write_counters(ctx, &deployment, &health, &states).await;
     }
 }
 
@@ -358,7 +354,7 @@ async fn resurrect(ctx: &DeploymentContext, deployment: &Deployment, health: &De
                 newly: true,
             } => {
                 ctx.metrics.melted_down();
-                let note = meltdown_message(meltdown, &ctx.resurrection);
+                let note = resurrection.meltdown_message(meltdown);
                 tracing::warn!(deployment = %deployment.name_any(), "{note}");
                 publish_about(
                     ctx,
@@ -408,19 +404,6 @@ async fn publish_about(
     publish_regarding(ctx, &deployment.object_ref(&()), None, kind, reason, note).await;
 }
 
-/// What the `ResurrectionStopped` Event and the `Resurrection` condition say of `meltdown`.
-pub(crate) fn meltdown_message(meltdown: Meltdown, resurrection: &Resurrection) -> String {
-    let policy = resurrection.policy();
-    format!(
-        "Resurrection stopped (meltdown): {} of {} instances went down within {}s (more than {} and more than {}%); it resumes once every instance runs again, or when asked with the kubosh.io/reconcile-request annotation",
-        meltdown.down,
-        meltdown.total,
-        policy.window.as_secs(),
-        policy.minimum_down,
-        policy.percent
-    )
-}
-
 fn owner_reference(
     instance: &Instance,
     owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
@@ -465,37 +448,20 @@ async fn write_counters(
     ctx: &DeploymentContext,
     deployment: &Deployment,
     health: &DeploymentHealth,
-    instances: &[Arc<Instance>],
     states: &BTreeMap<String, ProcessState>,
 ) {
     let uid = deployment.uid().unwrap_or_default();
     let repairing = ctx.resurrection.wanted(&uid);
-    let meltdown = ctx.resurrection.meltdown(&uid);
     let next = |deployment: &Deployment| {
         let mut status = deployment.status.clone().unwrap_or_default();
-        count_ready(&mut status, instances, states);
-        let why_not = if repairing {
-            None
-        } else if let Some(meltdown) = meltdown {
-            Some((
-                RESURRECTION_MELTDOWN,
-                meltdown_message(meltdown, &ctx.resurrection),
-            ))
-        } else if !health.down.is_empty() && !ctx.resurrection.enabled() {
-            Some((
-                RESURRECTION_OFF,
-                "the controller runs with --no-resurrection".to_string(),
-            ))
-        } else if !health.down.is_empty() && !deployment.spec.resurrection() {
-            Some((RESURRECTION_OFF, "spec.resurrection is false".to_string()))
-        } else {
-            None
-        };
+        count_ready(&mut status, &health.instances, states);
+        let why_not = (!repairing)
+            .then(|| {
+                (ctx.resurrection).not_resurrected_because(&uid, deployment.spec.resurrection())
+            })
+            .flatten();
         health_trio(&mut status, health, why_not);
-        resurrection_condition(
-            &mut status,
-            meltdown.map(|m| meltdown_message(m, &ctx.resurrection)),
-        );
+        resurrection_condition(&mut status, &ctx.resurrection, &uid);
         status
     };
     if deployment.status.as_ref() == Some(&next(deployment)) {
@@ -555,8 +521,6 @@ fn count_ready(
 /// Condition reasons the health watch writes.
 const INSTANCES_UNHEALTHY: &str = "InstancesUnhealthy";
 const RESURRECTING: &str = "Resurrecting";
-const RESURRECTION_OFF: &str = "ResurrectionOff";
-const RESURRECTION_MELTDOWN: &str = "Meltdown";
 const JOBS_FAILING: &str = "JobsFailing";
 
 /// The kstatus trio of a deployment whose last deploy succeeded, from its instances now:
@@ -639,9 +603,14 @@ fn health_trio(
     }
 }
 
-/// The `Resurrection` condition: `False` with why in a meltdown, `True` again once it ended
-/// (absent until a deployment's first meltdown).
-pub(crate) fn resurrection_condition(status: &mut DeploymentStatus, meltdown: Option<String>) {
+/// The `Resurrection` condition of deployment `uid`: `False` with why in a meltdown, `True`
+/// again once it ended (absent until a deployment's first meltdown).
+pub(crate) fn resurrection_condition(
+    status: &mut DeploymentStatus,
+    resurrection: &Resurrection,
+    uid: &str,
+) {
+    let meltdown = (resurrection.meltdown(uid)).map(|m| resurrection.meltdown_message(m));
     let generation = status.observed_generation;
     let present = status.conditions.iter().any(|c| c.type_ == RESURRECTION);
     let condition = match meltdown {

@@ -237,6 +237,39 @@ impl Resurrection {
         self.with(uid, |k| !std::mem::replace(&mut k.wanted, true))
     }
 
+    /// What the `ResurrectionStopped` Event and the `Resurrection` condition say of
+    /// `meltdown`.
+    pub fn meltdown_message(&self, meltdown: Meltdown) -> String {
+        let policy = self.policy;
+        format!(
+            "Resurrection stopped (meltdown): {} of {} instances went down within {}s (more than {} and more than {}%); it resumes once every instance runs again, or when asked with the kubosh.io/reconcile-request annotation",
+            meltdown.down,
+            meltdown.total,
+            policy.window.as_secs(),
+            policy.minimum_down,
+            policy.percent
+        )
+    }
+
+    /// Why the instances of deployment `uid` (whose spec says `asked`) that lose their agent
+    /// or VM are not recreated, if they are not: a condition reason and the words.
+    pub fn not_resurrected_because(
+        &self,
+        uid: &str,
+        asked: bool,
+    ) -> Option<(&'static str, String)> {
+        if !self.enabled {
+            return Some((
+                RESURRECTION_OFF,
+                "the controller runs with --no-resurrection".into(),
+            ));
+        }
+        if !asked {
+            return Some((RESURRECTION_OFF, "spec.resurrection is false".into()));
+        }
+        (self.meltdown(uid)).map(|m| (RESURRECTION_MELTDOWN, self.meltdown_message(m)))
+    }
+
     /// Whether a deploy of `uid` is asked for.
     pub fn wanted(&self, uid: &str) -> bool {
         self.with(uid, |k| k.wanted)
@@ -258,6 +291,13 @@ impl Resurrection {
 
 /// The condition type that says whether resurrection runs for a deployment.
 pub const RESURRECTION: &str = "Resurrection";
+
+/// The condition reason of a deployment whose instances are not resurrected because
+/// resurrection is off (the controller's switch or `spec.resurrection`).
+pub const RESURRECTION_OFF: &str = "ResurrectionOff";
+
+/// The condition reason of a deployment in meltdown.
+pub const RESURRECTION_MELTDOWN: &str = "Meltdown";
 
 #[cfg(test)]
 mod tests {

@@ -270,9 +270,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     // other).
     ctx.metrics.deployed(ended.label(), elapsed);
     // The task's status was read at its start: whether resurrection runs is said as it is now.
-    let meltdown = (ctx.resurrection.meltdown(&uid))
-        .map(|m| super::super::health::meltdown_message(m, &ctx.resurrection));
-    super::super::health::resurrection_condition(&mut status, meltdown);
+    super::super::health::resurrection_condition(&mut status, &ctx.resurrection, &uid);
     let status = conclude(ctx, deployment, &inputs, status, attempt, result, elapsed).await;
     acknowledge_requests(ctx, deployment, &store, status, pending, ended).await;
     ended
@@ -478,18 +476,9 @@ fn failure_message(
         return error.to_string();
     }
     let uid = deployment.uid().unwrap_or_default();
-    let why = if !ctx.resurrection.enabled() {
-        "the controller runs with --no-resurrection".to_string()
-    } else if !deployment.spec.resurrection() {
-        "spec.resurrection is false".to_string()
-    } else if let Some(m) = ctx.resurrection.meltdown(&uid) {
-        format!(
-            "resurrection stopped (meltdown: {} of {} instances went down; resume it with the kubosh.io/reconcile-request annotation)",
-            m.down, m.total
-        )
-    } else {
-        "resurrection is off".to_string()
-    };
+    let why = (ctx.resurrection)
+        .not_resurrected_because(&uid, deployment.spec.resurrection())
+        .map_or_else(|| "resurrection is off".to_string(), |(_, why)| why);
     let names: Vec<&str> = silent.iter().map(|i| i.display.as_str()).collect();
     let recreate: Vec<String> = (silent.iter())
         .map(|i| format!("recreate {}/{}", i.group, i.index))
