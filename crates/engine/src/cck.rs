@@ -253,12 +253,9 @@ impl Engine {
             ..self.config.agent_options.clone()
         };
         let agent = self.agent(&vm.agent_id, &name).with_options(options);
-        let proven_silent = (self.config.health.as_ref())
-            .is_some_and(|h| h.silent_for(&vm.agent_id, self.config.health_window));
-        let answered = !proven_silent && agent.get_state(false).await.is_ok();
+        let answered = !self.proven_silent(&vm.agent_id) && agent.get_state(false).await.is_ok();
         if !answered {
-            let gone = matches!(self.cloud.has_vm(&VmCid(vm.cid.clone())).await, Ok(false));
-            let (kind, what) = if gone {
+            let (kind, what) = if self.vm_is_gone(&vm.cid).await {
                 (ProblemKind::MissingVm, "missing.")
             } else {
                 (ProblemKind::UnresponsiveAgent, "is not responding.")

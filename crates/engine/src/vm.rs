@@ -59,6 +59,19 @@ impl Engine {
             .with_options(self.config.agent_options.clone())
     }
 
+    /// Whether the heartbeats prove agent `agent_id` silent for the health window (then it is
+    /// not asked: its timeouts would say the same, later).
+    pub(crate) fn proven_silent(&self, agent_id: &str) -> bool {
+        (self.config.health.as_ref())
+            .is_some_and(|h| h.silent_for(agent_id, self.config.health_window))
+    }
+
+    /// Whether the cloud says the VM no longer exists (`has_vm` false). A failing `has_vm`
+    /// proves nothing: the VM counts as there.
+    pub(crate) async fn vm_is_gone(&self, cid: &str) -> bool {
+        matches!(self.cloud.has_vm(&VmCid(cid.to_string())).await, Ok(false))
+    }
+
     /// `create_vm` → `set_vm_metadata` → wait for the agent (§4.5). The intent is stored
     /// before the call; `on_created` persists the CID in its owner record right after it
     /// (the write that records the CID: recovery finds it there), and the intent is settled

@@ -395,13 +395,10 @@ impl Engine {
         vm: &VmRecord,
         recreate_if_silent: bool,
     ) -> Result<Observed, Unheard> {
-        let window = self.config.health_window;
-        let proven_silent =
-            (self.config.health.as_ref()).is_some_and(|h| h.silent_for(&vm.agent_id, window));
-        let unheard = if proven_silent {
+        let unheard = if self.proven_silent(&vm.agent_id) {
             Unheard::Silent {
                 agent_id: vm.agent_id.clone(),
-                for_at_least: window,
+                for_at_least: self.config.health_window,
             }
         } else {
             match self
@@ -438,16 +435,5 @@ impl Engine {
             lost: Lost::Agent,
         });
         Ok(Observed::Unresponsive)
-    }
-
-    /// Whether the cloud says the VM no longer exists (`has_vm` false). A failing `has_vm`
-    /// proves nothing: the VM counts as there.
-    async fn vm_is_gone(&self, cid: &str) -> bool {
-        matches!(
-            self.cloud
-                .has_vm(&kubosh_cloud::VmCid(cid.to_string()))
-                .await,
-            Ok(false)
-        )
     }
 }
