@@ -211,7 +211,6 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     } else {
         announce(ctx, deployment, &announcement).await
     };
-    let before = status.clone();
     let progress = Arc::new(DeployProgress::new());
     let store = Arc::new(KubeStore::new(
         ctx.client.clone(),
@@ -241,8 +240,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         {
             ctx.metrics
                 .deployed(DeployResult::Succeeded.label(), started.elapsed());
-            let quiet_end = (attempt, status, before, pending);
-            finish_quietly(ctx, deployment, &store, quiet_end).await;
+            finish_quietly(ctx, deployment, attempt);
             return DeployResult::Succeeded;
         }
         // It did something (or failed) without a stage that says so: its task is told now.
@@ -306,22 +304,12 @@ async fn run_engine(
     })
 }
 
-/// The end of a quiet deploy that found nothing to do: nothing was done, nothing is said (the
-/// status stays as it was, but for the requests it handled).
-async fn finish_quietly(
-    ctx: &DeploymentContext,
-    deployment: &Deployment,
-    store: &KubeStore,
-    (attempt, status, before, pending): (Attempt, DeploymentStatus, DeploymentStatus, Pending),
-) {
+/// The end of a quiet deploy that found nothing to do: nothing was done and nothing was
+/// asked, so nothing is said; the ledger remembers the attempt.
+fn finish_quietly(ctx: &DeploymentContext, deployment: &Deployment, attempt: Attempt) {
     let uid = deployment.uid().unwrap_or_default();
     ctx.ledger.reset_backoff(&uid);
     ctx.ledger.set_outcome(&uid, Outcome::Deployed(attempt));
-    // A reconcile request is acknowledged even when nothing was done for it.
-    if status != before || !pending.is_empty() {
-        let ended = DeployResult::Succeeded;
-        acknowledge_requests(ctx, deployment, store, status, pending, ended).await;
-    }
 }
 
 /// A task id unique within the deployment.
