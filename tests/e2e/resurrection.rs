@@ -171,16 +171,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
     );
 
     // Asked to resume: both recreated, Ready again.
-    deployments
-        .patch(
-            "hello",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"kubosh.io/reconcile-request": "resume-1"}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    annotate(&deployments, "kubosh.io/reconcile-request", "resume-1").await;
     wait_for(&deployments, "hello", Duration::from_secs(180), &w, |d| {
         let replaced = futures::executor::block_on(instances(&client, ns))
             .iter()
@@ -241,16 +232,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
     assert_eq!(vm_of(&instances(&client, ns).await[1]), vm_of(&now[1]));
 
     // `recreate web/0` recreates the silent instance and deploys the pending change with it.
-    deployments
-        .patch(
-            "hello",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"kubosh.io/action": "recreate web/0"}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    annotate(&deployments, "kubosh.io/action", "recreate web/0").await;
     let d = ready_at(&deployments, "hello", &w, generation).await;
     assert_eq!(
         d.status.as_ref().unwrap().last_handled_action.as_deref(),
@@ -275,22 +257,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         condition(d, "Stalled").is_some_and(|c| c.reason == "ResurrectionOff")
     })
     .await;
-    let act = |value: String| {
-        let deployments = deployments.clone();
-        async move {
-            deployments
-                .patch(
-                    "hello",
-                    &PatchParams::default(),
-                    &Patch::Merge(
-                        json!({"metadata": {"annotations": {"kubosh.io/action": value}}}),
-                    ),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    act("cck".into()).await;
+    annotate(&deployments, "kubosh.io/action", "cck").await;
     let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
         d.status
             .as_ref()
@@ -307,7 +274,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
     );
     assert!(problems[0].resolutions.contains(&"reboot_vm".to_string()));
     let resolve = format!("resolve {} reboot_vm", problems[0].id);
-    act(resolve.clone()).await;
+    annotate(&deployments, "kubosh.io/action", &resolve).await;
     let d = wait_for(&deployments, "hello", Duration::from_secs(120), &w, |d| {
         d.status
             .as_ref()
@@ -370,6 +337,18 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         started_before,
         "no deploy announced"
     );
+}
+
+/// Sets annotation `key` of deployment `hello` to `value` (an action, a reconcile request).
+async fn annotate(deployments: &Api<Deployment>, key: &str, value: &str) {
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
 }
 
 /// How many Events with `reason` the namespace has.

@@ -303,6 +303,15 @@ pub const RESURRECTION_MELTDOWN: &str = "Meltdown";
 mod tests {
     use super::*;
 
+    /// BOSH's window with a meltdown from 2 instances down and more than `percent`.
+    fn lowered(percent: u32) -> MeltdownPolicy {
+        MeltdownPolicy {
+            minimum_down: 1,
+            percent,
+            ..MeltdownPolicy::default()
+        }
+    }
+
     #[test]
     fn meltdown_needs_more_than_five_and_more_than_a_fifth() {
         let p = MeltdownPolicy::default();
@@ -315,14 +324,7 @@ mod tests {
 
     #[test]
     fn instances_down_are_repaired_until_a_meltdown_which_ends_when_all_are_up() {
-        let r = Resurrection::new(
-            true,
-            MeltdownPolicy {
-                minimum_down: 1,
-                percent: 20,
-                window: Duration::from_secs(600),
-            },
-        );
+        let r = Resurrection::new(true, lowered(20));
         let t0 = Instant::now();
         assert_eq!(
             r.down("d", &["web/0".into()], 5, t0),
@@ -362,14 +364,7 @@ mod tests {
 
     #[test]
     fn instances_down_together_are_judged_together() {
-        let r = Resurrection::new(
-            true,
-            MeltdownPolicy {
-                minimum_down: 1,
-                percent: 60,
-                window: Duration::from_secs(600),
-            },
-        );
+        let r = Resurrection::new(true, lowered(60));
         let both = ["web/0".to_string(), "web/1".to_string()];
         assert!(
             matches!(
@@ -383,15 +378,7 @@ mod tests {
 
     #[test]
     fn an_instance_just_seen_down_waits_one_check_for_the_others() {
-        let r = Resurrection::new(
-            true,
-            MeltdownPolicy {
-                minimum_down: 1,
-                percent: 60,
-                window: Duration::from_secs(600),
-            },
-        )
-        .with_settle(Duration::from_secs(5));
+        let r = Resurrection::new(true, lowered(60)).with_settle(Duration::from_secs(5));
         let t0 = Instant::now();
         assert_eq!(r.down("d", &["web/0".into()], 2, t0), Verdict::Settling);
         assert!(!r.wanted("d"));
@@ -414,14 +401,7 @@ mod tests {
 
     #[test]
     fn what_went_down_outside_the_window_no_longer_counts() {
-        let r = Resurrection::new(
-            true,
-            MeltdownPolicy {
-                minimum_down: 1,
-                percent: 0,
-                window: Duration::from_secs(600),
-            },
-        );
+        let r = Resurrection::new(true, lowered(0));
         let t0 = Instant::now();
         r.down("d", &["web/0".into()], 10, t0);
         assert_eq!(
