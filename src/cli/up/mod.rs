@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use super::signals::StopSignals;
 use kubosh_devenv::demo::{DemoLayout, Stack, example_release_artifact, local_stemcell_artifact};
 
 /// Arguments of `kubosh up`.
@@ -112,10 +113,15 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
     let runtime = tokio::runtime::Runtime::new()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let mut stack: Option<Stack> = None;
+    // One listener for the whole run: a Ctrl-C between converging and following is kept.
+    let mut stop = {
+        let _runtime = runtime.enter();
+        StopSignals::listen()
+    };
     let outcome = runtime.block_on(async {
         tokio::select! {
             result = converge(args, &layout, &kubosh, &mut stack, say) => result.map(|report| Outcome::Ready(Box::new(report))),
-            () = super::signals::stop_requested() => Ok(Outcome::Interrupted),
+            () = stop.requested() => Ok(Outcome::Interrupted),
         }
     });
     let code = match outcome {
@@ -125,7 +131,7 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
                 say.line("--exit-when-ready: stopping everything");
             } else {
                 say.line("running; Ctrl-C stops everything (the next `kubosh up` starts where this one stops)");
-                runtime.block_on(follow_until_stopped(stack.as_ref(), say));
+                runtime.block_on(follow_until_stopped(stack.as_ref(), &mut stop, say));
                 say.line("stopping everything");
             }
             ExitCode::SUCCESS
@@ -149,12 +155,12 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
 
 /// Prints the deployment's changes (an edited example applied again, an instance that
 /// fails) until SIGINT or SIGTERM.
-async fn follow_until_stopped(stack: Option<&Stack>, say: Say) {
-    let client = match stack.and_then(Stack::control_plane) {
-        Some(cp) => cp.client().await.ok(),
-        None => None,
-    };
+async fn follow_until_stopped(stack: Option<&Stack>, stop: &mut StopSignals, say: Say) {
     let follow = async {
+        let client = match stack.and_then(Stack::control_plane) {
+            Some(cp) => cp.client().await.ok(),
+            None => None,
+        };
         match &client {
             Some(client) => progress::follow(client, NAMESPACE, DEPLOYMENT, say).await,
             None => std::future::pending().await,
@@ -162,7 +168,7 @@ async fn follow_until_stopped(stack: Option<&Stack>, say: Say) {
     };
     tokio::select! {
         () = follow => {}
-        () = super::signals::stop_requested() => {}
+        () = stop.requested() => {}
     }
 }
 
