@@ -692,6 +692,16 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     let (canaries, updated) = (since("CanaryUpdated"), since("InstanceUpdated"));
     assert_eq!((canaries.len(), updated.len()), (1, 1), "{events:?}");
     assert!(canaries[0] < updated[0], "the canary first");
+    // What it would change was said before anything changed.
+    let planned: Vec<&str> = (events.iter())
+        .filter(|e| e.reason.as_deref() == Some("DeployPlanned"))
+        .filter_map(|e| e.note.as_deref())
+        .collect();
+    assert!(
+        planned.contains(&"Generation 2: web: 2 to update (configuration)"),
+        "{planned:?}"
+    );
+    assert!(since("DeployPlanned")[0] <= canaries[0], "{events:?}");
 
     // Instance actions and a reconcile request, as annotations: each acknowledged in the
     // status once handled.

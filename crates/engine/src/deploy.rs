@@ -86,7 +86,11 @@ impl Engine {
             let plan = (self.plan_deploy(request, resolved, &observation, inputs.clone())).await?;
             self.checkpoint()?;
             match self.claim_addresses(deployment, &plan.addresses).await? {
-                None => return self.execute(plan).await,
+                None => {
+                    self.events
+                        .milestone(progress::Milestone::Planned(plan.summary()));
+                    return self.execute(plan).await;
+                }
                 Some(e) if attempt >= CLAIM_ATTEMPTS => return Err(e),
                 // Planned again around the new claims, from the same resolved documents.
                 Some(_) => resolved = plan.resolved,

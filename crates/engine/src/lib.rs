@@ -50,7 +50,7 @@ use kubosh_transport::agent::client::{ClientOptions, Transport};
 
 pub use error::{Disposition, EngineError, PlanError, Unanswered, Unheard};
 pub use kubosh_artifacts::render::TemplateRenderer;
-pub use prepare::DeployPlan;
+pub use prepare::{DeployPlan, GroupPlan, PlanSummary};
 pub use progress::{EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client

@@ -112,6 +112,8 @@ pub enum Milestone {
         /// What the request said.
         error: String,
     },
+    /// The deploy is planned: what it will change (sent before it changes anything).
+    Planned(crate::prepare::PlanSummary),
     /// A new DNS records version was sent to every agent of every deployment.
     DnsSynced {
         /// The records version.

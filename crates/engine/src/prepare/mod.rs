@@ -23,7 +23,7 @@ pub(crate) use compile::{
 use instances::{Desire, desire};
 pub(crate) use instances::{Planned, target, vm_request};
 pub(crate) use network::{Addresses, reservations};
-pub use report::{DeployReport, InstancePlan};
+pub use report::{DeployReport, GroupPlan, InstancePlan, PlanSummary};
 
 use crate::progress::{self, InstanceName, Lost, Milestone, StageRun};
 use crate::resources::CalculatedProperties;
@@ -160,6 +160,16 @@ impl DeployPlan<'_> {
             && report.to_compile.is_empty()
             && self.instances.iter().all(|p| p.changes.is_empty());
         report
+    }
+
+    /// What the deploy will change, group by group.
+    pub fn summary(&self) -> PlanSummary {
+        PlanSummary::of(
+            &self.instances,
+            &self.obsolete,
+            &self.state,
+            self.compilation.packages.to_compile.len(),
+        )
     }
 }
 

@@ -1,6 +1,6 @@
 //! What a deploy did, or would do: the report `kubosh deploy` prints.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::compile::Packages;
 use super::instances::Planned;
@@ -100,9 +100,9 @@ impl DeployReport {
     }
 }
 
-/// The plan of one instance, for reports.
-fn instance_plan(p: &Planned) -> InstancePlan {
-    let action = if p.changes.is_empty() {
+/// What the plan does to `p`: `create`, `recreate`, `update`, `dns/tags only` or `none`.
+fn action_of(p: &Planned) -> &'static str {
+    if p.changes.is_empty() {
         "none"
     } else if p.record.vm.is_none() && p.record.applied.is_none() {
         "create"
@@ -112,10 +112,14 @@ fn instance_plan(p: &Planned) -> InstancePlan {
         "dns/tags only"
     } else {
         "update"
-    };
+    }
+}
+
+/// The plan of one instance, for reports.
+fn instance_plan(p: &Planned) -> InstancePlan {
     InstancePlan {
         instance: p.record.display_name(),
-        action,
+        action: action_of(p),
         changes: p.changes.names(),
         ips: p
             .record
@@ -124,5 +128,138 @@ fn instance_plan(p: &Planned) -> InstancePlan {
             .map(|(n, r)| (n.clone(), r.ip.clone()))
             .collect(),
         az: p.placed.az.clone(),
+    }
+}
+
+/// What a plan changes, group by group: what a deploy says when it starts
+/// ([`crate::Milestone::Planned`]), and the counts a status shows while it runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanSummary {
+    /// Each instance group with instances wanted or deleted, in the manifest's order (groups
+    /// no longer in it last).
+    pub groups: Vec<GroupPlan>,
+    /// Packages to compile.
+    pub to_compile: usize,
+}
+
+/// What a plan does to one instance group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupPlan {
+    /// Its name.
+    pub group: String,
+    /// Instances the manifest wants.
+    pub desired: usize,
+    /// Of those, instances the plan leaves alone.
+    pub unchanged: usize,
+    /// Instances given their first VM.
+    pub create: usize,
+    /// Instances given a new VM.
+    pub recreate: usize,
+    /// Instances updated on their VM (DNS and tags only included).
+    pub update: usize,
+    /// Instances deleted.
+    pub delete: usize,
+    /// The Director's names of what changed, across the group's updated and recreated
+    /// instances.
+    pub changes: BTreeSet<&'static str>,
+}
+
+impl PlanSummary {
+    /// The summary of `planned` instances, `obsolete` ones (uuids, looked up in `state`) and
+    /// `to_compile` packages.
+    pub(crate) fn of(
+        planned: &[Planned],
+        obsolete: &[String],
+        state: &DeploymentState,
+        to_compile: usize,
+    ) -> PlanSummary {
+        let mut summary = PlanSummary {
+            groups: Vec::new(),
+            to_compile,
+        };
+        for p in planned {
+            let g = summary.group(&p.record.group);
+            g.desired += 1;
+            match action_of(p) {
+                "none" => g.unchanged += 1,
+                // A new instance is new; what made it so says nothing more.
+                "create" => g.create += 1,
+                "recreate" => {
+                    g.recreate += 1;
+                    g.changes.extend(p.changes.names());
+                }
+                _ => {
+                    g.update += 1;
+                    g.changes.extend(p.changes.names());
+                }
+            }
+        }
+        for record in obsolete.iter().filter_map(|u| state.instances.get(u)) {
+            summary.group(&record.group).delete += 1;
+        }
+        summary
+    }
+
+    fn group(&mut self, name: &str) -> &mut GroupPlan {
+        match self.groups.iter().position(|g| g.group == name) {
+            Some(i) => &mut self.groups[i],
+            None => {
+                self.groups.push(GroupPlan {
+                    group: name.to_string(),
+                    ..GroupPlan::default()
+                });
+                self.groups.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// Whether the plan changes anything.
+    pub fn changes_anything(&self) -> bool {
+        self.to_compile > 0 || self.groups.iter().any(GroupPlan::changes_anything)
+    }
+}
+
+impl GroupPlan {
+    /// Whether the plan changes anything in the group.
+    pub fn changes_anything(&self) -> bool {
+        self.create + self.recreate + self.update + self.delete > 0
+    }
+}
+
+/// `web: 1 to create, 2 to update (properties); db: 1 to delete; 2 packages to compile`,
+/// or `nothing to change`.
+impl std::fmt::Display for PlanSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = (self.groups.iter())
+            .filter(|g| g.changes_anything())
+            .map(|g| {
+                let counts: Vec<String> = [
+                    (g.create, "to create"),
+                    (g.recreate, "to recreate"),
+                    (g.update, "to update"),
+                    (g.delete, "to delete"),
+                ]
+                .into_iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}"))
+                .collect();
+                let why = if g.changes.is_empty() {
+                    String::new()
+                } else {
+                    let names: Vec<&str> = g.changes.iter().copied().collect();
+                    format!(" ({})", names.join(", "))
+                };
+                format!("{}: {}{why}", g.group, counts.join(", "))
+            })
+            .collect();
+        match self.to_compile {
+            0 => {}
+            1 => parts.push("1 package to compile".into()),
+            n => parts.push(format!("{n} packages to compile")),
+        }
+        if parts.is_empty() {
+            return f.write_str("nothing to change");
+        }
+        f.write_str(&parts.join("; "))
     }
 }

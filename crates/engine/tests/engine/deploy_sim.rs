@@ -393,8 +393,16 @@ impl Sim {
                 Milestone::DnsSynced { version, .. } => {
                     ("DnsSynced", String::new(), vec![version.to_string()])
                 }
+                Milestone::Planned(plan) => ("Planned", plan.to_string(), vec![]),
             })
             .collect()
+    }
+
+    /// What the last deploy that planned said it would change.
+    fn last_plan(&self) -> Option<String> {
+        (self.milestones().into_iter().rev())
+            .find(|(kind, _, _)| *kind == "Planned")
+            .map(|(_, plan, _)| plan)
     }
 
     /// What the agents were last sent of this deployment's DNS records (the blob the engine
@@ -626,6 +634,7 @@ async fn scaling_up_and_down_keeps_indexes_and_orphans_the_disks_of_removed_inst
     group_mut(&mut bigger, "web")["instances"] = json!(5);
     let report = sim.deploy(bigger).await;
     assert_eq!(report.updated.len(), 2, "{report:?}");
+    assert_eq!(sim.last_plan().as_deref(), Some("web: 2 to create"));
     let web = sim.group("web");
     assert_eq!(
         web.iter().map(|i| i.index).collect::<Vec<_>>(),
@@ -643,6 +652,7 @@ async fn scaling_up_and_down_keeps_indexes_and_orphans_the_disks_of_removed_inst
     let mut smaller = manifest();
     group_mut(&mut smaller, "web")["instances"] = json!(2);
     let report = sim.deploy(smaller).await;
+    assert_eq!(sim.last_plan().as_deref(), Some("web: 3 to delete"));
     let removed: Vec<&InstanceRecord> = web.iter().filter(|i| i.index >= 2).collect();
     let mut expected: Vec<String> = removed.iter().map(|i| i.display_name()).collect();
     expected.sort();
@@ -697,6 +707,10 @@ async fn a_property_change_restarts_only_its_group_canary_first_within_max_in_fl
 
     let report = sim.deploy(with_greeting("Howdy")).await;
     assert_eq!(report.updated.len(), 10, "{report:?}");
+    assert_eq!(
+        sim.last_plan().as_deref(),
+        Some("web: 10 to update (configuration)")
+    );
     assert!(report.updated.iter().all(|n| n.starts_with("web/")));
     assert!(
         report

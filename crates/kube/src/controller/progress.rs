@@ -15,7 +15,7 @@ use kube::runtime::events::EventType;
 
 use crate::api::Progress;
 use kubosh_bosh::events::{EventLine, State};
-use kubosh_engine::{EventSink, InstanceName, Lost, Milestone as EngineMilestone};
+use kubosh_engine::{EventSink, InstanceName, Lost, Milestone as EngineMilestone, PlanSummary};
 
 /// The reason of the Event of an instance given a new VM because it lost its agent or VM.
 pub const RESURRECTED: &str = "VMResurrected";
@@ -76,12 +76,31 @@ struct Inner {
     /// Instances the deploy resurrects (their new VM is a `VMResurrected`), by
     /// `(group, index)`, with what they lost.
     resurrecting: std::collections::BTreeMap<(String, u64), Lost>,
+    /// What the deploy planned, until a reader takes it.
+    plan: Option<PlanSummary>,
+    /// Per group, the instances the plan changes and their updates so far; `None` until
+    /// planned.
+    rollout: Option<Vec<GroupRollout>>,
+}
+
+/// One instance group's counts during a rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRollout {
+    /// Its name.
+    pub group: String,
+    /// Instances the manifest wants.
+    pub desired: usize,
+    /// Instances left alone by the plan or updated since.
+    pub up_to_date: usize,
 }
 
 /// The engine's event sink of one deploy.
 #[derive(Debug, Default)]
 pub struct DeployProgress {
     inner: Mutex<Inner>,
+    /// Woken at each new stage, milestone and plan: what is new is told at once, not at the
+    /// next poll.
+    news: tokio::sync::Notify,
 }
 
 /// `group` and index of a task named `group/uuid (index)` or `group/uuid (index) (canary)`.
@@ -112,6 +131,26 @@ impl DeployProgress {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         milestones.append(&mut inner.milestones);
         inner.milestones = milestones;
+    }
+
+    /// The plan, once: when the deploy planned since the last call.
+    pub fn take_plan(&self) -> Option<PlanSummary> {
+        (self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+            .plan
+            .take()
+    }
+
+    /// Each group's counts during the rollout, once planned.
+    pub fn rollout(&self) -> Option<Vec<GroupRollout>> {
+        (self.inner.lock().unwrap_or_else(PoisonError::into_inner))
+            .rollout
+            .clone()
+    }
+
+    /// Resolves when something new was heard since the last wake-up (one wake-up is kept for
+    /// a reader not waiting yet).
+    pub async fn news(&self) {
+        self.news.notified().await
     }
 
     /// The milestones seen since the last call.
@@ -190,7 +229,7 @@ fn lost_what(lost: Lost) -> &'static str {
 fn typed_milestone(
     m: EngineMilestone,
     resurrecting: &std::collections::BTreeMap<(String, u64), Lost>,
-) -> Milestone {
+) -> Option<Milestone> {
     let about = |i: &InstanceName| Some((i.group.clone(), i.index));
     let lost = |i: &InstanceName| resurrecting.get(&(i.group.clone(), i.index)).copied();
     let (kind, reason, note, instance) = match m {
@@ -305,23 +344,44 @@ fn typed_milestone(
             },
             None,
         ),
+        // Not an Event of its own: the deploy's announcement tells it.
+        EngineMilestone::Planned(_) => return None,
     };
-    Milestone {
+    Some(Milestone {
         kind,
         reason,
         note,
         instance,
-    }
+    })
 }
 
 impl EventSink for DeployProgress {
     fn milestone(&self, milestone: EngineMilestone) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if let EngineMilestone::Resurrecting { instance, lost, .. } = &milestone {
-            (inner.resurrecting).insert((instance.group.clone(), instance.index), *lost);
+        match milestone {
+            EngineMilestone::Planned(plan) => {
+                inner.rollout = Some(
+                    (plan.groups.iter())
+                        .map(|g| GroupRollout {
+                            group: g.group.clone(),
+                            desired: g.desired,
+                            up_to_date: g.unchanged,
+                        })
+                        .collect(),
+                );
+                inner.plan = Some(plan);
+            }
+            milestone => {
+                if let EngineMilestone::Resurrecting { instance, lost, .. } = &milestone {
+                    (inner.resurrecting).insert((instance.group.clone(), instance.index), *lost);
+                }
+                if let Some(m) = typed_milestone(milestone, &inner.resurrecting) {
+                    inner.milestones.push(m);
+                }
+            }
         }
-        let m = typed_milestone(milestone, &inner.resurrecting);
-        inner.milestones.push(m);
+        drop(inner);
+        self.news.notify_one();
     }
 
     fn emit(&self, line: EventLine) {
@@ -334,6 +394,7 @@ impl EventSink for DeployProgress {
             [] => event.stage.clone(),
             tags => format!("{} {}", event.stage, tags.join(", ")),
         };
+        let mut news = !inner.stages.contains_key(&stage);
         let count = inner
             .stages
             .entry(stage.clone())
@@ -372,6 +433,10 @@ impl EventSink for DeployProgress {
             )
         {
             inner.milestones.push(m);
+            news = true;
+        }
+        if event.stage == UPDATING && event.state == State::Finished {
+            inner.count_updated(&event.task);
         }
         // Told when compilation ends, not when the deploy does.
         if let Some(packages) = compiled {
@@ -381,12 +446,33 @@ impl EventSink for DeployProgress {
                 note: format!("Compiled {packages} package(s)"),
                 instance: None,
             });
+            news = true;
+        }
+        drop(inner);
+        if news {
+            self.news.notify_one();
         }
     }
 }
 
 /// The stage that compiles packages.
 const COMPILING: &str = "Compiling packages";
+
+/// The stage that updates (and creates) instances.
+const UPDATING: &str = "Updating instance";
+
+impl Inner {
+    /// One more instance of `task`'s group up to date.
+    fn count_updated(&mut self, task: &str) {
+        let Some((group, _)) = instance_of(task) else {
+            return;
+        };
+        let rollout = self.rollout.iter_mut().flatten();
+        if let Some(g) = rollout.into_iter().find(|g| g.group == group) {
+            g.up_to_date = (g.up_to_date + 1).min(g.desired);
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -612,5 +698,66 @@ mod tests {
             Some(("diego_cell".into(), 12))
         );
         assert_eq!(instance_of("nothing"), None);
+    }
+
+    #[test]
+    fn a_plan_is_kept_for_the_announcement_and_counts_the_rollout() {
+        let p = DeployProgress::new();
+        let plan = PlanSummary {
+            groups: vec![
+                kubosh_engine::GroupPlan {
+                    group: "web".into(),
+                    desired: 3,
+                    unchanged: 1,
+                    create: 1,
+                    update: 1,
+                    changes: ["configuration", "properties"].into(),
+                    ..Default::default()
+                },
+                kubosh_engine::GroupPlan {
+                    group: "old".into(),
+                    delete: 2,
+                    ..Default::default()
+                },
+            ],
+            to_compile: 2,
+        };
+        p.milestone(EngineMilestone::Planned(plan.clone()));
+        assert_eq!(p.drain(), vec![], "the plan is no Event of its own");
+        assert_eq!(
+            plan.to_string(),
+            "web: 1 to create, 1 to update (configuration, properties); old: 2 to delete; 2 packages to compile"
+        );
+        assert_eq!(p.take_plan(), Some(plan));
+        assert_eq!(p.take_plan(), None, "taken once");
+        let web = |up_to_date| GroupRollout {
+            group: "web".into(),
+            desired: 3,
+            up_to_date,
+        };
+        let old = GroupRollout {
+            group: "old".into(),
+            desired: 0,
+            up_to_date: 0,
+        };
+        assert_eq!(p.rollout(), Some(vec![web(1), old.clone()]));
+        for task in ["web/u1 (1) (canary)", "web/u2 (2)", "web/u3 (3)"] {
+            p.emit(line("Updating instance", task, 2, State::Finished));
+        }
+        assert_eq!(p.rollout(), Some(vec![web(3), old]), "never above desired");
+        assert_eq!(PlanSummary::default().to_string(), "nothing to change");
+    }
+
+    #[tokio::test]
+    async fn news_wakes_a_reader_at_a_new_stage_or_milestone_not_at_each_count() {
+        let p = DeployProgress::new();
+        let woken = |p: &DeployProgress| futures::FutureExt::now_or_never(p.news()).is_some();
+        p.emit(line("Updating instance", "web/u1 (1)", 3, State::Started));
+        assert!(woken(&p), "a new stage");
+        assert!(!woken(&p), "one wake-up per news");
+        p.emit(line("Updating instance", "web/u2 (2)", 3, State::Started));
+        assert!(!woken(&p), "a count");
+        p.emit(line("Updating instance", "web/u1 (1)", 3, State::Finished));
+        assert!(woken(&p), "a milestone (InstanceUpdated)");
     }
 }

@@ -17,6 +17,9 @@ use super::report::{publish, publish_regarding, reasons, write_status};
 use crate::api::condition::RECONCILING;
 use crate::api::{Deployment, DeploymentStatus, Progress};
 use crate::state::KubeStore;
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use kubosh_engine::PlanSummary;
 
 /// How often a running deploy's milestones are published (as Events).
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -117,19 +120,23 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     let mut written: Option<(String, tokio::time::Instant)> = None;
     let mut pending: Option<Progress> = None;
+    let mut plan: Option<PlanSummary> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            () = progress.news() => {}
             _ = stop.changed() => return,
         }
         let mut milestones = progress.drain();
         if let Some(p) = progress.take_progress() {
             pending = Some(p);
         }
+        let planned = progress.take_plan();
         let silent = !announced.load(std::sync::atomic::Ordering::SeqCst);
-        let changing = pending
-            .as_ref()
-            .is_some_and(|p| !p.stage.starts_with(PREPARING));
+        let changing = planned.as_ref().is_some_and(PlanSummary::changes_anything)
+            || pending
+                .as_ref()
+                .is_some_and(|p| !p.stage.starts_with(PREPARING));
         if silent && !changing {
             // Nothing yet, or still only reading: what it heard waits until it changes
             // something (or is told at the end).
@@ -143,6 +150,10 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
             announced.store(true, std::sync::atomic::Ordering::SeqCst);
             announcement.publish(&ctx, &deployment).await;
         }
+        if let Some(planned) = planned {
+            tell_plan(&ctx, &deployment, &planned).await;
+            plan = Some(planned);
+        }
         for m in milestones {
             publish_milestone(&ctx, &deployment, &store, &inputs, m).await;
         }
@@ -150,13 +161,18 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
             Some((stage, at)) => stage != &p.stage || at.elapsed() >= PROGRESS_COUNT_EVERY,
             None => true,
         };
-        if let Some(p) = pending.take_if(|p| due(p)) {
+        // The plan is said in the condition until the first stage that changes something.
+        let first = written.is_none() && plan.is_some();
+        if let Some(p) = pending.take_if(|p| due(p) || first) {
             written = Some((p.stage.clone(), tokio::time::Instant::now()));
             let mut s = status.lock().await;
+            let doing = match (&plan, p.stage.starts_with(PREPARING)) {
+                (Some(plan), true) => plan.to_string(),
+                _ => p.message.clone(),
+            };
             let message = format!(
-                "Deploying generation {}: {}",
+                "Deploying generation {}: {doing}",
                 s.observed_generation.unwrap_or_default(),
-                p.message
             );
             let generation = s.observed_generation;
             status::set_condition(
@@ -164,11 +180,25 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
                 status::condition(RECONCILING, true, reasons::DEPLOYING, &message, generation),
             );
             s.progress = Some(p);
+            if let Some(rollout) = progress.rollout() {
+                super::instances::count_rollout(&mut s, &rollout);
+            }
             if let Err(e) = write_status(&ctx.client, &deployment, &s).await {
                 tracing::debug!(error = %e, "cannot write progress");
             }
         }
     }
+}
+
+/// Says what the deploy will change: the `DeployPlanned` Event and the log. Told only of a
+/// deploy that said it started.
+async fn tell_plan(ctx: &DeploymentContext, deployment: &Deployment, plan: &PlanSummary) {
+    let note = format!(
+        "Generation {}: {plan}",
+        deployment.metadata.generation.unwrap_or_default()
+    );
+    tracing::info!(deployment = %deployment.name_any(), "planned: {note}");
+    publish(ctx, deployment, EventType::Normal, "DeployPlanned", note).await;
 }
 
 /// Publishes a milestone regarding its `Instance` (related to the deployment), or the
