@@ -230,6 +230,31 @@ fn assert_nothing_running(layout: &DemoLayout) {
     }
 }
 
+/// SIGKILL to the `kubosh controller` the demo in `layout` started (found in /proc by its
+/// director configuration, which is this test's own).
+fn kill_controller(layout: &DemoLayout) {
+    let config = layout.director().director_config();
+    let config = config.to_string_lossy();
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = (cmdline.split(|b| *b == 0))
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "controller") && args.iter().any(|a| a == &*config) {
+            // SAFETY: kill(2) on the demo's controller.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed += 1;
+        }
+    }
+    assert_eq!(killed, 1, "the demo's controller ({config})");
+}
+
 #[test]
 fn kubosh_up_converges_from_a_clean_state_dir_leaves_nothing_running_and_a_second_run_reuses_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -262,9 +287,23 @@ fn kubosh_up_converges_from_a_clean_state_dir_leaves_nothing_running_and_a_secon
     let metrics = running
         .then(|| http_request("127.0.0.1", ports.metrics, "/metrics"))
         .flatten();
+    // A controller killed behind the demo's back is started again.
+    let restarted = running && {
+        kill_controller(&layout);
+        second.wait_for_line(
+            "kubosh controller exited (signal: 9",
+            Duration::from_secs(30),
+        )
+    };
     second.interrupt();
     let second = second.wait(Duration::from_secs(180));
     assert!(running, "{}\n{}", second.stdout, second.stderr);
+    assert!(restarted, "{}\n{}", second.stdout, second.stderr);
+    assert!(
+        second.stdout.contains("; starting it again (its log: "),
+        "{}",
+        second.stdout
+    );
     second.assert_converged(&layout);
     let (status, metrics) = metrics.expect("the controller's /metrics answers");
     assert_eq!(status, 200);

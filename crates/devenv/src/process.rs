@@ -80,6 +80,13 @@ impl ManagedChild {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// How the process ended, once it has (`None` while it runs or after [`Self::stop`]).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
         self.child

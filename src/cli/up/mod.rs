@@ -6,7 +6,9 @@
 //! built, `examples/local/` applied with `kubectl apply --server-side`, the deploy followed
 //! until the `hello` deployment is Ready and its job answers on its port, and the result
 //! printed. It runs until Ctrl-C (SIGINT or SIGTERM), or with `--exit-when-ready` until
-//! then, and stops everything it started. The stack itself is `kubosh_devenv::demo`; this
+//! then, and stops everything it started. While it runs it looks after what it started: a
+//! controller that exits is started again, etcd, kube-apiserver or nats-server ending stops
+//! the run. The stack itself is `kubosh_devenv::demo`; this
 //! module applies, follows and prints.
 
 mod apply;
@@ -21,7 +23,9 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::signals::StopSignals;
-use kubosh_devenv::demo::{DemoLayout, Stack, example_release_artifact, local_stemcell_artifact};
+use kubosh_devenv::demo::{
+    DemoLayout, Ended, Stack, example_release_artifact, local_stemcell_artifact,
+};
 
 /// Arguments of `kubosh up`.
 #[derive(Debug, Args)]
@@ -127,14 +131,21 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
     let code = match outcome {
         Ok(Outcome::Ready(report)) => {
             report.print(&layout);
+            let mut code = ExitCode::SUCCESS;
             if args.exit_when_ready {
                 say.line("--exit-when-ready: stopping everything");
             } else {
                 say.line("running; Ctrl-C stops everything (the next `kubosh up` starts where this one stops)");
-                runtime.block_on(follow_until_stopped(stack.as_ref(), &mut stop, say));
-                say.line("stopping everything");
+                match runtime.block_on(follow_until_stopped(stack.as_mut(), &mut stop, say)) {
+                    Ok(()) => say.line("stopping everything"),
+                    Err(e) => {
+                        eprintln!("kubosh up: {e}");
+                        say.line("stopping everything");
+                        code = ExitCode::FAILURE;
+                    }
+                }
             }
-            ExitCode::SUCCESS
+            code
         }
         Ok(Outcome::Interrupted) => {
             say.line("interrupted: stopping everything");
@@ -154,21 +165,82 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
 }
 
 /// Prints the deployment's changes (an edited example applied again, an instance that
-/// fails) until SIGINT or SIGTERM.
-async fn follow_until_stopped(stack: Option<&Stack>, stop: &mut StopSignals, say: Say) {
+/// fails) until SIGINT or SIGTERM, and looks after what it started as a Deployment would: a
+/// controller that exits is started again (unless it keeps exiting); etcd, kube-apiserver
+/// or nats-server ending stops everything. An error when the run cannot go on.
+async fn follow_until_stopped(
+    stack: Option<&mut Stack>,
+    stop: &mut StopSignals,
+    say: Say,
+) -> Result<(), String> {
+    let Some(stack) = stack else {
+        stop.requested().await;
+        return Ok(());
+    };
+    let client = match stack.control_plane() {
+        Some(cp) => cp.client().await.ok(),
+        None => None,
+    };
     let follow = async {
-        let client = match stack.and_then(Stack::control_plane) {
-            Some(cp) => cp.client().await.ok(),
-            None => None,
-        };
         match &client {
             Some(client) => progress::follow(client, NAMESPACE, DEPLOYMENT, say).await,
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        () = follow => {}
-        () = stop.requested() => {}
+    tokio::pin!(follow);
+    let mut supervisor = Supervisor::default();
+    let mut check = tokio::time::interval(SUPERVISE_EVERY);
+    loop {
+        tokio::select! {
+            () = &mut follow => return Ok(()),
+            () = stop.requested() => return Ok(()),
+            _ = check.tick() => supervisor.check(stack, say)?,
+        }
+    }
+}
+
+/// How often `kubosh up` checks that what it started still runs.
+const SUPERVISE_EVERY: Duration = Duration::from_secs(2);
+
+/// A controller that exits this often within [`RESTART_WINDOW`] is not started again.
+const RESTARTS_AT_MOST: usize = 3;
+const RESTART_WINDOW: Duration = Duration::from_secs(600);
+
+/// The controller's recent restarts.
+#[derive(Default)]
+struct Supervisor {
+    restarts: Vec<Instant>,
+}
+
+impl Supervisor {
+    /// Acts on a part of `stack` that ended: the controller is started again, anything else
+    /// ends the run.
+    fn check(&mut self, stack: &mut Stack, say: Say) -> Result<(), String> {
+        let Some(ended) = stack.ended() else {
+            return Ok(());
+        };
+        let log = stack.layout().controller_log();
+        if !matches!(ended, Ended::Controller(_)) {
+            return Err(format!("{ended}: the demo cannot go on"));
+        }
+        self.restarts.retain(|at| at.elapsed() < RESTART_WINDOW);
+        if self.restarts.len() >= RESTARTS_AT_MOST {
+            return Err(format!(
+                "{ended} again, {} times within {}; not starting it again. The end of its log ({}):\n{}",
+                self.restarts.len() + 1,
+                humantime::format_duration(RESTART_WINDOW),
+                log.display(),
+                progress::tail(&log)
+            ));
+        }
+        self.restarts.push(Instant::now());
+        say.line(&format!(
+            "{ended}; starting it again (its log: {})",
+            log.display()
+        ));
+        stack
+            .start_controller(NAMESPACE)
+            .map_err(|e| format!("cannot start kubosh controller again: {e}"))
     }
 }
 

@@ -264,7 +264,7 @@ fn answer(i: &Instance, port: u16) -> Option<Answer> {
 }
 
 /// The last lines of a log.
-fn tail(log: &std::path::Path) -> String {
+pub(super) fn tail(log: &std::path::Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")

@@ -27,5 +27,5 @@ mod vms;
 pub use artifacts::{Artifact, ArtifactError, example_release_artifact, local_stemcell_artifact};
 pub use layout::DemoLayout;
 pub use ports::{DemoPorts, PortsError};
-pub use stack::{DemoError, Stack};
+pub use stack::{DemoError, Ended, Stack};
 pub use vms::{VmError, power_off_vms, power_on_vms};

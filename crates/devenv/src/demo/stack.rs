@@ -50,6 +50,27 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DemoError {
 /// How long the controller gets to finish the steps in flight when asked to stop.
 const CONTROLLER_GRACE: Duration = Duration::from_secs(60);
 
+/// A part of the stack that ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// etcd or kube-apiserver.
+    ControlPlane,
+    /// nats-server.
+    Nats,
+    /// `kubosh controller`, with how it ended.
+    Controller(std::process::ExitStatus),
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::ControlPlane => f.write_str("etcd or kube-apiserver exited"),
+            Ended::Nats => f.write_str("nats-server exited"),
+            Ended::Controller(status) => write!(f, "kubosh controller exited ({status})"),
+        }
+    }
+}
+
 /// The running demo. [`Stack::stop`] (or dropping it) stops everything it started.
 pub struct Stack {
     layout: DemoLayout,
@@ -177,6 +198,28 @@ impl Stack {
         self.controller
             .as_mut()
             .is_some_and(ManagedChild::is_running)
+    }
+
+    /// The first part of the running stack found ended by itself (killed, crashed), if any.
+    pub fn ended(&mut self) -> Option<Ended> {
+        if self.stopped {
+            return None;
+        }
+        if self
+            .control_plane
+            .as_mut()
+            .is_some_and(|cp| !cp.is_running())
+        {
+            return Some(Ended::ControlPlane);
+        }
+        if self.nats.as_mut().is_some_and(|n| !n.is_running()) {
+            return Some(Ended::Nats);
+        }
+        let status = self
+            .controller
+            .as_mut()
+            .and_then(ManagedChild::exit_status)?;
+        Some(Ended::Controller(status))
     }
 
     /// The control plane.
