@@ -180,9 +180,13 @@ pub(super) fn read_request(
                 .map_err(|e| format!("release {}: {e}", path.display()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    // A job its release lacks is the manifest's fault: said with its path before any
-    // stemcell is extracted or any agent or cloud asked.
-    check_release_jobs(documents.manifest(), &releases)?;
+    // A release or version not given, or a job its release lacks, is the manifest's fault:
+    // said with its path before any stemcell is extracted or any agent or cloud asked.
+    let available: Vec<(&str, &str)> = (releases.iter()).map(|r| (r.name(), r.version())).collect();
+    let chosen = kubosh_core::validate::require_releases(documents.manifest(), &available)
+        .map_err(|p| p.to_string())?;
+    let deployed: Vec<Arc<Release>> = chosen.iter().map(|&i| releases[i].clone()).collect();
+    check_release_jobs(documents.manifest(), &deployed)?;
     let stemcells = args
         .stemcells
         .iter()

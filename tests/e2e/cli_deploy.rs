@@ -87,6 +87,20 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
         "{stdout}\n{stderr}"
     );
     assert_eq!(w.calls(), 0, "an unknown job called the cloud");
+    // A release version not given: the Director's words, with the versions given.
+    let mut wrong = manifest(w.port);
+    wrong["releases"][0]["version"] = json!("9.9.9");
+    w.write_manifest(&wrong);
+    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.trim_end().lines().last(),
+        Some(
+            "error: manifest: releases[0].version: Release version 'hello/9.9.9' doesn't exist (available: hello/1.0.0)"
+        ),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(w.calls(), 0, "a wrong release version called the cloud");
     w.write_manifest(&manifest(w.port));
 
     // A fresh plan: everything is created, both packages compiled; nothing is written.

@@ -1173,6 +1173,25 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     assert_eq!(condition(&d, "Stalled").unwrap().reason, "InvalidManifest");
     assert!(message.contains("<redacted>"), "{message}");
 
+    // A release version no `Release` of the namespace has: the Director's words, with the
+    // versions there are, not a wait.
+    let mut wrong = hello_deployment(w.port, "x");
+    wrong["releases"][0]["version"] = json!("9.9.9");
+    apply(&client, ns, deployment_object("wrong-version", wrong)).await;
+    let d = wait_for(&deployments, "wrong-version", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let stalled = condition(&d, "Stalled").unwrap();
+    assert_eq!(stalled.reason, "InvalidManifest");
+    assert!(
+        stalled.message.contains(
+            "releases[0].version: Release version 'hello/9.9.9' doesn't exist (available: hello/"
+        ),
+        "{}",
+        stalled.message
+    );
+
     // Every status, while everything exists (checked for planted secrets at the end).
     let statuses = serde_json::to_string(&(
         deployments

@@ -248,6 +248,10 @@ pub enum PlanError {
     /// Links cannot be resolved (every problem, with its manifest path).
     #[error("{0}")]
     Links(Problems),
+    /// A release the manifest names, or its version, is not among the deploy's releases
+    /// (every problem, with its manifest path).
+    #[error("{0}")]
+    Releases(Problems),
     /// Templates cannot be prepared for rendering (jobs, properties, link contents).
     #[error("{}", lines(.0))]
     Templates(Vec<TemplateError>),
@@ -316,6 +320,11 @@ impl PlanError {
             PlanError::TakenElsewhere { .. } => 130_008,
             // DeploymentInvalidLink
             PlanError::Links(_) => 190_016,
+            // ReleaseNotFound, ReleaseVersionNotFound
+            PlanError::Releases(problems) => match problems.errors().next() {
+                Some(p) if p.message.starts_with("Release version") => 30_006,
+                _ => 30_005,
+            },
             // JobTemplateBindingFailed
             PlanError::Templates(_) | PlanError::Render(_) => 80_006,
             // PackageMissingSourceCode, when a package without source is not compiled.

@@ -30,7 +30,6 @@ mod templates;
 pub mod variables;
 pub mod vm;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -307,14 +306,6 @@ impl Engine {
 /// Merges `from` into `into` recursively (env and cloud properties).
 pub(crate) fn desired_merge(into: &mut JsonMap<String, Value>, from: &JsonMap<String, Value>) {
     kubosh_core::plan::desired::deep_merge(into, from);
-}
-
-/// Releases by name.
-pub(crate) fn releases_by_name(releases: &[Arc<Release>]) -> BTreeMap<String, Arc<Release>> {
-    releases
-        .iter()
-        .map(|r| (r.name().to_string(), r.clone()))
-        .collect()
 }
 
 /// The controller spawns deploys: their future must stay `Send` (a borrowing closure in a

@@ -17,6 +17,7 @@ mod init;
 pub mod network;
 mod problem;
 mod release_jobs;
+mod release_versions;
 pub mod shape;
 
 use std::sync::LazyLock;
@@ -26,6 +27,7 @@ use serde_json::Value;
 
 pub use problem::{Document, Path, Problem, Problems, Segment, Severity};
 pub use release_jobs::release_jobs;
+pub use release_versions::{choose_releases, require_releases};
 use shape::ShapeChecker;
 
 use crate::manifest::{CloudConfig, DeploymentManifest, InitManifest};

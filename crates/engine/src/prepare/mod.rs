@@ -28,10 +28,7 @@ pub use report::{DeployReport, GroupPlan, InstancePlan, PlanSummary};
 use crate::progress::{self, InstanceName, Lost, Milestone, StageRun};
 use crate::resources::CalculatedProperties;
 use crate::state::{DeploymentState, InstanceRecord, VmRecord};
-use crate::{
-    DeployRequest, Engine, EngineError, InstanceAction, PlanError, Unanswered, Unheard,
-    releases_by_name,
-};
+use crate::{DeployRequest, Engine, EngineError, InstanceAction, PlanError, Unanswered, Unheard};
 use kubosh_artifacts::release::Release;
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::changes::Observed;
@@ -256,7 +253,7 @@ impl Engine {
             ))
             .await?;
         Ok(Resolved {
-            releases: releases_by_name(&request.releases),
+            releases: chosen_releases(manifest, &request.releases)?,
             manifest,
             cloud,
             groups,
@@ -446,4 +443,18 @@ impl Engine {
         });
         Ok(Observed::Unresponsive)
     }
+}
+
+/// The release each of the manifest's `releases` entries deploys, by name: its version, or
+/// the highest with `latest`, among those the request brings.
+fn chosen_releases(
+    manifest: &DeploymentManifest,
+    releases: &[Arc<Release>],
+) -> Result<BTreeMap<String, Arc<Release>>, PlanError> {
+    let available: Vec<(&str, &str)> = (releases.iter()).map(|r| (r.name(), r.version())).collect();
+    let chosen = kubosh_core::validate::require_releases(manifest, &available)
+        .map_err(PlanError::Releases)?;
+    Ok((chosen.into_iter())
+        .map(|i| (releases[i].name().to_string(), releases[i].clone()))
+        .collect())
 }

@@ -2256,6 +2256,34 @@ async fn an_unusable_release_fails_before_anything_changes() {
     sim.assert_no_leak();
 }
 
+/// A release version the deploy does not bring is the Director's ReleaseVersionNotFound,
+/// before anything changes; with `latest` the highest version given is deployed.
+#[tokio::test(start_paused = true)]
+async fn a_release_version_not_given_fails_before_anything_changes() {
+    let sim = Sim::new();
+    let mut wrong = manifest();
+    wrong["releases"][0]["version"] = json!("9.9.9");
+    let err = sim
+        .engine
+        .deploy(&sim.request(wrong))
+        .await
+        .expect_err("hello/9.9.9 is not given");
+    assert_eq!(err.code(), 30_006, "{err}");
+    assert_eq!(
+        err.to_string().trim(),
+        "error: manifest: releases[0].version: Release version 'hello/9.9.9' doesn't exist (available: hello/1.0.0)"
+    );
+    assert!(sim.cloud.calls().is_empty(), "{:?}", sim.cloud.counts());
+    assert!(sim.agents.calls().is_empty(), "{:?}", sim.agents.counts());
+    assert!(sim.state().instances.is_empty());
+
+    let mut latest = manifest();
+    latest["releases"][0]["version"] = json!("latest");
+    let report = sim.deploy(latest).await;
+    assert_eq!(report.updated.len(), 7, "{report:?}");
+    sim.assert_no_leak();
+}
+
 /// The release made unusable for the sim's stemcell (its packages compiled for another OS
 /// only).
 fn unusable_release() -> Arc<Release> {

@@ -191,6 +191,14 @@ pub async fn gather(
         Err(problems) => return Ok(Err(invalid_manifest(&problems, &secrets))),
     };
     let typed = &documents.document.0;
+    // A version no `Release` of the namespace has, while others of its name are there, is
+    // the manifest's error (the Director's), not something to wait for.
+    let available: Vec<(&str, &str)> = (watched.releases.iter())
+        .map(|r| (r.spec.name.as_str(), r.spec.version.as_str()))
+        .collect();
+    if let Err(problems) = kubosh_core::validate::choose_releases(typed, &available) {
+        return Ok(Err(invalid_manifest(&problems, &secrets)));
+    }
     let (releases, stemcells) = match choose(typed, &watched.releases, &watched.stemcells) {
         Ok(chosen) => chosen,
         Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
