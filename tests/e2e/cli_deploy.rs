@@ -66,6 +66,19 @@ fn plan_lines<'a>(stdout: &'a str, group: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// `kubosh deploy` of `manifest` fails with `said` as its last line, before any cloud call.
+fn assert_refused(w: &World, manifest: &Value, said: &str) {
+    w.write_manifest(manifest);
+    let (ok, stdout, stderr) = kubosh(w, "deploy", "Hello");
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.trim_end().lines().last(),
+        Some(said),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(w.calls(), 0, "a refused manifest called the cloud");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_and_deploy_run_the_engine_as_a_command() {
     let w = World::new(1);
@@ -76,31 +89,19 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
         .as_array_mut()
         .expect("jobs")
         .push(json!({"name": "helo", "release": "hello"}));
-    w.write_manifest(&unknown);
-    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
-    assert!(!ok, "{stdout}\n{stderr}");
-    assert_eq!(
-        stdout.trim_end().lines().last(),
-        Some(
-            "error: manifest: instance_groups[1].jobs[1].name: Can't find job 'helo' in release 'hello/1.0.0'"
-        ),
-        "{stdout}\n{stderr}"
+    assert_refused(
+        &w,
+        &unknown,
+        "error: manifest: instance_groups[1].jobs[1].name: Can't find job 'helo' in release 'hello/1.0.0'",
     );
-    assert_eq!(w.calls(), 0, "an unknown job called the cloud");
     // A release version not given: the Director's words, with the versions given.
     let mut wrong = manifest(w.port);
     wrong["releases"][0]["version"] = json!("9.9.9");
-    w.write_manifest(&wrong);
-    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
-    assert!(!ok, "{stdout}\n{stderr}");
-    assert_eq!(
-        stdout.trim_end().lines().last(),
-        Some(
-            "error: manifest: releases[0].version: Release version 'hello/9.9.9' doesn't exist (available: hello/1.0.0)"
-        ),
-        "{stdout}\n{stderr}"
+    assert_refused(
+        &w,
+        &wrong,
+        "error: manifest: releases[0].version: Release version 'hello/9.9.9' doesn't exist (available: hello/1.0.0)",
     );
-    assert_eq!(w.calls(), 0, "a wrong release version called the cloud");
     w.write_manifest(&manifest(w.port));
 
     // A fresh plan: everything is created, both packages compiled; nothing is written.

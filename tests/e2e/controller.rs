@@ -1178,9 +1178,13 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     let mut wrong = hello_deployment(w.port, "x");
     wrong["releases"][0]["version"] = json!("9.9.9");
     apply(&client, ns, deployment_object("wrong-version", wrong)).await;
-    let d = wait_for(&deployments, "wrong-version", Duration::from_secs(60), &w, |d| {
-        condition(d, "Stalled").is_some_and(|c| c.status == "True")
-    })
+    let d = wait_for(
+        &deployments,
+        "wrong-version",
+        Duration::from_secs(60),
+        &w,
+        |d| condition(d, "Stalled").is_some_and(|c| c.status == "True"),
+    )
     .await;
     let stalled = condition(&d, "Stalled").unwrap();
     assert_eq!(stalled.reason, "InvalidManifest");
