@@ -9,6 +9,11 @@
 //! - Data: key `value`, the value as JSON.
 //! - Owner references: whatever the caller sets with [`SecretStore::with_owner`].
 //!
+//! An absolute name (`((/dns_api_client_tls))`) is the director's, not the deployment's: the
+//! namespace is the director, so it is one value for every deployment (and runtime config)
+//! of the namespace. Its Secret is `director-var-<variable>`, labelled
+//! `kubosh.io/director-variable: "true"` and owned by nobody: it outlives any deployment.
+//!
 //! Created with a plain create, so when two writers race, the first value wins and the
 //! second reads it back ([`VariableStore::create`]).
 //!
@@ -38,6 +43,13 @@ pub const VARIABLE_ANNOTATION: &str = "kubosh.io/variable";
 pub const OPTIONS_ANNOTATION: &str = "kubosh.io/options-sha256";
 /// The data key holding the value (JSON).
 pub const VALUE_KEY: &str = "value";
+/// Label of the Secrets of director-wide (absolute) variables.
+pub const DIRECTOR_VARIABLE_LABEL: &str = "kubosh.io/director-variable";
+
+/// Whether `variable` is the director's (`/name`), one value for the whole namespace.
+pub fn is_director_wide(variable: &str) -> bool {
+    variable.starts_with('/')
+}
 
 /// A [`VariableStore`] of Kubernetes Secrets for one deployment. `Debug` shows where, not
 /// what.
@@ -107,6 +119,13 @@ impl SecretStore {
 
     /// The Secret name for `variable` of `deployment` (see the module documentation).
     pub fn secret_name(deployment: &str, variable: &str) -> String {
+        if is_director_wide(variable) {
+            let name = variable.trim_start_matches('/');
+            return crate::names::object_name(
+                &format!("director-var-{name}"),
+                &format!("\0director\0{variable}"),
+            );
+        }
         crate::names::object_name(
             &format!("{deployment}-var-{variable}"),
             &format!("{deployment}\0{variable}"),
@@ -124,16 +143,19 @@ impl SecretStore {
         if let Some(d) = &variable.options_digest {
             annotations.insert(OPTIONS_ANNOTATION.to_string(), d.clone());
         }
+        let director_wide = is_director_wide(name);
+        let label = match director_wide {
+            true => (DIRECTOR_VARIABLE_LABEL.to_string(), "true".to_string()),
+            false => (DEPLOYMENT_LABEL.to_string(), self.label_value()),
+        };
         Ok(Secret {
             metadata: ObjectMeta {
                 name: Some(Self::secret_name(&self.deployment, name)),
                 namespace: Some(self.namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    DEPLOYMENT_LABEL.to_string(),
-                    self.label_value(),
-                )])),
+                labels: Some(BTreeMap::from([label])),
                 annotations: Some(annotations),
-                owner_references: (!self.owners.is_empty()).then(|| self.owners.clone()),
+                owner_references: (!self.owners.is_empty() && !director_wide)
+                    .then(|| self.owners.clone()),
                 ..ObjectMeta::default()
             },
             type_: Some("Opaque".into()),
@@ -193,7 +215,8 @@ impl VariableStore for SecretStore {
     ) -> BoxFuture<'a, Result<Option<StoredVariable>, StoreError>> {
         Box::pin(async move {
             let secret_name = Self::secret_name(&self.deployment, name);
-            if let Some(listed) = &self.preloaded {
+            // The list was of the deployment's own; the director's are read one by one.
+            if let Some(listed) = self.preloaded.as_ref().filter(|_| !is_director_wide(name)) {
                 return match listed.get(&secret_name) {
                     Some(secret) => self.read(name, secret).map(Some),
                     None => Ok(None),
@@ -277,6 +300,15 @@ mod tests {
             abs.chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'),
             "{abs}"
+        );
+        // The director's variables: one Secret whichever deployment asks.
+        assert_eq!(
+            SecretStore::secret_name("cf", "/dns_api_client_tls"),
+            SecretStore::secret_name("zookeeper", "/dns_api_client_tls")
+        );
+        assert!(
+            SecretStore::secret_name("cf", "/dns_api_client_tls")
+                .starts_with("director-var-dns-api-client-tls-")
         );
     }
 }

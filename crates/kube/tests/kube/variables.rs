@@ -716,12 +716,48 @@ async fn kubernetes_secrets_generate_once() {
         uid: "00000000-0000-0000-0000-000000000001".into(),
         ..Default::default()
     };
-    let owned = kube_store(&ns, "owned").await.with_owner(owner);
+    let owned = kube_store(&ns, "owned").await.with_owner(owner.clone());
     variables::resolve(&defs("- {name: p, type: password}\n"), &Vars::new(), &owned)
         .await
         .unwrap();
     let secret = api.get("owned-var-p").await.unwrap();
     assert_eq!(secret.metadata.owner_references.unwrap()[0].name, "owner");
+
+    // An absolute name is the director's (the namespace's): one value for every deployment,
+    // read past a deployment's list, owned by none of them.
+    let shared = defs(
+        "- {name: /shared_ca, type: certificate, options: {is_ca: true, common_name: ca, key_length: 2048}}\n\
+         - {name: /shared_tls, type: certificate, options: {ca: /shared_ca, common_name: dns, key_length: 2048}}\n\
+         - {name: own, type: password}\n",
+    );
+    let web = kube_store(&ns, "web").await.preloaded().await.unwrap();
+    let from_web = variables::resolve(&shared, &Vars::new(), &web)
+        .await
+        .unwrap();
+    let owner_of_api = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        name: "api".into(),
+        ..owner
+    };
+    let api_store =
+        (kube_store(&ns, "api").await.preloaded().await.unwrap()).with_owner(owner_of_api);
+    let from_api = variables::resolve(&shared, &Vars::new(), &api_store)
+        .await
+        .unwrap();
+    for name in ["/shared_ca", "/shared_tls"] {
+        assert_eq!(value(&from_web, name), value(&from_api, name), "{name}");
+    }
+    assert_eq!(sources(&from_api)["/shared_tls"], Source::Stored);
+    assert_ne!(value(&from_web, "own"), value(&from_api, "own"));
+    let director = api
+        .list(&ListParams::default().labels("kubosh.io/director-variable=true"))
+        .await
+        .unwrap();
+    assert_eq!(director.items.len(), 2);
+    for secret in &director.items {
+        let name = secret.metadata.name.as_deref().unwrap();
+        assert!(name.starts_with("director-var-shared-"), "{name}");
+        assert!(secret.metadata.owner_references.is_none(), "{name}");
+    }
 }
 
 /// Each secret's text, and each line of multi-line ones (PEM bodies), long enough to be
