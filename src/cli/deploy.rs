@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use clap::Args;
 use serde_json::Value;
 
-use super::input::{DocumentArgs, read_yaml};
+use super::input::{DocumentArgs, read_cloud_configs};
 use kubosh_artifacts::release::Release;
 use kubosh_bosh::events::{CliRenderer, EventLine};
 use kubosh_core::plan::changes::Requests;
@@ -49,9 +49,10 @@ pub struct DeployArgs {
     /// nothing).
     #[arg(long = "vars-store", value_name = "PATH")]
     pub vars_store: Option<PathBuf>,
-    /// The cloud config.
-    #[arg(long = "cloud-config", value_name = "PATH")]
-    pub cloud_config: PathBuf,
+    /// The cloud config; repeatable: several are merged as the Director merges named cloud
+    /// configs.
+    #[arg(long = "cloud-config", value_name = "PATH", required = true)]
+    pub cloud_config: Vec<PathBuf>,
     /// A release tarball the manifest uses; repeatable.
     #[arg(long = "release", value_name = "TGZ")]
     pub releases: Vec<PathBuf>,
@@ -165,7 +166,7 @@ pub(super) fn read_request(
 ) -> Result<(String, DeployRequest), String> {
     let mode = if saving { Mode::Deploy } else { Mode::Plan };
     let manifest = read_manifest(args, mode)?;
-    let cloud_config = read_yaml(&args.cloud_config)?;
+    let cloud_config = read_cloud_configs(&args.cloud_config)?;
     let name = deployment_name(&manifest, &cloud_config)?;
     // Validated once, before a release is read or a stemcell extracted: the engine plans
     // from the typed documents and never validates.
@@ -361,7 +362,7 @@ mod tests {
             manifest: dir.join("manifest.yml"),
             input: DocumentArgs::default(),
             vars_store,
-            cloud_config: dir.join("cloud-config.yml"),
+            cloud_config: vec![dir.join("cloud-config.yml")],
             releases: vec![],
             stemcells: vec![],
             recreate: false,

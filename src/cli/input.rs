@@ -45,6 +45,16 @@ pub fn read_yaml(path: &Path) -> Result<Value, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The cloud configs at `paths` as one, merged as the Director merges named cloud configs
+/// (each named by its path).
+pub fn read_cloud_configs(paths: &[PathBuf]) -> Result<Value, String> {
+    let documents = (paths.iter())
+        .map(|p| Ok((p.display().to_string(), read_yaml(p)?)))
+        .collect::<Result<Vec<(String, Value)>, String>>()?;
+    let named: Vec<(&str, &Value)> = (documents.iter()).map(|(n, d)| (n.as_str(), d)).collect();
+    kubosh_core::validate::merge_cloud_configs(&named).map_err(|p| p.to_string())
+}
+
 impl DocumentArgs {
     /// The variables the flags give.
     pub fn vars(&self) -> Result<Vars, String> {

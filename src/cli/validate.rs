@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::input::{DocumentArgs, read_yaml};
+use super::input::{DocumentArgs, read_cloud_configs};
 use kubosh_core::validate;
 
 /// Arguments of `kubosh validate`.
@@ -13,9 +13,10 @@ use kubosh_core::validate;
 pub struct ValidateArgs {
     /// The deployment manifest (YAML).
     pub manifest: PathBuf,
-    /// The cloud config (YAML).
-    #[arg(long = "cloud-config", short = 'c')]
-    pub cloud_config: PathBuf,
+    /// The cloud config (YAML); repeatable: several are merged as the Director merges named
+    /// cloud configs.
+    #[arg(long = "cloud-config", short = 'c', required = true)]
+    pub cloud_config: Vec<PathBuf>,
     /// Ops files and variables, applied to the manifest as `bosh interpolate` does.
     #[command(flatten)]
     pub input: DocumentArgs,
@@ -25,7 +26,7 @@ pub struct ValidateArgs {
 pub fn run(args: &ValidateArgs) -> ExitCode {
     let (manifest, cloud_config) = match (
         args.input.load(&args.manifest),
-        read_yaml(&args.cloud_config),
+        read_cloud_configs(&args.cloud_config),
     ) {
         (Ok(m), Ok(c)) => (m, c),
         (m, c) => {

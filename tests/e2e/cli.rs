@@ -62,6 +62,51 @@ fn validate_reports_every_problem_with_its_path_and_fails() {
     assert!(err.contains("2 error(s)"), "{err}");
 }
 
+/// Several `--cloud-config`s merge as the Director merges named cloud configs: cf-deployment
+/// on bosh-lite's cloud config split in two validates; a VM type defined in both is an
+/// error naming both files.
+#[test]
+fn validate_merges_several_cloud_configs() {
+    let cf = format!("{FIXTURES}/cf-deployment");
+    let dir = tempfile::tempdir().unwrap();
+    let whole = yaml_file(std::path::Path::new(&format!(
+        "{cf}/bosh-lite-cloud-config.yml"
+    )));
+    let mut rest = whole.clone();
+    let vm_types = rest.as_object_mut().unwrap().remove("vm_types").unwrap();
+    let write = |name: &str, doc: &serde_json::Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string(doc).unwrap()).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (rest, types) = (
+        write("rest.yml", &rest),
+        write("types.yml", &serde_json::json!({"vm_types": vm_types})),
+    );
+    let manifest = format!("{cf}/cf-deployment.yml");
+    let ops = format!("{cf}/bosh-lite.yml");
+    let validate = |configs: &[&str]| {
+        let mut args = vec!["validate", manifest.as_str(), "-o", ops.as_str()];
+        for c in configs {
+            args.extend(["--cloud-config", c]);
+        }
+        kubosh(&args)
+    };
+    let (code, out, err) = validate(&[&rest, &types]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("manifest 'cf' is valid"), "{out}");
+    let again = write("again.yml", &serde_json::json!({"vm_types": vm_types}));
+    let (code, _, err) = validate(&[&rest, &types, &again]);
+    assert_ne!(code, 0);
+    let first = whole["vm_types"][0]["name"].as_str().unwrap();
+    assert!(
+        err.contains(&format!(
+            "vm_types '{first}' is defined in cloud config '{types}' (vm_types[0]) and in cloud config '{again}' (vm_types[0])"
+        )),
+        "{err}"
+    );
+}
+
 #[test]
 fn interpolate_prints_a_path_like_bosh_int() {
     let b = format!("{FIXTURES}/bosh-deployment");

@@ -270,6 +270,18 @@ pub(crate) fn condition<'a>(
         .find(|c| c.type_ == kind && c.observed_generation == d.metadata.generation)
 }
 
+/// Waits (a minute at most) for deployment `name` to be Stalled for `reason` with a message
+/// containing `says`.
+async fn assert_stalls(api: &Api<Deployment>, name: &str, w: &World, reason: &str, says: &str) {
+    let d = wait_for(api, name, Duration::from_secs(60), w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let stalled = condition(&d, "Stalled").unwrap();
+    assert_eq!(stalled.reason, reason, "{}", stalled.message);
+    assert!(stalled.message.contains(says), "{}", stalled.message);
+}
+
 /// Polls the deployment until `done` says so, for at most `limit`; the last state seen.
 pub(crate) async fn wait_for(
     api: &Api<Deployment>,
@@ -1043,21 +1055,47 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         calls,
         "a broken cloud config calls no CPI method"
     );
-    apply(
-        &client,
-        ns,
-        json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
-               "metadata": {"name": "default"}, "spec": cloud_config(w.net)}),
-    )
-    .await;
-    wait_for(
+    // Fixed by a second, named cloud config with the VM types: the namespace's CloudConfigs
+    // merge as the Director merges named cloud configs.
+    let mut without_vm_types = cloud_config(w.net);
+    let vm_types = without_vm_types["vm_types"].take();
+    without_vm_types.as_object_mut().unwrap().remove("vm_types");
+    let apply_cloud_config = |name: &'static str, spec: Value| {
+        let client = client.clone();
+        async move {
+            let object = json!({"apiVersion": "kubosh.io/v1alpha1", "kind": "CloudConfig",
+                                "metadata": {"name": name}, "spec": spec});
+            apply(&client, ns, object).await
+        }
+    };
+    let hello_ready = || {
+        wait_for(
+            &deployments,
+            "hello",
+            Duration::from_secs(120),
+            &w,
+            is_ready,
+        )
+    };
+    apply_cloud_config("default", without_vm_types).await;
+    apply_cloud_config("vm-types", json!({ "vm_types": vm_types })).await;
+    hello_ready().await;
+    // A VM type defined again by a third: an error naming both, until it goes.
+    apply_cloud_config("again", json!({ "vm_types": vm_types })).await;
+    assert_stalls(
         &deployments,
         "hello",
-        Duration::from_secs(120),
         &w,
-        is_ready,
+        "InvalidCloudConfig",
+        "vm_types 'small' is defined in cloud config 'again' (vm_types[0]) and in cloud config 'vm-types' (vm_types[0])",
     )
     .await;
+    Api::<kubosh_kube::api::CloudConfig>::namespaced(client.clone(), ns)
+        .delete("again", &Default::default())
+        .await
+        .unwrap();
+    hello_ready().await;
+    assert_eq!(w.calls(), calls, "merging cloud configs changed nothing");
 
     // The Secret of a variable deleted: the deployment waits, naming it; back, Ready.
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
@@ -1178,23 +1216,14 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     let mut wrong = hello_deployment(w.port, "x");
     wrong["releases"][0]["version"] = json!("9.9.9");
     apply(&client, ns, deployment_object("wrong-version", wrong)).await;
-    let d = wait_for(
+    assert_stalls(
         &deployments,
         "wrong-version",
-        Duration::from_secs(60),
         &w,
-        |d| condition(d, "Stalled").is_some_and(|c| c.status == "True"),
+        "InvalidManifest",
+        "releases[0].version: Release version 'hello/9.9.9' doesn't exist (available: hello/",
     )
     .await;
-    let stalled = condition(&d, "Stalled").unwrap();
-    assert_eq!(stalled.reason, "InvalidManifest");
-    assert!(
-        stalled.message.contains(
-            "releases[0].version: Release version 'hello/9.9.9' doesn't exist (available: hello/"
-        ),
-        "{}",
-        stalled.message
-    );
 
     // Every status, while everything exists (checked for planted secrets at the end).
     let statuses = serde_json::to_string(&(

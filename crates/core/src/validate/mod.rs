@@ -12,6 +12,7 @@
 
 mod capacity;
 mod cloud_config;
+mod cloud_configs;
 mod deployment;
 mod init;
 pub mod network;
@@ -25,6 +26,7 @@ use std::sync::LazyLock;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use cloud_configs::merge_cloud_configs;
 pub use problem::{Document, Path, Problem, Problems, Segment, Severity};
 pub use release_jobs::release_jobs;
 pub use release_versions::{choose_releases, require_releases};

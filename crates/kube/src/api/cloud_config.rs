@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     doc = "A BOSH cloud config: the AZs, networks, VM types, VM extensions, disk types and \
            compilation workers that Deployments in this namespace are placed on. A Deployment \
-           uses the one named in its spec.cloudConfigRef, or the one named `default`.",
+           uses the one named in its spec.cloudConfigRef, or else every CloudConfig of the \
+           namespace merged in name order, as the Director merges named cloud configs.",
     printcolumn(
         name = "Ready",
         type_ = "string",

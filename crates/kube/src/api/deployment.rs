@@ -7,9 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use kubosh_core::manifest::{DeploymentManifest, Map};
 
-/// Name of the `CloudConfig` a `Deployment` uses when `spec.cloudConfigRef` is not given.
-pub const DEFAULT_CLOUD_CONFIG: &str = "default";
-
 /// The desired state of a BOSH deployment: the manifest, the cloud config it is placed
 /// against, and the ops files and variables that are applied to it before deploying.
 ///
@@ -80,7 +77,9 @@ pub struct DeploymentSpec {
     pub manifest: DeploymentManifest,
 
     /// The `CloudConfig` (in this namespace) that supplies the AZs, networks, VM and disk
-    /// types the manifest refers to. Defaults to the one named `default`.
+    /// types the manifest refers to. Unset: every `CloudConfig` of the namespace, merged in
+    /// name order as the Director merges named cloud configs (their lists joined, a name
+    /// defined twice an error naming both, `compilation` from the one that has it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_config_ref: Option<CloudConfigRef>,
 
@@ -128,11 +127,12 @@ impl DeploymentSpec {
         self.resurrection.unwrap_or(true)
     }
 
-    /// Name of the `CloudConfig` to use: `cloudConfigRef.name`, else [`DEFAULT_CLOUD_CONFIG`].
-    pub fn cloud_config_name(&self) -> &str {
+    /// Whether the `CloudConfig` named `name` is one this deployment uses: the one
+    /// `cloudConfigRef` names, else every one of the namespace.
+    pub fn uses_cloud_config(&self, name: &str) -> bool {
         self.cloud_config_ref
             .as_ref()
-            .map_or(DEFAULT_CLOUD_CONFIG, |r| r.name.as_str())
+            .is_none_or(|r| r.name == name)
     }
 }
 

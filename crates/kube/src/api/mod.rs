@@ -42,9 +42,9 @@ use kube::CustomResourceExt;
 pub use cloud_config::{CloudConfig, CloudConfigSpec, CloudConfigStatus};
 pub use compiled_package::{CompiledPackage, CompiledPackageSpec};
 pub use deployment::{
-    CloudConfigRef, DEFAULT_CLOUD_CONFIG, DeletionPolicy, Deployment, DeploymentSpec,
-    DeploymentStatus, InstanceGroupStatus, Operation, OperationType, ProblemStatus, Progress,
-    TaskState, TaskSummary, VarsKeyRef, VarsSource,
+    CloudConfigRef, DeletionPolicy, Deployment, DeploymentSpec, DeploymentStatus,
+    InstanceGroupStatus, Operation, OperationType, ProblemStatus, Progress, TaskState, TaskSummary,
+    VarsKeyRef, VarsSource,
 };
 pub use disk::{Disk, DiskSpec};
 pub use instance::{

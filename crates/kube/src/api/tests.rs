@@ -335,7 +335,11 @@ fn round_trip<T: DeserializeOwned + Serialize>(text: &str, origin: &str) -> T {
 #[test]
 fn the_deployment_example_round_trips() {
     let d: Deployment = round_trip(DEPLOYMENT_EXAMPLE, "examples/deployment.yaml");
-    assert_eq!(d.spec.cloud_config_name(), "default");
+    assert!(d.spec.uses_cloud_config("default"));
+    assert!(
+        !d.spec.uses_cloud_config("other"),
+        "it names its cloud config"
+    );
     assert_eq!(d.spec.ops.len(), 3);
     let zk = &d.spec.manifest.instance_groups[0];
     let props = zk.jobs[0].properties.as_ref().unwrap();

@@ -126,22 +126,17 @@ pub async fn gather(
     // Everything missing is listed at once: the cloud config, Secrets and ConfigMaps, and
     // the releases and stemcells.
     let mut waiting = Vec::new();
-    let cloud_config_name = spec.cloud_config_name();
-    let found = (watched.cloud_configs.iter()).find(|c| c.name_any() == cloud_config_name);
-    let cloud_config = match found {
-        Some(c) => {
-            Some(
-                serde_json::to_value(&c.spec.config).map_err(|source| InputError::Document {
-                    what: "cloud config",
-                    source,
-                })?,
-            )
-        }
-        None => {
-            waiting.push(format!(
-                "cloud config {cloud_config_name} (CloudConfig {namespace}/{cloud_config_name} does not exist)"
-            ));
+    let cloud_config = match cloud_config_of(deployment, &watched.cloud_configs)? {
+        Ok(merged) => merged,
+        Err(CloudConfigUnready::Missing(line)) => {
+            waiting.push(line);
             None
+        }
+        Err(CloudConfigUnready::Invalid(problems)) => {
+            return Ok(Err(Unready::Invalid {
+                reason: "InvalidCloudConfig",
+                problems: problems.to_string().lines().map(String::from).collect(),
+            }));
         }
     };
     let manifest = match manifest_with_ops(deployment)? {
@@ -214,6 +209,51 @@ pub async fn gather(
         stemcells,
         secrets,
     }))
+}
+
+/// Why a deployment's cloud config cannot be had.
+enum CloudConfigUnready {
+    /// What it waits for.
+    Missing(String),
+    /// The named configs do not merge.
+    Invalid(kubosh_core::validate::Problems),
+}
+
+/// The cloud config `deployment` deploys with: the `CloudConfig` its `cloudConfigRef`
+/// names, else every one of the namespace merged in name order.
+fn cloud_config_of(
+    deployment: &Deployment,
+    all: &[CloudConfig],
+) -> Result<Result<Option<Value>, CloudConfigUnready>, InputError> {
+    let mut used: Vec<&CloudConfig> = (all.iter())
+        .filter(|c| deployment.spec.uses_cloud_config(&c.name_any()))
+        .collect();
+    used.sort_by_key(|c| c.name_any());
+    let namespace = deployment.namespace().unwrap_or_default();
+    if used.is_empty() {
+        let line = match &deployment.spec.cloud_config_ref {
+            Some(r) => format!(
+                "cloud config {0} (CloudConfig {namespace}/{0} does not exist)",
+                r.name
+            ),
+            None => format!("cloud config (namespace {namespace} has no CloudConfig)"),
+        };
+        return Ok(Err(CloudConfigUnready::Missing(line)));
+    }
+    let documents = (used.iter())
+        .map(|c| {
+            let document =
+                serde_json::to_value(&c.spec.config).map_err(|source| InputError::Document {
+                    what: "cloud config",
+                    source,
+                })?;
+            Ok((c.name_any(), document))
+        })
+        .collect::<Result<Vec<(String, Value)>, InputError>>()?;
+    let named: Vec<(&str, &Value)> = (documents.iter()).map(|(n, d)| (n.as_str(), d)).collect();
+    Ok(kubosh_core::validate::merge_cloud_configs(&named)
+        .map(Some)
+        .map_err(CloudConfigUnready::Invalid))
 }
 
 /// `InvalidManifest` with every problem, one line each. The validator quotes what it

@@ -264,7 +264,7 @@ where
                     .state()
                     .into_iter()
                     .filter(|d| d.namespace() == cc.namespace())
-                    .filter(|d| d.spec.cloud_config_name() == name)
+                    .filter(|d| d.spec.uses_cloud_config(&name))
                     .map(|d| ObjectRef::from_obj(&*d))
                     .collect::<Vec<_>>()
             },
