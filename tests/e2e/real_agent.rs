@@ -10,12 +10,14 @@
 use crate::director_world;
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use director_world::{
     AgentKind, World, cloud_config, edit_json as edit, hello_deployment, write_json,
 };
 use kubosh_cloud::{Cloud as _, CpiCommand, ExternalCpi, VmCid};
 use kubosh_engine::state::{DeploymentState, InstanceRecord};
+use kubosh_kube::api::{Instance, ProcessState};
 use serde_json::{Value, json};
 
 /// `path` as the VM sees it, resolved on the host under the VM's root `root` (the agent's
@@ -122,8 +124,9 @@ enum Driver {
 }
 
 impl Driver {
-    /// A controller for world `w` in a namespace of its own, its inputs applied.
-    async fn controller(w: &World, namespace: &str) -> Driver {
+    /// A controller for world `w` in a namespace of its own, its inputs applied, started
+    /// with `args`.
+    async fn controller(w: &World, namespace: &str, args: &[&str]) -> Driver {
         let cp = crate::controller::control_plane().await;
         cp.create_namespace(namespace).await.unwrap();
         let client = cp.client().await.unwrap();
@@ -137,7 +140,8 @@ impl Driver {
                    "metadata": {"name": "default"}, "spec": cloud_config}),
         )
         .await;
-        let controller = crate::controller::start_replica(w, cp, namespace, "real-agent");
+        let controller =
+            crate::controller::start_replica_with(w, cp, namespace, "real-agent", args);
         Driver::Controller {
             client,
             namespace: namespace.into(),
@@ -243,6 +247,86 @@ impl Driver {
         }
     }
 
+    /// Instance `lost`, whose agent or VM is gone, on a new VM; the state after. The
+    /// controller does it unasked, without a spec change, the deployment `Ready` again with
+    /// the instance `Running`. `kubosh deploy` fails once, at once, naming it and `--fix`;
+    /// `--fix` does it.
+    async fn repaired(&self, w: &World, lost: &InstanceRecord) -> DeploymentState {
+        let old = lost.vm.as_ref().map(|v| v.cid.clone());
+        match self {
+            Driver::Cli => {
+                // Listening longer than bosh-agent's 30 s between heartbeats: every live agent
+                // is heard, and the dead one is proven silent, not asked (45 s timeouts).
+                edit(&w.dir.path().join("director.yml"), |d| {
+                    d["health"] = json!({"listen_for": 35, "agent_timeout": 35})
+                });
+                let started = Instant::now();
+                let (ok, stdout, _) = w.output(w.command("deploy"));
+                assert!(!ok, "{stdout}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(35 + 20),
+                    "no get_state timeouts: {:?}",
+                    started.elapsed()
+                );
+                let named = format!("No answer from the agent of {}", lost.display_name());
+                assert!(stdout.contains(&named), "{stdout}");
+                assert!(stdout.contains("kubosh deploy --fix"), "{stdout}");
+                let state = w.state().await;
+                assert_eq!(state.instances[&lost.uuid].vm, lost.vm, "nothing changed");
+                deploy_with(w, &["--fix"]);
+                self.stop_hearing(w);
+            }
+            Driver::Controller {
+                client, namespace, ..
+            } => {
+                let api = self.deployments().unwrap();
+                let generation = api.get("hello").await.unwrap().metadata.generation;
+                let instances: kube::Api<Instance> =
+                    kube::Api::namespaced(client.clone(), namespace);
+                let replaced = |d: &kubosh_kube::api::Deployment| {
+                    let listed = futures::executor::block_on(instances.list(&Default::default()));
+                    let replaced = listed.unwrap().items.into_iter().any(|i| {
+                        i.spec.id == lost.uuid
+                            && i.spec.vm_cid.is_some()
+                            && i.spec.vm_cid != old
+                            && i.status.and_then(|s| s.process_state) == Some(ProcessState::Running)
+                    });
+                    let all = d.status.as_ref().and_then(|s| s.instances.as_deref()) == Some("2/2");
+                    replaced && all && crate::controller::is_ready(d)
+                };
+                let d = crate::controller::wait_for(
+                    &api,
+                    "hello",
+                    Duration::from_secs(180),
+                    w,
+                    replaced,
+                )
+                .await;
+                assert_eq!(d.metadata.generation, generation, "no spec change");
+            }
+        }
+        self.state(w).await
+    }
+
+    /// Under the controller: the `VMResurrected` Event of instance `now` on its VM says
+    /// `why`.
+    async fn said_resurrected(&self, now: &InstanceRecord, why: &str) {
+        let Driver::Controller {
+            client, namespace, ..
+        } = self
+        else {
+            return;
+        };
+        let cid = &now.vm.as_ref().unwrap().cid;
+        let events = crate::controller::events_of(client, namespace).await;
+        let notes: Vec<String> = (events.iter())
+            .filter(|e| e.reason.as_deref() == Some("VMResurrected"))
+            .filter_map(|e| e.note.clone())
+            .collect();
+        let expected = format!("Resurrected {} on VM {cid}: {why}", now.display_name());
+        assert!(notes.contains(&expected), "{expected} in {notes:#?}");
+    }
+
     /// Stops [`Driver::hear_heartbeats`]' listening where it costs time.
     fn stop_hearing(&self, w: &World) {
         if let Driver::Cli = self {
@@ -311,7 +395,7 @@ async fn the_real_agent_is_deployed_left_alone_updated_scaled_and_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_agent_under_the_controller_is_deployed_left_alone_updated_scaled_and_removed() {
     let w = World::confined(33, AgentKind::Bosh);
-    let driver = Driver::controller(&w, "real-agent-scale").await;
+    let driver = Driver::controller(&w, "real-agent-scale", &[]).await;
     deployed_left_alone_updated_scaled_and_removed(&w, &driver).await;
 }
 
@@ -446,7 +530,11 @@ async fn the_real_agent_keeps_disk_data_through_resize_and_recreate_and_reboots_
 async fn the_real_agent_under_the_controller_keeps_disk_data_and_reboots_after_removal() {
     let w = World::confined(34, AgentKind::Bosh);
     with_disk_types(&w);
-    let driver = Driver::controller(&w, "real-agent-disks").await;
+    // bosh-agent heartbeats at start and then every 30 s (hard-coded in its app.go): an
+    // agent timeout under 30 s would find every healthy agent silent between two beats and
+    // resurrect it. 40 s leaves 10 s for the beat's delivery and the health watch's check
+    // period, and keeps the wait for a dead agent short.
+    let driver = Driver::controller(&w, "real-agent-disks", &["--agent-timeout", "40s"]).await;
     keeps_disk_data_through_resize_and_recreate_and_reboots(&w, &driver).await;
 }
 
@@ -566,6 +654,10 @@ async fn keeps_disk_data_through_resize_and_recreate_and_reboots(w: &World, driv
         json!([{"name": "data", "cid": data}])
     );
 
+    // Self-healing: a dead agent's instance, then (controller) a deleted VM's, on new VMs
+    // with their disks.
+    resurrected_on_their_disks(w, driver, &data).await;
+
     // Both disks removed, then both VMs rebooted through the CPI: the agents come back
     // (the next deploy asks each for its state and starts its jobs again).
     manifest["instance_groups"][0]
@@ -586,6 +678,7 @@ async fn keeps_disk_data_through_resize_and_recreate_and_reboots(w: &World, driv
     );
     // bosh-agent never forgets the last disk it mounted; at boot it would mount it again
     // and, the disk being gone, never come up. The local cloud's reboot_vm forgets it.
+    let web = instances(&state, "web")[0].clone();
     let managed = root_of(w, &web).join("bosh/managed_disk_settings.json");
     assert_eq!(std::fs::read_to_string(&managed).unwrap(), second_disk);
     for i in state.instances.values() {
@@ -605,4 +698,101 @@ async fn keeps_disk_data_through_resize_and_recreate_and_reboots(w: &World, driv
             std::fs::read_to_string(root_of(w, i).parent().unwrap().join("agent.log")).unwrap();
         assert!(!log.contains("Mounting last mounted disk"), "{log}");
     }
+}
+
+/// kill -9 of the real bosh-agent of VM `cid` (the process whose command line names the VM's
+/// directory; the VM's first process, `kubosh vm run`, then ends too). Not
+/// `kubosh_cloud::local::kill_agent`: it kills that first process, and the agent would run
+/// on, orphaned, still heartbeating.
+fn kill_bosh_agent(w: &World, cid: &str) {
+    let vm_dir = format!("{}/", w.cloud().join("vms").join(cid).display());
+    let mut killed = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = (cmdline.split(|b| *b == 0))
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let agent = args.first().is_some_and(|a| a.ends_with("/bosh-agent"));
+        if agent && args.iter().any(|a| a.starts_with(&vm_dir)) {
+            // SAFETY: kill(2) on a pid just read from /proc; no memory involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed.push(pid);
+        }
+    }
+    assert_eq!(killed.len(), 1, "one bosh-agent runs on {cid}: {killed:?}");
+}
+
+/// Whether the local cloud still has VM `cid`.
+fn vm_exists(w: &World, cid: &str) -> bool {
+    w.cloud().join("vms").join(cid).join("meta.json").is_file()
+}
+
+/// Self-healing with the real agent (issue 24). web/0's agent killed (kill -9; its VM stays,
+/// as a hung VM's would): under the controller it is given a new VM without being asked;
+/// with `kubosh deploy`, a plain deploy fails at once naming it and the fix, and `--fix`
+/// does it. Either way: the same identity, addresses and disk, the data on it intact, the
+/// old VM gone. Under the controller, api/0's VM then deleted in the cloud behind its back
+/// is recreated the same way, its named disk `named` associated again.
+async fn resurrected_on_their_disks(w: &World, driver: &Driver, named: &str) {
+    let state = driver.state(w).await;
+    let web = lost_and_replaced(w, driver, instances(&state, "web")[0], Loss::Agent).await;
+    assert_eq!(
+        std::fs::read_to_string(root_of(w, &web).join("store/marker")).unwrap(),
+        "keep me"
+    );
+    if let Driver::Cli = driver {
+        return;
+    }
+    let state = driver.state(w).await;
+    let api = lost_and_replaced(w, driver, instances(&state, "api")[0], Loss::Vm).await;
+    assert_eq!(
+        read_json(&root_of(w, &api).join("bosh/update_settings.json"))["disk_associations"],
+        json!([{"name": "data", "cid": named}])
+    );
+}
+
+/// What an instance loses.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// Its agent (kill -9).
+    Agent,
+    /// Its VM, deleted in the cloud.
+    Vm,
+}
+
+/// Instance `lost` loses `loss` and gets a new VM ([`Driver::repaired`]) with its
+/// identity, addresses and disks; the old VM is gone. Its record after.
+async fn lost_and_replaced(
+    w: &World,
+    driver: &Driver,
+    lost: &InstanceRecord,
+    loss: Loss,
+) -> InstanceRecord {
+    let old = lost.vm.as_ref().unwrap().cid.clone();
+    let why = match loss {
+        Loss::Agent => {
+            kill_bosh_agent(w, &old);
+            "its agent did not respond"
+        }
+        Loss::Vm => {
+            w.delete_vm_in_cloud(&old);
+            "the cloud no longer had its VM"
+        }
+    };
+    let after = driver.repaired(w, lost).await;
+    let now = after.instances[&lost.uuid].clone();
+    assert_ne!(now.vm.as_ref().unwrap().cid, old, "{loss:?}: a new VM");
+    assert_eq!(
+        (&now.ips, &now.disks),
+        (&lost.ips, &lost.disks),
+        "{loss:?}: same addresses, same disks"
+    );
+    assert!(!vm_exists(w, &old), "{loss:?}: the old VM is gone");
+    driver.said_resurrected(&now, why).await;
+    now
 }

@@ -210,7 +210,13 @@ impl Engine {
             self.agent(&agent_id, &request.display_name)
                 .wait_until_ready(&vm.cid, self.config.agent_wait_timeout)
                 .await
-                .map_err(EngineError::Agent)
+                .map_err(EngineError::Agent)?;
+            // Alive now, though perhaps not heard for a while (bosh-agent's first heartbeat
+            // is lost): not "silent" to the next deploy.
+            if let Some(health) = &self.config.health {
+                health.answered(&agent_id);
+            }
+            Ok(())
         }
         .await;
         match ready {

@@ -15,4 +15,13 @@ pub trait AgentHealth: Send + Sync {
         let _ = (agent_id, at_least);
         false
     }
+
+    /// Agent `agent_id` has just answered the director (the agent of a VM it made came up):
+    /// a sign of life that counts against [`AgentHealth::silent_for`] as a heartbeat would,
+    /// though it says nothing of the jobs. A new VM's first heartbeat may be long in coming:
+    /// bosh-agent sends it while still connecting to NATS, where it is dropped, so it is
+    /// first heard a heartbeat interval (30 s) after it started.
+    fn answered(&self, agent_id: &str) {
+        let _ = agent_id;
+    }
 }

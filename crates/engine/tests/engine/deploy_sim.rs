@@ -1655,6 +1655,55 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
     sim.assert_no_leak();
 }
 
+/// A health monitor that has listened long and hears the feed, but not yet these agents: a
+/// new bosh-agent's first heartbeat is lost (sent before it connects to NATS), so it is heard
+/// 30 s after it started. An agent is silent unless it answered the director.
+#[derive(Default)]
+struct NotHeardYet {
+    answered: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl kubosh_engine::AgentHealth for NotHeardYet {
+    fn recent_job_state(&self, _: &str, _: Duration) -> Option<String> {
+        None
+    }
+
+    fn silent_for(&self, agent_id: &str, _: Duration) -> bool {
+        !self.answered.lock().unwrap().contains(agent_id)
+    }
+
+    fn answered(&self, agent_id: &str) {
+        self.answered.lock().unwrap().insert(agent_id.to_string());
+    }
+}
+
+/// The agents of the VMs a deploy made are alive to the next deploy before their first
+/// heartbeat: a deploy right after neither stalls on them nor, with `--fix`, recreates them.
+#[tokio::test(start_paused = true)]
+async fn new_vms_agents_are_not_silent_before_their_first_heartbeat() {
+    let sim = Sim::new();
+    let mut engine = sim.engine.clone();
+    engine.config.health = Some(Arc::new(NotHeardYet::default()));
+    sim.deploy_with(&engine, &sim.request(manifest())).await;
+    let vms = |sim: &Sim| sim.group("web").iter().map(Sim::vm_cid).collect::<Vec<_>>();
+    let before = vms(&sim);
+    let mut changed = manifest();
+    group_mut(&mut changed, "web")["jobs"][0]["properties"]["hello"]["greeting"] = json!("Hey");
+    sim.deploy_with(&engine, &sim.request(changed.clone()))
+        .await;
+    let fix = DeployRequest {
+        requests: Requests {
+            fix: true,
+            ..Requests::default()
+        },
+        ..sim.request(changed)
+    };
+    sim.deploy_with(&engine, &fix).await;
+    assert_eq!(vms(&sim), before, "no VM recreated");
+    assert_eq!(sim.milestones_of("Resurrecting"), vec![]);
+    sim.assert_no_leak();
+}
+
 /// New trusted certificates on the director reach every running VM: each instance is
 /// updated (its VM kept) with the change `trusted_certs` and the certificates in
 /// `update_settings`; the next deploy has nothing to do.

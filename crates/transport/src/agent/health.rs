@@ -8,9 +8,12 @@
 //! ([`HeartbeatTable`]). The engine asks it for an agent's recent `job_state` instead of
 //! calling the agent, so a deploy that changes nothing makes no call at all.
 //!
-//! A shutdown notice (sent when a `drain shutdown` starts) ends what is known of the agent:
-//! its jobs are about to stop. A heartbeat that arrives later is news again (the VM lived on,
-//! as after a soft stop), as the Health Monitor re-adds an agent it hears from.
+//! A shutdown notice (sent when a `drain shutdown` starts) ends what is known of the agent's
+//! jobs: they are about to stop. A heartbeat that arrives later is news again (the VM lived
+//! on, as after a soft stop or a disk change, which drain with `shutdown` too), as the Health
+//! Monitor re-adds an agent it hears from. The notice itself is a sign of life, and so is an
+//! answer the director reports ([`AgentHealth::answered`]): silence counts from the last
+//! one, so neither an agent that just drained nor a new one not heard yet is "silent".
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -84,6 +87,10 @@ pub struct LastHeartbeat {
 #[derive(Debug, Default, Clone)]
 pub struct HeartbeatTable {
     agents: HashMap<String, LastHeartbeat>,
+    /// When each agent last showed it was alive other than by a heartbeat (a shutdown
+    /// notice, an answer to the director): it is not silent since, though its jobs'
+    /// state is unknown.
+    signs_of_life: HashMap<String, Instant>,
 }
 
 impl HeartbeatTable {
@@ -101,9 +108,17 @@ impl HeartbeatTable {
         );
     }
 
-    /// Agent `agent_id` announced its shutdown: nothing is known of it any more.
-    pub fn shutdown(&mut self, agent_id: &str) {
+    /// Agent `agent_id` announced its shutdown at `now`: nothing is known of its jobs any
+    /// more, but it was alive then.
+    pub fn shutdown(&mut self, agent_id: &str, now: Instant) {
         self.agents.remove(agent_id);
+        self.answered(agent_id, now);
+    }
+
+    /// Agent `agent_id` showed it was alive at `now` without a heartbeat (it answered the
+    /// director).
+    pub fn answered(&mut self, agent_id: &str, now: Instant) {
+        self.signs_of_life.insert(agent_id.to_string(), now);
     }
 
     /// The last heartbeat of `agent_id`, however old.
@@ -122,7 +137,7 @@ impl HeartbeatTable {
     /// Whether, listened to since `listening_since`, the table proves `agent_id` silent for
     /// `at_least` at `now` ([`AgentHealth::silent_for`]): the heartbeats flow (`feed_up`: the
     /// monitor is connected and has heard agents; or some agent was heard within
-    /// `at_least`) and this agent was not heard.
+    /// `at_least`) and this agent was neither heard nor otherwise seen alive in that time.
     pub fn silent_for(
         &self,
         agent_id: &str,
@@ -130,17 +145,24 @@ impl HeartbeatTable {
         (listening_since, feed_up): (Instant, bool),
         now: Instant,
     ) -> bool {
-        let recent =
-            |last: &LastHeartbeat| now.saturating_duration_since(last.received) <= at_least;
+        let within = |at: Instant| now.saturating_duration_since(at) <= at_least;
+        let recent = |last: &LastHeartbeat| within(last.received);
         now.saturating_duration_since(listening_since) >= at_least
             && (feed_up || self.agents.values().any(recent))
             && !self.agents.get(agent_id).is_some_and(recent)
+            && !self
+                .signs_of_life
+                .get(agent_id)
+                .is_some_and(|at| within(*at))
     }
 
-    /// Forgets agents whose last heartbeat is older than `age` at `now`.
+    /// Forgets agents whose last heartbeat (or other sign of life) is older than `age` at
+    /// `now`.
     pub fn prune(&mut self, age: Duration, now: Instant) {
         self.agents
             .retain(|_, last| now.saturating_duration_since(last.received) <= age);
+        self.signs_of_life
+            .retain(|_, at| now.saturating_duration_since(*at) <= age);
     }
 
     /// How many agents are known.
@@ -212,7 +234,7 @@ impl HmMessage {
                 agent_id,
                 heartbeat,
             } => table.heartbeat(agent_id, heartbeat, now),
-            HmMessage::Shutdown { agent_id } => table.shutdown(agent_id),
+            HmMessage::Shutdown { agent_id } => table.shutdown(agent_id, now),
             HmMessage::Ignored { .. } => {}
         }
     }
@@ -340,6 +362,10 @@ impl AgentHealth for HeartbeatMonitor {
             && !self.table().is_empty();
         let since = (self.listening_since, feed_up);
         (self.table()).silent_for(agent_id, at_least, since, Instant::now())
+    }
+
+    fn answered(&self, agent_id: &str) {
+        self.table().answered(agent_id, Instant::now());
     }
 }
 
@@ -525,6 +551,39 @@ mod tests {
         // Heard again after its shutdown: the VM lived on.
         HmMessage::read("hm.agent.heartbeat.a", &beat("stopped")).apply(&mut table, at(30));
         assert_eq!(table.recent_job_state("a", window, at(30)), Some("stopped"));
+    }
+
+    #[test]
+    fn a_shutdown_notice_or_an_answer_to_the_director_is_a_sign_of_life_not_a_job_state() {
+        // bosh-agent drains with `shutdown` before a disk change that keeps its VM, and a new
+        // bosh-agent's first heartbeat is lost (sent before it connects): neither makes a
+        // live agent silent at once.
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let window = Duration::from_secs(40);
+        let up = (start, true);
+        let mut table = HeartbeatTable::default();
+        HmMessage::read("hm.agent.heartbeat.drained", &beat("running")).apply(&mut table, at(50));
+        HmMessage::read("hm.agent.shutdown.drained", b"null").apply(&mut table, at(60));
+        table.answered("new", at(60));
+        for agent in ["drained", "new"] {
+            assert!(!table.silent_for(agent, window, up, at(65)), "{agent}");
+            assert_eq!(
+                table.recent_job_state(agent, window, at(65)),
+                None,
+                "{agent}: its jobs are unknown"
+            );
+            assert!(
+                table.silent_for(agent, window, up, at(101)),
+                "{agent}: silent since"
+            );
+        }
+        assert!(table.silent_for("never-heard", window, up, at(65)));
+        // Signs of life are not what shows the feed works.
+        assert!(table.is_empty());
+        assert!(!table.silent_for("never-heard", window, (start, false), at(65)));
+        table.prune(RETAIN_FOR, at(60) + RETAIN_FOR + Duration::from_secs(1));
+        assert!(table.signs_of_life.is_empty());
     }
 
     #[test]
