@@ -356,9 +356,8 @@ impl Engine {
             Resolution::RebootVm => {
                 if let Some(vm) = &record.vm {
                     self.cloud.reboot_vm(&VmCid(vm.cid.clone())).await?;
-                    (self.agent(&vm.agent_id, &name))
-                        .wait_until_ready(&vm.cid, self.agent_wait())
-                        .await?;
+                    let agent = self.agent(&vm.agent_id, &name);
+                    self.wait_for_agent(&agent, &vm.cid).await?;
                 }
             }
             Resolution::DeleteVm => {
@@ -403,7 +402,7 @@ impl Engine {
                 if resolution == Resolution::ReattachDiskAndReboot {
                     self.cloud.reboot_vm(&VmCid(vm.cid.clone())).await?;
                 }
-                agent.wait_until_ready(&vm.cid, self.agent_wait()).await?;
+                self.wait_for_agent(&agent, &vm.cid).await?;
                 if disk.is_managed() {
                     agent.mount_disk(&disk.cid).await?;
                 }

@@ -109,8 +109,7 @@ impl Engine {
         if let Some(hint) = hint {
             let hint: AgentDiskHint = serde_json::from_value(hint.0)
                 .unwrap_or_else(|_| AgentDiskHint::Path(String::new()));
-            agent
-                .wait_until_ready(vm_cid, self.agent_wait())
+            self.wait_for_agent(agent, vm_cid)
                 .await
                 .map_err(EngineError::Agent)?;
             agent
@@ -119,8 +118,7 @@ impl Engine {
                 .map_err(EngineError::Agent)?;
         }
         if disk.is_managed() {
-            agent
-                .wait_until_ready(vm_cid, self.agent_wait())
+            self.wait_for_agent(agent, vm_cid)
                 .await
                 .map_err(EngineError::Agent)?;
             agent

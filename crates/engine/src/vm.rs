@@ -207,16 +207,10 @@ impl Engine {
                 }
             }
             self.set_vm_metadata(&vm.cid, request).await?;
-            self.agent(&agent_id, &request.display_name)
-                .wait_until_ready(&vm.cid, self.config.agent_wait_timeout)
+            let agent = self.agent(&agent_id, &request.display_name);
+            self.wait_for_agent(&agent, &vm.cid)
                 .await
-                .map_err(EngineError::Agent)?;
-            // Alive now, though perhaps not heard for a while (bosh-agent's first heartbeat
-            // is lost): not "silent" to the next deploy.
-            if let Some(health) = &self.config.health {
-                health.answered(&agent_id);
-            }
-            Ok(())
+                .map_err(EngineError::Agent)
         }
         .await;
         match ready {
@@ -390,6 +384,22 @@ impl Engine {
     /// How long to wait for a new VM's agent.
     pub(crate) fn agent_wait(&self) -> Duration {
         self.config.agent_wait_timeout
+    }
+
+    /// Waits (the agent wait timeout at most) until `agent`, on VM `vm_cid` that was just
+    /// created, rebooted or given a disk, answers. Alive then, though perhaps not heard for a
+    /// while (bosh-agent's first heartbeat after a start is lost): the heartbeats are told,
+    /// so the next deploy does not find it "silent".
+    pub(crate) async fn wait_for_agent(
+        &self,
+        agent: &AgentClient,
+        vm_cid: &str,
+    ) -> Result<(), kubosh_transport::agent::AgentError> {
+        agent.wait_until_ready(vm_cid, self.agent_wait()).await?;
+        if let Some(health) = &self.config.health {
+            health.answered(agent.agent_id());
+        }
+        Ok(())
     }
 }
 
