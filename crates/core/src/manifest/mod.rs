@@ -1,4 +1,4 @@
-//! The BOSH manifest model: deployment manifests (v2), cloud configs and the bosh-init (v1)
+//! The BOSH manifest model: deployment manifests (v2), cloud configs, runtime configs and the bosh-init (v1)
 //! manifest that `create-env` reads, typed the way BOSH users write them.
 //!
 //! Pure data: no I/O, no Kubernetes. Keys are snake_case exactly as in BOSH. Job `properties`,
@@ -12,6 +12,7 @@ mod cloud_config;
 mod deployment;
 mod init;
 mod ip;
+mod runtime_config;
 mod scalar;
 mod update;
 
@@ -28,6 +29,7 @@ pub use init::{
     ResourcePool, SshTunnel,
 };
 pub use ip::{IpRange, IpRangeError, parse_ip_ranges};
+pub use runtime_config::RuntimeConfig;
 pub use scalar::{Version, free_form_schema};
 pub use update::{
     AzUpdateStrategy, Quantity, QuantityError, Update, VmStrategy, WatchTime, WatchTimeError,

@@ -19,6 +19,7 @@ pub mod network;
 mod problem;
 mod release_jobs;
 mod release_versions;
+mod runtime_configs;
 pub mod shape;
 
 use std::sync::LazyLock;
@@ -30,9 +31,10 @@ pub use cloud_configs::merge_cloud_configs;
 pub use problem::{Document, Path, Problem, Problems, Segment, Severity};
 pub use release_jobs::release_jobs;
 pub use release_versions::{choose_releases, require_releases};
+pub use runtime_configs::{apply_runtime_configs, runtime_config};
 use shape::ShapeChecker;
 
-use crate::manifest::{CloudConfig, DeploymentManifest, InitManifest};
+use crate::manifest::{CloudConfig, DeploymentManifest, InitManifest, RuntimeConfig};
 
 /// A document that passed validation, with the warnings found on the way.
 #[derive(Debug, Clone)]
@@ -48,6 +50,8 @@ static MANIFEST_SHAPE: LazyLock<ShapeChecker> = LazyLock::new(|| {
 });
 static CLOUD_CONFIG_SHAPE: LazyLock<ShapeChecker> =
     LazyLock::new(|| ShapeChecker::for_type::<CloudConfig>(Document::CloudConfig));
+static RUNTIME_CONFIG_SHAPE: LazyLock<ShapeChecker> =
+    LazyLock::new(|| ShapeChecker::for_type::<RuntimeConfig>(Document::RuntimeConfig));
 static INIT_SHAPE: LazyLock<ShapeChecker> =
     LazyLock::new(|| ShapeChecker::for_type::<InitManifest>(Document::Manifest));
 

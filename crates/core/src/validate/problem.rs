@@ -152,6 +152,8 @@ pub enum Document {
     Manifest,
     /// The cloud config.
     CloudConfig,
+    /// A runtime config.
+    RuntimeConfig,
 }
 
 impl fmt::Display for Document {
@@ -159,6 +161,7 @@ impl fmt::Display for Document {
         f.write_str(match self {
             Document::Manifest => "manifest",
             Document::CloudConfig => "cloud-config",
+            Document::RuntimeConfig => "runtime-config",
         })
     }
 }
@@ -223,6 +226,15 @@ impl Problems {
             severity,
             message,
         });
+    }
+
+    /// These problems, each message starting with `about` (`runtime config 'dns': ...`): for
+    /// documents that come in several named pieces.
+    pub fn about(mut self, about: &str) -> Problems {
+        for p in &mut self.list {
+            p.message = format!("{about}: {}", p.message);
+        }
+        self
     }
 
     /// Adds all problems of another collection.

@@ -115,3 +115,51 @@ fn bosh_director_manifest_interpolates_for_create_env() {
         "user_add"
     );
 }
+
+/// bosh-deployment's runtime configs (bosh-dns with its director-wide certificates, bpm)
+/// validate, and applied to the zookeeper manifest they add their releases, addons and
+/// variables; the whole still validates against its cloud config.
+#[test]
+fn bosh_deployment_runtime_configs_validate_and_apply_to_a_real_manifest() {
+    let dns = yaml("bosh-deployment/runtime-configs/dns.yml");
+    let bpm = yaml("bosh-deployment/runtime-configs/bpm.yml");
+    for (name, rc) in [("dns", &dns), ("bpm", &bpm)] {
+        let validated =
+            kubosh_core::validate::runtime_config(rc).unwrap_or_else(|p| panic!("{name}:\n{p}"));
+        assert!(
+            validated.warnings.is_empty(),
+            "{name}: {}",
+            validated.warnings
+        );
+    }
+    let mut manifest = yaml("zookeeper-release/zookeeper.yml");
+    let warnings = kubosh_core::validate::apply_runtime_configs(
+        &mut manifest,
+        &[("dns", &dns), ("bpm", &bpm)],
+    )
+    .unwrap_or_else(|p| panic!("{p}"));
+    assert!(warnings.is_empty(), "{warnings}");
+    let releases: Vec<&str> = (manifest["releases"].as_array().unwrap().iter())
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(releases, ["zookeeper", "bosh-dns", "bpm"]);
+    let addons: Vec<&str> = (manifest["addons"].as_array().unwrap().iter())
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(addons[..2], ["bosh-dns", "bosh-dns-systemd"]);
+    assert_eq!(addons.last(), Some(&"bpm"));
+    assert!(
+        (manifest["variables"].as_array().unwrap().iter())
+            .any(|v| v["name"] == "/dns_api_client_tls")
+    );
+    let cloud_config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/zookeeper-cloud-config.yml"
+    );
+    let cloud_config = std::fs::read_to_string(cloud_config).unwrap();
+    let cloud_config = kubosh_base::yaml::parse_value(&cloud_config, "cloud config").unwrap();
+    let validated = kubosh_core::validate::deployment(&manifest, &cloud_config);
+    if let Err(problems) = validated {
+        panic!("{problems}");
+    }
+}
