@@ -53,6 +53,10 @@ pub struct DeployArgs {
     /// configs.
     #[arg(long = "cloud-config", value_name = "PATH", required = true)]
     pub cloud_config: Vec<PathBuf>,
+    /// A runtime config applied to the manifest (releases, addons, variables, tags), as the
+    /// Director applies its runtime configs; repeatable, applied in order.
+    #[arg(long = "runtime-config", value_name = "PATH")]
+    pub runtime_configs: Vec<PathBuf>,
     /// A release tarball the manifest uses; repeatable.
     #[arg(long = "release", value_name = "TGZ")]
     pub releases: Vec<PathBuf>,
@@ -251,6 +255,7 @@ fn check_release_jobs(
 fn read_manifest(args: &DeployArgs, mode: Mode) -> Result<Value, String> {
     let input = DocumentArgs {
         var_errs: true,
+        runtime_configs: args.runtime_configs.clone(),
         ..args.input.clone()
     };
     let Some(store) = &args.vars_store else {
@@ -363,6 +368,7 @@ mod tests {
             input: DocumentArgs::default(),
             vars_store,
             cloud_config: vec![dir.join("cloud-config.yml")],
+            runtime_configs: vec![],
             releases: vec![],
             stemcells: vec![],
             recreate: false,

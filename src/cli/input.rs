@@ -33,6 +33,10 @@ pub struct DocumentArgs {
     /// Fail when a provided variable is not used.
     #[arg(long = "var-errs-unused")]
     pub var_errs_unused: bool,
+    /// Runtime configs applied to the document after the ops files, before variables (the
+    /// commands that deploy set it from their `--runtime-config` flags).
+    #[arg(skip)]
+    pub runtime_configs: Vec<PathBuf>,
 }
 
 fn read(path: &Path) -> Result<String, String> {
@@ -116,6 +120,16 @@ impl DocumentArgs {
             .map(|p| OpsFile::parse(&read(p)?, &p.display().to_string()).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?;
         ops::apply_all(&ops, &mut doc).map_err(|e| e.to_string())?;
+        if !self.runtime_configs.is_empty() {
+            let configs = (self.runtime_configs.iter())
+                .map(|p| Ok((p.display().to_string(), read_yaml(p)?)))
+                .collect::<Result<Vec<(String, Value)>, String>>()?;
+            let named: Vec<(&str, &Value)> =
+                (configs.iter()).map(|(n, d)| (n.as_str(), d)).collect();
+            let warnings = kubosh_core::validate::apply_runtime_configs(&mut doc, &named)
+                .map_err(|p| p.to_string())?;
+            eprint!("{warnings}");
+        }
         Ok(doc)
     }
 

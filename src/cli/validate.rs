@@ -17,6 +17,9 @@ pub struct ValidateArgs {
     /// cloud configs.
     #[arg(long = "cloud-config", short = 'c', required = true)]
     pub cloud_config: Vec<PathBuf>,
+    /// A runtime config applied to the manifest; repeatable, applied in order.
+    #[arg(long = "runtime-config", value_name = "PATH")]
+    pub runtime_configs: Vec<PathBuf>,
     /// Ops files and variables, applied to the manifest as `bosh interpolate` does.
     #[command(flatten)]
     pub input: DocumentArgs,
@@ -24,8 +27,12 @@ pub struct ValidateArgs {
 
 /// Runs the command: exit 0 when there are no errors (warnings are printed), 1 otherwise.
 pub fn run(args: &ValidateArgs) -> ExitCode {
+    let input = super::input::DocumentArgs {
+        runtime_configs: args.runtime_configs.clone(),
+        ..args.input.clone()
+    };
     let (manifest, cloud_config) = match (
-        args.input.load(&args.manifest),
+        input.load(&args.manifest),
         read_cloud_configs(&args.cloud_config),
     ) {
         (Ok(m), Ok(c)) => (m, c),

@@ -107,6 +107,49 @@ fn validate_merges_several_cloud_configs() {
     );
 }
 
+/// bosh-deployment's runtime configs applied to the zookeeper manifest validate; a release
+/// version conflict with the manifest is an error naming the runtime config.
+#[test]
+fn validate_applies_runtime_configs() {
+    let rcs = format!("{FIXTURES}/bosh-deployment/runtime-configs");
+    let manifest = format!("{FIXTURES}/zookeeper-release/zookeeper.yml");
+    let cc = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/core/tests/data/zookeeper-cloud-config.yml"
+    );
+    let (dns, bpm) = (format!("{rcs}/dns.yml"), format!("{rcs}/bpm.yml"));
+    let (code, out, err) = kubosh(&[
+        "validate",
+        &manifest,
+        "-c",
+        cc,
+        "--runtime-config",
+        &dns,
+        "--runtime-config",
+        &bpm,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("is valid"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let old_bpm = dir.path().join("old-bpm.yml");
+    std::fs::write(&old_bpm, "releases: [{name: bpm, version: '0.1.0'}]\n").unwrap();
+    let (code, _, err) = kubosh(&[
+        "validate",
+        &manifest,
+        "-c",
+        cc,
+        "--runtime-config",
+        &bpm,
+        "--runtime-config",
+        old_bpm.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("Runtime manifest specifies release 'bpm' with version as '0.1.0'. This conflicts with version '0.8.0'"),
+        "{err}"
+    );
+}
+
 #[test]
 fn interpolate_prints_a_path_like_bosh_int() {
     let b = format!("{FIXTURES}/bosh-deployment");

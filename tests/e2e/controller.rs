@@ -201,6 +201,7 @@ pub(crate) async fn apply(client: &kube::Client, namespace: &str, object: Value)
     let plural = match kind.as_str() {
         "Deployment" => "boshdeployments",
         "CloudConfig" => "cloudconfigs",
+        "RuntimeConfig" => "runtimeconfigs",
         "Release" => "releases",
         "Stemcell" => "stemcells",
         other => panic!("no plural for {other}"),

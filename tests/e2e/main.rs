@@ -25,5 +25,6 @@ mod nats_confinement;
 mod real_agent;
 mod release;
 mod resurrection;
+mod runtime_config;
 mod stemcell;
 mod up;

@@ -286,6 +286,12 @@ pub struct DeploymentStatus {
     /// `resolve all <RESOLUTION>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<ProblemStatus>,
+
+    /// The `RuntimeConfig`s of the namespace the last successful deploy applied, with the
+    /// versions it read: one changed since means the deployment is out of date and is
+    /// rolled out again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime_configs: Vec<RuntimeConfigRef>,
 }
 
 /// A problem a scan found (`bosh cck`'s list).
@@ -305,6 +311,16 @@ pub struct ProblemStatus {
     /// The resolutions offered, the automatic one first.
     #[serde(default)]
     pub resolutions: Vec<String>,
+}
+
+/// A `RuntimeConfig` a deploy applied, at the version it read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeConfigRef {
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.resourceVersion` when read.
+    pub resource_version: String,
 }
 
 /// Instance counters of one instance group.

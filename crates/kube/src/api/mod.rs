@@ -4,6 +4,7 @@
 //! |-------------------|--------------------|---------|------------|----------------------------------|
 //! | [`Deployment`]    | `boshdeployments`  | `bd`    | you        | a manifest, ops and vars         |
 //! | [`CloudConfig`]   | `cloudconfigs`     | `bcc`   | you        | AZs, networks, VM/disk types     |
+//! | [`RuntimeConfig`] | `runtimeconfigs`   | `brc`   | you        | addons for every deployment      |
 //! | [`Release`]       | `releases`         | `brel`  | you        | a release tarball to upload      |
 //! | [`Stemcell`]      | `stemcells`        | `bsc`   | you        | a stemcell tarball to upload     |
 //! | [`Instance`]      | `instances`        | `binst` | kubosh     | one VM slot of a deployment      |
@@ -12,7 +13,7 @@
 //!
 //! All are namespaced and in the category `bosh` (`kubectl get bosh` lists them all). Our own
 //! fields are camelCase, as Kubernetes has it; the BOSH documents embedded in them (the
-//! deployment manifest, the cloud config) keep BOSH's snake_case so they can be pasted in.
+//! deployment manifest, the cloud and runtime configs) keep BOSH's snake_case so they can be pasted in.
 //!
 //! Where state lives: a `status` holds only what kubosh can observe or derive again (it is
 //! not kept by backups or `clusterctl move`-style migrations). Identifiers only the IaaS
@@ -33,6 +34,7 @@ mod deployment;
 mod disk;
 mod instance;
 mod release;
+mod runtime_config;
 mod schema;
 mod stemcell;
 
@@ -43,8 +45,8 @@ pub use cloud_config::{CloudConfig, CloudConfigSpec, CloudConfigStatus};
 pub use compiled_package::{CompiledPackage, CompiledPackageSpec};
 pub use deployment::{
     CloudConfigRef, DeletionPolicy, Deployment, DeploymentSpec, DeploymentStatus,
-    InstanceGroupStatus, Operation, OperationType, ProblemStatus, Progress, TaskState, TaskSummary,
-    VarsKeyRef, VarsSource,
+    InstanceGroupStatus, Operation, OperationType, ProblemStatus, Progress, RuntimeConfigRef,
+    TaskState, TaskSummary, VarsKeyRef, VarsSource,
 };
 pub use disk::{Disk, DiskSpec};
 pub use instance::{
@@ -52,6 +54,7 @@ pub use instance::{
     RECORD_ANNOTATION,
 };
 pub use release::{Release, ReleaseItem, ReleaseSpec, ReleaseStatus, StemcellVersion};
+pub use runtime_config::{RuntimeConfig, RuntimeConfigSpec};
 pub use stemcell::{CID_ANNOTATION, OS_ANNOTATION, Stemcell, StemcellSpec, StemcellStatus};
 
 use schema::{Tweaks, finish};
@@ -105,12 +108,24 @@ const CLOUD_CONFIG_TWEAKS: Tweaks = Tweaks {
     ],
 };
 
+/// The embedded runtime config is the whole spec; the same rules as for the manifest.
+const RUNTIME_CONFIG_TWEAKS: Tweaks = Tweaks {
+    verbatim: &["spec"],
+    keyed: &[
+        ("spec.releases", &["name"]),
+        ("spec.addons", &["name"]),
+        ("spec.addons[].jobs", &["name"]),
+        ("spec.variables", &["name"]),
+    ],
+};
+
 /// Every CustomResourceDefinition kubosh serves, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let none = Tweaks::default();
     vec![
         finish(Deployment::crd(), &DEPLOYMENT_TWEAKS),
         finish(CloudConfig::crd(), &CLOUD_CONFIG_TWEAKS),
+        finish(RuntimeConfig::crd(), &RUNTIME_CONFIG_TWEAKS),
         finish(Release::crd(), &none),
         finish(Stemcell::crd(), &none),
         finish(Instance::crd(), &none),

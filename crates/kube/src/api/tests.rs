@@ -108,6 +108,11 @@ fn embedded_documents() -> Vec<(&'static str, &'static str, Value)> {
             "spec",
             plain_schema::<kubosh_core::manifest::CloudConfig>(),
         ),
+        (
+            "runtimeconfigs",
+            "spec",
+            plain_schema::<kubosh_core::manifest::RuntimeConfig>(),
+        ),
     ]
 }
 

@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use super::status;
 use crate::api::{
-    CloudConfig, Deployment, Release as ReleaseResource, Stemcell as StemcellResource, VarsSource,
+    CloudConfig, Deployment, Release as ReleaseResource, RuntimeConfig, RuntimeConfigRef,
+    Stemcell as StemcellResource, VarsSource,
 };
 use crate::variables::{SecretStore, VariableError};
 use kubosh_core::manifest::{DeploymentManifest, StemcellRef};
@@ -36,6 +37,8 @@ pub struct Inputs {
     /// Every secret string in the manifest (values from Secrets, generated variables), to
     /// scrub from messages before they reach a status or an Event.
     pub secrets: Vec<String>,
+    /// The `RuntimeConfig`s applied to the manifest, at the versions read.
+    pub runtime_configs: Vec<RuntimeConfigRef>,
 }
 
 impl Inputs {
@@ -79,7 +82,7 @@ pub enum InputError {
     Variables(#[from] crate::variables::StoreError),
 }
 
-/// The watched inputs of one namespace: its cloud configs, releases and stemcells (what
+/// The watched inputs of one namespace: its cloud and runtime configs, releases and stemcells (what
 /// the controller is told of when they change; Secrets and ConfigMaps it is not).
 #[derive(Debug, Clone, Default)]
 pub struct Watched {
@@ -89,10 +92,12 @@ pub struct Watched {
     pub releases: Vec<ReleaseResource>,
     /// The `Stemcell`s.
     pub stemcells: Vec<StemcellResource>,
+    /// The `RuntimeConfig`s.
+    pub runtime_configs: Vec<RuntimeConfig>,
 }
 
 impl Watched {
-    /// Reads them (three lists).
+    /// Reads them (four lists).
     pub async fn read(client: &kube::Client, namespace: &str) -> Result<Watched, kube::Error> {
         let list = ListParams::default();
         Ok(Watched {
@@ -105,6 +110,10 @@ impl Watched {
                 .await?
                 .items,
             stemcells: (Api::<StemcellResource>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
+            runtime_configs: (Api::<RuntimeConfig>::namespaced(client.clone(), namespace))
                 .list(&list)
                 .await?
                 .items,
@@ -139,8 +148,12 @@ pub async fn gather(
             }));
         }
     };
-    let manifest = match manifest_with_ops(deployment)? {
+    let mut manifest = match manifest_with_ops(deployment)? {
         Ok(manifest) => manifest,
+        Err(unready) => return Ok(Err(unready)),
+    };
+    let runtime_configs = match with_runtime_configs(&mut manifest, &watched.runtime_configs)? {
+        Ok(applied) => applied,
         Err(unready) => return Ok(Err(unready)),
     };
     let mut secrets = Vec::new();
@@ -208,7 +221,49 @@ pub async fn gather(
         releases,
         stemcells,
         secrets,
+        runtime_configs,
     }))
+}
+
+/// `manifest` with every `RuntimeConfig` of the namespace applied in name order (before
+/// variables: their `((variables))` are the manifest's); which ones, at which versions.
+fn with_runtime_configs(
+    manifest: &mut Value,
+    all: &[RuntimeConfig],
+) -> Result<Result<Vec<RuntimeConfigRef>, Unready>, InputError> {
+    let mut used: Vec<&RuntimeConfig> = all.iter().collect();
+    used.sort_by_key(|c| c.name_any());
+    let documents = named_documents(
+        "runtime config",
+        used.iter().map(|c| (c.name_any(), &c.spec.config)),
+    )?;
+    let named: Vec<(&str, &Value)> = (documents.iter()).map(|(n, d)| (n.as_str(), d)).collect();
+    if let Err(problems) = kubosh_core::validate::apply_runtime_configs(manifest, &named) {
+        return Ok(Err(Unready::Invalid {
+            reason: "InvalidRuntimeConfig",
+            problems: problems.to_string().lines().map(String::from).collect(),
+        }));
+    }
+    Ok(Ok((used.iter())
+        .map(|c| RuntimeConfigRef {
+            name: c.name_any(),
+            resource_version: c.resource_version().unwrap_or_default(),
+        })
+        .collect()))
+}
+
+/// Each `(name, document)` of `what` (`cloud config`) as JSON, for the core's merges.
+fn named_documents<'a, T: serde::Serialize + 'a>(
+    what: &'static str,
+    documents: impl Iterator<Item = (String, &'a T)>,
+) -> Result<Vec<(String, Value)>, InputError> {
+    documents
+        .map(|(name, document)| {
+            let document = serde_json::to_value(document)
+                .map_err(|source| InputError::Document { what, source })?;
+            Ok((name, document))
+        })
+        .collect()
 }
 
 /// Why a deployment's cloud config cannot be had.
@@ -240,16 +295,10 @@ fn cloud_config_of(
         };
         return Ok(Err(CloudConfigUnready::Missing(line)));
     }
-    let documents = (used.iter())
-        .map(|c| {
-            let document =
-                serde_json::to_value(&c.spec.config).map_err(|source| InputError::Document {
-                    what: "cloud config",
-                    source,
-                })?;
-            Ok((c.name_any(), document))
-        })
-        .collect::<Result<Vec<(String, Value)>, InputError>>()?;
+    let documents = named_documents(
+        "cloud config",
+        used.iter().map(|c| (c.name_any(), &c.spec.config)),
+    )?;
     let named: Vec<(&str, &Value)> = (documents.iter()).map(|(n, d)| (n.as_str(), d)).collect();
     Ok(kubosh_core::validate::merge_cloud_configs(&named)
         .map(Some)

@@ -23,7 +23,7 @@ use super::backoff::Backoffs;
 use super::deployment::{self, DeploymentContext};
 use super::disk;
 use super::health::{self, HealthWatch};
-use crate::api::{CloudConfig, Deployment, Disk, Instance, Release, Stemcell};
+use crate::api::{CloudConfig, Deployment, Disk, Instance, Release, RuntimeConfig, Stemcell};
 
 /// How many reconciles of one kind run at once.
 pub const CONCURRENCY: u16 = 16;
@@ -232,7 +232,8 @@ where
 {
     let controller = Controller::new(scope.api::<Deployment>(client), watch.clone());
     let store = controller.store();
-    let (cloud_configs_changed, releases_changed, stemcells_changed) = (
+    let (cloud_configs_changed, releases_changed, stemcells_changed, runtime_configs_changed) = (
+        deployments.inputs.clone(),
         deployments.inputs.clone(),
         deployments.inputs.clone(),
         deployments.inputs.clone(),
@@ -240,6 +241,7 @@ where
     let by_cloud_config = store.clone();
     let by_release = store.clone();
     let by_stemcell = store.clone();
+    let by_runtime_config = store.clone();
     let in_namespace = |store: &Store<Deployment>, ns: Option<String>| {
         store
             .state()
@@ -283,6 +285,15 @@ where
             move |s: Stemcell| {
                 stemcells_changed.changed(s.namespace().as_deref());
                 in_namespace(&by_stemcell, s.namespace())
+            },
+        )
+        // Every deployment of the namespace takes its runtime configs.
+        .watches(
+            scope.api::<RuntimeConfig>(client),
+            watch.clone(),
+            move |rc: RuntimeConfig| {
+                runtime_configs_changed.changed(rc.namespace().as_deref());
+                in_namespace(&by_runtime_config, rc.namespace())
             },
         )
         .with_config(config.clone())

@@ -411,6 +411,7 @@ async fn a_job_its_release_lacks_makes_the_manifest_invalid() {
         cloud_configs: vec![cloud_config],
         releases: rels.list(&Default::default()).await.unwrap().items,
         stemcells: vec![stemcell],
+        runtime_configs: vec![],
     };
     let unready = gather(&ctx.client, &deployment, &watched)
         .await

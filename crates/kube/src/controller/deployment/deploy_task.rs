@@ -249,6 +249,9 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     }
     status.progress = None;
     let elapsed = started.elapsed();
+    if result.is_ok() {
+        status.runtime_configs = inputs.runtime_configs.clone();
+    }
     if let Ok(state) = store.load().await {
         count_instances(&mut status, &inputs, &state);
         // After a failure, whether an instance runs is its agent's to say (the health
