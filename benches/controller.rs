@@ -2,9 +2,11 @@
 //! kube-apiserver + etcd (`kubosh_devenv::ControlPlane`), with the simulated cloud and agents
 //! (`kubosh_sim`) and the controller running in this process, wired as `kubosh controller`
 //! wires it (`kubosh_kube::controller::serve`): the request budget of `--kube-api-qps 20
-//! --kube-api-burst 30`, `--max-deploys 32`, heartbeats from the agents (the simulated
-//! agents' `AgentHealth`), no leader election, releases by reference, no cloud for the
-//! artifact controllers (`ArtifactContext::cloud: None`).
+//! --kube-api-burst 30`, `--max-deploys 32`, `--agent-timeout 10s` (the health watch, the
+//! deploys' `health_window` and the resurrector's settle check as `kubosh controller` derives
+//! them), heartbeats from the agents (the simulated agents' `AgentHealth`, with a killed
+//! agent last heard at its death: [`Heartbeats`]), no leader election, releases by
+//! reference, no cloud for the artifact controllers (`ArtifactContext::cloud: None`).
 //!
 //! `cargo bench --bench controller` deploys N deployments of M instances each, each in a
 //! namespace of its own (the controller watches all namespaces), each namespace with its
@@ -42,39 +44,64 @@
 //!    goal ≤ 256 MiB for that share;
 //! 4. apiserver requests per second once converged with nothing changing, all verbs, over
 //!    60 s (`BENCH_IDLE_SECS`), without the bench's own `/metrics` scrapes (what one scrape
-//!    adds is measured at start); goal ≤ 1.
+//!    adds is measured at start); goal ≤ 1;
+//! 5. resurrection, after the update: 1 % of the instances (at least one; every 100th by
+//!    namespace and name, the place moving within each stride so both groups lose some)
+//!    lose their agent at once. From the deaths until every killed `Instance` is `Running`
+//!    on a new VM CID (and until its deployment is Ready for its generation again), seen
+//!    through watches on `Instance`s, `Deployment`s and Events, divided by the bound: the
+//!    agent timeout, plus the health watch's settle check (one `check_every(agent
+//!    timeout)`: the resurrector asks for a repair one check after it saw an instance down),
+//!    plus the deploys of the deployments that lost instances, `max_deploys` at once
+//!    (`phase_lower_bound`), each `rollout_lower_bound` of just its dead instances (canaries,
+//!    `max_in_flight`, AZ phases, groups in order), each instance a recreate's calls
+//!    (`delete_vm`, `create_vm`, `set_vm_metadata`, `ping`, for `db` `detach_disk`,
+//!    `attach_disk`, `add_persistent_disk`, `mount_disk`, then `update_settings`, `apply`,
+//!    pre-start, `start`, the watch minimum, post-start), then post-deploy on each of its
+//!    instances; target ≤ 1.2. The apiserver's writes during the phase (total, per killed
+//!    instance) and the writes the watches saw to healthy objects: `Instance`s not killed,
+//!    `Deployment`s that lost none, and Events about either (target 0). Peak RSS (3) is
+//!    taken after this phase.
 //!
 //! `BENCH_SIZES` (`20x50`; e.g. `20x50,100x100`), `BENCH_ONE_NAMESPACE`,
 //! `BENCH_MAX_DEPLOYS` (32), `BENCH_KUBE_QPS`/`BENCH_KUBE_BURST` (20/30), `BENCH_LATENCIES`
 //! (`create_vm=0.2,apply=0.05`, seconds), `BENCH_WATCH_MIN_MS` (500), `BENCH_POLL_MS` (50),
-//! `BENCH_IDLE_SECS` (60) and `BENCH_LOG` (a tracing filter; `warn`, without kube_client's
-//! retries while the apiserver starts) change it. Needs `KUBOSH_BIN_DIR` (etcd,
-//! kube-apiserver: `tools/testbins.sh` prints it).
+//! `BENCH_IDLE_SECS` (60), `BENCH_AGENT_TIMEOUT_SECS` (10) and `BENCH_LOG` (a tracing
+//! filter; `warn`, without kube_client's retries while the apiserver starts) change it.
+//! Needs `KUBOSH_BIN_DIR` (etcd, kube-apiserver: `tools/testbins.sh` prints it).
 
+#[path = "common/bound.rs"]
+mod bound;
 #[path = "common/knobs.rs"]
 mod knobs;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
+use bound::{Calls, rollout_bound};
+use futures::{FutureExt, StreamExt};
 use knobs::{apply_latencies, env_number, latencies_from_env};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::Reporter;
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
+use kubosh_core::plan::bound::{StageTerms, phase_lower_bound};
+use kubosh_core::plan::rollout::InstanceInput;
 use kubosh_devenv::ControlPlane;
 use kubosh_engine::state::MemoryStore;
-use kubosh_engine::{DeployRequest, Engine, EngineConfig, NoEvents, StemcellSource};
-use kubosh_kube::api::{Deployment, Release as ReleaseResource, Stemcell as StemcellResource};
+use kubosh_engine::{AgentHealth, DeployRequest, Engine, EngineConfig, NoEvents, StemcellSource};
+use kubosh_kube::api::{
+    Deployment, Instance, ProcessState, Release as ReleaseResource, Stemcell as StemcellResource,
+};
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::artifacts::ArtifactContext;
 use kubosh_kube::controller::deployment::DeploymentContext;
-use kubosh_kube::controller::health::{AGENT_TIMEOUT, HealthWatch};
+use kubosh_kube::controller::health::{HealthWatch, check_every};
+use kubosh_kube::controller::resurrection::{MeltdownPolicy, Resurrection};
 use kubosh_kube::controller::run::{Scope, run};
 use kubosh_kube::controller::status::is_ready;
 use kubosh_kube::lock::{FileLocks, Process};
@@ -124,6 +151,9 @@ struct Settings {
     idle_secs: u64,
     /// All deployments in one namespace (else one namespace each).
     one_namespace: bool,
+    /// `kubosh controller --agent-timeout`: how long an agent may be silent before its
+    /// instance is `Unresponsive` (and resurrected).
+    agent_timeout: Duration,
 }
 
 impl Settings {
@@ -142,6 +172,15 @@ impl Settings {
             },
             idle_secs: env_number("BENCH_IDLE_SECS", 60),
             one_namespace: env_number("BENCH_ONE_NAMESPACE", 0u8) != 0,
+            agent_timeout: Duration::from_secs(env_number("BENCH_AGENT_TIMEOUT_SECS", 10)),
+        }
+    }
+
+    /// The latencies and watch minimum, as the bounds take them.
+    fn calls(&self) -> Calls {
+        Calls {
+            latencies: self.latencies.clone(),
+            watch_min_ms: self.watch_min_ms,
         }
     }
 
@@ -498,6 +537,8 @@ struct Row {
     /// Requests the controller made during the fresh deploy and the update (all verbs).
     fresh_requests: f64,
     update_requests: f64,
+    /// 1 % of the agents dying at once.
+    resurrection: Resurrected,
 }
 
 impl Row {
@@ -522,8 +563,50 @@ impl Row {
     }
 }
 
-/// The simulated world and the engine's edges the controller and the reference share.
-fn base_engine(settings: &Settings, dir: &Path) -> (Engine, Arc<SimAgents>) {
+/// The agents' heartbeats as the controller's health monitor hears them: a live simulated
+/// agent has just sent one; an agent the bench kills ([`Heartbeats::kill`]) was last heard
+/// at its death, so its silence is proven one whole agent timeout later, as the monitor's
+/// `HeartbeatTable` proves it (the simulated agents alone call a dead agent silent at once).
+struct Heartbeats {
+    agents: Arc<SimAgents>,
+    /// When each killed agent died.
+    deaths: Mutex<HashMap<String, Instant>>,
+}
+
+impl Heartbeats {
+    /// Agent `agent_id` dies now: it answers nothing and sends no heartbeat.
+    fn kill(&self, agent_id: &str) {
+        (self.deaths.lock().unwrap_or_else(PoisonError::into_inner))
+            .insert(agent_id.to_string(), Instant::now());
+        (self.agents)
+            .set_unresponsive(agent_id, true)
+            .expect("the agent exists");
+    }
+
+    /// How long ago agent `agent_id` died, if the bench killed it.
+    fn dead_for(&self, agent_id: &str) -> Option<Duration> {
+        let deaths = self.deaths.lock().unwrap_or_else(PoisonError::into_inner);
+        deaths.get(agent_id).map(Instant::elapsed)
+    }
+}
+
+impl AgentHealth for Heartbeats {
+    /// A killed agent's last heartbeat said `running`.
+    fn recent_job_state(&self, agent_id: &str, within: Duration) -> Option<String> {
+        (self.agents.recent_job_state(agent_id, within))
+            .or_else(|| (self.dead_for(agent_id)? < within).then(|| "running".to_string()))
+    }
+
+    fn silent_for(&self, agent_id: &str, at_least: Duration) -> bool {
+        self.agents.silent_for(agent_id, at_least)
+            && self.dead_for(agent_id).is_none_or(|d| d >= at_least)
+    }
+}
+
+/// The simulated world and the engine's edges the controller and the reference share, the
+/// engine hearing heartbeats as `kubosh controller` wires it (silence proven after the agent
+/// timeout).
+fn base_engine(settings: &Settings, dir: &Path) -> (Engine, Arc<Heartbeats>) {
     let blobstore = Arc::new(LocalBlobstore::new(dir.join("blobstore")).expect("a blobstore"));
     let (cloud, agents) = kubosh_sim::pair(SimConfig {
         record_calls: false,
@@ -531,9 +614,13 @@ fn base_engine(settings: &Settings, dir: &Path) -> (Engine, Arc<SimAgents>) {
         ..SimConfig::default()
     });
     settings.apply_to(&cloud, &agents);
+    let heartbeats = Arc::new(Heartbeats {
+        agents: agents.clone(),
+        deaths: Mutex::default(),
+    });
     let engine = Engine {
         cloud,
-        agents: agents.clone(),
+        agents,
         blobstore,
         renderer: Arc::new(LiteralRenderer),
         store: Arc::new(MemoryStore::new()),
@@ -545,11 +632,12 @@ fn base_engine(settings: &Settings, dir: &Path) -> (Engine, Arc<SimAgents>) {
                 poll_interval: Duration::from_millis(settings.poll_ms),
                 ..ClientOptions::default()
             },
-            health: Some(agents.clone()),
+            health: Some(heartbeats.clone()),
+            health_window: settings.agent_timeout,
             ..EngineConfig::default()
         },
     };
-    (engine, agents)
+    (engine, heartbeats)
 }
 
 /// `T₁`: one deployment of `m` instances through `Engine::deploy` alone, fresh and updated
@@ -594,6 +682,370 @@ async fn engine_alone(
     (fresh, update, writes)
 }
 
+/// An `Instance` as the resurrection phase needs it.
+struct Member {
+    namespace: String,
+    name: String,
+    deployment: String,
+    /// As the rollout takes it (keyed by its group).
+    input: InstanceInput<String>,
+    agent_id: Option<String>,
+    vm_cid: Option<String>,
+}
+
+impl Member {
+    fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    fn deployment_key(&self) -> String {
+        format!("{}/{}", self.namespace, self.deployment)
+    }
+}
+
+/// Every `Instance`, read a page at a time (the bench's own reads, before the phase), sorted
+/// by namespace and name.
+async fn members(admin: &kube::Client) -> Vec<Member> {
+    let api: Api<Instance> = Api::all(admin.clone());
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await.expect("list the instances");
+        out.extend(page.items.iter().map(|i| Member {
+            namespace: i.namespace().unwrap_or_default(),
+            name: i.name_any(),
+            deployment: i.spec.deployment.clone(),
+            input: InstanceInput {
+                key: i.spec.instance_group.clone(),
+                az: i.spec.az.clone(),
+                bootstrap: i.spec.bootstrap,
+                sort_key: format!("{}/{}", i.spec.instance_group, i.spec.id),
+                changed: false,
+            },
+            agent_id: i.spec.agent_id.clone(),
+            vm_cid: i.spec.vm_cid.clone(),
+        }));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}
+
+/// Which of `total` instances (by position) die: 1 % of them, at least one, one in every
+/// stride of `total / count`, at a place that moves within each stride (so both groups lose
+/// some).
+fn victims(total: usize) -> BTreeSet<usize> {
+    let count = (total / 100).max(1);
+    let stride = (total / count).max(1);
+    (0..count).map(|k| k * stride + (k * 41) % stride).collect()
+}
+
+/// Whether group `group` has a persistent disk.
+fn has_disk(group: &str) -> bool {
+    GROUPS.iter().any(|(g, _, disk)| *g == group && *disk > 0)
+}
+
+/// The phase's bound (ms): the agent timeout, the health watch's settle check (one
+/// `check_every`: the resurrector asks for a repair one check after it saw the instance
+/// down), then the deploys of the deployments that lost instances, `max_deploys` at once
+/// (`phase_lower_bound`), each the rollout of just its dead instances (canaries,
+/// `max_in_flight`, AZ phases, groups in order; `rollout_lower_bound`), each instance a
+/// recreate's calls ([`Calls::recreate`]), then post-deploy on each of its instances.
+fn resurrection_bound(members: &[Member], dead: &BTreeSet<usize>, settings: &Settings) -> u64 {
+    let calls = settings.calls();
+    let mut by_deployment: BTreeMap<String, Vec<InstanceInput<String>>> = BTreeMap::new();
+    for (i, member) in members.iter().enumerate() {
+        by_deployment
+            .entry(member.deployment_key())
+            .or_default()
+            .push(InstanceInput {
+                changed: dead.contains(&i),
+                ..member.input.clone()
+            });
+    }
+    let deploys: Vec<u64> = (by_deployment.values())
+        .filter(|instances| instances.iter().any(|i| i.changed))
+        .map(|instances| {
+            // The update blocks are those of every deployment's manifest.
+            let manifest = manifest(None, instances.len(), "", settings.watch_min_ms);
+            rollout_bound(
+                &manifest,
+                false,
+                instances,
+                |group| calls.recreate(has_disk(group)),
+                StageTerms {
+                    post_deploy: calls.post_deploy(instances.len()),
+                    ..StageTerms::default()
+                },
+            )
+        })
+        .collect();
+    let detection = settings.agent_timeout + check_every(settings.agent_timeout);
+    u64::try_from(detection.as_millis()).expect("a short timeout")
+        + phase_lower_bound(&deploys, settings.max_deploys)
+}
+
+/// A change one of the phase's watches saw.
+enum Change {
+    Instance(Box<WatchEvent<Instance>>),
+    Deployment(Box<WatchEvent<Deployment>>),
+    Event(Box<WatchEvent<k8s_openapi::api::core::v1::Event>>),
+}
+
+/// The resource version of `api`'s collection now: where a watch of what changes from now
+/// on starts.
+async fn current_version<K>(api: &Api<K>) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .expect("a list");
+    list.metadata.resource_version.expect("a resource version")
+}
+
+/// Sends every change of `api` from now on (`wrap`ped) to `tx`, watching again where a
+/// watch ends, until aborted or `tx`'s receiver is gone.
+async fn follow<K>(
+    api: Api<K>,
+    tx: tokio::sync::mpsc::UnboundedSender<Change>,
+    wrap: fn(WatchEvent<K>) -> Change,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut version = current_version(&api).await;
+    tokio::spawn(async move {
+        loop {
+            let stream = api.watch(&WatchParams::default(), &version).await;
+            let mut stream = stream.expect("a watch").boxed();
+            while let Some(event) = stream.next().await {
+                let event = event.expect("a watch event");
+                match &event {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+                        version = o.resource_version().unwrap_or(version);
+                    }
+                    WatchEvent::Bookmark(b) => version = b.metadata.resource_version.clone(),
+                    WatchEvent::Error(e) => panic!("a watch failed: {e}"),
+                }
+                if tx.send(wrap(event)).is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// What the phase's watches saw.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Each killed instance (`namespace/name`): its VM before, and when (seconds after the
+    /// deaths) it was first seen `Running` on another.
+    killed: BTreeMap<String, (Option<String>, Option<f64>)>,
+    /// Whether each deployment that lost an instance is Ready for its generation, as last
+    /// seen (they all were before).
+    ready: BTreeMap<String, bool>,
+    /// Writes the watches saw to healthy instances, deployments that lost none, and Events
+    /// regarding either.
+    healthy_instances: usize,
+    healthy_deployments: usize,
+    healthy_events: usize,
+    /// Which healthy objects were written (the first few).
+    healthy_names: BTreeSet<String>,
+    /// Events published during the phase, by reason.
+    events: BTreeMap<String, usize>,
+}
+
+impl Tally {
+    fn new(members: &[Member], dead: &BTreeSet<usize>) -> Tally {
+        let mut tally = Tally::default();
+        for member in dead.iter().map(|&i| &members[i]) {
+            (tally.killed).insert(member.key(), (member.vm_cid.clone(), None));
+            tally.ready.insert(member.deployment_key(), true);
+        }
+        tally
+    }
+
+    /// Every killed instance runs on a new VM and every deployment that lost one is Ready.
+    fn done(&self) -> bool {
+        self.killed.values().all(|(_, at)| at.is_some()) && self.ready.values().all(|r| *r)
+    }
+
+    fn healthy(&mut self, counter: fn(&mut Tally) -> &mut usize, name: String) {
+        *counter(self) += 1;
+        if self.healthy_names.len() < 5 {
+            self.healthy_names.insert(name);
+        }
+    }
+
+    /// What `change`, seen `at` seconds after the deaths, says.
+    fn see(&mut self, change: Change, at: f64) {
+        match change {
+            Change::Instance(event) => {
+                let Some(i) = written(*event) else { return };
+                let key = format!("{}/{}", i.namespace().unwrap_or_default(), i.name_any());
+                let Some((old, recovered)) = self.killed.get_mut(&key) else {
+                    return self.healthy(|t| &mut t.healthy_instances, key);
+                };
+                let running = (i.status.as_ref()).and_then(|s| s.process_state)
+                    == Some(ProcessState::Running);
+                if running && i.spec.vm_cid.is_some() && i.spec.vm_cid != *old {
+                    recovered.get_or_insert(at);
+                }
+            }
+            Change::Deployment(event) => {
+                let Some(d) = written(*event) else { return };
+                let key = format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any());
+                let conditions = d.status.as_ref().map(|s| &s.conditions[..]).unwrap_or(&[]);
+                match self.ready.get_mut(&key) {
+                    Some(ready) => *ready = is_ready(conditions, d.metadata.generation),
+                    None => self.healthy(|t| &mut t.healthy_deployments, key),
+                }
+            }
+            Change::Event(event) => {
+                let Some(e) = written(*event) else { return };
+                let reason = e.reason.clone().unwrap_or_default();
+                *self.events.entry(reason.clone()).or_default() += 1;
+                let about = &e.involved_object;
+                let key = format!(
+                    "{}/{}",
+                    about.namespace.clone().unwrap_or_default(),
+                    about.name.clone().unwrap_or_default()
+                );
+                let healthy = match about.kind.as_deref() {
+                    Some("Instance") => !self.killed.contains_key(&key),
+                    Some("Deployment") => !self.ready.contains_key(&key),
+                    _ => false,
+                };
+                if healthy {
+                    self.healthy(|t| &mut t.healthy_events, format!("{key} ({reason})"));
+                }
+            }
+        }
+    }
+}
+
+/// The object `event` added or modified, if it did.
+fn written<K>(event: WatchEvent<K>) -> Option<K> {
+    match event {
+        WatchEvent::Added(object) | WatchEvent::Modified(object) => Some(object),
+        _ => None,
+    }
+}
+
+/// What the resurrection phase measured.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct Resurrected {
+    killed: usize,
+    /// Deployments that lost an instance.
+    deployments: usize,
+    /// The phase's bound ([`resurrection_bound`]), seconds.
+    bound: f64,
+    /// From the deaths until every killed instance was `Running` on a new VM.
+    running: f64,
+    /// ... and every deployment that lost one Ready for its generation again.
+    ready: f64,
+    /// The apiserver's requests (all verbs but WATCH, without the closing scrape) and
+    /// writes during the phase.
+    requests: f64,
+    writes: f64,
+    healthy_instance_writes: usize,
+    healthy_deployment_writes: usize,
+    healthy_events: usize,
+    /// The largest write counts, `verb what count`.
+    top_writes: String,
+}
+
+/// 1 % of the agents (at least one) die at once, the bench's [`Heartbeats`] last hearing them
+/// at their death; the controller's health watch finds them silent one agent timeout later,
+/// its resurrector wakes their deployments, whose deploys (`Requests::fix`) recreate them.
+/// Measured through watches on `Instance`s, `Deployment`s and Events from the deaths until
+/// every killed instance runs on a new VM and its deployment is Ready, and 3 s beyond.
+async fn resurrection(
+    admin: &kube::Client,
+    heartbeats: &Heartbeats,
+    settings: &Settings,
+    scrape_cost: f64,
+) -> Resurrected {
+    let members = members(admin).await;
+    let dead = victims(members.len());
+    let bound = resurrection_bound(&members, &dead, settings) as f64 / 1000.0;
+    let mut tally = Tally::new(&members, &dead);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watches = [
+        follow(Api::all(admin.clone()), tx.clone(), |e| {
+            Change::Instance(Box::new(e))
+        })
+        .await,
+        follow(Api::all(admin.clone()), tx.clone(), |e| {
+            Change::Deployment(Box::new(e))
+        })
+        .await,
+        follow(Api::all(admin.clone()), tx, |e| Change::Event(Box::new(e))).await,
+    ];
+    let before = scrape(admin).await;
+    let start = Instant::now();
+    for member in dead.iter().map(|&i| &members[i]) {
+        heartbeats.kill(member.agent_id.as_deref().expect("a VM's agent"));
+    }
+    let limit = start + settings.agent_timeout + Duration::from_secs(600);
+    let mut last_report = Instant::now();
+    while !tally.done() {
+        let change = tokio::time::timeout_at(limit.into(), rx.recv()).await;
+        let change = change
+            .unwrap_or_else(|_| panic!("resurrection: not done after {limit:?}: {tally:?}"))
+            .expect("the watches run");
+        tally.see(change, start.elapsed().as_secs_f64());
+        if last_report.elapsed() > Duration::from_secs(15) {
+            let back = tally.killed.values().filter(|(_, at)| at.is_some()).count();
+            eprintln!(
+                "  resurrection: {back}/{} running again after {:.0} s",
+                dead.len(),
+                start.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+    }
+    let ready = start.elapsed().as_secs_f64();
+    // Writes that land just after count too.
+    let grace = Instant::now() + Duration::from_secs(3);
+    while let Ok(Some(change)) = tokio::time::timeout_at(grace.into(), rx.recv()).await {
+        tally.see(change, start.elapsed().as_secs_f64());
+    }
+    watches.iter().for_each(tokio::task::JoinHandle::abort);
+    let requests = scrape(admin).await.since(&before);
+    let watches: f64 = (requests.0.iter())
+        .filter(|((verb, _), _)| verb == "WATCH")
+        .map(|(_, v)| v)
+        .sum();
+    if !tally.healthy_names.is_empty() {
+        eprintln!(
+            "  resurrection: healthy objects written: {:?}",
+            tally.healthy_names
+        );
+    }
+    eprintln!("  resurrection: events {:?}", tally.events);
+    Resurrected {
+        killed: dead.len(),
+        deployments: tally.ready.len(),
+        bound,
+        running: (tally.killed.values())
+            .filter_map(|(_, at)| *at)
+            .fold(0.0, f64::max),
+        ready,
+        requests: requests.total() - watches - scrape_cost,
+        writes: requests.writes(),
+        healthy_instance_writes: tally.healthy_instances,
+        healthy_deployment_writes: tally.healthy_deployments,
+        healthy_events: tally.healthy_events,
+        top_writes: requests.top(12, true),
+    }
+}
+
 /// Runs one size, N deployments × M instances, in this process.
 async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
     let wall = Instant::now();
@@ -613,7 +1065,7 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         let (reference, _) = base_engine(settings, &dir.path().join("reference"));
         engine_alone(&reference, Arc::new(release), stemcell, m, settings).await
     };
-    let (engine, _agents) = base_engine(settings, dir.path());
+    let (engine, heartbeats) = base_engine(settings, dir.path());
     eprintln!(
         "  engine alone, 1 × {m}: fresh {engine_fresh:.1} s, update {engine_update:.1} s, \
          {engine_writes_per_instance:.1} store writes per instance updated"
@@ -666,6 +1118,12 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         settings.max_deploys,
     );
     deployments.process = Some(Process::new("bench"));
+    // As `kubosh controller --agent-timeout` sets it: a repair is asked one health check
+    // after the instance is seen down.
+    deployments.resurrection = Arc::new(
+        Resurrection::new(true, MeltdownPolicy::default())
+            .with_settle(check_every(settings.agent_timeout)),
+    );
     let cancel = deployments.cancel.clone();
     let tasks = deployments.tasks.clone();
     let artifacts = ArtifactContext {
@@ -684,11 +1142,7 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
     let scope = Scope {
         namespace: settings.one_namespace.then(|| ONE_NAMESPACE.into()),
     };
-    let health = engine
-        .config
-        .health
-        .clone()
-        .map(|h| HealthWatch::new(h, AGENT_TIMEOUT));
+    let health = Some(HealthWatch::new(heartbeats.clone(), settings.agent_timeout));
     let controller = tokio::spawn(run(deployments, artifacts, scope, health, stop));
 
     // The inputs in every namespace, Ready before any deployment is applied.
@@ -812,7 +1266,26 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         .top(8, false)
     );
 
-    // (3) Peak RSS, then stop the controller.
+    // (5) 1 % of the agents die at once: the resurrector recreates their VMs.
+    let resurrected = resurrection(&admin, &heartbeats, settings, scrape_cost).await;
+    eprintln!(
+        "  resurrection of {} instance(s) in {} deployment(s): running {:.1} s, ready {:.1} s \
+         (bound {:.1} s); {:.0} requests, {:.0} writes: {}; writes of healthy instances {}, \
+         deployments {}, Events about them {}",
+        resurrected.killed,
+        resurrected.deployments,
+        resurrected.running,
+        resurrected.ready,
+        resurrected.bound,
+        resurrected.requests,
+        resurrected.writes,
+        resurrected.top_writes,
+        resurrected.healthy_instance_writes,
+        resurrected.healthy_deployment_writes,
+        resurrected.healthy_events,
+    );
+
+    // (3) Peak RSS (the resurrection included), then stop the controller.
     let peak_rss_mib = peak_rss_mib();
     let _ = stop_tx.send(());
     cancel.cancel();
@@ -843,6 +1316,7 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         // The controller's: without the bench's applies, lists and the closing scrape.
         fresh_requests: fresh_requests.total() - n as f64 - fresh_lists - scrape_cost,
         update_requests: update_requests.total() - n as f64 - update_lists - scrape_cost,
+        resurrection: resurrected,
     }
 }
 
@@ -1102,4 +1576,72 @@ fn main() {
             r.update / floor(r.update_requests).max(f64::MIN_POSITIVE),
         );
     }
+    print_resurrections(&rows, &settings);
+}
+
+/// The resurrection phase's table.
+fn print_resurrections(rows: &[Row], settings: &Settings) {
+    println!(
+        "\nresurrection: 1 % of the instances (at least one) lose their agent at once; agent \
+         timeout {:.0} s, health check every {:.0} s",
+        settings.agent_timeout.as_secs_f64(),
+        check_every(settings.agent_timeout).as_secs_f64(),
+    );
+    println!(
+        "{:>9} | {:>4} {:>5} | {:>6} | {:>7} {:>6} | {:>7} {:>6} | {:>6} {:>6} | {:>7} {:>7} {:>7} | {:>6} {:>6} {:>7}",
+        "N × M",
+        "dead",
+        "depl",
+        "bound",
+        "running",
+        "÷bound",
+        "ready",
+        "÷bound",
+        "writes",
+        "/dead",
+        "healthy",
+        "depl",
+        "events",
+        "reqs",
+        "floor",
+        "÷budget",
+    );
+    for r in rows {
+        let x = &r.resurrection;
+        let bound = x.bound.max(f64::MIN_POSITIVE);
+        let floor = x.requests / settings.budget.qps.max(f64::MIN_POSITIVE);
+        let detection =
+            (settings.agent_timeout + check_every(settings.agent_timeout)).as_secs_f64();
+        println!(
+            "{:>9} | {:>4} {:>5} | {:>5.1}s | {:>6.1}s {:>6.2} | {:>6.1}s {:>6.2} | {:>6.0} {:>6.1} | {:>7} {:>7} {:>7} | {:>6.0} {:>5.1}s {:>7.2}",
+            format!("{} × {}", r.deployments, r.instances),
+            x.killed,
+            x.deployments,
+            x.bound,
+            x.running,
+            x.running / bound,
+            x.ready,
+            x.ready / bound,
+            x.writes,
+            x.writes / x.killed.max(1) as f64,
+            x.healthy_instance_writes,
+            x.healthy_deployment_writes,
+            x.healthy_events,
+            x.requests,
+            floor,
+            x.running / (detection + floor),
+        );
+    }
+    println!(
+        "\nbound: agent timeout + one health check (the resurrector's settle) + the deploys of \
+         the deployments that lost instances, max_deploys at once, each the rollout of its dead \
+         instances (each a recreate: delete_vm, create_vm, set_vm_metadata, ping, its disk's \
+         detach/attach/mount, update_settings, apply, pre-start, start, watch, post-start) and \
+         post-deploy; running: until every killed instance is Running on a new VM; ready: and \
+         its deployment Ready for its generation; writes: apiserver writes during the phase \
+         (/dead: per killed instance); healthy: writes to Instances not killed, to Deployments \
+         that lost none, and Events about either (target 0); reqs: the controller's requests \
+         during the phase, floor: ÷ qps; ÷budget: running ÷ (agent timeout + one check + \
+         floor), what the request budget allows once the silence is proven."
+    );
 }

@@ -33,6 +33,8 @@
 //! `BENCH_CREATE_VM_CONCURRENCY` its `create_vm_concurrency` (32) and `BENCH_SIZES` the sizes
 //! (`10,100,1000,10000`).
 
+#[path = "common/bound.rs"]
+mod bound;
 #[path = "common/knobs.rs"]
 mod knobs;
 
@@ -40,16 +42,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bound::{Calls, rollout_bound};
 use knobs::{apply_latencies, env_number, latencies_from_env};
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
-use kubosh_core::manifest::Update;
-use kubosh_core::plan::bound::{
-    StageTerms, compile_lower_bound, phase_lower_bound, rollout_lower_bound,
-};
+use kubosh_core::plan::bound::{StageTerms, compile_lower_bound, phase_lower_bound};
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
-use kubosh_core::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
+use kubosh_core::plan::rollout::InstanceInput;
 use kubosh_engine::state::{DeploymentState, MemoryStore};
 use kubosh_engine::{DeployRequest, Engine, EngineConfig, NoEvents, StemcellSource};
 use kubosh_sim::{LiteralRenderer, SimAgents, SimCloud, SimConfig};
@@ -83,8 +83,8 @@ const GROUPS: [(&str, usize, &[&str], u64); 3] = [
 /// Latencies in milliseconds by method, the watch time's minimum, and the engine's knobs
 /// that shape the deploy's duration.
 struct Timing {
-    latencies: BTreeMap<String, u64>,
-    watch_min_ms: u64,
+    /// The simulated calls' latencies and the watch time's minimum.
+    calls: Calls,
     /// `get_task` polling (`ClientOptions::poll_interval`, the Director's 1 s).
     poll_ms: u64,
     /// `EngineConfig::create_vm_concurrency`.
@@ -99,8 +99,10 @@ impl Timing {
                 .map(|(m, s)| (m.to_string(), s * 1000)),
         );
         Timing {
-            latencies,
-            watch_min_ms: env_number("BENCH_WATCH_MIN_MS", 1000),
+            calls: Calls {
+                latencies,
+                watch_min_ms: env_number("BENCH_WATCH_MIN_MS", 1000),
+            },
             poll_ms: env_number("BENCH_POLL_MS", 1000),
             create_vm_concurrency: env_number(
                 "BENCH_CREATE_VM_CONCURRENCY",
@@ -109,38 +111,15 @@ impl Timing {
         }
     }
 
-    fn ms(&self, method: &str) -> u64 {
-        self.latencies.get(method).copied().unwrap_or(0)
-    }
-
-    /// The sum of the latencies of `calls`.
-    fn sum(&self, calls: &[&str]) -> u64 {
-        calls.iter().map(|m| self.ms(m)).sum()
-    }
-
     fn apply_to(&self, cloud: &SimCloud, agents: &SimAgents) {
-        apply_latencies(&self.latencies, cloud, agents);
-    }
-
-    /// A VM of "Creating missing vms": `create_vm`, `set_vm_metadata`, the agent's `ping`.
-    fn missing_vm(&self) -> u64 {
-        self.sum(&["create_vm", "set_vm_metadata", "ping"])
-    }
-
-    /// "Running post-deploy": `run_script post-deploy` on every instance, at the engine's
-    /// `get_state_concurrency` (as many agents as it asks at once).
-    fn post_deploy(&self, instances: usize) -> u64 {
-        phase_lower_bound(
-            &vec![self.sum(&["run_script"]); instances],
-            EngineConfig::default().get_state_concurrency,
-        )
+        apply_latencies(&self.calls.latencies, cloud, agents);
     }
 
     /// The first update of an instance whose VM was just made: its disk (when it has one)
     /// created, attached and mounted, then apply, pre-start, start, watch, post-start.
     fn first_update(&self, disk: bool) -> u64 {
         let disk_calls = if disk {
-            self.sum(&[
+            self.calls.sum(&[
                 "create_disk",
                 "attach_disk",
                 "add_persistent_disk",
@@ -149,39 +128,15 @@ impl Timing {
         } else {
             0
         };
-        self.sum(&["prepare"]) + disk_calls + self.start_and_watch()
+        self.calls.sum(&["prepare"]) + disk_calls + self.calls.start_and_watch()
     }
 
     /// An update in place (configuration): prepare, pre-stop, drain, stop, post-stop, then
     /// as a first update without the disk.
     fn update_in_place(&self) -> u64 {
-        self.sum(&["prepare", "run_script", "drain", "stop", "run_script"]) + self.start_and_watch()
-    }
-
-    /// A silent agent's instance given a new VM on its disk (the resurrector, `--fix`): the
-    /// cloud detaches the disk (the agent is not asked) and deletes the VM, a new VM is made
-    /// and the disk attached and mounted, the agent's settings, then as a first update.
-    fn recreate(&self, disk: bool) -> u64 {
-        let disk_calls = if disk {
-            self.sum(&[
-                "detach_disk",
-                "attach_disk",
-                "add_persistent_disk",
-                "mount_disk",
-            ])
-        } else {
-            0
-        };
-        self.sum(&["delete_vm"])
-            + self.missing_vm()
-            + disk_calls
-            + self.sum(&["update_settings"])
-            + self.start_and_watch()
-    }
-
-    /// apply, pre-start, start, the watch's minimum, post-start.
-    fn start_and_watch(&self) -> u64 {
-        self.sum(&["apply", "run_script", "start", "get_state", "run_script"]) + self.watch_min_ms
+        self.calls
+            .sum(&["prepare", "run_script", "drain", "stop", "run_script"])
+            + self.calls.start_and_watch()
     }
 }
 
@@ -328,52 +283,26 @@ impl World {
     }
 }
 
-/// The rollout the engine plans for `state`'s instances (`changed` says which, by uuid), with
-/// each instance's duration, as the bound needs it.
-fn rollout_bound(
-    manifest: &Value,
+/// `state`'s instances as the rollout takes them (`changed` says which, by uuid).
+fn rollout_instances(
     state: &DeploymentState,
-    (initial_deploy, changed): (bool, &dyn Fn(&str) -> bool),
-    duration: impl Fn(&str) -> u64,
-    stages: StageTerms,
-) -> u64 {
-    let base: Update =
-        serde_json::from_value(manifest["update"].clone()).expect("the deployment's update");
-    let groups: Vec<GroupInput<String>> = manifest["instance_groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .map(|g| {
-            let name = g["name"].as_str().unwrap_or_default().to_string();
-            let own: Update = serde_json::from_value(g.get("update").cloned().unwrap_or(json!({})))
-                .expect("the group's update");
-            GroupInput {
-                update: own.overlaid_on(&base),
-                initial_deploy,
-                instances: state
-                    .instances
-                    .values()
-                    .filter(|i| i.group == name)
-                    .map(|i| InstanceInput {
-                        key: i.group.clone(),
-                        az: i.az.clone(),
-                        bootstrap: i.bootstrap,
-                        sort_key: i.name(),
-                        changed: changed(&i.uuid),
-                    })
-                    .collect(),
-                name,
-            }
+    changed: &dyn Fn(&str) -> bool,
+) -> Vec<InstanceInput<String>> {
+    (state.instances.values())
+        .map(|i| InstanceInput {
+            key: i.group.clone(),
+            az: i.az.clone(),
+            bootstrap: i.bootstrap,
+            sort_key: i.name(),
+            changed: changed(&i.uuid),
         })
-        .collect();
-    let rollout = plan_rollout(groups, RolloutOptions::default());
-    rollout_lower_bound(&rollout, |group: &String| duration(group), stages)
+        .collect()
 }
 
 /// Compilation's stage term: a worker's VM, then the packages' graph on `workers`.
 fn compile_term(release: &Release, timing: &Timing, workers: usize) -> u64 {
     let names: Vec<&str> = release.packages.iter().map(|p| p.name.as_str()).collect();
-    let durations = vec![timing.ms("compile_package"); names.len()];
+    let durations = vec![timing.calls.ms("compile_package"); names.len()];
     let depends_on: Vec<Vec<usize>> = release
         .packages
         .iter()
@@ -384,7 +313,7 @@ fn compile_term(release: &Release, timing: &Timing, workers: usize) -> u64 {
                 .collect()
         })
         .collect();
-    timing.missing_vm()
+    timing.calls.missing_vm()
         + compile_lower_bound(&durations, &depends_on, workers).expect("a sound package graph")
 }
 
@@ -450,7 +379,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             .collect();
 
         // A fresh deploy.
-        let fresh_manifest = manifest(total, "Hello", timing.watch_min_ms);
+        let fresh_manifest = manifest(total, "Hello", timing.calls.watch_min_ms);
         let request = world.request(fresh_manifest.clone());
         let (virtual_secs, real_secs, report) = measure(&world.engine, &request).await;
         assert_eq!(report.updated.len(), total, "every instance is created");
@@ -459,15 +388,15 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             prepare: 0,
             compile: compile_term(release, timing, 2),
             missing_vms: phase_lower_bound(
-                &vec![timing.missing_vm(); total],
+                &vec![timing.calls.missing_vm(); total],
                 timing.create_vm_concurrency,
             ),
-            post_deploy: timing.post_deploy(total),
+            post_deploy: timing.calls.post_deploy(total),
         };
         let bound = rollout_bound(
             &fresh_manifest,
-            &state,
-            (true, &|_| true),
+            true,
+            &rollout_instances(&state, &|_| true),
             |group| timing.first_update(disk_of.get(group).copied().unwrap_or(false)),
             stages,
         );
@@ -479,7 +408,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         };
 
         // A property of every group changes: each instance is updated in place.
-        let changed_manifest = manifest(total, "Howdy", timing.watch_min_ms);
+        let changed_manifest = manifest(total, "Howdy", timing.calls.watch_min_ms);
         let changed = world.request(changed_manifest.clone());
         let plan_start = std::time::Instant::now();
         let plan = world.engine.prepare(&changed).await.expect("plan").report();
@@ -489,11 +418,11 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
         assert_eq!(report.updated.len(), total, "every instance is updated");
         let bound = rollout_bound(
             &changed_manifest,
-            &world.store.snapshot(),
-            (false, &|_| true),
+            false,
+            &rollout_instances(&world.store.snapshot(), &|_| true),
             |_| timing.update_in_place(),
             StageTerms {
-                post_deploy: timing.post_deploy(total),
+                post_deploy: timing.calls.post_deploy(total),
                 ..StageTerms::default()
             },
         );
@@ -587,11 +516,15 @@ async fn resurrect(
     let bound = DETECTION.0
         + rollout_bound(
             manifest,
-            &state,
-            (false, &|uuid| dead.contains(uuid)),
-            |group| timing.recreate(disk_of.get(group).copied().unwrap_or(false)),
+            false,
+            &rollout_instances(&state, &|uuid| dead.contains(uuid)),
+            |group| {
+                timing
+                    .calls
+                    .recreate(disk_of.get(group).copied().unwrap_or(false))
+            },
             StageTerms {
-                post_deploy: timing.post_deploy(state.instances.len()),
+                post_deploy: timing.calls.post_deploy(state.instances.len()),
                 ..StageTerms::default()
             },
         );
@@ -614,16 +547,14 @@ fn main() {
         })
         .unwrap_or_else(|| SIZES.to_vec());
     let release = Arc::new(kubosh_devenv::example_release().expect("the example release builds"));
-    let latencies: Vec<String> = timing
-        .latencies
-        .iter()
+    let latencies: Vec<String> = (timing.calls.latencies.iter())
         .map(|(m, ms)| format!("{m} {}s", *ms as f64 / 1000.0))
         .collect();
     println!(
         "latencies: {}; watch min {} s; get_task every {} s; {} VMs created at once; \
          canaries 1, max_in_flight 10%",
         latencies.join(", "),
-        timing.watch_min_ms as f64 / 1000.0,
+        timing.calls.watch_min_ms as f64 / 1000.0,
         timing.poll_ms as f64 / 1000.0,
         timing.create_vm_concurrency,
     );

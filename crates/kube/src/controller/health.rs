@@ -120,7 +120,7 @@ fn transition(
 /// timeout, at most 5 s, so a silent agent is noticed (and resurrected) at most that long
 /// after the timeout. A check reads the watch's cache and writes only what changed: its cost
 /// is CPU, not API requests.
-pub(crate) fn check_every(agent_timeout: Duration) -> Duration {
+pub fn check_every(agent_timeout: Duration) -> Duration {
     (agent_timeout / 12).clamp(Duration::from_secs(1), Duration::from_secs(5))
 }
 
