@@ -1320,9 +1320,12 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
 
 /// Whatever a deployment lacks is said at once, in one status, and nothing is called: the
 /// cloud config, a Secret of `varsFrom`, the release and the stemcell; then a Release whose
-/// tarball is not one is named with the reason it is not Ready.
+/// tarball is not one is named with the reason it is not Ready. Then links across
+/// deployments: a consumer of a deployment that does not exist stalls saying so, deploys by
+/// itself once its provider does, with the provider's addresses, and follows it when it
+/// scales out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_and_broken_inputs_are_one_status_listing_them_all_with_no_cloud_call() {
+async fn missing_inputs_are_one_status_with_no_cloud_call_and_links_follow_their_provider() {
     let cp = control_plane().await;
     let w = World::new(24);
     let ns = "ctrl-inputs";
@@ -1375,6 +1378,97 @@ async fn missing_and_broken_inputs_are_one_status_listing_them_all_with_no_cloud
         "{message}"
     );
     assert_eq!(w.calls(), 0, "nothing was asked of the cloud");
+
+    links_follow_their_provider(&client, ns, &w).await;
+}
+
+/// A one-instance `hello` deployment `name` consuming its peers from deployment `provider`'s
+/// shared `web_greeter`.
+fn consumer_of(w: &World, name: &str, provider: &str) -> Value {
+    let mut manifest = hello_deployment(w.port, "Hi");
+    manifest["instance_groups"][0]["name"] = json!("front");
+    manifest["instance_groups"][0]["instances"] = json!(1);
+    let job = &mut manifest["instance_groups"][0]["jobs"][0];
+    job["consumes"] = json!({"peers": {"from": "web_greeter", "deployment": provider}});
+    job.as_object_mut().unwrap().remove("provides");
+    deployment_object(name, manifest)
+}
+
+/// The addresses in the `peers.txt` of deployment `name`'s only instance.
+async fn peers_of(client: &kube::Client, ns: &str, w: &World, name: &str) -> Vec<String> {
+    let state = stored_state(client, ns, name).await;
+    let instance = state.instances.values().next().expect("one instance");
+    let vm = &instance.vm.as_ref().expect("a VM").cid;
+    let file = w.vm_root(vm).join("jobs/hello/config/peers.txt");
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let mut peers: Vec<String> = (text.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(':').next().map(String::from))
+        .collect();
+    peers.sort();
+    peers
+}
+
+/// The IPs of deployment `name`'s instances, sorted.
+async fn ips_of(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
+    let state = stored_state(client, ns, name).await;
+    let mut ips: Vec<String> = (state.instances.values())
+        .map(|i| i.ips["default"].ip.clone())
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// The links scenario of [`missing_inputs_are_one_status_with_no_cloud_call_and_links_follow_their_provider`]
+/// (its inputs fixed first).
+async fn links_follow_their_provider(client: &kube::Client, ns: &str, w: &World) {
+    apply_inputs(client, ns, w).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    apply(client, ns, consumer_of(w, "app", "greeters")).await;
+    assert_stalls(
+        &deployments,
+        "app",
+        w,
+        "DeployFailed",
+        "instance_groups[0].jobs[0].consumes.peers.deployment: Link 'web_greeter' in job 'hello' \
+         from instance group 'front' consumes from deployment 'greeters', but the deployment \
+         does not exist.",
+    )
+    .await;
+
+    // The provider appears: the consumer deploys by itself, with the provider's addresses.
+    let mut provider = hello_deployment(w.port, "Hello");
+    provider["instance_groups"][0]["instances"] = json!(1);
+    provider["instance_groups"][0]["jobs"][0]["provides"]["greeter"]["shared"] = json!(true);
+    let mut greeters = deployment_object("greeters", provider);
+    let generation = apply_deployment(client, ns, &greeters).await;
+    ready_at(&deployments, "greeters", w, generation).await;
+    ready_at(&deployments, "app", w, 1).await;
+    let provided = ips_of(client, ns, "greeters").await;
+    assert_eq!(provided.len(), 1);
+    assert_eq!(peers_of(client, ns, w, "app").await, provided);
+
+    // It scales out: the consumer, untouched, is redeployed with the new address.
+    greeters["spec"]["manifest"]["instance_groups"][0]["instances"] = json!(2);
+    let generation = apply_deployment(client, ns, &greeters).await;
+    ready_at(&deployments, "greeters", w, generation).await;
+    let provided = ips_of(client, ns, "greeters").await;
+    assert_eq!(provided.len(), 2);
+    let start = Instant::now();
+    while peers_of(client, ns, w, "app").await != provided {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "app's peers are {:?}, greeters are at {provided:?}",
+            peers_of(client, ns, w, "app").await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let app = ready_at(&deployments, "app", w, 1).await;
+    assert_eq!(
+        app.metadata.generation,
+        Some(1),
+        "the consumer was not touched"
+    );
 }
 
 /// `/healthz` answers as soon as the process serves; `/readyz` says no until leadership is

@@ -15,7 +15,7 @@ use kubosh_base::pki::{Ca, Leaf};
 use kubosh_cloud::{CpiCommand, ExternalCpi};
 use kubosh_engine::agent_access::{AgentAccess, NatsAuthorizationFile};
 use kubosh_engine::lock::{FileLocks, Lock};
-use kubosh_engine::state::{DirDnsRegistry, DirIpRegistry, DirStore};
+use kubosh_engine::state::{DirDnsRegistry, DirIpRegistry, DirLinkRegistry, DirStore};
 use kubosh_engine::vm::mbus_cert_env;
 use kubosh_engine::{AgentEnv, Engine, EngineConfig, EventSink};
 use kubosh_transport::agent::health::{HealthError, HeartbeatMonitor, hm_identity};
@@ -115,6 +115,12 @@ impl DirectorConfig {
             locks.clone(),
             EngineConfig::default().lock_wait,
         );
+        // ... and the link providers they share with each other.
+        let link_registry = DirLinkRegistry::new(
+            self.state_dir.join("links.json"),
+            locks.clone(),
+            EngineConfig::default().lock_wait,
+        );
         Ok(Engine {
             cloud: Arc::new(match observer {
                 Some(observer) => ExternalCpi::new(cpi, DIRECTOR_UUID).with_observer(observer),
@@ -138,6 +144,7 @@ impl DirectorConfig {
                 )),
                 dns_registry: Some(Arc::new(dns_registry)),
                 ip_registry: Some(Arc::new(ip_registry)),
+                link_registry: Some(Arc::new(link_registry)),
                 snapshots_enabled: self.disks.snapshots_enabled,
                 enable_cpi_resize_disk: self.disks.enable_cpi_resize_disk,
                 enable_cpi_update_disk: self.disks.enable_cpi_update_disk,

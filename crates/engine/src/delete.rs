@@ -1,5 +1,5 @@
 //! `bosh delete-deployment`: its DNS entries withdrawn from every other deployment's agents
-//! first, then every instance stopped (pre-stop, drain, stop) and its VM deleted, its disks
+//! and its shared link providers from the link registry first, then every instance stopped (pre-stop, drain, stop) and its VM deleted, its disks
 //! orphaned and then deleted or kept, its addresses released. Resumable: a run killed half
 //! way leaves recorded intents and records the next run settles.
 
@@ -70,6 +70,7 @@ impl Engine {
         let mut state = self.store.load().await?;
         self.recover(&mut state, self.config.recovery_wait).await?;
         let mut report = DeleteReport::default();
+        self.publish_links(name, None).await?;
         // Out of every agent's records before any of its VMs goes.
         if state.meta.dns_records.is_some() {
             let (version, _) = self

@@ -61,7 +61,8 @@ impl Engine {
         self.admit_agents(&recorded).await?;
         self.recover(&mut state, self.config.recovery_wait).await?;
 
-        let inputs = self.inputs_digest(request);
+        let links = self.consumed_links(request).await?;
+        let inputs = self.inputs_digest(request, &links);
         let settled = state.meta.deployed_inputs.as_deref() == Some(inputs.as_str())
             && !request.requests.asks_for_changes()
             && request.action.is_none()
@@ -75,7 +76,7 @@ impl Engine {
             return Ok(DeployReport::nothing_to_do());
         }
 
-        let mut resolved = self.resolve(request).await?;
+        let mut resolved = self.resolve(request, links).await?;
         let deployment = request.name();
         // Everything is planned before anything changes; only then are the addresses claimed
         // among the director's deployments. One claimed elsewhere meanwhile means planning

@@ -96,6 +96,9 @@ pub struct EngineConfig {
     /// Where all deployments share their IP reservations; without one, the deployment
     /// assumes its networks are its own.
     pub ip_registry: Option<Arc<dyn crate::state::IpRegistry>>,
+    /// Where all deployments share their `shared: true` link providers; without one, a
+    /// link consumed from another deployment finds no such deployment.
+    pub link_registry: Option<Arc<dyn crate::state::LinkRegistry>>,
     /// The director's trusted CA certificates (PEM bundle; empty for none), sent to every
     /// new VM's agent in `update_settings`.
     pub trusted_certs: String,
@@ -130,6 +133,7 @@ impl Default for EngineConfig {
             health_window: Duration::from_secs(60),
             dns_registry: None,
             ip_registry: None,
+            link_registry: None,
             trusted_certs: String::new(),
             snapshots_enabled: false,
             enable_cpi_resize_disk: false,

@@ -18,6 +18,13 @@ use kubosh_core::links::{
     Resolution, Target,
 };
 use kubosh_core::manifest::{DeploymentManifest, JobRef};
+use kubosh_core::state::LinkTable;
+
+/// The content of every provider of a deployment, by `(group, job, link name)`.
+pub type ProviderContents = BTreeMap<(String, String, String), ProviderContent>;
+
+/// Template units, each with its instance's position.
+pub type Units = Vec<(usize, RenderUnit)>;
 
 /// Rendering cannot be prepared.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -68,6 +75,8 @@ pub struct TemplateContext<'a> {
     pub releases: &'a BTreeMap<String, Arc<Release>>,
     /// Link bindings of the manifest.
     pub links: &'a Resolution,
+    /// What the deployments it consumes links from share.
+    pub shared: &'a LinkTable,
     /// How addresses are formed.
     pub dns: &'a DnsSettings,
 }
@@ -87,11 +96,11 @@ pub(crate) fn group_jobs(manifest: &DeploymentManifest, group: &str) -> Vec<JobR
 }
 
 /// Template units for `instances`: for each instance its units in job order, with the
-/// instance's position in `instances`.
+/// instance's position in `instances`; and the content of the deployment's providers.
 pub fn units(
     ctx: &TemplateContext<'_>,
     instances: &[InstanceView],
-) -> Result<Vec<(usize, RenderUnit)>, Vec<TemplateError>> {
+) -> Result<(Units, ProviderContents), Vec<TemplateError>> {
     let deployment = ctx.manifest.name.clone().unwrap_or_default();
     let mut jobs: BTreeMap<(String, String), Arc<JobTemplates>> = BTreeMap::new();
     let mut bound: BTreeMap<(String, String, String), serde_json::Map<String, Value>> =
@@ -172,7 +181,7 @@ pub fn units(
         }
     }
     if errors.is_empty() {
-        Ok(out)
+        Ok((out, providers))
     } else {
         Err(errors)
     }
@@ -249,7 +258,7 @@ fn provider_contents(
     ctx: &TemplateContext<'_>,
     instances: &[InstanceView],
     bound: &BTreeMap<(String, String, String), serde_json::Map<String, Value>>,
-) -> Result<BTreeMap<(String, String, String), ProviderContent>, TemplateError> {
+) -> Result<ProviderContents, TemplateError> {
     let features = ProviderFeatures::of(ctx.manifest);
     let mut out = BTreeMap::new();
     for provider in &ctx.links.providers {
@@ -322,8 +331,9 @@ fn consumed_links(
     ctx: &TemplateContext<'_>,
     group: &str,
     job: &str,
-    providers: &BTreeMap<(String, String, String), ProviderContent>,
+    providers: &ProviderContents,
 ) -> Result<IndexMap<String, LinkSpec>, TemplateError> {
+    let deployment = ctx.manifest.name.as_deref().unwrap_or_default();
     let mut out = IndexMap::new();
     for binding in ctx
         .links
@@ -332,6 +342,8 @@ fn consumed_links(
         .filter(|b| b.consumer.instance_group == group && b.consumer.job == job)
     {
         let provider = match &binding.target {
+            // Another deployment's, as it shared it.
+            Target::Provider(p) if p.deployment != deployment => ctx.shared.content(p),
             Target::Provider(p) => {
                 providers.get(&(p.instance_group.clone(), p.job.clone(), p.name.clone()))
             }

@@ -1,16 +1,20 @@
-//! The IP and DNS registries the deployments of one namespace share ([`IpRegistry`],
-//! [`DnsRegistry`]), kept in the apiserver so every replica, on any node, sees the same
-//! reservations and records. A namespace is one director: its deployments share a cloud
+//! The IP, DNS and link registries the deployments of one namespace share ([`IpRegistry`],
+//! [`DnsRegistry`], [`LinkRegistry`]), kept in the apiserver so every replica, on any node,
+//! sees the same reservations, records and shared link providers. A namespace is one director: its deployments share a cloud
 //! config, stemcells, compiled packages, addresses and one DNS dataset.
 //!
 //! Each deployment's share is one `ConfigMap` in the namespace (labelled
-//! `kubosh.io/registry: ips` or `dns`, named after the deployment), so a registry grows by
-//! deployment rather than hitting one object's size limit. Every claim and publish holds a
+//! `kubosh.io/registry: ips`, `dns` or `links`, named after the deployment, the deployment's
+//! name in the annotation of the same key), so a registry grows by deployment rather than
+//! hitting one object's size limit. Every claim and publish holds a
 //! Lease lock (`lock:ips`, `lock:dns`) while it reads the other shares and writes its own,
 //! so two deploys never both take one address. DNS versions increase across all the
 //! namespace's deployments: the newest is kept in the `kubosh-dns-version` ConfigMap.
+//! A deployment's shared link providers are written only by its own deploys (under its
+//! deployment lock), and only when they changed: the controller watches these ConfigMaps to
+//! redeploy the deployments that consume from it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,11 +29,15 @@ use crate::lock::{Holder, Lock};
 use crate::state::FIELD_MANAGER;
 use kubosh_core::plan::ip::Reservation;
 use kubosh_engine::state::{
-    DnsDataset, DnsInstance, DnsRegistry, IpRegistry, IpTable, StoreError, StoreFuture,
+    DnsDataset, DnsInstance, DnsRegistry, IpRegistry, IpTable, LinkRegistry, LinkTable, SharedLink,
+    StoreError, StoreFuture,
 };
 
-/// The label naming which registry a ConfigMap belongs to.
+/// The label naming which registry a ConfigMap belongs to (its annotation of the same key
+/// names the deployment whose share it holds).
 pub const REGISTRY_LABEL: &str = "kubosh.io/registry";
+/// The registry of shared link providers (the value of [`REGISTRY_LABEL`]).
+pub const LINKS: &str = "links";
 /// The key of a share's JSON document.
 const DATA_KEY: &str = "share.json";
 /// The ConfigMap holding the newest DNS version.
@@ -79,6 +87,11 @@ impl KubeRegistries {
     pub fn dns_registry(&self) -> Arc<dyn DnsRegistry> {
         Arc::new(KubeDnsRegistry(self.shares("dns")))
     }
+
+    /// The namespace's registry of shared link providers.
+    pub fn link_registry(&self) -> Arc<dyn LinkRegistry> {
+        Arc::new(KubeLinkRegistry(self.shares(LINKS)))
+    }
 }
 
 /// One registry's shares.
@@ -125,6 +138,24 @@ impl Shares {
             out.insert(key, share);
         }
         Ok(out)
+    }
+
+    /// The share of `deployment` as last written, if there is one.
+    async fn read_one<T: DeserializeOwned>(
+        &self,
+        deployment: &str,
+    ) -> Result<Option<T>, StoreError> {
+        let name = self.object_name(deployment);
+        let map =
+            (self.api.get_opt(&name).await).map_err(|e| io(format!("ConfigMap {name}"), e))?;
+        let Some(text) = map.and_then(|m| m.data?.remove(DATA_KEY)) else {
+            return Ok(None);
+        };
+        let share = serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+            record: format!("ConfigMap {name}"),
+            reason: e.to_string(),
+        })?;
+        Ok(Some(share))
     }
 
     /// Writes the share of `deployment`, or removes it (`None`).
@@ -268,6 +299,37 @@ impl DnsRegistry for KubeDnsRegistry {
                     Ok(dataset)
                 })
                 .await
+        })
+    }
+}
+
+/// [`LinkRegistry`] in ConfigMaps (see the module documentation): one read per deployment
+/// consumed from, and a publish that writes only a changed share.
+struct KubeLinkRegistry(Shares);
+
+impl LinkRegistry for KubeLinkRegistry {
+    fn shared<'a>(&'a self, names: &'a BTreeSet<String>) -> StoreFuture<'a, LinkTable> {
+        Box::pin(async move {
+            let mut table = LinkTable::default();
+            for name in names {
+                if let Some(links) = self.0.read_one::<Vec<SharedLink>>(name).await? {
+                    table.publish(name, Some(links));
+                }
+            }
+            Ok(table)
+        })
+    }
+
+    fn publish<'a>(
+        &'a self,
+        deployment: &'a str,
+        links: Option<Vec<SharedLink>>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if links.is_some() && self.0.read_one(deployment).await? == links {
+                return Ok(());
+            }
+            self.0.write(deployment, links.as_ref()).await
         })
     }
 }

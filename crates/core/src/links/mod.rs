@@ -15,7 +15,8 @@
 //!    in the template spec (`spec.links`), choosing addresses per `ip_addresses`, `network`
 //!    and the provider's `use_dns_addresses`.
 //!
-//! [`group_address`] is what `link("x").address` returns in a template.
+//! [`group_address`] is what `link("x").address` returns in a template;
+//! [`consumed_deployments`] names the other deployments a manifest consumes from.
 
 mod addons;
 mod content;
@@ -24,6 +25,7 @@ mod model;
 mod parse;
 mod properties;
 mod resolve;
+mod shared;
 
 pub use addons::addon_applies;
 pub use content::{
@@ -36,3 +38,4 @@ pub use model::{
 };
 pub use properties::link_properties;
 pub use resolve::resolve;
+pub use shared::consumed_deployments;

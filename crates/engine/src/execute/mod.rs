@@ -50,6 +50,7 @@ impl Engine {
             addresses,
             link_group_ids,
             compilation,
+            shared_links,
         } = plan;
         let Resolved {
             manifest, groups, ..
@@ -121,6 +122,10 @@ impl Engine {
             self.withdraw_announcements(&started, &mut state).await;
             return Err(e);
         }
+        // Before the inputs are recorded: a deploy that could not publish is not a no-op
+        // next time.
+        self.publish_links(request.name(), Some(shared_links))
+            .await?;
         self.conclude(manifest, &planned, state, inputs, &report)
             .await?;
         Ok(report)
@@ -161,6 +166,19 @@ impl Engine {
                 .any(|p| &p.record.uuid == uuid && !p.record.update_completed)
         });
         self.write(Write::Meta(meta)).await
+    }
+
+    /// Publishes (`None`: withdraws) the deployment's shared link providers, for the
+    /// deployments that consume from it.
+    pub(crate) async fn publish_links(
+        &self,
+        deployment: &str,
+        links: Option<Vec<kubosh_core::state::SharedLink>>,
+    ) -> Result<(), EngineError> {
+        match &self.config.link_registry {
+            Some(registry) => Ok(registry.publish(deployment, links).await?),
+            None => Ok(()),
+        }
     }
 
     /// Step 5: deletes instances no longer wanted, disks orphaned.

@@ -33,6 +33,7 @@ use kubosh_artifacts::release::Release;
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::changes::Observed;
 use kubosh_core::plan::desired::{self, GroupSpec, StemcellInfo};
+use kubosh_core::state::{LinkTable, SharedLink};
 
 /// What a deploy found before planning: the deployment's state and what each agent said.
 pub struct Observation {
@@ -80,6 +81,9 @@ pub struct Resolved<'r> {
     pub(crate) calculated: CalculatedProperties,
     /// Releases by name.
     pub(crate) releases: BTreeMap<String, Arc<Release>>,
+    /// What the deployments this one consumes links from share
+    /// ([`Engine::consumed_links`]).
+    pub(crate) links: LinkTable,
 }
 
 impl Resolved<'_> {
@@ -142,6 +146,8 @@ pub struct DeployPlan<'r> {
     pub(crate) link_group_ids: BTreeMap<String, u64>,
     /// What compilation will do.
     pub(crate) compilation: PlannedCompilation,
+    /// The deployment's `shared` link providers, published once the deploy succeeds.
+    pub(crate) shared_links: Vec<SharedLink>,
 }
 
 impl DeployPlan<'_> {
@@ -182,8 +188,9 @@ impl Engine {
         self.warn_of(request);
         let state = self.store.load().await?;
         let observation = self.observe_deployment(state, request).await?;
-        let resolved = self.resolve(request).await?;
-        let inputs = self.inputs_digest(request);
+        let links = self.consumed_links(request).await?;
+        let inputs = self.inputs_digest(request, &links);
+        let resolved = self.resolve(request, links).await?;
         self.plan_deploy(request, resolved, &observation, inputs)
             .await
     }
@@ -239,10 +246,11 @@ impl Engine {
     }
 
     /// The groups resolved and `vm_resources` turned into cloud properties, before anything
-    /// is made or compared.
+    /// is made or compared; `links` are what the deployments it consumes from share.
     pub(crate) async fn resolve<'r>(
         &self,
         request: &'r DeployRequest,
+        links: LinkTable,
     ) -> Result<Resolved<'r>, EngineError> {
         let (manifest, cloud) = &request.documents.document;
         let infos: Vec<StemcellInfo> = request.stemcells.iter().map(|s| s.info.clone()).collect();
@@ -258,6 +266,7 @@ impl Engine {
             cloud,
             groups,
             calculated,
+            links,
         })
     }
 
@@ -277,6 +286,7 @@ impl Engine {
             cloud,
             groups,
             releases,
+            links,
             ..
         } = &resolved;
         let state = observation.state.clone();
@@ -286,7 +296,7 @@ impl Engine {
             .plan_addresses(manifest, cloud, groups, &mut planned, &state)
             .await?;
         let mut link_group_ids = state.meta.link_group_ids.clone();
-        observation
+        let shared_links = observation
             .preparing
             .task(
                 "Rendering templates",
@@ -294,6 +304,7 @@ impl Engine {
                     manifest,
                     groups,
                     releases,
+                    links,
                     &mut link_group_ids,
                     &mut planned,
                 ),
@@ -318,17 +329,23 @@ impl Engine {
             addresses,
             link_group_ids,
             compilation,
+            shared_links,
         })
     }
 
     /// The digest of what a deploy reads, with what the director adds to every deployment
-    /// (new trusted certificates must reach every VM).
-    pub(crate) fn inputs_digest(&self, request: &DeployRequest) -> String {
+    /// (new trusted certificates must reach every VM) and what the deployments it consumes
+    /// links from share (a provider that scaled out makes its consumers out of date).
+    pub(crate) fn inputs_digest(&self, request: &DeployRequest, links: &LinkTable) -> String {
+        let mut digest = request.inputs_digest();
+        if !links.deployments.is_empty() {
+            digest = kubosh_base::digest::sha256_hex(
+                format!("{digest}\nlinks {}", links.digest()).as_bytes(),
+            );
+        }
         match self.config.trusted_certs.as_str() {
-            "" => request.inputs_digest(),
-            certs => kubosh_base::digest::sha256_hex(
-                format!("{}\n{}", request.inputs_digest(), certs).as_bytes(),
-            ),
+            "" => digest,
+            certs => kubosh_base::digest::sha256_hex(format!("{digest}\n{certs}").as_bytes()),
         }
     }
 

@@ -1,29 +1,48 @@
-//! Rendering while a deploy is planned (§4.1 "Rendering templates"): links resolved, every
-//! planned instance's jobs rendered in one batch, each job's `.bosh/links.json` with its link
-//! groups' ids (new groups get the next free id).
+//! Rendering while a deploy is planned (§4.1 "Rendering templates"): links resolved (those
+//! consumed from other deployments against what they share in the
+//! [`LinkRegistry`](crate::state::LinkRegistry)), every planned instance's jobs rendered in
+//! one batch, each job's `.bosh/links.json` with its link groups' ids (new groups get the
+//! next free id), and the deployment's own `shared` providers kept for publishing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::instances::Planned;
 use crate::templates::{InstanceView, RenderedInstance, TemplateContext};
-use crate::{Engine, EngineError, PlanError};
+use crate::{DeployRequest, Engine, EngineError, PlanError};
 use kubosh_core::manifest::DeploymentManifest;
 use kubosh_core::plan::desired::GroupSpec;
+use kubosh_core::state::{LinkTable, SharedLink};
 
 impl Engine {
-    /// Renders every planned instance's templates (one batch). Link groups without an id
-    /// in `link_group_ids` get the next free one.
+    /// What the deployments `request` consumes links from share (nothing without a
+    /// registry, or when it consumes from no other deployment).
+    pub(crate) async fn consumed_links(
+        &self,
+        request: &DeployRequest,
+    ) -> Result<LinkTable, EngineError> {
+        let names = kubosh_core::links::consumed_deployments(request.manifest());
+        match &self.config.link_registry {
+            Some(registry) if !names.is_empty() => Ok(registry.shared(&names).await?),
+            _ => Ok(LinkTable::default()),
+        }
+    }
+
+    /// Renders every planned instance's templates (one batch), links consumed from other
+    /// deployments taken from `shared`. Link groups without an id in `link_group_ids` get
+    /// the next free one. Returns the deployment's consumable `shared` providers with their
+    /// content.
     pub(crate) async fn render_all(
         &self,
         manifest: &DeploymentManifest,
         groups: &[GroupSpec],
         releases: &BTreeMap<String, Arc<kubosh_artifacts::release::Release>>,
+        shared: &LinkTable,
         link_group_ids: &mut BTreeMap<String, u64>,
         planned: &mut [Planned],
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<SharedLink>, EngineError> {
         let specs = LinkSpecs(releases);
-        let resolution = kubosh_core::links::resolve(manifest, &specs, &[])
+        let resolution = kubosh_core::links::resolve(manifest, &specs, &shared.others())
             .map_err(PlanError::Links)?
             .document;
         for provider in &resolution.providers {
@@ -38,6 +57,7 @@ impl Engine {
             manifest,
             releases,
             links: &resolution,
+            shared,
             dns: &dns,
         };
         let views: Vec<InstanceView> = planned
@@ -56,7 +76,8 @@ impl Engine {
                     .map_or(0, |d| d.size_mib),
             })
             .collect();
-        let units = crate::templates::units(&ctx, &views).map_err(PlanError::Templates)?;
+        let (units, contents) =
+            crate::templates::units(&ctx, &views).map_err(PlanError::Templates)?;
         let (positions, units): (Vec<usize>, Vec<_>) = units.into_iter().unzip();
         let results = self.renderer.render(&units).await;
         let mut jobs: BTreeMap<usize, Vec<kubosh_artifacts::render::RenderedJob>> = BTreeMap::new();
@@ -93,7 +114,18 @@ impl Engine {
             }
             p.rendered = Some(RenderedInstance::new(rendered));
         }
-        Ok(())
+        Ok(resolution
+            .providers
+            .iter()
+            .filter(|p| p.shared && p.consumable)
+            .filter_map(|p| {
+                let key = (p.instance_group.clone(), p.job.clone(), p.name.clone());
+                contents.get(&key).map(|content| SharedLink {
+                    provider: p.clone(),
+                    content: content.clone(),
+                })
+            })
+            .collect())
     }
 }
 

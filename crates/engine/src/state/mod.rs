@@ -11,6 +11,7 @@
 mod dir;
 mod dns;
 mod ips;
+mod links;
 mod memory;
 mod shared_file;
 
@@ -21,6 +22,7 @@ pub use dir::{DirStore, replace_bytes};
 pub use dns::{DNS_LOCK, DirDnsRegistry, DnsRegistry, MemoryDnsRegistry};
 pub use ips::{DirIpRegistry, IP_LOCK, IpRegistry, MemoryIpRegistry};
 pub use kubosh_core::state::*;
+pub use links::{DirLinkRegistry, LINK_LOCK, LinkRegistry, MemoryLinkRegistry};
 pub use memory::MemoryStore;
 
 /// A store operation failed.

@@ -3157,3 +3157,123 @@ async fn cck_finds_each_problem_and_applies_the_chosen_resolutions() {
     );
     sim.assert_no_leak();
 }
+
+/// [`LiteralRenderer`] with each instance's consumed links in every file it renders (as a
+/// template that lists a link's addresses shows them), remembering the links of the last
+/// unit of each deployment it rendered.
+#[derive(Default)]
+struct LinkRenderer {
+    seen: std::sync::Mutex<BTreeMap<String, Value>>,
+}
+
+impl kubosh_engine::TemplateRenderer for LinkRenderer {
+    fn render<'a>(
+        &'a self,
+        units: &'a [kubosh_artifacts::render::RenderUnit],
+    ) -> futures::future::BoxFuture<
+        'a,
+        Vec<Result<kubosh_artifacts::render::RenderedJob, kubosh_artifacts::render::RenderError>>,
+    > {
+        Box::pin(async move {
+            let rendered = LiteralRenderer.render(units).await;
+            let mut seen = self.seen.lock().unwrap();
+            (units.iter().zip(rendered))
+                .map(|(unit, job)| {
+                    let links = serde_json::to_value(&unit.spec.links).unwrap();
+                    seen.insert(unit.spec.deployment.clone(), links.clone());
+                    job.map(|mut job| {
+                        for file in &mut job.files {
+                            file.content.push_str(&format!("{links}\n"));
+                        }
+                        job
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// The addresses of the `peers` link deployment `deployment` was last rendered with.
+fn peer_addresses(renderer: &LinkRenderer, deployment: &str) -> Vec<String> {
+    let seen = renderer.seen.lock().unwrap();
+    let links = &seen[deployment];
+    (links["peers"]["instances"].as_array().unwrap().iter())
+        .map(|i| i["address"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_link_consumed_from_another_deployment_follows_its_provider() {
+    let sim = Sim::new();
+    let renderer = Arc::new(LinkRenderer::default());
+    let mut director = sim.engine.clone();
+    director.renderer = renderer.clone();
+    director.config.ip_registry = Some(Arc::new(MemoryIpRegistry::default()));
+    director.config.link_registry =
+        Some(Arc::new(kubosh_engine::state::MemoryLinkRegistry::default()));
+    let engine_of = |store: &MemoryStore| {
+        let mut engine = director.clone();
+        engine.store = Arc::new(store.clone());
+        engine
+    };
+    let (zk_store, app_store) = (MemoryStore::new(), MemoryStore::new());
+    let (zk, app) = (engine_of(&zk_store), engine_of(&app_store));
+    let provider = |instances: u64| {
+        let mut m = small_deployment("zk", instances, &[]);
+        m["instance_groups"][0]["jobs"][0]["provides"]["greeter"]["shared"] = json!(true);
+        m
+    };
+    let mut consumer = small_deployment("app", 1, &[]);
+    consumer["instance_groups"][0]["name"] = json!("front");
+    consumer["instance_groups"][0]["jobs"][0]["consumes"] =
+        json!({"peers": {"from": "solo_greeter", "deployment": "zk"}});
+
+    // No such deployment yet: the Director's words, with the link's path; nothing made.
+    let error = app
+        .deploy(&sim.request(consumer.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(error.disposition(), Disposition::Stall);
+    assert!(
+        error.to_string().contains(
+            "instance_groups[0].jobs[0].consumes.peers.deployment: Link 'solo_greeter' in job \
+             'hello' from instance group 'front' consumes from deployment 'zk', but the \
+             deployment does not exist."
+        ),
+        "{error}"
+    );
+    assert!(sim.cloud.inventory().vms.is_empty());
+
+    let ips = |report: &DeployReport| -> Vec<String> {
+        report
+            .plan
+            .iter()
+            .map(|p| p.ips["default"].clone())
+            .collect()
+    };
+    let one = sim.deploy_with(&zk, &sim.request(provider(1))).await;
+    sim.deploy_with(&app, &sim.request(consumer.clone())).await;
+    assert_eq!(peer_addresses(&renderer, "app"), ips(&one));
+    let again = sim.deploy_with(&app, &sim.request(consumer.clone())).await;
+    assert!(again.noop, "nothing changed: {:?}", again.plan);
+
+    // The provider scales out: the consumer's next deploy is no no-op, and renders both.
+    let two = sim.deploy_with(&zk, &sim.request(provider(2))).await;
+    assert_eq!(ips(&two).len(), 2);
+    let followed = sim.deploy_with(&app, &sim.request(consumer.clone())).await;
+    assert!(!followed.noop);
+    assert_eq!(followed.updated.len(), 1, "{followed:?}");
+    assert_eq!(peer_addresses(&renderer, "app"), ips(&two));
+
+    // Deleted, its providers go with it.
+    zk.delete_deployment("zk", kubosh_engine::delete::DiskDisposal::Delete)
+        .await
+        .unwrap();
+    let error = app.deploy(&sim.request(consumer)).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("but the deployment does not exist"),
+        "{error}"
+    );
+}

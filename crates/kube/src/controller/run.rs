@@ -1,6 +1,6 @@
 //! The controllers of `kubosh controller`, run together in one process: `Deployment` (also
-//! woken by its `CloudConfig`, the `Release`s and `Stemcell`s of its namespace and its own
-//! `Instance`s), `Release`, `Stemcell` and (orphaned) `Disk`, and, when the controller hears
+//! woken by its `CloudConfig`, the `Release`s and `Stemcell`s of its namespace, its own
+//! `Instance`s and the shared links of the deployments it consumes from), `Release`, `Stemcell` and (orphaned) `Disk`, and, when the controller hears
 //! heartbeats, the instances' health ([`super::health`]). Reconciles run with bounded
 //! concurrency; the deploys they start run beside them (see [`super::deployment`]).
 
@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::finalizer::{self, Error as FinalizerError, finalizer};
@@ -296,6 +297,17 @@ where
                 in_namespace(&by_runtime_config, rc.namespace())
             },
         )
+        // A deployment's shared links changed (its deploy published new ones, it appeared,
+        // it was deleted): the deployments that consume from it deploy again.
+        .watches(
+            scope.api::<ConfigMap>(client),
+            watch.clone().labels(&format!(
+                "{}={}",
+                crate::registry::REGISTRY_LABEL,
+                crate::registry::LINKS
+            )),
+            consumers_of(store.clone(), deployments.inputs.clone()),
+        )
         .with_config(config.clone())
         .graceful_shutdown_on(shutdown)
         .run(
@@ -312,4 +324,32 @@ where
             }
         });
     (deployment_loop, store)
+}
+
+/// What a change of a deployment's shared links (a ConfigMap of the link registry) wakes:
+/// the deployments of its namespace that may consume from it, the namespace's inputs
+/// counted changed first.
+fn consumers_of(
+    store: Store<Deployment>,
+    inputs: Arc<super::deployment::InputChanges>,
+) -> impl Fn(ConfigMap) -> Vec<ObjectRef<Deployment>> {
+    move |share: ConfigMap| {
+        inputs.changed(share.namespace().as_deref());
+        let provider = share.annotations().get(crate::registry::REGISTRY_LABEL);
+        (store.state().into_iter())
+            .filter(|d| d.namespace() == share.namespace())
+            .filter(|d| provider.is_some_and(|p| may_consume_from(d, p)))
+            .map(|d| ObjectRef::from_obj(&*d))
+            .collect()
+    }
+}
+
+/// Whether `deployment` may consume links from deployment `provider`: its manifest names it
+/// in a consumed link, or ops files or variables may (those read their inputs again to know).
+fn may_consume_from(deployment: &Deployment, provider: &str) -> bool {
+    let spec = &deployment.spec;
+    !spec.ops.is_empty()
+        || kubosh_core::links::consumed_deployments(&spec.manifest)
+            .iter()
+            .any(|name| name == provider || name.contains("(("))
 }

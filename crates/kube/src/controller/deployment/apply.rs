@@ -87,9 +87,10 @@ pub(super) async fn reconcile(
     {
         return acknowledge_invalid_action(ctx, &deployment, status, value, message).await;
     }
+    let links = consumed_links(ctx, &namespace, &inputs).await?;
     let attempt = Attempt {
         generation,
-        inputs: InputsKey::of(&inputs),
+        inputs: InputsKey::of(&inputs, links),
     };
     if !repair && let Some(action) = already_decided(ctx.ledger.outcome(&uid), &attempt, &pending) {
         return Ok(action);
@@ -106,6 +107,23 @@ pub(super) async fn reconcile(
     };
     deploy_task::spawn(ctx, task);
     Ok(Action::requeue(RESYNC))
+}
+
+/// The digest of what the deployments `inputs` consume links from share (`None` when they
+/// consume from none): read at every reconcile that reads the inputs, so a provider that
+/// changed makes a new attempt.
+async fn consumed_links(
+    ctx: &DeploymentContext,
+    namespace: &str,
+    inputs: &Inputs,
+) -> Result<Option<String>, DeploymentError> {
+    let names = kubosh_core::links::consumed_deployments(&inputs.documents.document.0);
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let registries = ctx.registries(namespace, ctx.locks(namespace));
+    let shared = registries.link_registry().shared(&names).await?;
+    Ok(Some(shared.digest()))
 }
 
 /// A reconcile while the deployment's task runs: a pause stops the deploy; nothing else is

@@ -13,9 +13,10 @@ use kubosh_engine::CancellationToken;
 
 /// What a deployment's inputs were when a deploy was attempted: the engine's digest of the
 /// deploy (`kubosh_engine::inputs_digest`: the validated documents, release and stemcell
-/// versions), computed from the resources before anything is materialised, and the blob each
+/// versions), computed from the resources before anything is materialised, the blob each
 /// `Release` and `Stemcell` resource stored, so one stored anew under the same version is a
-/// new attempt.
+/// new attempt, and what the deployments it consumes links from share, so a provider that
+/// scaled out (or appeared) makes a new attempt too.
 ///
 /// The ledger remembers it for every attempt, failed and stalled ones too (the engine records
 /// its digest only when a deploy succeeds): a stalled deploy is not tried again until its
@@ -27,11 +28,15 @@ pub(super) struct InputsKey {
     digest: String,
     /// The blob each release (its `release.MF`) and stemcell resource stored, in order.
     blobs: Vec<Option<String>>,
+    /// The digest of the shares of the deployments it consumes links from (`None`: it
+    /// consumes from none).
+    links: Option<String>,
 }
 
 impl InputsKey {
-    /// The key of `inputs`.
-    pub(super) fn of(inputs: &Inputs) -> InputsKey {
+    /// The key of `inputs`, `links` being the digest of what the deployments it consumes
+    /// from share.
+    pub(super) fn of(inputs: &Inputs, links: Option<String>) -> InputsKey {
         let version = |name: &str, version: &str| format!("{name}/{version}");
         let releases: Vec<String> = (inputs.releases.iter())
             .map(|r| version(&r.spec.name, r.spec.version.as_str()))
@@ -46,6 +51,7 @@ impl InputsKey {
         InputsKey {
             digest: kubosh_engine::inputs_digest(&inputs.documents, &releases, &stemcells),
             blobs: release_blobs.chain(stemcell_blobs).collect(),
+            links,
         }
     }
 }

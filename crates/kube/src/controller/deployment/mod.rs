@@ -132,13 +132,18 @@ impl DeploymentContext {
     /// Deployment locks as Leases in `namespace`, held by this process. They expire
     /// [`LOCK_EXPIRY`] after their last renewal: that long after a controller dies, another
     /// replica may resume its deploys.
-    fn locks(&self, namespace: &str) -> Arc<LeaseLocks> {
+    pub(crate) fn locks(&self, namespace: &str) -> Arc<LeaseLocks> {
         let locks =
             LeaseLocks::new(self.client.clone(), namespace).with_periods(LOCK_EXPIRY, LOCK_RENEW);
         Arc::new(match &self.process {
             Some(p) => locks.held_by(p.clone()),
             None => locks,
         })
+    }
+
+    /// The registries the deployments of `namespace` share, serialized by `locks`.
+    pub(crate) fn registries(&self, namespace: &str, locks: Arc<LeaseLocks>) -> KubeRegistries {
+        KubeRegistries::new(self.client.clone(), namespace, locks, REGISTRY_WAIT)
     }
 
     /// Runs the task `task` makes (with this context) as a tracked task in `span`, awaited
@@ -179,11 +184,11 @@ impl DeploymentContext {
         cancel: CancellationToken,
     ) -> Engine {
         let locks = self.locks(namespace);
-        let registries =
-            KubeRegistries::new(self.client.clone(), namespace, locks.clone(), REGISTRY_WAIT);
+        let registries = self.registries(namespace, locks.clone());
         let mut config = self.engine.config.clone();
         config.ip_registry = Some(registries.ip_registry());
         config.dns_registry = Some(registries.dns_registry());
+        config.link_registry = Some(registries.link_registry());
         Engine {
             store,
             locks,
@@ -213,6 +218,9 @@ pub enum DeploymentError {
     /// The Kubernetes API failed.
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
+    /// The links other deployments share cannot be read.
+    #[error("shared links: {0}")]
+    Links(#[from] kubosh_engine::state::StoreError),
     /// Not a failure: the deletion runs, or waits for its retry; the finalizer stays until
     /// it has succeeded (see `deletion.rs`).
     #[error("the deletion has not finished")]
