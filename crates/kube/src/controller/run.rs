@@ -216,8 +216,25 @@ pub async fn run(
     );
 }
 
-/// The `Deployment` controller, woken by its own `Instance`s, its `CloudConfig` and the
-/// `Release`s and `Stemcell`s of its namespace (each change counted in
+/// The watch mapper of an input every deployment of its namespace may use (a `Release`, a
+/// `Stemcell`, a `RuntimeConfig`): its change is counted in `inputs`, then wakes them all.
+fn every_deployment_of_its_namespace<K: kube::Resource>(
+    store: &Store<Deployment>,
+    inputs: &Arc<super::deployment::InputChanges>,
+) -> impl Fn(K) -> Vec<ObjectRef<Deployment>> + Send + Sync + 'static {
+    let (store, inputs) = (store.clone(), inputs.clone());
+    move |changed: K| {
+        let namespace = changed.meta().namespace.clone();
+        inputs.changed(namespace.as_deref());
+        (store.state().into_iter())
+            .filter(|d| d.namespace() == namespace)
+            .map(|d| ObjectRef::from_obj(&*d))
+            .collect()
+    }
+}
+
+/// The `Deployment` controller, woken by its own `Instance`s, its `CloudConfig`s and the
+/// `Release`s, `Stemcell`s and `RuntimeConfig`s of its namespace (each change counted in
 /// [`InputChanges`](super::deployment::InputChanges) first); and the store of the
 /// deployments it watches.
 fn deployment_controller<S>(
@@ -233,24 +250,8 @@ where
 {
     let controller = Controller::new(scope.api::<Deployment>(client), watch.clone());
     let store = controller.store();
-    let (cloud_configs_changed, releases_changed, stemcells_changed, runtime_configs_changed) = (
-        deployments.inputs.clone(),
-        deployments.inputs.clone(),
-        deployments.inputs.clone(),
-        deployments.inputs.clone(),
-    );
+    let cloud_configs_changed = deployments.inputs.clone();
     let by_cloud_config = store.clone();
-    let by_release = store.clone();
-    let by_stemcell = store.clone();
-    let by_runtime_config = store.clone();
-    let in_namespace = |store: &Store<Deployment>, ns: Option<String>| {
-        store
-            .state()
-            .into_iter()
-            .filter(|d| d.namespace() == ns)
-            .map(|d| ObjectRef::from_obj(&*d))
-            .collect::<Vec<_>>()
-    };
     // The resurrector wakes the deployments it asks to deploy.
     let (wake, woken) = futures::channel::mpsc::unbounded();
     deployments.resurrection.wake_with(wake);
@@ -275,27 +276,18 @@ where
         .watches(
             scope.api::<Release>(client),
             watch.clone(),
-            move |r: Release| {
-                releases_changed.changed(r.namespace().as_deref());
-                in_namespace(&by_release, r.namespace())
-            },
+            every_deployment_of_its_namespace(&store, &deployments.inputs),
         )
         .watches(
             scope.api::<Stemcell>(client),
             watch.clone(),
-            move |s: Stemcell| {
-                stemcells_changed.changed(s.namespace().as_deref());
-                in_namespace(&by_stemcell, s.namespace())
-            },
+            every_deployment_of_its_namespace(&store, &deployments.inputs),
         )
         // Every deployment of the namespace takes its runtime configs.
         .watches(
             scope.api::<RuntimeConfig>(client),
             watch.clone(),
-            move |rc: RuntimeConfig| {
-                runtime_configs_changed.changed(rc.namespace().as_deref());
-                in_namespace(&by_runtime_config, rc.namespace())
-            },
+            every_deployment_of_its_namespace(&store, &deployments.inputs),
         )
         // A deployment's shared links changed (its deploy published new ones, it appeared,
         // it was deleted): the deployments that consume from it deploy again.
