@@ -49,14 +49,17 @@ pub fn read_yaml(path: &Path) -> Result<Value, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Each YAML file of `paths`, named by its path (for the core's merges of named configs).
+fn read_named(paths: &[PathBuf]) -> Result<Vec<(String, Value)>, String> {
+    (paths.iter())
+        .map(|p| Ok((p.display().to_string(), read_yaml(p)?)))
+        .collect()
+}
+
 /// The cloud configs at `paths` as one, merged as the Director merges named cloud configs
 /// (each named by its path).
 pub fn read_cloud_configs(paths: &[PathBuf]) -> Result<Value, String> {
-    let documents = (paths.iter())
-        .map(|p| Ok((p.display().to_string(), read_yaml(p)?)))
-        .collect::<Result<Vec<(String, Value)>, String>>()?;
-    let named: Vec<(&str, &Value)> = (documents.iter()).map(|(n, d)| (n.as_str(), d)).collect();
-    kubosh_core::validate::merge_cloud_configs(&named).map_err(|p| p.to_string())
+    kubosh_core::validate::merge_cloud_configs(&read_named(paths)?).map_err(|p| p.to_string())
 }
 
 impl DocumentArgs {
@@ -121,12 +124,8 @@ impl DocumentArgs {
             .collect::<Result<_, _>>()?;
         ops::apply_all(&ops, &mut doc).map_err(|e| e.to_string())?;
         if !self.runtime_configs.is_empty() {
-            let configs = (self.runtime_configs.iter())
-                .map(|p| Ok((p.display().to_string(), read_yaml(p)?)))
-                .collect::<Result<Vec<(String, Value)>, String>>()?;
-            let named: Vec<(&str, &Value)> =
-                (configs.iter()).map(|(n, d)| (n.as_str(), d)).collect();
-            let warnings = kubosh_core::validate::apply_runtime_configs(&mut doc, &named)
+            let configs = read_named(&self.runtime_configs)?;
+            let warnings = kubosh_core::validate::apply_runtime_configs(&mut doc, &configs)
                 .map_err(|p| p.to_string())?;
             eprint!("{warnings}");
         }

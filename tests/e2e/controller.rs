@@ -271,6 +271,18 @@ pub(crate) fn condition<'a>(
         .find(|c| c.type_ == kind && c.observed_generation == d.metadata.generation)
 }
 
+/// Sets annotation `key` of deployment `hello` to `value` (an action, a reconcile request).
+pub(crate) async fn annotate(deployments: &Api<Deployment>, key: &str, value: &str) {
+    deployments
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// Waits (a minute at most) for deployment `name` to be Stalled for `reason` with a message
 /// containing `says`.
 async fn assert_stalls(api: &Api<Deployment>, name: &str, w: &World, reason: &str, says: &str) {
@@ -722,14 +734,7 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         let deployments = deployments.clone();
         let w = &w;
         async move {
-            deployments
-                .patch(
-                    "hello",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
-                )
-                .await
-                .unwrap();
+            annotate(&deployments, key, value).await;
             let field = if key == "kubosh.io/action" {
                 "lastHandledAction"
             } else {

@@ -51,6 +51,29 @@ pub fn run(args: &[&str]) -> Output {
         .expect("kubosh runs")
 }
 
+/// SIGKILL to every process of this machine whose command line (its arguments) `matches`;
+/// their pids. Tests use it to kill what a command started behind their back.
+pub fn kill_processes(matches: impl Fn(&[String]) -> bool) -> Vec<i32> {
+    let mut killed = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = (cmdline.split(|b| *b == 0))
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if matches(&args) {
+            // SAFETY: kill(2) on a pid just read from /proc; no memory involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed.push(pid);
+        }
+    }
+    killed
+}
+
 pub fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),

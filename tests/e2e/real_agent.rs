@@ -706,24 +706,10 @@ async fn keeps_disk_data_through_resize_and_recreate_and_reboots(w: &World, driv
 /// on, orphaned, still heartbeating.
 fn kill_bosh_agent(w: &World, cid: &str) {
     let vm_dir = format!("{}/", w.cloud().join("vms").join(cid).display());
-    let mut killed = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = (cmdline.split(|b| *b == 0))
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
+    let killed = crate::director_world::kill_processes(|args| {
         let agent = args.first().is_some_and(|a| a.ends_with("/bosh-agent"));
-        if agent && args.iter().any(|a| a.starts_with(&vm_dir)) {
-            // SAFETY: kill(2) on a pid just read from /proc; no memory involved.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            killed.push(pid);
-        }
-    }
+        agent && args.iter().any(|a| a.starts_with(&vm_dir))
+    });
     assert_eq!(killed.len(), 1, "one bosh-agent runs on {cid}: {killed:?}");
 }
 

@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use crate::controller::{
-    apply_deployment, apply_inputs, condition, control_plane, deployment_object, events_of,
-    is_ready, ready_at, reasons_about, start_replica_with, stored_state, wait_for,
+    annotate, apply_deployment, apply_inputs, condition, control_plane, deployment_object,
+    events_of, is_ready, ready_at, reasons_about, start_replica_with, stored_state, wait_for,
     with_fast_heartbeats,
 };
 use crate::crash_safety::plant_marker;
@@ -337,18 +337,6 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         started_before,
         "no deploy announced"
     );
-}
-
-/// Sets annotation `key` of deployment `hello` to `value` (an action, a reconcile request).
-async fn annotate(deployments: &Api<Deployment>, key: &str, value: &str) {
-    deployments
-        .patch(
-            "hello",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
-        )
-        .await
-        .unwrap();
 }
 
 /// How many Events with `reason` the namespace has.

@@ -235,24 +235,14 @@ fn assert_nothing_running(layout: &DemoLayout) {
 fn kill_controller(layout: &DemoLayout) {
     let config = layout.director().director_config();
     let config = config.to_string_lossy();
-    let mut killed = 0;
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = (cmdline.split(|b| *b == 0))
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a == "controller") && args.iter().any(|a| a == &*config) {
-            // SAFETY: kill(2) on the demo's controller.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            killed += 1;
-        }
-    }
-    assert_eq!(killed, 1, "the demo's controller ({config})");
+    let killed = crate::director_world::kill_processes(|args| {
+        args.iter().any(|a| a == "controller") && args.iter().any(|a| a == &*config)
+    });
+    assert_eq!(
+        killed.len(),
+        1,
+        "the demo's controller ({config}): {killed:?}"
+    );
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! configs is an error naming both (the Director would only find the duplicate in the merged
 //! document); the merged document is then validated like a single cloud config.
 
+use std::borrow::Borrow;
+
 use serde_json::{Map, Value};
 
 use super::problem::{Document, Path, Problems};
@@ -14,9 +16,11 @@ const JOINED: [&str; 5] = ["azs", "vm_types", "disk_types", "networks", "vm_exte
 /// `configs` (each its name and document, in the order to join them) as one cloud config.
 /// One config is returned as it is. Any other top-level key is kept from the first config
 /// that has it (the validator then says what it thinks of it).
-pub fn merge_cloud_configs(configs: &[(&str, &Value)]) -> Result<Value, Problems> {
+pub fn merge_cloud_configs<N: AsRef<str>, D: Borrow<Value>>(
+    configs: &[(N, D)],
+) -> Result<Value, Problems> {
     if let [(_, only)] = configs {
-        return Ok((*only).clone());
+        return Ok(only.borrow().clone());
     }
     let mut problems = Problems::default();
     let mut merged = Map::new();
@@ -27,7 +31,8 @@ pub fn merge_cloud_configs(configs: &[(&str, &Value)]) -> Result<Value, Problems
     let mut defined: Vec<(&str, String, &str, usize)> = Vec::new();
     let mut compilation: Option<&str> = None;
     for (config, document) in configs {
-        let Some(document) = document.as_object() else {
+        let config = config.as_ref();
+        let Some(document) = document.borrow().as_object() else {
             problems.error(
                 Document::CloudConfig,
                 Path::root(),
@@ -50,7 +55,7 @@ pub fn merge_cloud_configs(configs: &[(&str, &Value)]) -> Result<Value, Problems
                 for (i, item) in items.iter().enumerate() {
                     if let Some(name) = item.get("name").and_then(Value::as_str) {
                         let first = (defined.iter())
-                            .find(|(s, n, c, _)| s == section && n == name && c != config);
+                            .find(|(s, n, c, _)| s == section && n == name && *c != config);
                         match first {
                             Some((_, _, other, j)) => problems.error(
                                 Document::CloudConfig,

@@ -5,6 +5,8 @@
 //! variables after the manifest's, their tags under the manifest's. Works on the documents
 //! before interpolation, so `((variables))` in addons are filled in with the manifest's.
 
+use std::borrow::Borrow;
+
 use serde_json::{Map, Value};
 
 use super::problem::{Document, Path, Problems};
@@ -26,9 +28,9 @@ pub fn runtime_config(value: &Value) -> Result<Validated<RuntimeConfig>, Problem
 /// `manifest` with the runtime configs `configs` (each its name and document, in the order
 /// to apply them) applied; every problem of every config at once, each naming its config.
 /// Warnings are returned (unknown keys, as for the other documents).
-pub fn apply_runtime_configs(
+pub fn apply_runtime_configs<N: AsRef<str>, D: Borrow<Value>>(
     manifest: &mut Value,
-    configs: &[(&str, &Value)],
+    configs: &[(N, D)],
 ) -> Result<Problems, Problems> {
     let mut problems = Problems::default();
     let mut warnings = Problems::default();
@@ -37,6 +39,7 @@ pub fn apply_runtime_configs(
         return Ok(warnings);
     };
     for (name, document) in configs {
+        let (name, document) = (name.as_ref(), document.borrow());
         let about = format!("runtime config '{name}'");
         match runtime_config(document) {
             Err(p) => problems.extend(p.about(&about)),

@@ -237,8 +237,7 @@ fn with_runtime_configs(
         "runtime config",
         used.iter().map(|c| (c.name_any(), &c.spec.config)),
     )?;
-    let named: Vec<(&str, &Value)> = (documents.iter()).map(|(n, d)| (n.as_str(), d)).collect();
-    if let Err(problems) = kubosh_core::validate::apply_runtime_configs(manifest, &named) {
+    if let Err(problems) = kubosh_core::validate::apply_runtime_configs(manifest, &documents) {
         return Ok(Err(Unready::Invalid {
             reason: "InvalidRuntimeConfig",
             problems: problems.to_string().lines().map(String::from).collect(),
@@ -299,8 +298,7 @@ fn cloud_config_of(
         "cloud config",
         used.iter().map(|c| (c.name_any(), &c.spec.config)),
     )?;
-    let named: Vec<(&str, &Value)> = (documents.iter()).map(|(n, d)| (n.as_str(), d)).collect();
-    Ok(kubosh_core::validate::merge_cloud_configs(&named)
+    Ok(kubosh_core::validate::merge_cloud_configs(&documents)
         .map(Some)
         .map_err(CloudConfigUnready::Invalid))
 }
