@@ -516,8 +516,10 @@ async fn failures_are_reported_as_bosh_reports_them_and_change_nothing() {
     );
 }
 
-/// `bosh stop`, `start`, `stop --hard`, `recreate`, `restart` on a group or one instance,
-/// and a new stemcell: VMs come and go, addresses and disk data stay.
+/// `bosh stop`, `start`, `stop --hard`, `recreate`, `restart` on a group or one instance:
+/// VMs come and go, addresses and disk data stay; then a new stemcell with
+/// `vm_strategy: create-swap-delete`: new VMs with new addresses, made before the old ones
+/// go, the disk data kept, no VM leaked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
     use kubosh_engine::{InstanceAction, Scope};
@@ -607,7 +609,9 @@ async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
     assert_eq!(vm_of(&after, &web0), vm_of(&before, &web0));
     assert!(http_get(&ip(1), w.port).unwrap().starts_with("Hello"));
 
-    // A new stemcell version: every VM is recreated, addresses stay.
+    // A new stemcell version with web's `vm_strategy: create-swap-delete`: each VM is
+    // replaced by one made ahead with new addresses, the disk and its data move to it, and
+    // the old VM goes only then.
     let newer = {
         let dir = w.dir.path().join("stemcell-1.1");
         std::fs::create_dir_all(&dir).unwrap();
@@ -615,8 +619,12 @@ async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
         s.info.version = "1.1".into();
         s
     };
-    let mut request = w.request(m.clone());
+    let mut swapping = m.clone();
+    swapping["instance_groups"][0]["update"] = json!({"vm_strategy": "create-swap-delete"});
+    let mut request = w.request(swapping);
     request.stemcells.push(newer);
+    let calls = w.calls().len();
+    let milestones = w.events.milestones().len();
     let report = w.try_deploy(&request).await.unwrap();
     assert_eq!(report.updated.len(), 2, "{report:?}");
     assert!(
@@ -624,9 +632,8 @@ async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
         "{report:?}"
     );
     let moved = w.state().await;
+    assert_swapped(&w, &after, &moved, calls, milestones);
     for uuid in [&web0, &web1] {
-        assert_ne!(vm_of(&moved, uuid), vm_of(&after, uuid));
-        assert_eq!(moved.instances[uuid].ips, after.instances[uuid].ips);
         assert_eq!(
             moved.instances[uuid].vm.as_ref().unwrap().stemcell,
             "bosh-kubosh-local-ubuntu-jammy/1.1"
@@ -637,7 +644,103 @@ async fn instances_stop_start_detach_recreate_and_move_to_a_new_stemcell() {
         std::fs::read_to_string(root.join("store").join("marker")).unwrap(),
         "keep me"
     );
-    assert_eq!(local::inventory(&w.cloud_state()).unwrap().vms.len(), 2);
+    for i in [0, 1] {
+        let (old, new) = (ip_of(&after, "web", i), ip_of(&moved, "web", i));
+        assert!(http_get(&new, w.port).unwrap().starts_with("Hello"));
+        assert!(http_get(&old, w.port).is_none(), "web/{i}'s old VM is gone");
+    }
+
+    // The same deploy again: no cloud call, nothing changes.
+    let calls = w.calls().len();
+    let report = w.try_deploy(&request).await.unwrap();
+    assert!(report.noop, "{report:?}");
+    assert!(w.calls()[calls..].is_empty(), "{:?}", &w.calls()[calls..]);
+    assert_eq!(w.state().await, moved);
+}
+
+/// Each instance of `before` was swapped to a new VM create-swap-delete by the deploy that
+/// left `after`, as the local cloud's call log from `calls` on, the milestones from
+/// `milestones` on and the cloud's inventory show: the new VM, with new addresses, was made
+/// (every one before any old VM went: "Creating missing vms" makes them ahead), the disk
+/// came off the old VM and onto it, and only then was the old VM deleted (the log is in
+/// answer order, the engine's calls for one instance one after another); the cloud holds exactly the recorded VMs, at the recorded addresses, and
+/// each disk is attached to its instance's VM.
+fn assert_swapped(
+    w: &World,
+    before: &DeploymentState,
+    after: &DeploymentState,
+    calls: usize,
+    milestones: usize,
+) {
+    let log = read_calls(&w.cloud_state()).unwrap()[calls..].to_vec();
+    let at = |method: &str, args: &[&str]| {
+        (log.iter())
+            .position(|c| {
+                c.method == method
+                    && c.error.is_none()
+                    && (args.iter().enumerate())
+                        .all(|(i, a)| c.arguments.get(i).and_then(Value::as_str) == Some(*a))
+            })
+            .unwrap_or_else(|| panic!("no {method} {args:?} in {log:#?}"))
+    };
+    let recreated = w.events.milestones()[milestones..].to_vec();
+    let (mut last_created, mut first_deleted) = (0, usize::MAX);
+    for old in before.instances.values() {
+        let new = &after.instances[&old.uuid];
+        let (old_vm, new_vm) = (old.vm.as_ref().unwrap(), new.vm.as_ref().unwrap());
+        let name = old.name();
+        assert_ne!(new_vm.cid, old_vm.cid, "{name}: a new VM");
+        assert_ne!(new.ips, old.ips, "{name}: new addresses");
+        assert!(new.inactive_vm.is_none(), "{name}: {:?}", new.inactive_vm);
+        assert_eq!(new.disks, old.disks, "{name}: the same disk");
+        let disk = old.disks[0].cid.as_str();
+        let created = at("create_vm", &[&new_vm.agent_id]);
+        let detached = at("detach_disk", &[&old_vm.cid, disk]);
+        let attached = at("attach_disk", &[&new_vm.cid, disk]);
+        let deleted = at("delete_vm", &[&old_vm.cid]);
+        assert!(
+            created < detached && detached < attached && attached < deleted,
+            "{name}: create_vm {created}, detach_disk {detached}, attach_disk {attached}, delete_vm {deleted}"
+        );
+        last_created = last_created.max(created);
+        first_deleted = first_deleted.min(deleted);
+        assert!(
+            recreated.contains(&kubosh_engine::Milestone::VmRecreated {
+                instance: kubosh_engine::InstanceName {
+                    group: old.group.clone(),
+                    index: old.index,
+                    display: old.display_name(),
+                },
+                old_cid: old_vm.cid.clone(),
+                new_cid: new_vm.cid.clone(),
+            }),
+            "{name}: {recreated:?}"
+        );
+    }
+    assert!(
+        last_created < first_deleted,
+        "every new VM is made before any old one goes"
+    );
+    assert!(after.intents.is_empty(), "{:?}", after.intents);
+    let inventory = local::inventory(&w.cloud_state()).unwrap();
+    let mut held: Vec<(String, Vec<String>)> = (inventory.vms.iter())
+        .map(|v| (v.cid.clone(), v.ips.clone()))
+        .collect();
+    let mut recorded: Vec<(String, Vec<String>)> = (after.instances.values())
+        .map(|i| {
+            let ips = i.ips.values().map(|r| r.ip.clone()).collect();
+            (i.vm.as_ref().unwrap().cid.clone(), ips)
+        })
+        .collect();
+    held.sort();
+    recorded.sort();
+    assert_eq!(held, recorded, "no VM leaked: {inventory:?}");
+    for disk in &inventory.disks {
+        let owner = (after.instances.values())
+            .find(|i| i.disks.iter().any(|d| d.cid == disk.cid))
+            .unwrap_or_else(|| panic!("unrecorded disk {disk:?}"));
+        assert_eq!(disk.attached_to, owner.vm.as_ref().map(|v| v.cid.clone()));
+    }
 }
 
 /// New VMs get `update_settings`, calculated `vm_resources`, the group's env with their

@@ -322,6 +322,12 @@ impl Engine {
         }
         let resolved = self
             .under_deployment_lock(name, "scan and fix", |engine| async move {
+                // What a killed run left is settled first, as a deploy does (a
+                // create-swap-delete's inactive VM included), so no resolution meets it.
+                let mut state = engine.store.load().await?;
+                engine
+                    .recover(&mut state, engine.config.recovery_wait)
+                    .await?;
                 let mut applied = Vec::new();
                 for (problem, resolution) in choices {
                     engine.resolve_one(problem, *resolution).await?;

@@ -402,6 +402,7 @@ mod tests {
             ],
             ips: Default::default(),
             applied: None,
+            inactive_vm: None,
         };
         replace_disk(
             &mut record,

@@ -135,23 +135,52 @@ impl Engine {
             deployment: &deployment,
             tags: &target.desired.tags,
         };
+        let mut swapped = None;
         if recreate {
-            let replaced = self.delete_vm_of(record, target.responsive).await?;
-            let vm = self
-                .create_instance_vm(record, &target.vm, replaced)
+            let (vm, intent) = self
+                .replace_vm(record, &target.vm, target.responsive)
                 .await?;
+            swapped = intent;
             self.attach_disks(record, &vm, &labels).await?;
         }
-        self.converge_disks(record, &target.desired.disks, &name, &labels)
-            .await?;
-
         let plan = (&target.apply, target.desired_state, target.watch);
-        self.apply_and_start(stage, task, record, &name, plan)
-            .await?;
+        let updated = async {
+            self.converge_disks(record, &target.desired.disks, &name, &labels)
+                .await?;
+            self.apply_and_start(stage, task, record, &name, plan).await
+        }
+        .await;
+        // The old VM is deleted whether or not the new one started: its jobs are stopped
+        // and its disks are gone.
+        if let Some(intent) = swapped {
+            let deleted = self.delete_previous_vm(record, intent).await;
+            updated?;
+            deleted?;
+        } else {
+            updated?;
+        }
         record.applied = Some(target.desired.clone());
         record.update_completed = true;
         self.persist(record).await?;
         Ok(target.record)
+    }
+
+    /// The instance's new VM: with `create-swap-delete` the one made ahead, swapped in
+    /// (with the intent to settle once the old VM is deleted, after the update); otherwise
+    /// the old VM deleted and a new one made from `request`.
+    async fn replace_vm(
+        &self,
+        record: &mut InstanceRecord,
+        request: &VmRequest,
+        responsive: bool,
+    ) -> Result<(NewVm, Option<String>), EngineError> {
+        if Self::swaps(record) {
+            let (vm, intent) = self.swap_vms(record, responsive).await?;
+            return Ok((vm, Some(intent)));
+        }
+        let replaced = self.delete_vm_of(record, responsive).await?;
+        let vm = self.create_instance_vm(record, request, replaced).await?;
+        Ok((vm, None))
     }
 
     /// The end of a full update (§4.8): the agent's settings, `apply` of the spec, then for
@@ -245,14 +274,7 @@ impl Engine {
             .create_vm(
                 request,
                 async |vm: &NewVm| {
-                    owner.vm = Some(VmRecord {
-                        cid: vm.cid.clone(),
-                        agent_id: vm.agent_id.clone(),
-                        stemcell: request.stemcell.clone(),
-                        cloud_properties: request.cloud_properties.clone(),
-                        env: request.env.clone(),
-                        networks: vm.networks.clone(),
-                    });
+                    owner.vm = Some(super::vm::recorded_vm(request, vm));
                     self.persist(&owner).await
                 },
                 // Deleted again (its agent never answered): the record as it was.
@@ -298,11 +320,25 @@ impl Engine {
             cid: None,
         };
         self.write(Write::Intent(intent.clone())).await?;
+        self.detach_disks_from(record, &vm, agent_answers).await;
+        self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
+        record.vm = None;
+        self.persist(record).await?;
+        self.settle(intent.id).await?;
+        Ok(Some(vm.cid))
+    }
+
+    /// Takes the instance's disks off `vm` as the Director's `RecreateHandler` does (unmount
+    /// the managed one, then detach all). An agent that does not answer is not asked again
+    /// (each question would wait its timeout), nor is one the deploy found silent
+    /// (`agent_answers` false); the cloud still detaches.
+    pub(crate) async fn detach_disks_from(
+        &self,
+        record: &InstanceRecord,
+        vm: &VmRecord,
+        agent_answers: bool,
+    ) {
         let agent = self.agent(&vm.agent_id, &record.display_name());
-        // The disks come off as the Director's `RecreateHandler` takes them (unmount the
-        // managed one, then detach all). An agent that does not answer is not asked again
-        // (each question would wait its timeout), nor is one the deploy found silent; the
-        // cloud still detaches.
         let mut agent_answers = agent_answers;
         for disk in &record.disks {
             if agent_answers {
@@ -320,11 +356,6 @@ impl Engine {
                 )
                 .await;
         }
-        self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
-        record.vm = None;
-        self.persist(record).await?;
-        self.settle(intent.id).await?;
-        Ok(Some(vm.cid))
     }
 
     /// Attaches the instance's active disks to its (new) VM, mounting the managed one, and

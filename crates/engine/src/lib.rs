@@ -26,6 +26,7 @@ mod resources;
 mod snapshot;
 pub mod source;
 pub mod state;
+mod swap;
 mod templates;
 pub mod variables;
 pub mod vm;

@@ -1,6 +1,6 @@
 //! Settling what a killed run left behind: pending intents (a cloud creation whose result
 //! was never recorded, or recorded but never owned) and orphan records of disks that are
-//! still in use.
+//! still in use, and the inactive VMs of create-swap-delete (`swap.rs`).
 
 use std::time::Duration;
 
@@ -26,6 +26,9 @@ impl Engine {
                 state.apply(&write);
             }
         }
+        // A VM made ahead for create-swap-delete, or one a swap replaced, whose run was
+        // killed (after the intents: a pending `DeleteVm` may still need the old VM).
+        self.delete_inactive_vms(state).await?;
         // A disk orphaned just before its instance record let go of it is still in use.
         let active: Vec<String> = state
             .instances
@@ -77,10 +80,7 @@ impl Engine {
         agent_id: &str,
         wait: Duration,
     ) -> Result<bool, EngineError> {
-        let owned = state
-            .instances
-            .values()
-            .any(|i| i.vm.as_ref().is_some_and(|vm| vm.agent_id == agent_id));
+        let owned = (state.instances.values()).any(|i| i.agent_ids().any(|a| a == agent_id));
         if owned {
             return Ok(true);
         }
@@ -131,19 +131,31 @@ impl Engine {
                 .detach_disk(&VmCid(vm.to_string()), &DiskCid(disk.cid.clone()))
                 .await;
         }
-        let agent_id = (state.instances.get(instance))
-            .and_then(|i| i.vm.as_ref().filter(|v| v.cid == vm))
-            .map(|v| v.agent_id.clone());
-        match agent_id {
+        // The VM may be the owner's active one (killed before a swap, or in a delete), or
+        // the inactive one a create-swap-delete replaced.
+        let named = |i: &&crate::state::InstanceRecord| -> Option<String> {
+            let active = i.vm.as_ref().filter(|v| v.cid == vm);
+            let inactive = i
+                .inactive_vm
+                .as_ref()
+                .map(|x| &x.vm)
+                .filter(|v| v.cid == vm);
+            active.or(inactive).map(|v| v.agent_id.clone())
+        };
+        match state.instances.get(instance).as_ref().and_then(named) {
             Some(agent_id) => self.delete_agent_vm(vm, &agent_id).await?,
             None => self.delete_vm_cid(vm).await?,
         }
         if let Some(owner) = state.instances.get(instance)
-            && owner.vm.as_ref().is_some_and(|v| v.cid == vm)
+            && named(&owner).is_some()
         {
             let mut owner = owner.clone();
-            owner.vm = None;
-            owner.update_completed = false;
+            if owner.vm.as_ref().is_some_and(|v| v.cid == vm) {
+                owner.vm = None;
+                owner.update_completed = false;
+            } else {
+                owner.inactive_vm = None;
+            }
             self.persist(&owner).await?;
             state.apply(&Write::Instance(Box::new(owner)));
         }

@@ -155,6 +155,7 @@ mod tests {
             disks,
             ips: Default::default(),
             applied: None,
+            inactive_vm: None,
         }
     }
 

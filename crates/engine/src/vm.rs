@@ -403,6 +403,18 @@ impl Engine {
     }
 }
 
+/// The record of `vm`, made as `request` asked.
+pub(crate) fn recorded_vm(request: &VmRequest, vm: &NewVm) -> crate::state::VmRecord {
+    crate::state::VmRecord {
+        cid: vm.cid.clone(),
+        agent_id: vm.agent_id.clone(),
+        stemcell: request.stemcell.clone(),
+        cloud_properties: request.cloud_properties.clone(),
+        env: request.env.clone(),
+        networks: vm.networks.clone(),
+    }
+}
+
 /// The time as `set_vm_metadata`'s `created_at` has it: `2006-01-02T15:04:05Z` in UTC.
 pub fn created_at_now() -> String {
     let now = time::OffsetDateTime::now_utc();

@@ -906,6 +906,9 @@ fn sealed(record: &InstanceRecord) -> InstanceRecord {
     if let Some(vm) = &mut record.vm {
         vm.env = kubosh_base::secret::seal(&vm.env);
     }
+    if let Some(inactive) = &mut record.inactive_vm {
+        inactive.vm.env = kubosh_base::secret::seal(&inactive.vm.env);
+    }
     if let Some(applied) = &mut record.applied {
         applied.env = kubosh_base::secret::seal(&applied.env);
     }

@@ -277,6 +277,7 @@ mod tests {
             disks: vec![],
             ips: Default::default(),
             applied: Some(spec()),
+            inactive_vm: None,
         }
     }
 

@@ -322,6 +322,7 @@ mod tests {
             },
             ips: Default::default(),
             applied: None,
+            inactive_vm: None,
         }
     }
 

@@ -154,6 +154,10 @@ pub struct InstanceRecord {
     /// What the last completed update installed: the baseline of change detection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedSpec>,
+    /// The instance's second VM while `vm_strategy: create-swap-delete` replaces its VM:
+    /// the one made ahead, or the one the swap replaced (see [`InactiveVm`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_vm: Option<InactiveVm>,
 }
 
 impl InstanceRecord {
@@ -187,6 +191,51 @@ pub struct VmRecord {
     /// reported them.
     #[serde(default)]
     pub networks: Value,
+}
+
+/// An instance's VM that is not (or no longer) the active one, with the addresses it holds:
+/// with `vm_strategy: create-swap-delete` an instance has two VMs for a while (the
+/// Director's `vms` rows with `active = false`). It never has a disk attached: the disks
+/// leave the old VM before the swap is recorded and reach the new one after it. The
+/// addresses count as the instance's reservations until the VM is gone, so they are
+/// released only then. Recovery deletes it, whichever it is: a VM made ahead ran no job
+/// (the next deploy makes another if it still needs one), and a replaced one is done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InactiveVm {
+    /// The VM.
+    pub vm: VmRecord,
+    /// Whether it is the instance's next VM or its previous one.
+    pub role: VmRole,
+    /// The addresses it holds, by network name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ips: BTreeMap<String, IpRecord>,
+}
+
+/// What an [`InactiveVm`] is to its instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmRole {
+    /// Made ahead ("Creating missing vms"), with new addresses; becomes the active VM when
+    /// the instance's update swaps.
+    Next,
+    /// The VM the swap replaced; deleted once the instance runs on its new VM.
+    Previous,
+}
+
+impl InstanceRecord {
+    /// The agent ids of every VM the instance has: the active one, then the inactive one.
+    pub fn agent_ids(&self) -> impl Iterator<Item = &str> {
+        (self.vm.iter())
+            .chain(self.inactive_vm.iter().map(|i| &i.vm))
+            .map(|vm| vm.agent_id.as_str())
+    }
+
+    /// Every address the instance holds: its own, then its inactive VM's.
+    pub fn held_ips(&self) -> impl Iterator<Item = (&String, &IpRecord)> {
+        self.ips
+            .iter()
+            .chain(self.inactive_vm.iter().flat_map(|i| i.ips.iter()))
+    }
 }
 
 /// A persistent disk.
@@ -474,6 +523,7 @@ mod tests {
             disks: vec![],
             ips: BTreeMap::new(),
             applied: Some(applied),
+            inactive_vm: None,
         }
     }
 

@@ -21,6 +21,7 @@ mod release_jobs;
 mod release_versions;
 mod runtime_configs;
 pub mod shape;
+mod unused;
 
 use std::sync::LazyLock;
 
@@ -108,6 +109,7 @@ pub fn cloud_config(value: &Value) -> Result<Validated<CloudConfig>, Problems> {
     );
     if let Some(cc) = &cc {
         cloud_config::check(cc, &mut problems);
+        unused::cloud_config(cc, &mut problems);
     }
     finish(cc, problems)
 }
@@ -126,6 +128,7 @@ pub fn deployment(
     );
     if let Some(cc) = &cc {
         cloud_config::check(cc, &mut problems);
+        unused::cloud_config(cc, &mut problems);
     }
     let mut manifest_problems = Problems::default();
     let dm: Option<DeploymentManifest> = typed(
@@ -136,6 +139,7 @@ pub fn deployment(
     );
     if let (Some(dm), Some(cc)) = (&dm, &cc) {
         deployment::check(dm, cc, &mut manifest_problems);
+        unused::manifest(dm, &mut manifest_problems);
     }
     problems.extend(manifest_problems);
     finish(dm.zip(cc), problems)

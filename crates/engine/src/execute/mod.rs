@@ -29,6 +29,11 @@ use kubosh_core::manifest::DeploymentManifest;
 use kubosh_core::plan::desired::{DesiredError, GroupSpec};
 use rollout::Rollout;
 
+/// Whether `p`'s VM is replaced create-swap-delete and its next VM is not made yet.
+fn next_vm_wanted(p: &Planned) -> bool {
+    p.swap && p.changes.recreates_vm() && p.record.vm.is_some() && p.record.inactive_vm.is_none()
+}
+
 /// The records of the planned instances, as the deploy has changed them so far.
 fn planned_records(planned: &[Planned]) -> impl Iterator<Item = &InstanceRecord> {
     planned.iter().map(|p| &p.record)
@@ -90,7 +95,7 @@ impl Engine {
         )
         .await?;
         self.delete_obsolete(&state, &obsolete, &mut report).await?;
-        self.create_missing_vms(manifest, groups, &mut planned, &stemcells)
+        self.create_missing_vms(manifest, groups, &mut planned, &stemcells, &state)
             .await?;
         // The new VMs in the records (the seed's DNS step after "Creating missing vms").
         self.publish_dns(
@@ -286,18 +291,24 @@ impl Engine {
         Ok(out)
     }
 
-    /// Steps 9–10: VMs for instances that have none ("Creating missing vms").
+    /// Steps 9–10: VMs for instances that have none ("Creating missing vms"), and the next
+    /// VMs of instances whose VM is replaced create-swap-delete (made ahead, with the new
+    /// addresses; `state` has the addresses their old VMs keep until they are gone).
     async fn create_missing_vms(
         &self,
         manifest: &DeploymentManifest,
         groups: &[GroupSpec],
         planned: &mut [Planned],
         stemcells: &BTreeMap<String, String>,
+        state: &DeploymentState,
     ) -> Result<(), EngineError> {
         let missing: Vec<usize> = planned
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.record.vm.is_none() && p.record.state != InstanceState::Detached)
+            .filter(|(_, p)| {
+                (p.record.vm.is_none() && p.record.state != InstanceState::Detached)
+                    || next_vm_wanted(p)
+            })
             .map(|(i, _)| i)
             .collect();
         if missing.is_empty() {
@@ -320,12 +331,22 @@ impl Engine {
             let p = &planned[i];
             let request = vm_request(&deployment, &tags, &groups[p.group], p, stemcells);
             let mut record = p.record.clone();
+            // The next VM of a create-swap-delete: its old VM keeps its addresses.
+            let previous_ips = next_vm_wanted(p).then(|| {
+                (state.instances.get(&record.uuid))
+                    .map(|r| r.ips.clone())
+                    .unwrap_or_default()
+            });
             let stage = stage.clone();
             async move {
                 let task = instance_task(&record.group, &record.uuid, record.index, false);
                 let created = stage
                     .task(task, async {
                         self.checkpoint()?;
+                        if let Some(previous_ips) = previous_ips {
+                            return (self.create_next_vm(&mut record, &request, previous_ips))
+                                .await;
+                        }
                         self.persist(&record).await?;
                         let vm = self.create_instance_vm(&mut record, &request, None).await?;
                         // A detached instance coming back keeps its disks.

@@ -13,7 +13,7 @@ use crate::instance::InstanceTarget;
 use crate::state::{AppliedSpec, DeploymentState, InstanceRecord, InstanceState, JobVersion};
 use crate::vm::VmRequest;
 use crate::{EngineConfig, EngineError, InstanceAction, Scope};
-use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
+use kubosh_core::manifest::{CloudConfig, DeploymentManifest, VmStrategy};
 use kubosh_core::plan::changes::{self, Changes, Observed, Requests};
 use kubosh_core::plan::desired::GroupSpec;
 use kubosh_core::plan::dns::{self, DnsInstance};
@@ -41,6 +41,9 @@ pub struct Planned {
     pub desired: AppliedSpec,
     /// Why it is touched.
     pub changes: Changes,
+    /// Its VM is replaced create-swap-delete ([`mark_swaps`]): a new VM with new addresses
+    /// is made ahead, and the old one deleted after the swap.
+    pub swap: bool,
 }
 
 /// Places every group; the planned instances and the uuids of obsolete instances (those
@@ -87,6 +90,7 @@ pub(crate) fn place_all(
                     disks: vec![],
                     ips: BTreeMap::new(),
                     applied: None,
+                    inactive_vm: None,
                 },
             };
             planned.push(Planned {
@@ -101,6 +105,7 @@ pub(crate) fn place_all(
                 rendered: None,
                 desired: AppliedSpec::default(),
                 changes: Changes::default(),
+                swap: false,
             });
         }
     }
@@ -161,6 +166,39 @@ pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
             }
         };
     }
+}
+
+/// Marks the instances whose VM `vm_strategy: create-swap-delete` replaces (`swap`), from
+/// changes detected before addresses are planned (so those instances get new ones): as the
+/// Director's `should_create_swap_delete?`, only in groups without static IPs, and only
+/// for a VM replaced for reasons other than its networks (stemcell, cloud properties, env,
+/// a recreate). Where ours differs from the Director: an instance that is not to run
+/// (stopped or detached, whose update does not recreate its VM), whose agent did not
+/// answer (its VM is deleted without asking it, as with `delete-create`) or whose VM is
+/// replaced only because its networks changed (the Director then gives the new VM the new
+/// addresses while the old keeps its own; ours cannot know before planning addresses) is
+/// replaced delete-create.
+pub(crate) fn mark_swaps(planned: &mut [Planned], groups: &[GroupSpec]) {
+    for p in planned.iter_mut() {
+        p.swap = groups.get(p.group).is_some_and(|g| swaps_vm(g, p));
+    }
+}
+
+fn swaps_vm(group: &GroupSpec, p: &Planned) -> bool {
+    use changes::Change;
+    group.update.vm_strategy == Some(VmStrategy::CreateSwapDelete)
+        && group.networks.iter().all(|n| n.static_ips.is_empty())
+        && p.record.vm.is_some()
+        && p.record.state == InstanceState::Started
+        && matches!(p.observed, Observed::Answered { .. })
+        && [
+            Change::Recreate,
+            Change::Stemcell,
+            Change::CloudProperties,
+            Change::Env,
+        ]
+        .into_iter()
+        .any(|c| p.changes.contains(c))
 }
 
 /// The desired spec of a planned instance.

@@ -30,7 +30,7 @@ use crate::resources::CalculatedProperties;
 use crate::state::{DeploymentState, InstanceRecord, VmRecord};
 use crate::{DeployRequest, Engine, EngineError, InstanceAction, PlanError, Unanswered, Unheard};
 use kubosh_artifacts::release::Release;
-use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
+use kubosh_core::manifest::{CloudConfig, DeploymentManifest, VmStrategy};
 use kubosh_core::plan::changes::Observed;
 use kubosh_core::plan::desired::{self, GroupSpec, StemcellInfo};
 use kubosh_core::state::{LinkTable, SharedLink};
@@ -292,6 +292,12 @@ impl Engine {
         let state = observation.state.clone();
         let (mut planned, obsolete) =
             instances::place_all(cloud, groups, &state, &observation.observed)?;
+        // Whose VM is replaced create-swap-delete decides who gets new addresses: the
+        // changes that decide it need neither addresses nor packages.
+        if (groups.iter()).any(|g| g.update.vm_strategy == Some(VmStrategy::CreateSwapDelete)) {
+            resolved.desire(&mut planned, &Packages::default(), request, &self.config);
+            instances::mark_swaps(&mut planned, groups);
+        }
         let addresses = self
             .plan_addresses(manifest, cloud, groups, &mut planned, &state)
             .await?;

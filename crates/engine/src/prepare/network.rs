@@ -47,7 +47,20 @@ pub(crate) fn plan_networks(
     elsewhere: &[Reservation],
 ) -> Result<(), EngineError> {
     let deployment = manifest.name.clone().unwrap_or_default();
-    let existing = reservations(&deployment, state.instances.values())?;
+    let mut existing = reservations(&deployment, state.instances.values())?;
+    // A VM replaced create-swap-delete keeps its addresses until it is gone: they are the
+    // old VM's, not the instance's, so its new VM gets new ones (the Director's
+    // `network_plan_with_dynamic_reservation`).
+    let swapping: BTreeSet<&str> = (planned.iter())
+        .filter(|p| p.swap)
+        .map(|p| p.record.uuid.as_str())
+        .collect();
+    for r in existing
+        .iter_mut()
+        .filter(|r| swapping.contains(r.instance_id.as_str()))
+    {
+        r.instance_id = format!("{} (previous VM)", r.instance_id);
+    }
     let mut requests = Vec::new();
     let mut owners = Vec::new();
     let mut errors = Vec::new();
@@ -213,7 +226,7 @@ pub fn reservations<'a>(
 ) -> Result<Vec<Reservation>, EngineError> {
     let mut out = Vec::new();
     for inst in instances {
-        for (network, r) in &inst.ips {
+        for (network, r) in inst.held_ips() {
             let ip: IpAddr = r.ip.parse().map_err(|_| PlanError::UnreadableAddress {
                 instance: inst.display_name(),
                 ip: r.ip.clone(),

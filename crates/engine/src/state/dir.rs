@@ -252,6 +252,7 @@ mod tests {
             disks: vec![],
             ips: Default::default(),
             applied: None,
+            inactive_vm: None,
         }
     }
 

@@ -5,8 +5,9 @@
 //! Ruby), state is in memory, the blobstore and locks are real files in a tempdir.
 //!
 //! Every scenario ends with [`Sim::assert_no_leak`]: the cloud holds exactly what the state
-//! records (VMs of instances, disks of instances plus orphaned disks, one agent per VM, the
-//! recorded stemcells) and no intent is pending.
+//! records (VMs of instances, active or inactive, disks of instances plus orphaned disks, one
+//! agent per VM, the recorded stemcells) and no intent is pending. `swap.rs` has the
+//! scenarios of `vm_strategy: create-swap-delete`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -287,17 +288,15 @@ impl Sim {
         let state = self.state();
         let inventory = self.cloud.inventory();
         assert!(state.intents.is_empty(), "pending: {:?}", state.intents);
-        let recorded_vms: BTreeSet<String> = state
-            .instances
-            .values()
-            .filter_map(|i| i.vm.as_ref().map(|vm| vm.cid.clone()))
+        // An instance's inactive VM (create-swap-delete) is recorded too.
+        let recorded_vms: BTreeSet<String> = (state.instances.values())
+            .flat_map(|i| i.vm.iter().chain(i.inactive_vm.iter().map(|x| &x.vm)))
+            .map(|vm| vm.cid.clone())
             .collect();
         let cloud_vms: BTreeSet<String> = inventory.vms.iter().map(|v| v.cid.clone()).collect();
         assert_eq!(cloud_vms, recorded_vms, "VMs in the cloud vs the state");
-        let recorded_agents: BTreeSet<String> = state
-            .instances
-            .values()
-            .filter_map(|i| i.vm.as_ref().map(|vm| vm.agent_id.clone()))
+        let recorded_agents: BTreeSet<String> = (state.instances.values())
+            .flat_map(|i| i.agent_ids().map(String::from).collect::<Vec<_>>())
             .collect();
         let cloud_agents: BTreeSet<String> = inventory.agents.iter().cloned().collect();
         assert_eq!(cloud_agents, recorded_agents, "agents vs the state");
@@ -3277,3 +3276,5 @@ async fn a_link_consumed_from_another_deployment_follows_its_provider() {
         "{error}"
     );
 }
+
+mod swap;

@@ -35,6 +35,7 @@ fn instance(uuid: &str, group: &str, index: u64) -> InstanceRecord {
         disks: vec![],
         ips: BTreeMap::new(),
         applied: None,
+        inactive_vm: None,
     }
 }
 
