@@ -1,4 +1,4 @@
-//! The BOSH manifest model: deployment manifests (v2), cloud configs, runtime configs and the bosh-init (v1)
+//! The BOSH manifest model: deployment manifests (v2), cloud configs, runtime configs, CPI configs and the bosh-init (v1)
 //! manifest that `create-env` reads, typed the way BOSH users write them.
 //!
 //! Pure data: no I/O, no Kubernetes. Keys are snake_case exactly as in BOSH. Job `properties`,
@@ -9,6 +9,7 @@
 //! can be wrong, using the JSON schema derived from these same types (one place for the shape).
 
 mod cloud_config;
+mod cpi_config;
 mod deployment;
 mod init;
 mod ip;
@@ -19,6 +20,7 @@ mod update;
 pub use cloud_config::{
     Az, CloudConfig, Compilation, DiskType, Network, NetworkType, Subnet, VmExtension, VmType,
 };
+pub use cpi_config::{Cpi, CpiConfig, CpiMigratedFrom};
 pub use deployment::{
     Addon, AddonFilter, AddonJobFilter, AddonStemcellFilter, CustomProvider, DeploymentManifest,
     Features, InstanceGroup, JobRef, Lifecycle, MigratedFrom, NamedDisk, NetworkRef, Release,

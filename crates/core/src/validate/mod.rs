@@ -13,6 +13,7 @@
 mod capacity;
 mod cloud_config;
 mod cloud_configs;
+mod cpi_configs;
 mod deployment;
 mod init;
 pub mod network;
@@ -29,13 +30,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use cloud_configs::merge_cloud_configs;
+pub use cpi_configs::{azs_on_cpis, cpi_config, merge_cpi_configs};
 pub use problem::{Document, Path, Problem, Problems, Segment, Severity};
 pub use release_jobs::release_jobs;
 pub use release_versions::{choose_releases, require_releases};
 pub use runtime_configs::{apply_runtime_configs, runtime_config};
 use shape::ShapeChecker;
 
-use crate::manifest::{CloudConfig, DeploymentManifest, InitManifest, RuntimeConfig};
+use crate::manifest::{CloudConfig, CpiConfig, DeploymentManifest, InitManifest, RuntimeConfig};
 
 /// A document that passed validation, with the warnings found on the way.
 #[derive(Debug, Clone)]
@@ -53,6 +55,8 @@ static CLOUD_CONFIG_SHAPE: LazyLock<ShapeChecker> =
     LazyLock::new(|| ShapeChecker::for_type::<CloudConfig>(Document::CloudConfig));
 static RUNTIME_CONFIG_SHAPE: LazyLock<ShapeChecker> =
     LazyLock::new(|| ShapeChecker::for_type::<RuntimeConfig>(Document::RuntimeConfig));
+static CPI_CONFIG_SHAPE: LazyLock<ShapeChecker> =
+    LazyLock::new(|| ShapeChecker::for_type::<CpiConfig>(Document::CpiConfig));
 static INIT_SHAPE: LazyLock<ShapeChecker> =
     LazyLock::new(|| ShapeChecker::for_type::<InitManifest>(Document::Manifest));
 

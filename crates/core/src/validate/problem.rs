@@ -154,6 +154,8 @@ pub enum Document {
     CloudConfig,
     /// A runtime config.
     RuntimeConfig,
+    /// A CPI config.
+    CpiConfig,
 }
 
 impl fmt::Display for Document {
@@ -162,6 +164,7 @@ impl fmt::Display for Document {
             Document::Manifest => "manifest",
             Document::CloudConfig => "cloud-config",
             Document::RuntimeConfig => "runtime-config",
+            Document::CpiConfig => "cpi-config",
         })
     }
 }

@@ -83,7 +83,9 @@ fn check_errors(problems: &Problems, manifest: &Value, cloud_config: Option<&Val
         let document = match p.document {
             Document::Manifest => manifest,
             Document::CloudConfig => cloud_config.expect("an error in a cloud config not given"),
-            Document::RuntimeConfig => panic!("an error in a runtime config not given: {p}"),
+            Document::RuntimeConfig | Document::CpiConfig => {
+                panic!("an error in a {} not given: {p}", p.document)
+            }
         };
         assert!(
             points_into(document, &p.path),
