@@ -636,6 +636,7 @@ fn base_engine(settings: &Settings, dir: &Path) -> (Engine, Arc<Heartbeats>) {
             health_window: settings.agent_timeout,
             ..EngineConfig::default()
         },
+        named_clouds: Default::default(),
     };
     (engine, heartbeats)
 }

@@ -242,6 +242,7 @@ impl World {
                 create_vm_concurrency: timing.create_vm_concurrency,
                 ..EngineConfig::default()
             },
+            named_clouds: Default::default(),
         };
         let stemcell = StemcellSource {
             info: StemcellInfo {

@@ -123,6 +123,7 @@ impl World {
                 recovery_wait: Duration::from_secs(5),
                 ..EngineConfig::default()
             },
+            named_clouds: Default::default(),
         };
         let stemcell = stemcell(dir.path());
         World {

@@ -4,6 +4,7 @@
 //! by its dotted path (`nats.ca_private_key`) and never quotes a value. Keys and CPI
 //! properties are held as [`Secret`]s and never printed.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +65,8 @@ pub struct DirectorFile {
     pub state_dir: Option<String>,
     /// `cpi` (required).
     pub cpi: Option<CpiFile>,
+    /// `cpi_types`: the CPI programs a CPI config's `type` may name, by type.
+    pub cpi_types: Option<BTreeMap<String, CpiFile>>,
     /// `nats` (required).
     pub nats: Option<NatsFile>,
     /// `blobstore` (required).
@@ -312,6 +315,9 @@ pub struct DirectorConfig {
     pub state_dir: PathBuf,
     /// The CPI.
     pub cpi: CpiSettings,
+    /// The CPI programs a CPI config's `type` may name (the Director's installed CPI jobs),
+    /// by type.
+    pub cpi_types: BTreeMap<String, CpiSettings>,
     /// The message bus.
     pub nats: NatsSettings,
     /// The local blobstore's directory.
@@ -368,7 +374,12 @@ impl DirectorConfig {
     /// paths against `base_dir`, PEM read and loaded, the CPI program found.
     pub fn resolve(file: DirectorFile, base_dir: &Path) -> Result<DirectorConfig, KeyError> {
         let state_dir = base_dir.join(required_text("state_dir", file.state_dir)?);
-        let cpi = cpi_settings(required("cpi", file.cpi)?, base_dir)?;
+        let cpi = cpi_settings("cpi", required("cpi", file.cpi)?, base_dir)?;
+        let mut cpi_types = BTreeMap::new();
+        for (kind, file) in file.cpi_types.unwrap_or_default() {
+            let settings = cpi_settings(&format!("cpi_types.{kind}"), file, base_dir)?;
+            cpi_types.insert(kind, settings);
+        }
         let nats = nats_settings(required("nats", file.nats)?, base_dir)?;
         let blobstore = required("blobstore", file.blobstore)?;
         let local = blobstore.local.ok_or_else(|| {
@@ -399,6 +410,7 @@ impl DirectorConfig {
             base_dir: base_dir.to_path_buf(),
             state_dir,
             cpi,
+            cpi_types,
             nats,
             blobstore_dir,
             engine,
@@ -434,15 +446,18 @@ fn required_text(key: &str, value: Option<String>) -> Result<String, KeyError> {
     required(key, optional_text(key, value)?)
 }
 
-fn cpi_settings(file: CpiFile, base_dir: &Path) -> Result<CpiSettings, KeyError> {
-    let command = required("cpi.command", file.command)?;
+/// The settings of the CPI at `key` (`cpi`, `cpi_types.<type>`).
+fn cpi_settings(key: &str, file: CpiFile, base_dir: &Path) -> Result<CpiSettings, KeyError> {
+    let command_key = format!("{key}.command");
+    let command = required(&command_key, file.command)?;
     let Some((program, args)) = command.split_first() else {
-        return Err(key_error("cpi.command", "must name a program"));
+        return Err(key_error(&command_key, "must name a program"));
     };
-    let program = resolve_program(program, base_dir).map_err(|m| key_error("cpi.command", m))?;
+    let program = resolve_program(program, base_dir).map_err(|m| key_error(&command_key, m))?;
     let mut properties = (file.properties.as_ref()).map_or_else(Map::new, |p| p.expose().clone());
-    if let Some(path) = optional_text("cpi.properties_path", file.properties_path)? {
-        properties.extend(properties_file(&base_dir.join(path))?);
+    let path_key = format!("{key}.properties_path");
+    if let Some(path) = optional_text(&path_key, file.properties_path)? {
+        properties.extend(properties_file(&path_key, &base_dir.join(path))?);
     }
     Ok(CpiSettings {
         program,
@@ -452,9 +467,9 @@ fn cpi_settings(file: CpiFile, base_dir: &Path) -> Result<CpiSettings, KeyError>
     })
 }
 
-/// The map of `cpi.properties_path`. Errors never quote the file's text.
-fn properties_file(path: &Path) -> Result<Map<String, Value>, KeyError> {
-    let fail = |m: String| key_error("cpi.properties_path", m);
+/// The map of a `properties_path` at `key`. Errors never quote the file's text.
+fn properties_file(key: &str, path: &Path) -> Result<Map<String, Value>, KeyError> {
+    let fail = |m: String| key_error(key, m);
     let text = std::fs::read_to_string(path)
         .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
     match kubosh_base::yaml::parse_value(&text, &path.display().to_string()) {

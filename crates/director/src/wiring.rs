@@ -6,14 +6,17 @@
 
 use std::sync::Arc;
 
-use serde_json::Map;
+use serde_json::{Map, Value};
 
 use crate::DirectorConfig;
+use crate::config::CpiSettings;
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::render::{Renderer, RendererConfig};
 use kubosh_base::pki::{Ca, Leaf};
-use kubosh_cloud::{CpiCommand, ExternalCpi};
+use kubosh_cloud::{Cloud, CpiCommand, ExternalCpi};
+use kubosh_core::manifest::{Cpi, CpiConfig};
 use kubosh_engine::agent_access::{AgentAccess, NatsAuthorizationFile};
+use kubosh_engine::clouds::{CloudMaker, NamedClouds};
 use kubosh_engine::lock::{FileLocks, Lock};
 use kubosh_engine::state::{DirDnsRegistry, DirIpRegistry, DirLinkRegistry, DirStore};
 use kubosh_engine::vm::mbus_cert_env;
@@ -85,11 +88,7 @@ impl DirectorConfig {
         parallel_azs: bool,
         observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
     ) -> Result<Engine, String> {
-        let cpi = CpiCommand::new(&self.cpi.program)
-            .args(self.cpi.args.clone())
-            .timeout(self.cpi.timeout)
-            .properties(self.cpi.properties.expose().clone())
-            .current_dir(&self.base_dir);
+        let cpi = self.cpi_command(&self.cpi, Map::new());
         let transport = NatsTransport::connect(&NatsOptions::new(
             self.nats.url.clone(),
             MbusTls::new(
@@ -122,10 +121,8 @@ impl DirectorConfig {
             EngineConfig::default().lock_wait,
         );
         Ok(Engine {
-            cloud: Arc::new(match observer {
-                Some(observer) => ExternalCpi::new(cpi, DIRECTOR_UUID).with_observer(observer),
-                None => ExternalCpi::new(cpi, DIRECTOR_UUID),
-            }),
+            cloud: external_cpi(cpi, observer.as_ref()),
+            named_clouds: Default::default(),
             agents: Arc::new(transport),
             blobstore: Arc::new(blobstore),
             renderer: Arc::new(renderer),
@@ -152,6 +149,83 @@ impl DirectorConfig {
                 ..EngineConfig::default()
             },
         })
+    }
+}
+
+impl DirectorConfig {
+    /// How `settings` is run, with `properties` merged over its own.
+    fn cpi_command(&self, settings: &CpiSettings, properties: Map<String, Value>) -> CpiCommand {
+        let mut merged = settings.properties.expose().clone();
+        merged.extend(properties);
+        CpiCommand::new(&settings.program)
+            .args(settings.args.clone())
+            .timeout(settings.timeout)
+            .properties(merged)
+            .current_dir(&self.base_dir)
+    }
+
+    /// What makes the clouds of a CPI config's CPIs from the `cpi_types` this director
+    /// installs, each call told to `observer`.
+    pub fn cloud_maker(
+        &self,
+        observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
+    ) -> Arc<dyn CloudMaker> {
+        Arc::new(InstalledCpis {
+            config: self.clone(),
+            observer,
+        })
+    }
+
+    /// The named clouds of `cpis` (empty when it has none): each CPI's type one of
+    /// `cpi_types`.
+    pub fn named_clouds(
+        &self,
+        cpis: CpiConfig,
+        observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
+    ) -> Result<NamedClouds, String> {
+        NamedClouds::make(cpis, self.cloud_maker(observer).as_ref()).map_err(|errors| {
+            let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            lines.join("\n")
+        })
+    }
+}
+
+/// The CPI programs of a director's `cpi_types`, making each CPI config entry's cloud.
+struct InstalledCpis {
+    config: DirectorConfig,
+    observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
+}
+
+impl CloudMaker for InstalledCpis {
+    fn make(&self, cpi: &Cpi) -> Result<Arc<dyn Cloud>, String> {
+        let Some(settings) = self.config.cpi_types.get(&cpi.kind) else {
+            let installed: Vec<&str> = self.config.cpi_types.keys().map(String::as_str).collect();
+            return Err(format!(
+                "its type '{}' is not a CPI this director installs (cpi_types: {})",
+                cpi.kind,
+                if installed.is_empty() {
+                    "none".to_string()
+                } else {
+                    installed.join(", ")
+                }
+            ));
+        };
+        let command =
+            (self.config).cpi_command(settings, cpi.properties.clone().unwrap_or_default());
+        Ok(external_cpi(command, self.observer.as_ref()))
+    }
+}
+
+/// A CPI run as `command`, each call told to `observer`.
+fn external_cpi(
+    command: CpiCommand,
+    observer: Option<&Arc<dyn kubosh_cloud::CallObserver>>,
+) -> Arc<dyn Cloud> {
+    match observer {
+        Some(observer) => {
+            Arc::new(ExternalCpi::new(command, DIRECTOR_UUID).with_observer(observer.clone()))
+        }
+        None => Arc::new(ExternalCpi::new(command, DIRECTOR_UUID)),
     }
 }
 

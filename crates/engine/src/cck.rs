@@ -255,7 +255,7 @@ impl Engine {
         let agent = self.agent(&vm.agent_id, &name).with_options(options);
         let answered = !self.proven_silent(&vm.agent_id) && agent.get_state(false).await.is_ok();
         if !answered {
-            let (kind, what) = if self.vm_is_gone(&vm.cid).await {
+            let (kind, what) = if self.vm_is_gone(&vm.cid, vm.cpi.as_deref()).await {
                 (ProblemKind::MissingVm, "missing.")
             } else {
                 (ProblemKind::UnresponsiveAgent, "is not responding.")
@@ -266,10 +266,10 @@ impl Engine {
         let mounted = agent.list_disk().await.unwrap_or_default();
         let mut problems = Vec::new();
         for disk in &record.disks {
-            let gone = matches!(
-                self.cloud.has_disk(&DiskCid(disk.cid.clone())).await,
-                Ok(false)
-            );
+            let gone = match self.cloud_of(disk.cpi.as_deref(), &format!("disk {}", disk.cid)) {
+                Ok(cloud) => matches!(cloud.has_disk(&DiskCid(disk.cid.clone())).await, Ok(false)),
+                Err(_) => false,
+            };
             if gone {
                 let description = format!(
                     "Disk '{}' ({}/{}, {}M) is missing",
@@ -361,7 +361,9 @@ impl Engine {
             Resolution::Ignore | Resolution::RecreateVm => {}
             Resolution::RebootVm => {
                 if let Some(vm) = &record.vm {
-                    self.cloud.reboot_vm(&VmCid(vm.cid.clone())).await?;
+                    (self.cloud_of(vm.cpi.as_deref(), &name)?)
+                        .reboot_vm(&VmCid(vm.cid.clone()))
+                        .await?;
                     let agent = self.agent(&vm.agent_id, &name);
                     self.wait_for_agent(&agent, &vm.cid).await?;
                 }
@@ -380,7 +382,7 @@ impl Engine {
                 let disk = problem.disk_cid.clone().unwrap_or_default();
                 if let Some(vm) = &record.vm {
                     // Best effort: the disk is gone or unusable.
-                    let _ = (self.cloud)
+                    let _ = (self.cloud_of(vm.cpi.as_deref(), &name)?)
                         .detach_disk(&VmCid(vm.cid.clone()), &DiskCid(disk.clone()))
                         .await;
                 }
@@ -397,7 +399,8 @@ impl Engine {
                 ) else {
                     return Ok(());
                 };
-                let attached = (self.cloud)
+                let cloud = self.cloud_of(vm.cpi.as_deref(), &name)?;
+                let attached = cloud
                     .attach_disk(&VmCid(vm.cid.clone()), &DiskCid(disk.cid.clone()))
                     .await;
                 if let Err(e) = attached {
@@ -406,7 +409,7 @@ impl Engine {
                 }
                 let agent = self.agent(&vm.agent_id, &name);
                 if resolution == Resolution::ReattachDiskAndReboot {
-                    self.cloud.reboot_vm(&VmCid(vm.cid.clone())).await?;
+                    cloud.reboot_vm(&VmCid(vm.cid.clone())).await?;
                 }
                 self.wait_for_agent(&agent, &vm.cid).await?;
                 if disk.is_managed() {

@@ -79,11 +79,11 @@ impl Engine {
         &self,
         labels: &DiskLabels<'_>,
         instance: &InstanceRecord,
-        disk: &str,
+        disk: &DiskRecord,
     ) -> Result<(), EngineError> {
         let metadata = labels.metadata(instance);
-        match (self.cloud)
-            .set_disk_metadata(&DiskCid(disk.to_string()), &metadata)
+        match (self.disk_cloud(disk)?)
+            .set_disk_metadata(&DiskCid(disk.cid.clone()), &metadata)
             .await
         {
             Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::NotImplemented) => Ok(()),
@@ -102,7 +102,7 @@ impl Engine {
         disk: &DiskRecord,
     ) -> Result<(), EngineError> {
         let hint = self
-            .cloud
+            .disk_cloud(disk)?
             .attach_disk(&VmCid(vm_cid.to_string()), &DiskCid(disk.cid.clone()))
             .await
             .map_err(EngineError::from)?;
@@ -153,13 +153,23 @@ impl Engine {
             .await
             .map_err(EngineError::Agent)?;
         match self
-            .cloud
+            .disk_cloud(disk)?
             .detach_disk(&VmCid(vm_cid.to_string()), &DiskCid(disk.cid.clone()))
             .await
         {
             Ok(()) => Ok(()),
             Err(e) if e.is(&ErrorKind::DiskNotAttached) => Ok(()),
             Err(e) => Err(EngineError::from(e)),
+        }
+    }
+
+    /// CPI `detach_disk` of `disk` from VM `vm_cid` without asking its agent, errors
+    /// ignored: for a disk that is leaving anyway (its VM is deleted, or the disk orphaned).
+    pub(crate) async fn force_detach(&self, vm_cid: &str, disk: &DiskRecord) {
+        if let Ok(cloud) = self.disk_cloud(disk) {
+            let _ = cloud
+                .detach_disk(&VmCid(vm_cid.to_string()), &DiskCid(disk.cid.clone()))
+                .await;
         }
     }
 
@@ -235,14 +245,11 @@ impl Engine {
         // The jobs are stopped (a disk change shuts the instance down).
         self.detach_disk_from_vm(agent, vm_cid, old).await?;
         let cid = DiskCid(old.cid.clone());
+        let cloud = self.disk_cloud(old)?;
         let changed = match how {
-            InPlace::Resize => self
-                .cloud
-                .resize_disk(&cid, spec.size_mib)
-                .await
-                .map(|()| None),
+            InPlace::Resize => cloud.resize_disk(&cid, spec.size_mib).await.map(|()| None),
             _ => {
-                self.cloud
+                cloud
                     .update_disk(&UpdateDisk {
                         disk_cid: cid.clone(),
                         new_size_mib: spec.size_mib,
@@ -303,6 +310,7 @@ mod tests {
             size_mib,
             cloud_properties,
             snapshots: Vec::new(),
+            cpi: None,
         }
     }
 

@@ -25,6 +25,9 @@ pub enum EngineError {
     /// A cloud call failed (boxed: CPI errors are large and deploys return them rarely).
     #[error("{0}")]
     Cloud(Box<CpiError>),
+    /// A named cloud cannot be made, or no longer serves what was recorded under it.
+    #[error("{0}")]
+    Clouds(#[from] crate::clouds::CloudsError),
     /// An agent call failed.
     #[error("{0}")]
     Agent(#[from] AgentError),
@@ -110,6 +113,7 @@ impl EngineError {
     pub fn disposition(&self) -> Disposition {
         match self {
             EngineError::Plan(_)
+            | EngineError::Clouds(_)
             | EngineError::NotRunning { .. }
             | EngineError::AgentDiskOutOfSync { .. } => Disposition::Stall,
             EngineError::Cloud(e) => match e.as_ref() {
@@ -276,6 +280,10 @@ pub enum PlanError {
     /// The compilation tasks cannot be ordered.
     #[error("{0}")]
     CompileOrder(#[from] crate::pool::PoolError),
+    /// Instances whose persistent disks are in another cloud than the CPI their AZ now names
+    /// (disks never move between clouds).
+    #[error("{}", lines(.0))]
+    DisksInOtherCloud(Vec<DiskInOtherCloud>),
     /// The rollout names an instance it has no update for (a bug).
     #[error("no update planned for instance #{0}")]
     Unplanned(usize),
@@ -340,12 +348,43 @@ impl PlanError {
             | PlanError::Compilation(_)
             | PlanError::PackageMissing { .. }
             | PlanError::CompileOrder(_)
+            | PlanError::DisksInOtherCloud(_)
             | PlanError::Unplanned(_) => 100,
         }
     }
 }
 
 /// One line per problem.
+/// A persistent disk its instance would take to another cloud.
+#[derive(Debug)]
+pub struct DiskInOtherCloud {
+    /// `group/uuid (index)`.
+    pub instance: String,
+    /// The instance's AZ.
+    pub az: String,
+    /// The disk's CID.
+    pub disk: String,
+    /// The CPI holding it (`None`: the director's own).
+    pub from: Option<String>,
+    /// The CPI the AZ names now.
+    pub to: Option<String>,
+}
+
+impl std::fmt::Display for DiskInOtherCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cpi = |c: &Option<String>| match c {
+            Some(name) => format!("CPI '{name}'"),
+            None => "the director's own CPI".to_string(),
+        };
+        let (from, to) = (cpi(&self.from), cpi(&self.to));
+        write!(
+            f,
+            "Instance '{}' cannot keep its persistent disk '{}': the disk is in the cloud of {from}, and AZ '{}' is now served by {to}. Disks do not move between clouds: serve the AZ with {from} again, or, if {to} reaches the same cloud, list {from} in its migrated_from",
+            self.instance, self.disk, self.az
+        )
+    }
+}
+
 fn lines<T: std::fmt::Display>(problems: &[T]) -> String {
     problems
         .iter()

@@ -318,10 +318,12 @@ impl Engine {
                 vm: vm.cid.clone(),
             },
             cid: None,
+            cpi: vm.cpi.clone(),
         };
         self.write(Write::Intent(intent.clone())).await?;
         self.detach_disks_from(record, &vm, agent_answers).await;
-        self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
+        self.delete_agent_vm(&vm.cid, &vm.agent_id, vm.cpi.as_deref())
+            .await?;
         record.vm = None;
         self.persist(record).await?;
         self.settle(intent.id).await?;
@@ -348,13 +350,7 @@ impl Engine {
                     Err(e) => tracing::warn!(disk = %disk.cid, error = %e, "detaching a disk"),
                 }
             }
-            let _ = self
-                .cloud
-                .detach_disk(
-                    &kubosh_cloud::VmCid(vm.cid.clone()),
-                    &kubosh_cloud::DiskCid(disk.cid.clone()),
-                )
-                .await;
+            self.force_detach(&vm.cid, disk).await;
         }
     }
 
@@ -369,7 +365,7 @@ impl Engine {
         let agent = self.agent(&vm.agent_id, &record.display_name());
         for disk in &record.disks {
             self.attach_disk_to_vm(&agent, &vm.cid, disk).await?;
-            self.label_disk(labels, record, &disk.cid).await?;
+            self.label_disk(labels, record, &disk).await?;
         }
         Ok(())
     }
@@ -462,7 +458,7 @@ impl Engine {
         self.persist(record).await?;
         (self.write(Write::DeleteOrphanedDisk(orphan.disk.cid.clone()))).await?;
         self.attach_disk_to_vm(agent, vm_cid, &orphan.disk).await?;
-        self.label_disk(labels, record, &orphan.disk.cid).await?;
+        self.label_disk(labels, record, &orphan.disk).await?;
         super::progress::warn(
             self.events.as_ref(),
             format!(
@@ -487,6 +483,7 @@ impl Engine {
         current: Option<DiskRecord>,
         labels: &DiskLabels<'_>,
     ) -> Result<(), EngineError> {
+        let cpi = record.vm.as_ref().and_then(|vm| vm.cpi.clone());
         let (disk, intent) = self
             .create_disk(
                 &record.uuid,
@@ -494,10 +491,11 @@ impl Engine {
                 spec.size_mib,
                 &spec.cloud_properties,
                 Some(vm_cid),
+                cpi.as_deref(),
             )
             .await?;
         self.attach_disk_to_vm(agent, vm_cid, &disk).await?;
-        self.label_disk(labels, record, &disk.cid).await?;
+        self.label_disk(labels, record, &disk).await?;
         // Data moves to a new managed disk; a named disk's replacement starts empty, as
         // the Director's `update_disk` leaves it.
         if let Some(old) = current
@@ -548,6 +546,10 @@ impl Engine {
             .into_values()
             .filter(|o| o.instance.starts_with(&group) && o.index == Some(record.index))
             .filter(|o| o.az == record.az)
+            .filter(|o| {
+                let vm_cpi = record.vm.as_ref().and_then(|vm| vm.cpi.as_deref());
+                self.named_clouds.same(o.disk.cpi.as_deref(), vm_cpi)
+            })
             .filter(|o| o.disk.name == spec.name && o.disk.size_mib == spec.size_mib)
             .find(|o| o.disk.cloud_properties == spec.cloud_properties))
     }
@@ -573,13 +575,7 @@ impl Engine {
     async fn release_disk(&self, agent: &AgentClient, vm_cid: &str, disk: &DiskRecord) {
         if let Err(e) = self.detach_disk_from_vm(agent, vm_cid, disk).await {
             tracing::warn!(disk = %disk.cid, error = %e, "detaching an orphaned disk");
-            let _ = self
-                .cloud
-                .detach_disk(
-                    &kubosh_cloud::VmCid(vm_cid.to_string()),
-                    &kubosh_cloud::DiskCid(disk.cid.clone()),
-                )
-                .await;
+            self.force_detach(vm_cid, disk).await;
         }
     }
 

@@ -11,6 +11,7 @@
 pub mod agent_access;
 mod cancel;
 pub mod cck;
+pub mod clouds;
 pub mod delete;
 pub mod deploy;
 mod disks;
@@ -48,7 +49,7 @@ use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_core::validate::{Problems, Validated};
 use kubosh_transport::agent::client::{ClientOptions, Transport};
 
-pub use error::{Disposition, EngineError, PlanError, Unanswered, Unheard};
+pub use error::{DiskInOtherCloud, Disposition, EngineError, PlanError, Unanswered, Unheard};
 pub use kubosh_artifacts::render::TemplateRenderer;
 pub use prepare::{DeployPlan, GroupPlan, PlanSummary};
 pub use progress::{EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents};
@@ -147,8 +148,10 @@ impl Default for EngineConfig {
 /// The deploy engine: the edges it drives and its configuration.
 #[derive(Clone)]
 pub struct Engine {
-    /// The cloud.
+    /// The director's own cloud: AZs that name no CPI, and whatever was recorded without one.
     pub cloud: Arc<dyn Cloud>,
+    /// The CPI config's named clouds, each serving the AZs that name it ([`clouds`]).
+    pub named_clouds: clouds::NamedClouds,
     /// How agents are reached.
     pub agents: Arc<dyn Transport>,
     /// The director's blobstore.

@@ -143,6 +143,10 @@ pub trait Lock: Send + Sync {
     ) -> BoxFuture<'a, Result<Guard, LockError>>;
 }
 
+/// Held by a deploy while it uploads stemcells: each is uploaded once per CPI for all the
+/// director's deployments.
+pub const STEMCELL_LOCK: &str = "lock:stemcells";
+
 /// `lock:deployment:<name>`.
 pub fn deployment_lock(deployment: &str) -> String {
     format!("lock:deployment:{deployment}")

@@ -57,7 +57,7 @@ impl Engine {
                     .await
             }
             IntentKind::DeleteVm { instance, vm } => {
-                self.settle_delete_vm(state, instance, vm).await
+                (self.settle_delete_vm(state, instance, vm, intent.cpi.as_deref())).await
             }
             IntentKind::CreateDisk { instance, name } => {
                 self.settle_create_disk(state, intent, instance, name, wait)
@@ -84,13 +84,14 @@ impl Engine {
         if owned {
             return Ok(true);
         }
+        let cpi = intent.cpi.as_deref();
         let cid = match &intent.cid {
             Some(cid) => Some(cid.clone()),
-            None => self.find_vm_of(agent_id, wait).await,
+            None => self.find_vm_of(agent_id, cpi, wait).await?,
         };
         match cid {
             Some(cid) => {
-                self.delete_agent_vm(&cid, agent_id).await?;
+                self.delete_agent_vm(&cid, agent_id, cpi).await?;
                 tracing::info!(vm = %cid, agent_id, "deleted a VM a previous run created but never recorded");
                 Ok(true)
             }
@@ -118,6 +119,7 @@ impl Engine {
         state: &mut DeploymentState,
         instance: &str,
         vm: &str,
+        cpi: Option<&str>,
     ) -> Result<bool, EngineError> {
         // An owner already on another VM took its disks there (a settle that was
         // deferred): they are not this VM's to detach.
@@ -125,11 +127,8 @@ impl Engine {
             Some(i) if i.vm.as_ref().is_none_or(|v| v.cid == vm) => i.disks.clone(),
             _ => Vec::new(),
         };
-        for disk in disks {
-            let _ = self
-                .cloud
-                .detach_disk(&VmCid(vm.to_string()), &DiskCid(disk.cid.clone()))
-                .await;
+        for disk in &disks {
+            self.force_detach(vm, disk).await;
         }
         // The VM may be the owner's active one (killed before a swap, or in a delete), or
         // the inactive one a create-swap-delete replaced.
@@ -143,8 +142,8 @@ impl Engine {
             active.or(inactive).map(|v| v.agent_id.clone())
         };
         match state.instances.get(instance).as_ref().and_then(named) {
-            Some(agent_id) => self.delete_agent_vm(vm, &agent_id).await?,
-            None => self.delete_vm_cid(vm).await?,
+            Some(agent_id) => self.delete_agent_vm(vm, &agent_id, cpi).await?,
+            None => self.delete_vm_cid(vm, cpi).await?,
         }
         if let Some(owner) = state.instances.get(instance)
             && named(&owner).is_some()
@@ -172,9 +171,13 @@ impl Engine {
         name: &str,
         wait: Duration,
     ) -> Result<bool, EngineError> {
+        let cloud = self.cloud_of(
+            intent.cpi.as_deref(),
+            &format!("disk '{name}' of {instance}"),
+        )?;
         let found = match &intent.cid {
             Some(cid) => Some(cid.clone()),
-            None => self.find_disk_of(intent, instance, name).await?,
+            None => self.find_disk_of(cloud, intent, instance, name).await?,
         };
         let Some(cid) = &found else {
             return Ok(true);
@@ -194,12 +197,11 @@ impl Engine {
         {
             self.restore_disks(owner, &vm.agent_id, &vm.cid, cid, wait)
                 .await;
-            let _ = self
-                .cloud
+            let _ = cloud
                 .detach_disk(&VmCid(vm.cid.clone()), &DiskCid(cid.clone()))
                 .await;
         }
-        match self.cloud.delete_disk(&DiskCid(cid.clone())).await {
+        match cloud.delete_disk(&DiskCid(cid.clone())).await {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::DiskNotFound) => Ok(true),
             Err(e) => Err(EngineError::from(e)),
@@ -214,11 +216,12 @@ impl Engine {
         intent: &Intent,
         disk: &str,
     ) -> Result<bool, EngineError> {
+        let cloud = self.cloud_of(intent.cpi.as_deref(), &format!("a snapshot of disk {disk}"))?;
         match &intent.cid {
             // Recorded on its disk: the snapshot is the disk's now.
             Some(cid) if super::snapshot::snapshot_recorded(state, disk, cid) => Ok(true),
             Some(cid) => {
-                self.cloud
+                cloud
                     .delete_snapshot(&SnapshotCid(cid.clone()))
                     .await
                     .map_err(EngineError::from)?;
@@ -226,9 +229,8 @@ impl Engine {
             }
             // Never answered: the snapshot the call made, if the cloud can tell, goes.
             None => {
-                match self.cloud.find_snapshot_by_request(&intent.id).await {
-                    Ok(Some(cid)) => self
-                        .cloud
+                match cloud.find_snapshot_by_request(&intent.id).await {
+                    Ok(Some(cid)) => cloud
                         .delete_snapshot(&cid)
                         .await
                         .map_err(EngineError::from)?,
@@ -259,7 +261,7 @@ impl Engine {
             return Ok(true);
         }
         if let Some(cid) = &intent.cid {
-            self.cloud
+            (self.cloud_of(intent.cpi.as_deref(), &format!("stemcell {stemcell}"))?)
                 .delete_stemcell(&StemcellCid(cid.clone()))
                 .await
                 .map_err(EngineError::from)?;
@@ -272,11 +274,12 @@ impl Engine {
     /// the `kubosh_find_disk` extension: then a warning names what to look for).
     async fn find_disk_of(
         &self,
+        cloud: &dyn kubosh_cloud::Cloud,
         intent: &Intent,
         instance: &str,
         name: &str,
     ) -> Result<Option<String>, EngineError> {
-        match self.cloud.find_disk_by_request(&intent.id).await {
+        match cloud.find_disk_by_request(&intent.id).await {
             Ok(Some(cid)) => {
                 tracing::info!(disk = %cid, instance, "found the disk a previous run created but never recorded");
                 Ok(Some(cid.0))
@@ -321,16 +324,25 @@ impl Engine {
     /// The VM an interrupted `create_vm` for `agent_id` made: asked of the cloud (the
     /// `kubosh_find_vm` extension; it finds a VM whose agent never came up), else of the
     /// agent itself, whose `get_state` names its VM, waiting at most `wait` for it.
-    async fn find_vm_of(&self, agent_id: &str, wait: Duration) -> Option<String> {
-        match self.cloud.find_vm_by_agent(agent_id).await {
-            Ok(Some(cid)) => return Some(cid.0),
+    async fn find_vm_of(
+        &self,
+        agent_id: &str,
+        cpi: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<String>, EngineError> {
+        match self
+            .cloud_of(cpi, &format!("the VM of agent {agent_id}"))?
+            .find_vm_by_agent(agent_id)
+            .await
+        {
+            Ok(Some(cid)) => return Ok(Some(cid.0)),
             // A CPI process the killed run started may still be creating the VM: a `None`
             // is not the last word, the agent may yet come up.
             Ok(None) => {}
             Err(e) if e.is(&kubosh_cloud::ErrorKind::NotImplemented) => {}
             Err(e) => tracing::warn!(agent_id, error = %e, "cannot ask the cloud for the VM"),
         }
-        self.ask_agent_for_vm(agent_id, wait).await
+        Ok(self.ask_agent_for_vm(agent_id, wait).await)
     }
 
     /// The CID of the VM whose agent is `agent_id`, asked of the agent itself (its
@@ -370,6 +382,7 @@ mod tests {
             events: Arc::new(events.clone()),
             cancel: Default::default(),
             config: EngineConfig::default(),
+            named_clouds: Default::default(),
         };
         let mut state = DeploymentState::default();
         let intent = Intent {
@@ -379,6 +392,7 @@ mod tests {
                 name: String::new(),
             },
             cid: None,
+            cpi: None,
         };
         state.intents.insert(intent.id.clone(), intent);
         (engine, cloud, events, state)
@@ -494,6 +508,7 @@ mod tests {
                 agent_id: "agent-lost".into(),
             },
             cid: None,
+            cpi: None,
         };
         state.intents.insert(intent.id.clone(), intent);
         // No wait for agents at all: the cloud knows the VM.
@@ -524,6 +539,7 @@ mod tests {
                 disk: disk.0.clone(),
             },
             cid: None,
+            cpi: None,
         };
         state.intents.insert(intent.id.clone(), intent);
         engine.recover(&mut state, Duration::ZERO).await.unwrap();

@@ -10,20 +10,26 @@ use serde_json::{Map as JsonMap, Value};
 use super::{Engine, EngineError};
 use kubosh_cloud::VmResources;
 
-/// The cloud properties the CPI calculated, per distinct `vm_resources`.
+/// The cloud properties each CPI calculated, per distinct `vm_resources`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CalculatedProperties(BTreeMap<(u64, u64, u64), JsonMap<String, Value>>);
+pub struct CalculatedProperties(BTreeMap<Key, JsonMap<String, Value>>);
 
-/// `VmResources` as an ordered key.
-fn key(r: &VmResources) -> (u64, u64, u64) {
-    (r.cpu, r.ram, r.ephemeral_disk_size)
+/// `VmResources` in the cloud of a CPI, as an ordered key.
+type Key = (Option<String>, u64, u64, u64);
+
+fn key(r: &VmResources, cpi: Option<&str>) -> Key {
+    (cpi.map(str::to_string), r.cpu, r.ram, r.ephemeral_disk_size)
 }
 
 impl CalculatedProperties {
-    /// What the CPI answered for `resources` (`None` without resources, or when they were
-    /// not asked for).
-    pub fn get(&self, resources: Option<&VmResources>) -> Option<&JsonMap<String, Value>> {
-        self.0.get(&key(resources?))
+    /// What the CPI `cpi` answered for `resources` (`None` without resources, or when they
+    /// were not asked for).
+    pub fn get(
+        &self,
+        resources: Option<&VmResources>,
+        cpi: Option<&str>,
+    ) -> Option<&JsonMap<String, Value>> {
+        self.0.get(&key(resources?, cpi))
     }
 
     /// How many distinct requests were answered.
@@ -38,18 +44,19 @@ impl CalculatedProperties {
 }
 
 impl Engine {
-    /// Asks the CPI once per distinct entry of `wanted` (`calculate_vm_cloud_properties`),
-    /// in a stable order.
+    /// Asks each CPI once per distinct entry of `wanted` (its `vm_resources`, and the CPI
+    /// whose VMs get them) with `calculate_vm_cloud_properties`, in a stable order.
     pub(crate) async fn calculate_vm_resources(
         &self,
-        wanted: impl IntoIterator<Item = VmResources>,
+        wanted: impl IntoIterator<Item = (VmResources, Option<String>)>,
     ) -> Result<CalculatedProperties, EngineError> {
-        let distinct: BTreeMap<(u64, u64, u64), VmResources> =
-            wanted.into_iter().map(|r| (key(&r), r)).collect();
+        let distinct: BTreeMap<Key, VmResources> = (wanted.into_iter())
+            .map(|(r, cpi)| (key(&r, cpi.as_deref()), r))
+            .collect();
         let mut out = CalculatedProperties::default();
         for (k, resources) in distinct {
             let properties = self
-                .cloud
+                .cloud_of(k.0.as_deref(), "vm_resources")?
                 .calculate_vm_cloud_properties(&resources)
                 .await
                 .map_err(EngineError::from)?;

@@ -70,14 +70,16 @@ impl Engine {
         let metadata = snapshot_metadata(record, &vm.agent_id, deployment, tags);
         for position in 0..record.disks.len() {
             let disk = record.disks[position].cid.clone();
+            let cpi = record.disks[position].cpi.clone();
             let intent = Intent {
                 id: kubosh_base::ids::uuid_v4(),
                 kind: IntentKind::SnapshotDisk { disk: disk.clone() },
                 cid: None,
+                cpi: cpi.clone(),
             };
+            let cloud = self.disk_cloud(&record.disks[position])?;
             self.write(Write::Intent(intent.clone())).await?;
-            let snapshot = match self
-                .cloud
+            let snapshot = match cloud
                 .snapshot_disk_with_request_id(&DiskCid(disk.clone()), &metadata, &intent.id)
                 .await
             {
@@ -119,15 +121,16 @@ impl Engine {
         if (state.instances.values()).any(|i| i.disks.iter().any(|d| d.cid == cid)) {
             return self.write(Write::DeleteOrphanedDisk(cid.to_string())).await;
         }
+        let cloud = self.disk_cloud(&orphan.disk)?;
         while let Some(snapshot) = orphan.disk.snapshots.first().cloned() {
-            self.cloud
+            cloud
                 .delete_snapshot(&SnapshotCid(snapshot))
                 .await
                 .map_err(EngineError::from)?;
             orphan.disk.snapshots.remove(0);
             self.write(Write::OrphanedDisk(orphan.clone())).await?;
         }
-        match self.cloud.delete_disk(&DiskCid(cid.to_string())).await {
+        match cloud.delete_disk(&DiskCid(cid.to_string())).await {
             Ok(()) => {}
             Err(e) if e.is(&ErrorKind::DiskNotFound) => {}
             Err(e) => return Err(EngineError::from(e)),
@@ -166,6 +169,7 @@ mod tests {
             size_mib: 1024,
             cloud_properties: json!({}),
             snapshots: snapshots.iter().map(|s| s.to_string()).collect(),
+            cpi: None,
         }
     }
 

@@ -87,6 +87,7 @@ impl Engine {
                 vm: old.cid.clone(),
             },
             cid: None,
+            cpi: old.cpi.clone(),
         };
         self.write(Write::Intent(intent.clone())).await?;
         self.detach_disks_from(record, &old, agent_answers).await;
@@ -107,6 +108,7 @@ impl Engine {
             cid: next.vm.cid,
             agent_id: next.vm.agent_id,
             networks: next.vm.networks,
+            cpi: next.vm.cpi,
         };
         Ok((vm, intent.id))
     }
@@ -119,8 +121,8 @@ impl Engine {
         intent: String,
     ) -> Result<(), EngineError> {
         if let Some(previous) = &record.inactive_vm {
-            self.delete_agent_vm(&previous.vm.cid, &previous.vm.agent_id)
-                .await?;
+            let vm = &previous.vm;
+            (self.delete_agent_vm(&vm.cid, &vm.agent_id, vm.cpi.as_deref())).await?;
             record.inactive_vm = None;
             self.persist(record).await?;
         }
@@ -141,8 +143,8 @@ impl Engine {
             let Some(inactive) = record.inactive_vm.take() else {
                 continue;
             };
-            self.delete_agent_vm(&inactive.vm.cid, &inactive.vm.agent_id)
-                .await?;
+            let vm = &inactive.vm;
+            (self.delete_agent_vm(&vm.cid, &vm.agent_id, vm.cpi.as_deref())).await?;
             tracing::info!(vm = %inactive.vm.cid, instance = %record.display_name(), "deleted the inactive VM a previous run left");
             let write = Write::Instance(Box::new(record));
             self.write(write.clone()).await?;

@@ -38,6 +38,8 @@ pub struct VmRequest {
     pub disk_cids: Vec<String>,
     /// VM metadata (`set_vm_metadata`).
     pub metadata: JsonMap<String, Value>,
+    /// The CPI to make it with (`None`: the director's own): its AZ's.
+    pub cpi: Option<String>,
 }
 
 /// A VM that exists and whose agent answered.
@@ -49,6 +51,8 @@ pub struct NewVm {
     pub agent_id: String,
     /// Network settings as the CPI returned them (v2), else as asked.
     pub networks: Value,
+    /// The CPI that made it.
+    pub cpi: Option<String>,
 }
 
 impl Engine {
@@ -68,8 +72,11 @@ impl Engine {
 
     /// Whether the cloud says the VM no longer exists (`has_vm` false). A failing `has_vm`
     /// proves nothing: the VM counts as there.
-    pub(crate) async fn vm_is_gone(&self, cid: &str) -> bool {
-        matches!(self.cloud.has_vm(&VmCid(cid.to_string())).await, Ok(false))
+    pub(crate) async fn vm_is_gone(&self, cid: &str, cpi: Option<&str>) -> bool {
+        let Ok(cloud) = self.cloud_of(cpi, &format!("VM {cid}")) else {
+            return false;
+        };
+        matches!(cloud.has_vm(&VmCid(cid.to_string())).await, Ok(false))
     }
 
     /// `create_vm` → `set_vm_metadata` → wait for the agent (§4.5). The intent is stored
@@ -107,7 +114,8 @@ impl Engine {
         vm: &NewVm,
         intent: String,
     ) -> Result<(), EngineError> {
-        self.delete_agent_vm(&vm.cid, &vm.agent_id).await?;
+        self.delete_agent_vm(&vm.cid, &vm.agent_id, vm.cpi.as_deref())
+            .await?;
         self.settle(intent).await
     }
 
@@ -125,8 +133,9 @@ impl Engine {
         &self,
         cid: &str,
         agent_id: &str,
+        cpi: Option<&str>,
     ) -> Result<(), EngineError> {
-        self.delete_vm_cid(cid).await?;
+        self.delete_vm_cid(cid, cpi).await?;
         if let Some(access) = &self.config.agent_access
             && let Err(e) = access.revoke(&[agent_id.to_string()]).await
         {
@@ -154,7 +163,9 @@ impl Engine {
                 agent_id: agent_id.clone(),
             },
             cid: None,
+            cpi: request.cpi.clone(),
         };
+        let cloud = self.cloud_of(request.cpi.as_deref(), &request.display_name)?;
         self.write(Write::Intent(intent.clone())).await?;
         // Let onto the bus before it exists, so the agent's first connection is accepted.
         self.admit_agents(std::slice::from_ref(&agent_id)).await?;
@@ -165,8 +176,7 @@ impl Engine {
         if let Some(agent_env) = &self.config.agent_env {
             super::desired_merge(&mut env, &agent_env(&agent_id));
         }
-        let created = match self
-            .cloud
+        let created = match cloud
             .create_vm(&CreateVm {
                 agent_id: agent_id.clone(),
                 stemcell_cid: StemcellCid(request.stemcell_cid.clone()),
@@ -187,6 +197,7 @@ impl Engine {
                 .networks
                 .map(Value::Object)
                 .unwrap_or_else(|| request.networks.clone()),
+            cpi: request.cpi.clone(),
         };
         let (on_created, on_deleted) = match owner {
             Some((created, deleted)) => (Some(created), Some(deleted)),
@@ -230,7 +241,7 @@ impl Engine {
         let mut metadata = request.metadata.clone();
         metadata.insert("created_at".into(), Value::String(created_at_now()));
         match self
-            .cloud
+            .cloud_of(request.cpi.as_deref(), &request.display_name)?
             .set_vm_metadata(&VmCid(cid.to_string()), &metadata)
             .await
         {
@@ -249,7 +260,11 @@ impl Engine {
         intent_id: String,
         on_deleted: Option<impl AsyncFnOnce() -> Result<(), EngineError>>,
     ) {
-        if self.delete_agent_vm(&vm.cid, &vm.agent_id).await.is_err() {
+        if (self
+            .delete_agent_vm(&vm.cid, &vm.agent_id, vm.cpi.as_deref())
+            .await)
+            .is_err()
+        {
             return;
         }
         let forgotten = match on_deleted {
@@ -291,8 +306,13 @@ impl Engine {
     }
 
     /// `delete_vm`, a VM already gone counting as deleted.
-    pub(crate) async fn delete_vm_cid(&self, cid: &str) -> Result<(), EngineError> {
-        match self.cloud.delete_vm(&VmCid(cid.to_string())).await {
+    pub(crate) async fn delete_vm_cid(
+        &self,
+        cid: &str,
+        cpi: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let cloud = self.cloud_of(cpi, &format!("VM {cid}"))?;
+        match cloud.delete_vm(&VmCid(cid.to_string())).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == Some(&kubosh_cloud::ErrorKind::VmNotFound) => Ok(()),
             Err(e) => Err(EngineError::from(e)),
@@ -309,6 +329,7 @@ impl Engine {
         size_mib: u64,
         cloud_properties: &Value,
         vm_cid: Option<&str>,
+        cpi: Option<&str>,
     ) -> Result<(DiskRecord, String), EngineError> {
         let intent = Intent {
             id: kubosh_base::ids::uuid_v4(),
@@ -317,7 +338,9 @@ impl Engine {
                 name: name.to_string(),
             },
             cid: None,
+            cpi: cpi.map(str::to_string),
         };
+        let cloud = self.cloud_of(cpi, &format!("disk '{name}' of {instance}"))?;
         self.write(Write::Intent(intent.clone())).await?;
         // The intent id travels as the call's request id: if we die before the answer,
         // recovery asks the cloud for the disk made for it.
@@ -326,8 +349,7 @@ impl Engine {
             cloud_properties: object(cloud_properties),
             vm_cid: vm_cid.map(|c| VmCid(c.to_string())),
         };
-        let cid = self
-            .cloud
+        let cid = cloud
             .create_disk_with_request_id(&request, &intent.id)
             .await
             .map_err(EngineError::from)?;
@@ -343,6 +365,7 @@ impl Engine {
                 size_mib,
                 cloud_properties: cloud_properties.clone(),
                 snapshots: Vec::new(),
+                cpi: cpi.map(str::to_string),
             },
             intent.id,
         ))
@@ -412,6 +435,7 @@ pub(crate) fn recorded_vm(request: &VmRequest, vm: &NewVm) -> crate::state::VmRe
         cloud_properties: request.cloud_properties.clone(),
         env: request.env.clone(),
         networks: vm.networks.clone(),
+        cpi: vm.cpi.clone(),
     }
 }
 

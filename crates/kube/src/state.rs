@@ -371,6 +371,7 @@ impl KubeStore {
                         version: object.spec.version.as_str().to_string(),
                         os,
                         cid: cid.clone(),
+                        cpi: None,
                     },
                 );
             }
@@ -927,6 +928,7 @@ fn orphan_of(spec: &DiskSpec) -> OrphanedDisk {
                 .clone()
                 .map_or(Value::Null, Value::Object),
             snapshots: spec.snapshots.clone(),
+            cpi: None,
         },
         instance: spec.orphaned_from.clone().unwrap_or_default(),
         index: spec.orphaned_from_index.and_then(|i| u64::try_from(i).ok()),

@@ -44,6 +44,9 @@ pub enum Change {
     /// The director's trusted certificates differ from the VM's (`update_settings` sends
     /// them in the update).
     TrustedCerts,
+    /// The VM is in another cloud than the CPI its AZ names now (a CPI config change): a
+    /// new VM is made there.
+    Cpi,
 }
 
 impl Change {
@@ -66,6 +69,7 @@ impl Change {
             Change::Dns => "dns",
             Change::Tags => "tags",
             Change::TrustedCerts => "trusted_certs",
+            Change::Cpi => "cpi",
         }
     }
 
@@ -74,6 +78,7 @@ impl Change {
         matches!(
             self,
             Change::Recreate
+                | Change::Cpi
                 | Change::CloudProperties
                 | Change::Stemcell
                 | Change::Env
@@ -273,6 +278,7 @@ mod tests {
                 cloud_properties: json!({"type": "small"}),
                 env: json!({}),
                 networks: json!({}),
+                cpi: None,
             }),
             disks: vec![],
             ips: Default::default(),

@@ -316,6 +316,7 @@ mod tests {
                     size_mib: 1024,
                     cloud_properties: serde_json::json!({}),
                     snapshots: Vec::new(),
+                    cpi: None,
                 }]
             } else {
                 vec![]

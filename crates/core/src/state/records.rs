@@ -191,6 +191,9 @@ pub struct VmRecord {
     /// reported them.
     #[serde(default)]
     pub networks: Value,
+    /// The CPI that made it (`None`: the director's own), from its AZ's `cpi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpi: Option<String>,
 }
 
 /// An instance's VM that is not (or no longer) the active one, with the addresses it holds:
@@ -255,6 +258,9 @@ pub struct DiskRecord {
     /// disk keeps them, and deleting it deletes them first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<String>,
+    /// The CPI that made it (`None`: the director's own), from its AZ's `cpi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpi: Option<String>,
 }
 
 impl DiskRecord {
@@ -369,6 +375,9 @@ pub struct Intent {
     /// The CID, recorded right after the call returned, until the owner record carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cid: Option<String>,
+    /// The CPI called (`None`: the director's own): where recovery looks for what it made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpi: Option<String>,
 }
 
 /// What an [`Intent`] creates.
@@ -452,12 +461,27 @@ pub struct StemcellRecord {
     pub os: String,
     /// The cloud's id of it.
     pub cid: String,
+    /// The CPI holding it (`None`: the director's own): a stemcell is uploaded once per CPI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpi: Option<String>,
 }
 
 impl StemcellRecord {
-    /// `name/version`.
+    /// What it is stored under: [`stemcell_key`] of `name/version` and its CPI.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.name, self.version)
+        stemcell_key(
+            &format!("{}/{}", self.name, self.version),
+            self.cpi.as_deref(),
+        )
+    }
+}
+
+/// The key of stemcell `name_version` (`name/version`) in the cloud of CPI `cpi`: the
+/// stemcell itself for the director's own CPI, `name/version@cpi` for a named one.
+pub fn stemcell_key(name_version: &str, cpi: Option<&str>) -> String {
+    match cpi {
+        None => name_version.to_string(),
+        Some(cpi) => format!("{name_version}@{cpi}"),
     }
 }
 

@@ -164,11 +164,17 @@ mod tests {
         ]});
         let text = errors(cpi_config(&config).unwrap_err());
         assert!(text.contains("cpis[1].name"), "{text}");
-        assert!(text.contains("CPI 'a' is defined twice (also cpis[0])"), "{text}");
+        assert!(
+            text.contains("CPI 'a' is defined twice (also cpis[0])"),
+            "{text}"
+        );
         assert!(text.contains("cpis[2].name"), "{text}");
         assert!(text.contains("cpis[2].type"), "{text}");
         assert!(text.contains("cpis[3].migrated_from[0].name"), "{text}");
-        assert!(text.contains("cpis[4].name: CPI name 'with space' must be"), "{text}");
+        assert!(
+            text.contains("cpis[4].name: CPI name 'with space' must be"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -191,7 +197,13 @@ mod tests {
             text.contains("CPI 'one' is defined in cpi config 'a' and in cpi config 'c'"),
             "{text}"
         );
-        assert!(merge_cpi_configs::<&str, Value>(&[]).unwrap().document.cpis.is_empty());
+        assert!(
+            merge_cpi_configs::<&str, Value>(&[])
+                .unwrap()
+                .document
+                .cpis
+                .is_empty()
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::prepare::{
     CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
 };
 use crate::progress::StageRun;
-use crate::state::{DeploymentState, Write};
+use crate::state::{DeploymentState, Write, stemcell_key};
 use crate::vm::{NewVm, VmRequest};
 use crate::{Engine, EngineError, PlanError};
 use kubosh_artifacts::blobstore::BlobstoreError;
@@ -65,14 +65,19 @@ impl Engine {
                 .claim_worker_ips(&deployment, cloud, held, workers)
                 .await?;
         }
-        let calculated = calculated
-            .get(crate::resources::compilation_resources(cloud.compilation.as_ref()).as_ref());
+        let cpi =
+            crate::clouds::cpi_of_az(cloud, compilation.as_ref().and_then(|c| c.az.as_deref()));
+        let calculated = calculated.get(
+            crate::resources::compilation_resources(cloud.compilation.as_ref()).as_ref(),
+            cpi.as_deref(),
+        );
         let workers = Workers {
             slots: workers,
             cloud_properties: compilation
                 .as_ref()
                 .map(|c| compilation_cloud_properties(cloud, c, calculated))
                 .unwrap_or_else(|| Value::Object(Default::default())),
+            cpi,
         };
         let results = if plan.tasks.is_empty() {
             Vec::new()
@@ -196,7 +201,10 @@ impl Engine {
                         };
                         let metadata =
                             worker_metadata(&tags, &deployment, &worker.0, &t.package.name);
-                        let stemcell_cid = stemcell_cids.get(&key).cloned().unwrap_or_default();
+                        let stemcell_cid = (stemcell_cids)
+                            .get(&stemcell_key(&key, workers_spec.cpi.as_deref()))
+                            .cloned()
+                            .unwrap_or_default();
                         let env = Value::Object(compilation.env.clone().unwrap_or_default());
                         let request =
                             workers_spec.request(&worker, (&key, stemcell_cid), env, metadata);
@@ -451,6 +459,8 @@ pub struct Workers {
     pub slots: Vec<(WorkerIdentity, Value)>,
     /// Merged cloud properties.
     pub cloud_properties: Value,
+    /// The CPI of the compilation AZ.
+    pub cpi: Option<String>,
 }
 
 impl Workers {
@@ -472,6 +482,7 @@ impl Workers {
             env,
             disk_cids: vec![],
             metadata,
+            cpi: self.cpi.clone(),
         }
     }
 }

@@ -15,17 +15,18 @@ use std::sync::PoisonError;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::prepare::{DeployPlan, DeployReport, Planned, Resolved, vm_request};
+use crate::lock::{Holder, STEMCELL_LOCK};
+use crate::prepare::{DeployPlan, DeployReport, Planned, PlannedCompilation, Resolved, vm_request};
 use crate::progress::StageRun;
 use crate::state::{
     DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind, StemcellRecord,
-    Write,
+    Write, stemcell_key,
 };
 use crate::{Engine, EngineError, PlanError};
 use dns::live_entries;
 use kubosh_bosh::events::instance_task;
 use kubosh_cloud::CreateStemcell;
-use kubosh_core::manifest::DeploymentManifest;
+use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::desired::{DesiredError, GroupSpec};
 use rollout::Rollout;
 
@@ -73,7 +74,11 @@ impl Engine {
             self.write(Write::Meta(state.meta.clone())).await?;
         }
         let stemcells = self
-            .upload_stemcells(&request.stemcells, groups, &planned, &mut state)
+            .upload_stemcells(
+                &request.stemcells,
+                stemcells_in_use(groups, &planned, &compilation, resolved.cloud),
+                &mut state,
+            )
             .await?;
         let packages = self
             .compile(
@@ -236,59 +241,107 @@ impl Engine {
         Ok(deleted)
     }
 
-    /// Uploads the stemcells in use that the cloud does not have yet; their CIDs by
-    /// `name/version`.
+    /// Uploads the stemcells in use (`name/version` and CPI: each instance's AZ's, the
+    /// compilation AZ's for the stemcells packages compile on) that their cloud does not
+    /// have yet; their CIDs by [`stemcell_key`]. A stemcell is uploaded once per CPI for
+    /// every deployment of the director: the uploads hold [`STEMCELL_LOCK`] and look again
+    /// at what the store has under it, so two deploys never upload the same one twice.
     async fn upload_stemcells(
         &self,
         sources: &[crate::StemcellSource],
-        groups: &[GroupSpec],
-        planned: &[Planned],
+        used: BTreeSet<(String, Option<String>)>,
         state: &mut DeploymentState,
     ) -> Result<BTreeMap<String, String>, EngineError> {
-        let used: BTreeSet<String> = planned
-            .iter()
-            .map(|p| groups[p.group].stemcell.key())
-            .collect();
         let mut out = BTreeMap::new();
-        for key in used {
-            if let Some(s) = state.stemcells.get(&key) {
-                out.insert(key, s.cid.clone());
-                continue;
+        let mut missing = Vec::new();
+        for (stemcell, cpi) in used {
+            match self.recorded_stemcell(state, &stemcell, cpi.as_deref()) {
+                Some(cid) => {
+                    out.insert(stemcell_key(&stemcell, cpi.as_deref()), cid);
+                }
+                None => missing.push((stemcell, cpi)),
             }
-            let Some(source) = sources.iter().find(|s| s.info.key() == key) else {
-                return Err(PlanError::Desired(vec![DesiredError::StemcellMissing {
-                    wanted: key,
-                }])
-                .into());
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let holder = Holder::new(STEMCELL_LOCK, "upload stemcells");
+        let _guard = (self.locks)
+            .acquire(STEMCELL_LOCK, &holder, self.config.lock_wait)
+            .await?;
+        state.stemcells = self.store.stemcells().await?;
+        for (stemcell, cpi) in missing {
+            let key = stemcell_key(&stemcell, cpi.as_deref());
+            let cid = match self.recorded_stemcell(state, &stemcell, cpi.as_deref()) {
+                Some(cid) => cid,
+                None => {
+                    self.upload_stemcell(sources, &stemcell, cpi.as_deref(), state)
+                        .await?
+                }
             };
-            let intent = crate::state::Intent {
-                id: kubosh_base::ids::uuid_v4(),
-                kind: IntentKind::CreateStemcell {
-                    stemcell: key.clone(),
-                },
-                cid: None,
-            };
-            self.write(Write::Intent(intent.clone())).await?;
-            let cid = self
-                .cloud
-                .create_stemcell(&CreateStemcell {
-                    image_path: source.image_path.clone(),
-                    cloud_properties: source.cloud_properties.clone(),
-                })
-                .await
-                .map_err(EngineError::from)?;
-            let record = StemcellRecord {
-                name: source.info.name.clone(),
-                version: source.info.version.clone(),
-                os: source.info.os.clone(),
-                cid: cid.0.clone(),
-            };
-            self.write(Write::Stemcell(record.clone())).await?;
-            state.apply(&Write::Stemcell(record));
-            self.settle(intent.id).await?;
-            out.insert(key, cid.0);
+            out.insert(key, cid);
         }
         Ok(out)
+    }
+
+    /// The CID of `stemcell` in the cloud of `cpi`, if recorded there (under that CPI's name
+    /// or one it was migrated from).
+    fn recorded_stemcell(
+        &self,
+        state: &DeploymentState,
+        stemcell: &str,
+        cpi: Option<&str>,
+    ) -> Option<String> {
+        (state.stemcells.values())
+            .find(|s| {
+                format!("{}/{}", s.name, s.version) == stemcell
+                    && self.named_clouds.same(s.cpi.as_deref(), cpi)
+            })
+            .map(|s| s.cid.clone())
+    }
+
+    /// `create_stemcell` of `stemcell` in the cloud of `cpi`, bracketed by an intent.
+    async fn upload_stemcell(
+        &self,
+        sources: &[crate::StemcellSource],
+        stemcell: &str,
+        cpi: Option<&str>,
+        state: &mut DeploymentState,
+    ) -> Result<String, EngineError> {
+        let Some(source) = sources.iter().find(|s| s.info.key() == stemcell) else {
+            return Err(PlanError::Desired(vec![DesiredError::StemcellMissing {
+                wanted: stemcell.to_string(),
+            }])
+            .into());
+        };
+        let cloud = self.cloud_of(cpi, &format!("stemcell {stemcell}"))?;
+        let intent = crate::state::Intent {
+            id: kubosh_base::ids::uuid_v4(),
+            kind: IntentKind::CreateStemcell {
+                stemcell: stemcell_key(stemcell, cpi),
+            },
+            cid: None,
+            cpi: cpi.map(str::to_string),
+        };
+        self.write(Write::Intent(intent.clone())).await?;
+        let cid = cloud
+            .create_stemcell(&CreateStemcell {
+                image_path: source.image_path.clone(),
+                cloud_properties: source.cloud_properties.clone(),
+            })
+            .await
+            .map_err(EngineError::from)?;
+        let record = StemcellRecord {
+            name: source.info.name.clone(),
+            version: source.info.version.clone(),
+            os: source.info.os.clone(),
+            cid: cid.0.clone(),
+            cpi: cpi.map(str::to_string),
+        };
+        self.write(Write::Stemcell(record.clone())).await?;
+        state.apply(&Write::Stemcell(record));
+        self.settle(intent.id).await?;
+        Ok(cid.0)
     }
 
     /// Steps 9–10: VMs for instances that have none ("Creating missing vms"), and the next
@@ -391,4 +444,28 @@ impl Engine {
             .await;
         results.into_iter().collect()
     }
+}
+
+/// The stemcells a deploy uses, each with the CPI it is needed in: every planned instance's
+/// on its AZ's CPI, and the stemcells packages compile on on the compilation AZ's.
+fn stemcells_in_use(
+    groups: &[GroupSpec],
+    planned: &[Planned],
+    compilation: &PlannedCompilation,
+    cloud: &CloudConfig,
+) -> BTreeSet<(String, Option<String>)> {
+    let workers_cpi = crate::clouds::cpi_of_az(
+        cloud,
+        cloud.compilation.as_ref().and_then(|c| c.az.as_deref()),
+    );
+    let instances = planned
+        .iter()
+        .map(|p| (groups[p.group].stemcell.key(), p.cpi.clone()));
+    let compiled_on = (compilation.plan.tasks.iter()).map(|t| {
+        (
+            format!("{}/{}", t.stemcell.name, t.stemcell.version),
+            workers_cpi.clone(),
+        )
+    });
+    instances.chain(compiled_on).collect()
 }

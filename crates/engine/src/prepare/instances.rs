@@ -29,6 +29,8 @@ pub struct Planned {
     pub group: usize,
     /// Identity and placement.
     pub placed: Placed,
+    /// The CPI of its AZ (`None`: the director's own): where its VM and disks are made.
+    pub cpi: Option<String>,
     /// Its record (new instances get a fresh one).
     pub record: InstanceRecord,
     /// What its agent said.
@@ -95,6 +97,7 @@ pub(crate) fn place_all(
             };
             planned.push(Planned {
                 group: gi,
+                cpi: crate::clouds::cpi_of_az(cloud, placed.az.as_deref()),
                 observed: observed
                     .get(&placed.uuid)
                     .cloned()
@@ -132,6 +135,8 @@ pub(crate) struct Desire<'a> {
     pub action: Option<&'a (InstanceAction, Option<Scope>)>,
     /// Instances (by uuid) to recreate (cck's `recreate_vm`).
     pub recreate: &'a std::collections::BTreeSet<String>,
+    /// The named CPIs: a VM in another cloud than its AZ's CPI is made again there.
+    pub named_clouds: &'a crate::clouds::NamedClouds,
 }
 
 /// Sets each planned instance's desired spec and its changes: the instance command applied
@@ -142,7 +147,7 @@ pub(crate) struct Desire<'a> {
 pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
     for p in planned.iter_mut() {
         let group = &d.groups[p.group];
-        let calculated = d.calculated.get(group.vm_resources.as_ref());
+        let calculated = (d.calculated).get(group.vm_resources.as_ref(), p.cpi.as_deref());
         p.desired = desired_spec(
             d.manifest, d.cloud, group, p, d.packages, calculated, d.config,
         );
@@ -165,6 +170,11 @@ pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
                 changes::detect(&p.record, &p.desired, p.record.state, &p.observed, requests)
             }
         };
+        if let Some(vm) = &p.record.vm
+            && !d.named_clouds.same(vm.cpi.as_deref(), p.cpi.as_deref())
+        {
+            p.changes.0.insert(changes::Change::Cpi);
+        }
     }
 }
 
@@ -290,7 +300,10 @@ pub(crate) fn vm_request(
         instance: Some(p.placed.uuid.clone()),
         display_name: p.record.display_name(),
         stemcell_cid: stemcells
-            .get(&group.stemcell.key())
+            .get(&crate::state::stemcell_key(
+                &group.stemcell.key(),
+                p.cpi.as_deref(),
+            ))
             .cloned()
             .unwrap_or_default(),
         stemcell: group.stemcell.key(),
@@ -299,6 +312,7 @@ pub(crate) fn vm_request(
         env: group.env.clone(),
         disk_cids: p.record.disks.iter().map(|d| d.cid.clone()).collect(),
         metadata,
+        cpi: p.cpi.clone(),
     }
 }
 
@@ -396,5 +410,32 @@ fn apply_spec(deployment: &str, group: &GroupSpec, p: &Planned, root: &str) -> A
             .map(|(blobstore_id, sha1)| Some(RenderedTemplatesArchive { blobstore_id, sha1 })),
         configuration_hash: rendered.map(|r| r.configuration_hash.clone()),
         extra: serde_json::Map::new(),
+    }
+}
+
+/// Refuses a plan that would move a persistent disk to another cloud: an instance whose AZ
+/// is now served by a CPI that cannot reach its disks (not the CPI that made them, nor one
+/// migrated from it). Disks never move between clouds; nothing is changed.
+pub(crate) fn disks_stay_in_their_clouds(
+    planned: &[Planned],
+    named_clouds: &crate::clouds::NamedClouds,
+) -> Result<(), EngineError> {
+    let stuck: Vec<crate::error::DiskInOtherCloud> = (planned.iter())
+        .flat_map(|p| {
+            (p.record.disks.iter())
+                .filter(|d| !named_clouds.same(d.cpi.as_deref(), p.cpi.as_deref()))
+                .map(|d| crate::error::DiskInOtherCloud {
+                    instance: p.record.display_name(),
+                    az: p.placed.az.clone().unwrap_or_default(),
+                    disk: d.cid.clone(),
+                    from: d.cpi.clone(),
+                    to: p.cpi.clone(),
+                })
+        })
+        .collect();
+    if stuck.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::PlanError::DisksInOtherCloud(stuck).into())
     }
 }

@@ -84,6 +84,8 @@ pub struct Resolved<'r> {
     /// What the deployments this one consumes links from share
     /// ([`Engine::consumed_links`]).
     pub(crate) links: LinkTable,
+    /// The named CPIs, to tell whether a VM is in the cloud its AZ now names.
+    pub(crate) named_clouds: crate::clouds::NamedClouds,
 }
 
 impl Resolved<'_> {
@@ -118,6 +120,7 @@ impl Resolved<'_> {
             requests: request.requests,
             action: request.action.as_ref(),
             recreate: &request.recreate_instances,
+            named_clouds: &self.named_clouds,
         };
         desire(planned, &d);
     }
@@ -256,9 +259,7 @@ impl Engine {
         let infos: Vec<StemcellInfo> = request.stemcells.iter().map(|s| s.info.clone()).collect();
         let groups = desired::groups(manifest, cloud, &infos).map_err(PlanError::Desired)?;
         let calculated = self
-            .calculate_vm_resources(groups.iter().filter_map(|g| g.vm_resources).chain(
-                crate::resources::compilation_resources(cloud.compilation.as_ref()),
-            ))
+            .calculate_vm_resources(vm_resources_wanted(cloud, &groups))
             .await?;
         Ok(Resolved {
             releases: chosen_releases(manifest, &request.releases)?,
@@ -267,6 +268,7 @@ impl Engine {
             groups,
             calculated,
             links,
+            named_clouds: self.named_clouds.clone(),
         })
     }
 
@@ -292,6 +294,7 @@ impl Engine {
         let state = observation.state.clone();
         let (mut planned, obsolete) =
             instances::place_all(cloud, groups, &state, &observation.observed)?;
+        instances::disks_stay_in_their_clouds(&planned, &self.named_clouds)?;
         // Whose VM is replaced create-swap-delete decides who gets new addresses: the
         // changes that decide it need neither addresses nor packages.
         if (groups.iter()).any(|g| g.update.vm_strategy == Some(VmStrategy::CreateSwapDelete)) {
@@ -445,7 +448,7 @@ impl Engine {
                 Err(e) => return Err(Unheard::Asked(e)),
             }
         };
-        if self.vm_is_gone(&vm.cid).await {
+        if self.vm_is_gone(&vm.cid, vm.cpi.as_deref()).await {
             return Ok(Observed::NoVm);
         }
         if !recreate_if_silent {
@@ -480,4 +483,30 @@ fn chosen_releases(
     Ok((chosen.into_iter())
         .map(|i| (releases[i].name().to_string(), releases[i].clone()))
         .collect())
+}
+
+/// Every `vm_resources` a deploy asks for, with each CPI whose VMs get it: a group's in each
+/// of its AZs' CPIs, the compilation workers' in the compilation AZ's.
+fn vm_resources_wanted(
+    cloud: &CloudConfig,
+    groups: &[GroupSpec],
+) -> Vec<(kubosh_cloud::VmResources, Option<String>)> {
+    let cpi = |az: Option<&str>| crate::clouds::cpi_of_az(cloud, az);
+    let mut wanted = Vec::new();
+    for group in groups {
+        let Some(resources) = group.vm_resources else {
+            continue;
+        };
+        if group.azs.is_empty() {
+            wanted.push((resources, None));
+        }
+        for az in &group.azs {
+            wanted.push((resources, cpi(Some(az))));
+        }
+    }
+    if let Some(resources) = crate::resources::compilation_resources(cloud.compilation.as_ref()) {
+        let az = cloud.compilation.as_ref().and_then(|c| c.az.as_deref());
+        wanted.push((resources, cpi(az)));
+    }
+    wanted
 }

@@ -271,6 +271,7 @@ mod tests {
                     name: String::new(),
                 },
                 cid: None,
+                cpi: None,
             }),
             Write::OrphanedDisk(OrphanedDisk {
                 disk: DiskRecord {
@@ -279,6 +280,7 @@ mod tests {
                     size_mib: 1024,
                     cloud_properties: serde_json::json!({}),
                     snapshots: vec!["snap/1".into()],
+                    cpi: None,
                 },
                 instance: "web/a".into(),
                 index: Some(0),

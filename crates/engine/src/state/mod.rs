@@ -65,6 +65,12 @@ pub trait StateStore: Send + Sync {
         Box::pin(async move { Ok(self.load_records().await?.orphaned_disks) })
     }
 
+    /// The stemcells the clouds hold, by [`StemcellRecord::key`] (shared by the director's
+    /// deployments where the store shares them).
+    fn stemcells(&self) -> StoreFuture<'_, std::collections::BTreeMap<String, StemcellRecord>> {
+        Box::pin(async move { Ok(self.load_records().await?.stemcells) })
+    }
+
     /// Makes one write durable. A store may defer settling ([`Write::DeleteIntent`]) to a
     /// later write: an intent still pending after a crash is one whose owner record carries
     /// its result, which recovery settles without deleting anything.

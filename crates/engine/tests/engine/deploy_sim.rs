@@ -189,6 +189,7 @@ impl Sim {
                 agent_options: ClientOptions::default(),
                 ..EngineConfig::default()
             },
+            named_clouds: Default::default(),
         };
         let stemcells = vec![stemcell(dir.path(), "1.0")];
         Sim {
@@ -2010,6 +2011,7 @@ async fn recovery_keeps_the_snapshots_a_disk_lists_and_deletes_the_others() {
                 id: id.into(),
                 kind: IntentKind::SnapshotDisk { disk: disk.clone() },
                 cid,
+                cpi: None,
             }))
             .await
             .unwrap();
@@ -2036,6 +2038,7 @@ async fn an_unanswered_disk_creation(sim: &Sim) -> kubosh_cloud::DiskCid {
             name: String::new(),
         },
         cid: None,
+        cpi: None,
     };
     sim.store
         .write(&Write::Intent(intent.clone()))

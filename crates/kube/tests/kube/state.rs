@@ -88,6 +88,7 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
         env: json!({}),
         networks: json!({"private": {"ip": "10.0.0.5", "default": ["dns", "gateway"]},
                          "dyn": {"ip": "10.1.0.9", "type": "dynamic"}}),
+        cpi: None,
     });
     running.ips = BTreeMap::from([(
         "private".to_string(),
@@ -102,6 +103,7 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
         size_mib: 1024,
         cloud_properties: json!({"type": "gp3"}),
         snapshots: vec![],
+        cpi: None,
     }];
     running.applied = Some(AppliedSpec {
         stemcell: "bosh-jammy/1.0".into(),
@@ -117,6 +119,7 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
                 agent_id: "agent-1".into(),
             },
             cid: None,
+            cpi: None,
         }),
         Write::Intent(Intent {
             id: "an id/that is no key".into(),
@@ -124,6 +127,7 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
                 stemcell: "bosh-jammy/1.0".into(),
             },
             cid: Some("sc-1".into()),
+            cpi: None,
         }),
         Write::Instance(Box::new(running.clone())),
         Write::DeleteIntent("0b6c5e7e-2a4f-4f57-9d1e-5d2f0c1a2b3c".into()),
@@ -133,6 +137,7 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
             version: "1.0".into(),
             os: "ubuntu-jammy".into(),
             cid: "sc-1".into(),
+            cpi: None,
         }),
         Write::CompiledPackage(CompiledPackage {
             name: "openjdk".into(),
@@ -363,6 +368,7 @@ async fn a_vms_env_is_sealed_in_the_instance_and_still_compares() {
         cloud_properties: json!({}),
         env: env.clone(),
         networks: json!({}),
+        cpi: None,
     });
     record.applied = Some(AppliedSpec {
         env: env.clone(),
