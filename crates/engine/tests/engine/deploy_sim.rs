@@ -3280,4 +3280,5 @@ async fn a_link_consumed_from_another_deployment_follows_its_provider() {
     );
 }
 
+mod cpis;
 mod swap;
