@@ -1131,6 +1131,7 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         client,
         blobstore: engine.blobstore.clone(),
         cloud: None,
+        cloud_maker: Arc::new(kubosh_engine::clouds::NoCpiTypes),
         work_dir: work_dir.join("downloads"),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -16,6 +16,7 @@ use clap::Args;
 
 use kubosh_cloud::CallObserver;
 use kubosh_director::DirectorConfig;
+use kubosh_engine::clouds::CloudMaker;
 use kubosh_engine::{AgentHealth, Engine, NoEvents};
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::resurrection::MeltdownPolicy;
@@ -139,5 +140,9 @@ impl Edges for Director {
 
     async fn heartbeats(&self) -> Result<Arc<dyn AgentHealth>, EdgeError> {
         Ok(Arc::new(self.0.heartbeat_monitor().await?))
+    }
+
+    fn cloud_maker(&self, observer: Arc<dyn CallObserver>) -> Arc<dyn CloudMaker> {
+        self.0.cloud_maker(Some(observer))
     }
 }

@@ -53,6 +53,26 @@ pub enum CloudsError {
     },
 }
 
+impl std::fmt::Debug for NamedClouds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedClouds")
+            .field("cpis", &self.config.names())
+            .finish()
+    }
+}
+
+/// The maker of a director that installs no CPI types: every named CPI is refused.
+pub struct NoCpiTypes;
+
+impl CloudMaker for NoCpiTypes {
+    fn make(&self, cpi: &Cpi) -> Result<Arc<dyn Cloud>, String> {
+        Err(format!(
+            "its type '{}' is not a CPI this director installs (it installs none: add cpi_types to the director configuration)",
+            cpi.kind
+        ))
+    }
+}
+
 impl NamedClouds {
     /// The clouds of every CPI of `config`, made by `maker`; every CPI that cannot be made at
     /// once.
@@ -89,6 +109,13 @@ impl NamedClouds {
     /// The CPI config.
     pub fn config(&self) -> &CpiConfig {
         &self.config
+    }
+
+    /// The cloud now holding what was recorded under CPI `recorded` (its own, or that of a
+    /// CPI migrated from it).
+    pub fn cloud(&self, recorded: &str) -> Option<Arc<dyn Cloud>> {
+        let serving = self.serving(Some(recorded)).ok()??;
+        self.clouds.get(&serving.name).cloned()
     }
 
     /// The CPI now serving what was recorded under `recorded` (`None`: the director's own

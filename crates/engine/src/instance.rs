@@ -365,7 +365,7 @@ impl Engine {
         let agent = self.agent(&vm.agent_id, &record.display_name());
         for disk in &record.disks {
             self.attach_disk_to_vm(&agent, &vm.cid, disk).await?;
-            self.label_disk(labels, record, &disk).await?;
+            self.label_disk(labels, record, disk).await?;
         }
         Ok(())
     }

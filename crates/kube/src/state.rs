@@ -30,9 +30,9 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 use crate::api::{
-    CID_ANNOTATION, CompiledPackage as CompiledPackageResource, CompiledPackageSpec, Deployment,
-    Disk, DiskSpec, Instance, InstanceNetwork, InstanceSpec, InstanceState as ApiInstanceState,
-    OS_ANNOTATION, RECORD_ANNOTATION, Stemcell, StemcellVersion, labels,
+    CompiledPackage as CompiledPackageResource, CompiledPackageSpec, Deployment, Disk, DiskSpec,
+    Instance, InstanceNetwork, InstanceSpec, InstanceState as ApiInstanceState, OS_ANNOTATION,
+    RECORD_ANNOTATION, Stemcell, StemcellVersion, cid_annotation, labels, recorded_cids,
 };
 use crate::names;
 use kubosh_engine::state::{
@@ -357,23 +357,8 @@ impl KubeStore {
             .map_err(|e| io("listing stemcells", e))?;
         for object in stemcells {
             let key = format!("{}/{}", object.spec.name, object.spec.version.as_str());
-            let annotations = object.annotations();
-            if let Some(cid) = annotations.get(CID_ANNOTATION) {
-                let os = annotations
-                    .get(OS_ANNOTATION)
-                    .cloned()
-                    .or_else(|| object.status.as_ref().and_then(|s| s.os.clone()))
-                    .unwrap_or_default();
-                state.stemcells.insert(
-                    key.clone(),
-                    StemcellRecord {
-                        name: object.spec.name.clone(),
-                        version: object.spec.version.as_str().to_string(),
-                        os,
-                        cid: cid.clone(),
-                        cpi: None,
-                    },
-                );
+            for record in stemcell_records(&object) {
+                state.stemcells.insert(record.key(), record);
             }
             cache.stemcells.insert(key, object.name_any());
         }
@@ -696,14 +681,20 @@ impl KubeStore {
         Ok(())
     }
 
-    /// Writes (or, with `None`, removes) the CID annotations of the `Stemcell` resource of
-    /// `key` (`name/version`).
+    /// Writes (or, with `None`, removes) the CID annotation of one CPI's copy of the
+    /// `Stemcell` resource of `key` ([`StemcellRecord::key`]: `name/version`, `@cpi` for a
+    /// named CPI's copy). A merge patch, not an apply: each copy's annotation is written
+    /// on its own, and the others stay.
     async fn write_stemcell(
         &self,
         cache: &mut Cache,
         key: &str,
         record: Option<&StemcellRecord>,
     ) -> Result<(), StoreError> {
+        let (key, cpi) = match key.split_once('@') {
+            Some((stemcell, cpi)) => (stemcell, Some(cpi)),
+            None => (key, None),
+        };
         if !cache.stemcells.contains_key(key) {
             // A Stemcell resource created since the last load.
             let list = self
@@ -726,15 +717,15 @@ impl KubeStore {
             ));
         };
         let annotations = match record {
-            Some(r) => json!({CID_ANNOTATION: r.cid, OS_ANNOTATION: r.os}),
-            None => json!({}),
+            Some(r) => json!({cid_annotation(cpi): r.cid, OS_ANNOTATION: r.os}),
+            None => json!({cid_annotation(cpi): null}),
         };
-        let patch = json!({
-            "apiVersion": Stemcell::api_version(&()),
-            "kind": Stemcell::kind(&()),
-            "metadata": {"name": name, "annotations": annotations},
-        });
-        self.apply::<Stemcell>(&name, &patch).await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let patch = json!({"metadata": {"annotations": annotations}});
+        self.api::<Stemcell>()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| io(format!("writing Stemcell {name}"), e))?;
         Ok(())
     }
 
@@ -845,9 +836,42 @@ impl StateStore for KubeStore {
         })
     }
 
+    fn stemcells(&self) -> StoreFuture<'_, BTreeMap<String, StemcellRecord>> {
+        Box::pin(async move {
+            let stemcells = self
+                .api::<Stemcell>()
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| io("listing stemcells", e))?;
+            Ok((stemcells.iter())
+                .flat_map(stemcell_records)
+                .map(|r| (r.key(), r))
+                .collect())
+        })
+    }
+
     fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()> {
         Box::pin(self.write_one(write))
     }
+}
+
+/// The records of every cloud's copy of `object` its annotations name.
+fn stemcell_records(object: &Stemcell) -> Vec<StemcellRecord> {
+    let annotations = object.annotations();
+    let os = annotations
+        .get(OS_ANNOTATION)
+        .cloned()
+        .or_else(|| object.status.as_ref().and_then(|s| s.os.clone()))
+        .unwrap_or_default();
+    (recorded_cids(annotations).into_iter())
+        .map(|(cpi, cid)| StemcellRecord {
+            name: object.spec.name.clone(),
+            version: object.spec.version.as_str().to_string(),
+            os: os.clone(),
+            cid,
+            cpi,
+        })
+        .collect()
 }
 
 /// The readable fields of an `Instance`, from its record.

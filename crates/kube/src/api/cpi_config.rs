@@ -10,7 +10,7 @@ use super::VarsSource;
 /// A BOSH CPI config (`cpis: [{name, type, properties, migrated_from}]`), with BOSH's own
 /// snake_case keys directly under `spec`: an existing `cpi-config.yml` becomes the spec by
 /// indenting it under `spec:`. `type` names a CPI program the controller's director
-/// configuration installs (`cpis:` there); `properties` (credentials, region, ...) reach the
+/// configuration installs (`cpi_types:` there); `properties` (credentials, region, ...) reach the
 /// program in every request's `context`, and their `((variables))` come from `varsFrom`.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

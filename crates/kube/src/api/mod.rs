@@ -5,6 +5,7 @@
 //! | [`Deployment`]    | `boshdeployments`  | `bd`    | you        | a manifest, ops and vars         |
 //! | [`CloudConfig`]   | `cloudconfigs`     | `bcc`   | you        | AZs, networks, VM/disk types     |
 //! | [`RuntimeConfig`] | `runtimeconfigs`   | `brc`   | you        | addons for every deployment      |
+//! | [`CpiConfig`]     | `cpiconfigs`       | `bcpi`  | you        | named CPIs the AZs name          |
 //! | [`Release`]       | `releases`         | `brel`  | you        | a release tarball to upload      |
 //! | [`Stemcell`]      | `stemcells`        | `bsc`   | you        | a stemcell tarball to upload     |
 //! | [`Instance`]      | `instances`        | `binst` | kubosh     | one VM slot of a deployment      |
@@ -30,6 +31,7 @@
 mod cloud_config;
 mod compiled_package;
 pub mod condition;
+mod cpi_config;
 mod deployment;
 mod disk;
 mod instance;
@@ -43,6 +45,7 @@ use kube::CustomResourceExt;
 
 pub use cloud_config::{CloudConfig, CloudConfigSpec, CloudConfigStatus};
 pub use compiled_package::{CompiledPackage, CompiledPackageSpec};
+pub use cpi_config::{CpiConfig, CpiConfigSpec};
 pub use deployment::{
     CloudConfigRef, DeletionPolicy, Deployment, DeploymentSpec, DeploymentStatus,
     InstanceGroupStatus, Operation, OperationType, ProblemStatus, Progress, RuntimeConfigRef,
@@ -55,7 +58,10 @@ pub use instance::{
 };
 pub use release::{Release, ReleaseItem, ReleaseSpec, ReleaseStatus, StemcellVersion};
 pub use runtime_config::{RuntimeConfig, RuntimeConfigSpec};
-pub use stemcell::{CID_ANNOTATION, OS_ANNOTATION, Stemcell, StemcellSpec, StemcellStatus};
+pub use stemcell::{
+    CID_ANNOTATION, OS_ANNOTATION, Stemcell, StemcellSpec, StemcellStatus, cid_annotation,
+    recorded_cids,
+};
 
 use schema::{Tweaks, finish};
 
@@ -119,6 +125,12 @@ const RUNTIME_CONFIG_TWEAKS: Tweaks = Tweaks {
     ],
 };
 
+/// The embedded CPI config's list of CPIs, as written and keyed by name.
+const CPI_CONFIG_TWEAKS: Tweaks = Tweaks {
+    verbatim: &["spec.cpis"],
+    keyed: &[("spec.cpis", &["name"])],
+};
+
 /// Every CustomResourceDefinition kubosh serves, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let none = Tweaks::default();
@@ -126,6 +138,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         finish(Deployment::crd(), &DEPLOYMENT_TWEAKS),
         finish(CloudConfig::crd(), &CLOUD_CONFIG_TWEAKS),
         finish(RuntimeConfig::crd(), &RUNTIME_CONFIG_TWEAKS),
+        finish(CpiConfig::crd(), &CPI_CONFIG_TWEAKS),
         finish(Release::crd(), &none),
         finish(Stemcell::crd(), &none),
         finish(Instance::crd(), &none),

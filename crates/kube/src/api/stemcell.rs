@@ -73,6 +73,33 @@ pub struct StemcellSpec {
 /// Annotation with the IaaS identifier of the uploaded stemcell (written by kubosh).
 pub const CID_ANNOTATION: &str = "kubosh.io/cid";
 
+/// The annotation with the stemcell's CID in the cloud of CPI `cpi`: [`CID_ANNOTATION`] for
+/// the director's own CPI, `kubosh.io/cid.<cpi>` for a named one (written by kubosh).
+pub fn cid_annotation(cpi: Option<&str>) -> String {
+    match cpi {
+        None => CID_ANNOTATION.to_string(),
+        Some(cpi) => format!("{CID_ANNOTATION}.{cpi}"),
+    }
+}
+
+/// Every copy of the stemcell the annotations record: `(CPI, CID)`, the director's own
+/// CPI's (`None`) first.
+pub fn recorded_cids(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Vec<(Option<String>, String)> {
+    let named = format!("{CID_ANNOTATION}.");
+    let mut out: Vec<(Option<String>, String)> = (annotations.iter())
+        .filter_map(|(key, cid)| {
+            let cpi = key.strip_prefix(&named)?;
+            Some((Some(cpi.to_string()), cid.clone()))
+        })
+        .collect();
+    if let Some(cid) = annotations.get(CID_ANNOTATION) {
+        out.insert(0, (None, cid.clone()));
+    }
+    out
+}
+
 /// Annotation with the stemcell's operating system, next to its CID (written by kubosh).
 pub const OS_ANNOTATION: &str = "kubosh.io/os";
 

@@ -43,6 +43,9 @@ pub struct ArtifactContext {
     /// too (its finalizer); without, stemcells in the cloud are not this process's to
     /// delete.
     pub cloud: Option<Arc<dyn Cloud>>,
+    /// Makes the clouds of the namespace's `CpiConfig`s, whose copies of a deleted
+    /// `Stemcell` go too.
+    pub cloud_maker: Arc<dyn kubosh_engine::clouds::CloudMaker>,
     /// Scratch space for downloads (removed after each reconcile).
     pub work_dir: PathBuf,
 }
@@ -80,6 +83,14 @@ pub enum ReconcileError {
         stemcell: String,
         /// What uses it (`instance x`, `deployment y (deploying)`).
         users: Vec<String>,
+    },
+    /// A copy of a stemcell is in a named CPI's cloud that cannot be had.
+    #[error("deleting stemcell {stemcell}: {reason}")]
+    NoCloud {
+        /// `name/version`.
+        stemcell: String,
+        /// Why its cloud cannot be reached.
+        reason: String,
     },
     /// The cloud refused or failed to delete a stemcell.
     #[error("deleting stemcell {stemcell} from the cloud: {source}")]
@@ -453,6 +464,60 @@ pub async fn reconcile_stemcell(
     Ok(next)
 }
 
+/// Deletes each cloud's copy of the stemcell (`copies`: CPI and CID, the director's own
+/// CPI's first); a named CPI's annotation goes as soon as its copy is gone, so a retry
+/// does not ask that cloud again.
+async fn delete_copies(
+    resource: &StemcellResource,
+    ctx: &ArtifactContext,
+    cloud: &dyn Cloud,
+    copies: &[(Option<String>, String)],
+) -> Result<(), ReconcileError> {
+    let namespace = resource.namespace().unwrap_or_default();
+    let key = format!("{}/{}", resource.spec.name, resource.spec.version.as_str());
+    let failed = |source: CpiError| ReconcileError::Cloud {
+        stemcell: key.clone(),
+        source: Box::new(source),
+    };
+    let named = if copies.iter().any(|(cpi, _)| cpi.is_some()) {
+        super::cpis::named_clouds(&ctx.client, &namespace, ctx.cloud_maker.as_ref())
+            .await
+            .map_err(|reason| ReconcileError::NoCloud {
+                stemcell: key.clone(),
+                reason,
+            })?
+    } else {
+        Default::default()
+    };
+    let api = Api::<StemcellResource>::namespaced(ctx.client.clone(), &namespace);
+    for (cpi, cid) in copies.iter().rev() {
+        let cid = StemcellCid::from(cid.as_str());
+        let Some(cpi) = cpi else {
+            cloud.delete_stemcell(&cid).await.map_err(failed)?;
+            continue;
+        };
+        let Some(named_cloud) = named.cloud(cpi) else {
+            return Err(ReconcileError::NoCloud {
+                stemcell: key.clone(),
+                reason: format!(
+                    "its copy in CPI '{cpi}' cannot be deleted: no CpiConfig defines that CPI"
+                ),
+            });
+        };
+        named_cloud.delete_stemcell(&cid).await.map_err(failed)?;
+        let gone = serde_json::json!({"metadata": {"annotations": {
+            crate::api::cid_annotation(Some(cpi)): null
+        }}});
+        api.patch(
+            &resource.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&gone),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// `bosh delete-stemcell` for a deleted `Stemcell`: waits while an instance runs on it or a
 /// deploy in the namespace is running (it may be creating VMs from it), then deletes the
 /// cloud's copy (the CID its annotation records) and the packages compiled for it (unless
@@ -466,9 +531,10 @@ pub async fn delete_stemcell(
     let namespace = resource.namespace().unwrap_or_default();
     let key = format!("{}/{}", resource.spec.name, resource.spec.version.as_str());
     let annotations = resource.annotations();
-    let Some(cid) = annotations.get(crate::api::CID_ANNOTATION) else {
+    let copies = crate::api::recorded_cids(annotations);
+    if copies.is_empty() {
         return Ok(());
-    };
+    }
     let mut users = Vec::new();
     let instances = Api::<crate::api::Instance>::namespaced(ctx.client.clone(), &namespace)
         .list(&Default::default())
@@ -517,13 +583,7 @@ pub async fn delete_stemcell(
         status::apply_status(&ctx.client, resource, &status).await?;
         return Err(in_use);
     }
-    cloud
-        .delete_stemcell(&StemcellCid::from(cid.as_str()))
-        .await
-        .map_err(|e| ReconcileError::Cloud {
-            stemcell: key.clone(),
-            source: Box::new(e),
-        })?;
+    delete_copies(resource, ctx, cloud, &copies).await?;
     let os = annotations.get(crate::api::OS_ANNOTATION).cloned();
     let version = resource.spec.version.as_str().to_string();
     let twins = Api::<StemcellResource>::namespaced(ctx.client.clone(), &namespace)

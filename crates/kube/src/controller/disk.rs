@@ -30,6 +30,14 @@ pub enum DiskError {
         /// Why.
         source: EngineError,
     },
+    /// The clouds of the namespace's CPI configs cannot be had.
+    #[error("deleting orphaned disk {cid}: {source}")]
+    Clouds {
+        /// The disk.
+        cid: String,
+        /// Why.
+        source: super::deployment::DeploymentError,
+    },
 }
 
 /// How long an orphaned disk has left before it expires, from its `orphanedAt` (`None`:
@@ -61,7 +69,12 @@ pub async fn reconcile(disk: Arc<Disk>, ctx: Arc<DeploymentContext>) -> Result<A
         None,
     ));
     let cancel = ctx.cancel.child_token();
-    let engine = ctx.engine(store, &namespace, Arc::new(DeployProgress::new()), cancel);
+    let mut engine = ctx.engine(store, &namespace, Arc::new(DeployProgress::new()), cancel);
+    engine.named_clouds =
+        (ctx.named_clouds(&namespace).await).map_err(|source| DiskError::Clouds {
+            cid: cid.clone(),
+            source,
+        })?;
     engine
         .delete_orphaned_disks(deployment, std::slice::from_ref(&cid))
         .await

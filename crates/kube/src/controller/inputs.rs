@@ -15,14 +15,15 @@ use serde_json::Value;
 
 use super::status;
 use crate::api::{
-    CloudConfig, Deployment, Release as ReleaseResource, RuntimeConfig, RuntimeConfigRef,
-    Stemcell as StemcellResource, VarsSource,
+    CloudConfig, CpiConfig, Deployment, Release as ReleaseResource, RuntimeConfig,
+    RuntimeConfigRef, Stemcell as StemcellResource, VarsSource,
 };
 use crate::variables::{SecretStore, VariableError};
 use kubosh_core::manifest::{DeploymentManifest, StemcellRef};
 use kubosh_core::ops::{InterpolateOptions, MissingVars, OpsFile, Vars};
 use kubosh_core::plan::desired::compare_versions;
 use kubosh_core::validate::Validated;
+use kubosh_engine::clouds::{CloudMaker, NamedClouds};
 
 /// A deployment's inputs, ready to deploy.
 #[derive(Debug, Clone)]
@@ -39,6 +40,8 @@ pub struct Inputs {
     pub secrets: Vec<String>,
     /// The `RuntimeConfig`s applied to the manifest, at the versions read.
     pub runtime_configs: Vec<RuntimeConfigRef>,
+    /// The clouds of the namespace's `CpiConfig`s, which the AZs may name.
+    pub named_clouds: NamedClouds,
 }
 
 impl Inputs {
@@ -61,6 +64,17 @@ pub enum Unready {
         /// Every problem.
         problems: Vec<String>,
     },
+}
+
+impl std::fmt::Display for Unready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unready::Waiting(lines) => write!(f, "waiting for: {}", lines.join("; ")),
+            Unready::Invalid { reason, problems } => {
+                write!(f, "{reason}: {}", problems.join("\n"))
+            }
+        }
+    }
 }
 
 /// Reading the inputs failed for a reason that may pass (the apiserver, a Secret store).
@@ -94,10 +108,12 @@ pub struct Watched {
     pub stemcells: Vec<StemcellResource>,
     /// The `RuntimeConfig`s.
     pub runtime_configs: Vec<RuntimeConfig>,
+    /// The `CpiConfig`s.
+    pub cpi_configs: Vec<CpiConfig>,
 }
 
 impl Watched {
-    /// Reads them (four lists).
+    /// Reads them (five lists).
     pub async fn read(client: &kube::Client, namespace: &str) -> Result<Watched, kube::Error> {
         let list = ListParams::default();
         Ok(Watched {
@@ -117,17 +133,22 @@ impl Watched {
                 .list(&list)
                 .await?
                 .items,
+            cpi_configs: (Api::<CpiConfig>::namespaced(client.clone(), namespace))
+                .list(&list)
+                .await?
+                .items,
         })
     }
 }
 
 /// Reads everything `deployment` needs, its namespace's watched inputs being `watched`
-/// (read no earlier than their last change). The inner error is a deployment that must
-/// wait or is invalid.
+/// (read no earlier than their last change), the CPI config's clouds made by `maker`. The
+/// inner error is a deployment that must wait or is invalid.
 pub async fn gather(
     client: &kube::Client,
     deployment: &Deployment,
     watched: &Watched,
+    maker: &dyn CloudMaker,
 ) -> Result<Result<Inputs, Unready>, InputError> {
     let namespace = deployment.namespace().unwrap_or_default();
     let spec = &deployment.spec;
@@ -198,6 +219,14 @@ pub async fn gather(
         Ok(documents) => documents,
         Err(problems) => return Ok(Err(invalid_manifest(&problems, &secrets))),
     };
+    let named_clouds =
+        match clouds_of(client, &namespace, watched, &documents.document.1, maker).await? {
+            Ok((clouds, cpi_secrets)) => {
+                secrets.extend(cpi_secrets);
+                clouds
+            }
+            Err(unready) => return Ok(Err(unready)),
+        };
     let typed = &documents.document.0;
     // A version no `Release` of the namespace has, while others of its name are there, is
     // the manifest's error (the Director's), not something to wait for.
@@ -222,7 +251,39 @@ pub async fn gather(
         stemcells,
         secrets,
         runtime_configs,
+        named_clouds,
     }))
+}
+
+/// The clouds of the namespace's CPI config, which `cloud`'s AZs may name (an AZ naming a
+/// CPI no `CpiConfig` defines is the cloud config's error), and the secrets of its
+/// properties.
+async fn clouds_of(
+    client: &kube::Client,
+    namespace: &str,
+    watched: &Watched,
+    cloud: &kubosh_core::manifest::CloudConfig,
+    maker: &dyn CloudMaker,
+) -> Result<Result<(NamedClouds, Vec<String>), Unready>, InputError> {
+    let cpis = match super::cpis::read(client, namespace, &watched.cpi_configs).await? {
+        Ok(cpis) => cpis,
+        Err(unready) => return Ok(Err(unready)),
+    };
+    let problems = kubosh_core::validate::azs_on_cpis(cloud, &cpis.config);
+    if problems.has_errors() {
+        return Ok(Err(Unready::Invalid {
+            reason: "InvalidCloudConfig",
+            problems: problems.to_string().lines().map(String::from).collect(),
+        }));
+    }
+    let secrets = cpis.secrets.clone();
+    Ok(match super::cpis::make(cpis, maker) {
+        Ok(clouds) => Ok((clouds, secrets)),
+        Err(message) => Err(Unready::Invalid {
+            reason: "InvalidCpiConfig",
+            problems: message.lines().map(String::from).collect(),
+        }),
+    })
 }
 
 /// `manifest` with every `RuntimeConfig` of the namespace applied in name order (before
@@ -408,7 +469,7 @@ async fn interpolated(
 
 /// Adds the variables of `varsFrom[index]`; a line naming what is missing when the Secret,
 /// ConfigMap or key is not there (and the source is not optional).
-async fn add_source(
+pub(super) async fn add_source(
     client: &kube::Client,
     namespace: &str,
     index: usize,

@@ -17,6 +17,7 @@
 
 pub mod artifacts;
 pub mod backoff;
+pub mod cpis;
 pub mod deployment;
 pub mod disk;
 pub mod events;

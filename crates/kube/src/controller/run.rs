@@ -24,7 +24,9 @@ use super::backoff::Backoffs;
 use super::deployment::{self, DeploymentContext};
 use super::disk;
 use super::health::{self, HealthWatch};
-use crate::api::{CloudConfig, Deployment, Disk, Instance, Release, RuntimeConfig, Stemcell};
+use crate::api::{
+    CloudConfig, CpiConfig, Deployment, Disk, Instance, Release, RuntimeConfig, Stemcell,
+};
 
 /// How many reconciles of one kind run at once.
 pub const CONCURRENCY: u16 = 16;
@@ -217,7 +219,7 @@ pub async fn run(
 }
 
 /// The watch mapper of an input every deployment of its namespace may use (a `Release`, a
-/// `Stemcell`, a `RuntimeConfig`): its change is counted in `inputs`, then wakes them all.
+/// `Stemcell`, a `RuntimeConfig`, a `CpiConfig`): its change is counted in `inputs`, then wakes them all.
 fn every_deployment_of_its_namespace<K: kube::Resource>(
     store: &Store<Deployment>,
     inputs: &Arc<super::deployment::InputChanges>,
@@ -234,7 +236,7 @@ fn every_deployment_of_its_namespace<K: kube::Resource>(
 }
 
 /// The `Deployment` controller, woken by its own `Instance`s, its `CloudConfig`s and the
-/// `Release`s, `Stemcell`s and `RuntimeConfig`s of its namespace (each change counted in
+/// `Release`s, `Stemcell`s, `RuntimeConfig`s and `CpiConfig`s of its namespace (each change counted in
 /// [`InputChanges`](super::deployment::InputChanges) first); and the store of the
 /// deployments it watches.
 fn deployment_controller<S>(
@@ -286,6 +288,12 @@ where
         // Every deployment of the namespace takes its runtime configs.
         .watches(
             scope.api::<RuntimeConfig>(client),
+            watch.clone(),
+            every_deployment_of_its_namespace(&store, &deployments.inputs),
+        )
+        // ... and the clouds its AZs may name.
+        .watches(
+            scope.api::<CpiConfig>(client),
             watch.clone(),
             every_deployment_of_its_namespace(&store, &deployments.inputs),
         )

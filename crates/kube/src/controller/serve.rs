@@ -29,6 +29,7 @@ use crate::client::RequestBudget;
 use crate::lock::Process;
 use crate::metrics::{Endpoints, MeteredTransport, Metrics, Readiness};
 use kubosh_cloud::CallObserver;
+use kubosh_engine::clouds::CloudMaker;
 use kubosh_engine::{AgentHealth, Engine};
 
 /// The leader election Lease.
@@ -112,6 +113,10 @@ pub trait Edges: Sync {
 
     /// The agents' heartbeats, heard from now on.
     fn heartbeats(&self) -> impl Future<Output = Result<Arc<dyn AgentHealth>, EdgeError>> + Send;
+
+    /// What makes the clouds of the CPI configs' CPIs (the CPI programs this director
+    /// installs), telling `observer` of every call.
+    fn cloud_maker(&self, observer: Arc<dyn CallObserver>) -> Arc<dyn CloudMaker>;
 }
 
 /// Why the controller stopped with a failure.
@@ -240,7 +245,11 @@ async fn lead(
     stop: Shared<BoxFuture<'static, ()>>,
 ) -> Result<(), ServeError> {
     let observer = metrics.clone() as Arc<dyn CallObserver>;
-    let mut engine = edges.engine(observer).await.map_err(ServeError::Edges)?;
+    let mut engine = edges
+        .engine(observer.clone())
+        .await
+        .map_err(ServeError::Edges)?;
+    let cloud_maker = edges.cloud_maker(observer);
     engine.agents = Arc::new(MeteredTransport::new(engine.agents, metrics.clone()));
     // Heartbeats make a deploy with nothing to do free of agent calls, and show each
     // instance's state between deploys.
@@ -268,6 +277,7 @@ async fn lead(
         options.max_deploys,
     );
     deployments.process = Some(Process::new(identity));
+    deployments.cloud_maker = cloud_maker.clone();
     deployments.metrics = metrics.clone();
     deployments.readiness = readiness.clone();
     deployments.orphaned_disk_max_age = options.orphaned_disk_max_age;
@@ -281,6 +291,7 @@ async fn lead(
         client,
         blobstore: engine.blobstore.clone(),
         cloud: Some(engine.cloud.clone()),
+        cloud_maker,
         work_dir: options.work_dir.join("downloads"),
     };
     tokio::spawn({

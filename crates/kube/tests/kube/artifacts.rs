@@ -71,6 +71,7 @@ async fn context(dir: &Path) -> (ArtifactContext, Arc<LocalBlobstore>) {
         client: cp.client().await.unwrap(),
         blobstore: store.clone(),
         cloud: None,
+        cloud_maker: Arc::new(kubosh_engine::clouds::NoCpiTypes),
         work_dir: dir.join("work"),
     };
     (ctx, store)
@@ -412,11 +413,17 @@ async fn a_job_its_release_lacks_makes_the_manifest_invalid() {
         releases: rels.list(&Default::default()).await.unwrap().items,
         stemcells: vec![stemcell],
         runtime_configs: vec![],
+        cpi_configs: vec![],
     };
-    let unready = gather(&ctx.client, &deployment, &watched)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let unready = gather(
+        &ctx.client,
+        &deployment,
+        &watched,
+        &kubosh_engine::clouds::NoCpiTypes,
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
     assert_eq!(
         unready,
         Unready::Invalid {

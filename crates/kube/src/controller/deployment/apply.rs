@@ -169,7 +169,7 @@ async fn read_inputs(
             .watched(&ctx.client, &namespace, counter)
             .await
             .map_err(inputs::InputError::Kube)?;
-        inputs::gather(&ctx.client, deployment, &watched).await
+        inputs::gather(&ctx.client, deployment, &watched, ctx.cloud_maker.as_ref()).await
     };
     match read.await {
         Ok(gathered) => Ok(gathered),

@@ -88,7 +88,8 @@ pub(super) async fn run(ctx: &DeploymentContext, task: CckTask) -> DeployResult 
         deployment.controller_owner_ref(&()),
     ));
     let progress = Arc::new(DeployProgress::new());
-    let engine = ctx.engine(store.clone(), &namespace, progress, task.cancel.clone());
+    let mut engine = ctx.engine(store.clone(), &namespace, progress, task.cancel.clone());
+    engine.named_clouds = task.inputs.named_clouds.clone();
     let started = std::time::Instant::now();
     let result = scan_or_resolve(ctx, &engine, &name, &task).await;
     let summary = status.last_task.get_or_insert_with(TaskSummary::default);

@@ -134,7 +134,8 @@ async fn run_delete(
     // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
     // garbage collector drop their records and leak them in the cloud).
     let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
-    let engine = ctx.engine(store, &namespace, Arc::new(DeployProgress::new()), cancel);
+    let mut engine = ctx.engine(store, &namespace, Arc::new(DeployProgress::new()), cancel);
+    engine.named_clouds = ctx.named_clouds(&namespace).await?;
     match engine.delete_deployment(&name, disposal).await {
         Ok(report) => {
             let note = format!(

@@ -218,7 +218,8 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         &deployment.name_any(),
         deployment.controller_owner_ref(&()),
     ));
-    let engine = ctx.engine(store.clone(), &namespace, progress.clone(), cancel);
+    let mut engine = ctx.engine(store.clone(), &namespace, progress.clone(), cancel);
+    engine.named_clouds = inputs.named_clouds.clone();
     let status = Arc::new(tokio::sync::Mutex::new(status));
     let inputs = Arc::new(inputs);
     let writer = ProgressWriter::start(

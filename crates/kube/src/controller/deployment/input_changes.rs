@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::super::inputs::Watched;
 
-/// A counter per namespace, moved by every change of a `CloudConfig`, `RuntimeConfig`, `Release` or
+/// A counter per namespace, moved by every change of a `CloudConfig`, `RuntimeConfig`, `CpiConfig`, `Release` or
 /// `Stemcell` there (the watches call [`InputChanges::changed`] before the reconciles they
 /// trigger run), and the namespace's [`Watched`] inputs as read at a counter value: read
 /// again only once the counter moved, so the deployments of a namespace share one read

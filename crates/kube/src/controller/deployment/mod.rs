@@ -94,6 +94,9 @@ pub struct DeploymentContext {
     pub readiness: Arc<crate::metrics::Readiness>,
     /// The resurrector: which deployments recreate lost instances, and which are asked to.
     pub resurrection: Arc<super::resurrection::Resurrection>,
+    /// Makes the clouds of the namespaces' `CpiConfig`s (the director's installed CPI
+    /// types; none by default).
+    pub cloud_maker: Arc<dyn kubosh_engine::clouds::CloudMaker>,
     /// The releases deploys read, by reference.
     releases: Arc<materialise::ReleaseCache>,
 }
@@ -125,8 +128,20 @@ impl DeploymentContext {
             metrics: Arc::default(),
             readiness: Arc::default(),
             resurrection: Arc::default(),
+            cloud_maker: Arc::new(kubosh_engine::clouds::NoCpiTypes),
             releases: Arc::default(),
         }
+    }
+
+    /// The clouds of `namespace`'s `CpiConfig`s, read now (for tasks that have no deploy
+    /// inputs: deletions, cck, orphaned disks).
+    pub(crate) async fn named_clouds(
+        &self,
+        namespace: &str,
+    ) -> Result<kubosh_engine::clouds::NamedClouds, DeploymentError> {
+        super::cpis::named_clouds(&self.client, namespace, self.cloud_maker.as_ref())
+            .await
+            .map_err(DeploymentError::Clouds)
     }
 
     /// Deployment locks as Leases in `namespace`, held by this process. They expire
@@ -221,6 +236,9 @@ pub enum DeploymentError {
     /// The links other deployments share cannot be read.
     #[error("shared links: {0}")]
     Links(#[from] kubosh_engine::state::StoreError),
+    /// The namespace's CPI configs cannot be read or made into clouds.
+    #[error("CPI config: {0}")]
+    Clouds(String),
     /// Not a failure: the deletion runs, or waits for its retry; the finalizer stays until
     /// it has succeeded (see `deletion.rs`).
     #[error("the deletion has not finished")]
