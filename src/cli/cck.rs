@@ -65,7 +65,7 @@ pub fn run(args: &CckArgs) -> ExitCode {
 async fn cck(args: &CckArgs) -> Result<(String, bool), String> {
     let config = DirectorConfig::load(&args.deploy.director).map_err(|e| e.to_string())?;
     let resolving = !args.report && (args.auto || !args.resolutions.is_empty());
-    let (name, request) = read_request(&args.deploy, &config, resolving)?;
+    let (name, request, _) = read_request(&args.deploy, &config, resolving)?;
     println!("Using deployment '{name}'\n");
     let task = std::process::id();
     let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));

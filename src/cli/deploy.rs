@@ -27,9 +27,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use clap::Args;
 use serde_json::Value;
 
-use super::input::{DocumentArgs, read_cloud_configs};
+use super::input::{DocumentArgs, read_cloud_configs, read_cpi_configs};
 use kubosh_artifacts::release::Release;
 use kubosh_bosh::events::{CliRenderer, EventLine};
+use kubosh_core::manifest::CpiConfig;
 use kubosh_core::plan::changes::Requests;
 use kubosh_director::DirectorConfig;
 use kubosh_engine::deploy::DeployReport;
@@ -57,6 +58,11 @@ pub struct DeployArgs {
     /// Director applies its runtime configs; repeatable, applied in order.
     #[arg(long = "runtime-config", value_name = "PATH")]
     pub runtime_configs: Vec<PathBuf>,
+    /// The director's CPI config (named CPIs the cloud config's AZs name); repeatable,
+    /// merged. `deploy` keeps it in the state directory for every later command, as `bosh
+    /// update-cpi-config` does; without it, the kept one applies.
+    #[arg(long = "cpi-config", value_name = "PATH")]
+    pub cpi_configs: Vec<PathBuf>,
     /// A release tarball the manifest uses; repeatable.
     #[arg(long = "release", value_name = "TGZ")]
     pub releases: Vec<PathBuf>,
@@ -127,9 +133,12 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         (Some(health), Mode::Deploy) => Some((config.heartbeat_monitor().await?, health)),
         _ => None,
     };
-    let (name, request) = read_request(args, &config, mode == Mode::Deploy)?;
+    let (name, request, cpi_config) = read_request(args, &config, mode == Mode::Deploy)?;
     match mode {
         Mode::Deploy => {
+            if let Some(cpi_config) = &cpi_config {
+                config.save_cpi_config(cpi_config)?;
+            }
             println!("Using deployment '{name}'\n");
             let task = std::process::id();
             println!("Task {task}\n");
@@ -150,7 +159,10 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         Mode::Plan => {
             let task = std::process::id();
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stderr()), task));
-            let engine = config.engine(&name, events, args.parallel_azs).await?;
+            let mut engine = config.engine(&name, events, args.parallel_azs).await?;
+            if let Some(cpi_config) = cpi_config {
+                engine.named_clouds = config.named_clouds(cpi_config, None)?;
+            }
             let report = (engine.prepare(&request).await)
                 .map_err(|e| with_fix_hint(&e))?
                 .report();
@@ -161,13 +173,14 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
 
 /// The deployment's name and the request `args` make: the manifest with ops files and
 /// variables (a scratch vars store unless `saving`), validated with the cloud config before a
-/// release is read; the releases (every job checked against them); the stemcells (extracted
-/// when `saving`).
+/// release is read (its AZs naming only CPIs of the CPI config: the one given, else the
+/// director's); the releases (every job checked against them); the stemcells (extracted
+/// when `saving`). The CPI config given, if one was.
 pub(super) fn read_request(
     args: &DeployArgs,
     config: &DirectorConfig,
     saving: bool,
-) -> Result<(String, DeployRequest), String> {
+) -> Result<(String, DeployRequest, Option<CpiConfig>), String> {
     let mode = if saving { Mode::Deploy } else { Mode::Plan };
     let manifest = read_manifest(args, mode)?;
     let cloud_config = read_cloud_configs(&args.cloud_config)?;
@@ -176,6 +189,18 @@ pub(super) fn read_request(
     // from the typed documents and never validates.
     let documents =
         DeployRequest::validated(&manifest, &cloud_config).map_err(|p| p.to_string())?;
+    let given = match &args.cpi_configs[..] {
+        [] => None,
+        paths => Some(read_cpi_configs(paths, &args.input.vars()?)?),
+    };
+    let cpis = match &given {
+        Some(given) => given.clone(),
+        None => config.saved_cpi_config()?,
+    };
+    let problems = kubosh_core::validate::azs_on_cpis(&documents.documents.document.1, &cpis);
+    if problems.has_errors() {
+        return Err(problems.to_string());
+    }
     let releases = args
         .releases
         .iter()
@@ -210,7 +235,7 @@ pub(super) fn read_request(
         },
         ..documents
     };
-    Ok((name, request))
+    Ok((name, request, given))
 }
 
 /// The error's text; when agents did not answer, which instances and what recreates them.
@@ -369,6 +394,7 @@ mod tests {
             vars_store,
             cloud_config: vec![dir.join("cloud-config.yml")],
             runtime_configs: vec![],
+            cpi_configs: vec![],
             releases: vec![],
             stemcells: vec![],
             recreate: false,

@@ -62,6 +62,23 @@ pub fn read_cloud_configs(paths: &[PathBuf]) -> Result<Value, String> {
     kubosh_core::validate::merge_cloud_configs(&read_named(paths)?).map_err(|p| p.to_string())
 }
 
+/// The CPI configs at `paths` as one (each named by its path), their `((variables))` filled
+/// in from `vars` (every one must have a value: a CPI is never sent a placeholder).
+pub fn read_cpi_configs(
+    paths: &[PathBuf],
+    vars: &Vars,
+) -> Result<kubosh_core::manifest::CpiConfig, String> {
+    let mut configs = Vec::new();
+    for (name, document) in read_named(paths)? {
+        let document = ops::interpolate(&document, vars, MissingVars::Error)
+            .map_err(|e| format!("{name}: {e}"))?;
+        configs.push((name, document));
+    }
+    let merged = kubosh_core::validate::merge_cpi_configs(&configs).map_err(|p| p.to_string())?;
+    eprint!("{}", merged.warnings);
+    Ok(merged.document)
+}
+
 impl DocumentArgs {
     /// The variables the flags give.
     pub fn vars(&self) -> Result<Vars, String> {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::input::{DocumentArgs, read_cloud_configs};
+use super::input::{DocumentArgs, read_cloud_configs, read_cpi_configs};
 use kubosh_core::validate;
 
 /// Arguments of `kubosh validate`.
@@ -20,6 +20,10 @@ pub struct ValidateArgs {
     /// A runtime config applied to the manifest; repeatable, applied in order.
     #[arg(long = "runtime-config", value_name = "PATH")]
     pub runtime_configs: Vec<PathBuf>,
+    /// A CPI config; repeatable, merged. Checked on its own and against the cloud config's
+    /// AZs (each may only name a CPI it defines).
+    #[arg(long = "cpi-config", value_name = "PATH")]
+    pub cpi_configs: Vec<PathBuf>,
     /// Ops files and variables, applied to the manifest as `bosh interpolate` does.
     #[command(flatten)]
     pub input: DocumentArgs,
@@ -43,7 +47,25 @@ pub fn run(args: &ValidateArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match validate::deployment(&manifest, &cloud_config) {
+    let cpis = match input
+        .vars()
+        .and_then(|vars| read_cpi_configs(&args.cpi_configs, &vars))
+    {
+        Ok(cpis) => cpis,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let validated = validate::deployment(&manifest, &cloud_config).and_then(|v| {
+        let problems = validate::azs_on_cpis(&v.document.1, &cpis);
+        if problems.has_errors() {
+            Err(problems)
+        } else {
+            Ok(v)
+        }
+    });
+    match validated {
         Ok(v) => {
             eprint!("{}", v.warnings);
             let (m, _) = &v.document;

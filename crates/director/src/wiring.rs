@@ -121,12 +121,15 @@ impl DirectorConfig {
             EngineConfig::default().lock_wait,
         );
         Ok(Engine {
+            named_clouds: self.named_clouds(self.saved_cpi_config()?, observer.clone())?,
             cloud: external_cpi(cpi, observer.as_ref()),
-            named_clouds: Default::default(),
             agents: Arc::new(transport),
             blobstore: Arc::new(blobstore),
             renderer: Arc::new(renderer),
-            store: Arc::new(DirStore::new(self.deployment_dir(name))),
+            store: Arc::new(
+                DirStore::new(self.deployment_dir(name))
+                    .with_shared_stemcells(self.state_dir.join("uploaded-stemcells")),
+            ),
             locks: locks.clone(),
             events,
             cancel: Default::default(),
@@ -162,6 +165,44 @@ impl DirectorConfig {
             .timeout(settings.timeout)
             .properties(merged)
             .current_dir(&self.base_dir)
+    }
+
+    /// Where the director keeps its CPI config (`kubosh deploy --cpi-config` saves it, as
+    /// `bosh update-cpi-config` does): every later command finds the named clouds there.
+    pub fn cpi_config_file(&self) -> std::path::PathBuf {
+        self.state_dir.join("cpi-config.json")
+    }
+
+    /// The CPI config the director keeps (none: no named CPIs).
+    pub fn saved_cpi_config(&self) -> Result<CpiConfig, String> {
+        let path = self.cpi_config_file();
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CpiConfig::default()),
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    /// Keeps `config` as the director's CPI config (readable by its owner only: its
+    /// properties may be credentials).
+    pub fn save_cpi_config(&self, config: &CpiConfig) -> Result<(), String> {
+        let bytes = serde_json::to_vec_pretty(config).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&self.state_dir)
+            .and_then(|()| {
+                kubosh_engine::state::replace_private_bytes(
+                    &self.state_dir,
+                    "cpi-config.json",
+                    &bytes,
+                )
+            })
+            .map_err(|e| {
+                format!(
+                    "cannot save the CPI config in {}: {e}",
+                    self.state_dir.display()
+                )
+            })
     }
 
     /// What makes the clouds of a CPI config's CPIs from the `cpi_types` this director

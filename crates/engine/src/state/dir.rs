@@ -22,12 +22,34 @@ const META: &str = "meta.json";
 #[derive(Debug, Clone)]
 pub struct DirStore {
     dir: PathBuf,
+    /// Where the stemcell records are kept, when the director's deployments share them.
+    stemcells: Option<PathBuf>,
 }
 
 impl DirStore {
     /// A store in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> DirStore {
-        DirStore { dir: dir.into() }
+        DirStore {
+            dir: dir.into(),
+            stemcells: None,
+        }
+    }
+
+    /// The same store, its stemcell records in `dir`, which the director's deployments
+    /// share (each stemcell is uploaded once per CPI for all of them). Records a deployment
+    /// kept in its own directory before are still read.
+    pub fn with_shared_stemcells(mut self, dir: impl Into<PathBuf>) -> DirStore {
+        self.stemcells = Some(dir.into());
+        self
+    }
+
+    /// The stemcell records: the deployment's own (older ones), then the shared ones.
+    fn stemcells_sync(&self) -> Result<super::StemcellMap, StoreError> {
+        let mut stemcells = read_kind(&self.dir.join(STEMCELLS))?;
+        if let Some(shared) = &self.stemcells {
+            stemcells.extend(read_kind(shared)?);
+        }
+        Ok(rekey(stemcells, |r| r.key()))
     }
 
     /// The directory.
@@ -41,7 +63,7 @@ impl DirStore {
             intents: read_kind(&self.dir.join(INTENTS))?,
             orphaned_disks: read_kind(&self.dir.join(ORPHANED_DISKS))?,
             compiled_packages: read_kind(&self.dir.join(COMPILED_PACKAGES))?,
-            stemcells: read_kind(&self.dir.join(STEMCELLS))?,
+            stemcells: self.stemcells_sync()?,
             ..DeploymentState::default()
         };
         // Keys are the records' own, not the (encoded) file names.
@@ -49,7 +71,6 @@ impl DirStore {
         state.intents = rekey(state.intents, |r| r.id.clone());
         state.orphaned_disks = rekey(state.orphaned_disks, |r| r.disk.cid.clone());
         state.compiled_packages = rekey(state.compiled_packages, super::compiled_package_key);
-        state.stemcells = rekey(state.stemcells, |r| r.key());
         if let Some(meta) = read_record(&self.dir.join(META))? {
             state.meta = meta;
         }
@@ -67,8 +88,16 @@ impl DirStore {
             Write::CompiledPackage(r) => {
                 self.put(COMPILED_PACKAGES, &super::compiled_package_key(r), r)
             }
-            Write::Stemcell(r) => self.put(STEMCELLS, &r.key(), r),
-            Write::DeleteStemcell(key) => self.remove(STEMCELLS, key),
+            Write::Stemcell(r) => match &self.stemcells {
+                Some(shared) => put_in(shared, &r.key(), r),
+                None => self.put(STEMCELLS, &r.key(), r),
+            },
+            Write::DeleteStemcell(key) => {
+                if let Some(shared) = &self.stemcells {
+                    remove_from(shared, key)?;
+                }
+                self.remove(STEMCELLS, key)
+            }
             Write::Meta(m) => {
                 fs::create_dir_all(&self.dir).map_err(io_error)?;
                 replace_file(&self.dir, META, m)
@@ -77,18 +106,26 @@ impl DirStore {
     }
 
     fn put(&self, kind: &str, key: &str, record: &impl Serialize) -> Result<(), StoreError> {
-        let dir = self.dir.join(kind);
-        fs::create_dir_all(&dir).map_err(io_error)?;
-        replace_file(&dir, &file_name(key), record)
+        put_in(&self.dir.join(kind), key, record)
     }
 
     fn remove(&self, kind: &str, key: &str) -> Result<(), StoreError> {
-        let dir = self.dir.join(kind);
-        match fs::remove_file(dir.join(file_name(key))) {
-            Ok(()) => sync_dir(&dir).map_err(io_error),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error(e)),
-        }
+        remove_from(&self.dir.join(kind), key)
+    }
+}
+
+/// Writes `record` as `key`'s file in `dir`.
+fn put_in(dir: &Path, key: &str, record: &impl Serialize) -> Result<(), StoreError> {
+    fs::create_dir_all(dir).map_err(io_error)?;
+    replace_file(dir, &file_name(key), record)
+}
+
+/// Removes `key`'s file from `dir` (already gone is removed).
+fn remove_from(dir: &Path, key: &str) -> Result<(), StoreError> {
+    match fs::remove_file(dir.join(file_name(key))) {
+        Ok(()) => sync_dir(dir).map_err(io_error),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error(e)),
     }
 }
 
@@ -114,6 +151,16 @@ impl StateStore for DirStore {
             })
             .await
             .map_err(|e| StoreError::Io(e.to_string()))?
+        })
+    }
+
+    /// Only the stemcells' directories.
+    fn stemcells(&self) -> StoreFuture<'_, super::StemcellMap> {
+        let store = self.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.stemcells_sync())
+                .await
+                .map_err(|e| StoreError::Io(e.to_string()))?
         })
     }
 
@@ -171,8 +218,23 @@ pub(super) fn replace_file(
 /// Replaces `dir/name` with `bytes` durably: a temporary file (`.name.tmp`) written and
 /// synced, renamed into place, the directory synced. A crash leaves the old file or the new.
 pub fn replace_bytes(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    replace_with_mode(dir, name, bytes, 0o644)
+}
+
+/// [`replace_bytes`] for a file only its owner may read (it holds credentials).
+pub fn replace_private_bytes(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    replace_with_mode(dir, name, bytes, 0o600)
+}
+
+fn replace_with_mode(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = fs::File::create(&tmp)?;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     fs::rename(&tmp, dir.join(name))?;

@@ -18,12 +18,15 @@ mod shared_file;
 use std::future::Future;
 use std::pin::Pin;
 
-pub use dir::{DirStore, replace_bytes};
+pub use dir::{DirStore, replace_bytes, replace_private_bytes};
 pub use dns::{DNS_LOCK, DirDnsRegistry, DnsRegistry, MemoryDnsRegistry};
 pub use ips::{DirIpRegistry, IP_LOCK, IpRegistry, MemoryIpRegistry};
 pub use kubosh_core::state::*;
 pub use links::{DirLinkRegistry, LINK_LOCK, LinkRegistry, MemoryLinkRegistry};
 pub use memory::MemoryStore;
+
+/// Stemcell records by [`StemcellRecord::key`].
+pub type StemcellMap = std::collections::BTreeMap<String, StemcellRecord>;
 
 /// A store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +70,7 @@ pub trait StateStore: Send + Sync {
 
     /// The stemcells the clouds hold, by [`StemcellRecord::key`] (shared by the director's
     /// deployments where the store shares them).
-    fn stemcells(&self) -> StoreFuture<'_, std::collections::BTreeMap<String, StemcellRecord>> {
+    fn stemcells(&self) -> StoreFuture<'_, StemcellMap> {
         Box::pin(async move { Ok(self.load_records().await?.stemcells) })
     }
 
