@@ -202,6 +202,7 @@ pub(crate) async fn apply(client: &kube::Client, namespace: &str, object: Value)
         "Deployment" => "boshdeployments",
         "CloudConfig" => "cloudconfigs",
         "RuntimeConfig" => "runtimeconfigs",
+        "CpiConfig" => "cpiconfigs",
         "Release" => "releases",
         "Stemcell" => "stemcells",
         other => panic!("no plural for {other}"),
@@ -285,7 +286,13 @@ pub(crate) async fn annotate(deployments: &Api<Deployment>, key: &str, value: &s
 
 /// Waits (a minute at most) for deployment `name` to be Stalled for `reason` with a message
 /// containing `says`.
-async fn assert_stalls(api: &Api<Deployment>, name: &str, w: &World, reason: &str, says: &str) {
+pub(crate) async fn assert_stalls(
+    api: &Api<Deployment>,
+    name: &str,
+    w: &World,
+    reason: &str,
+    says: &str,
+) {
     let d = wait_for(api, name, Duration::from_secs(60), w, |d| {
         condition(d, "Stalled").is_some_and(|c| c.status == "True")
     })

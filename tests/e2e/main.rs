@@ -14,6 +14,7 @@ mod controller;
 mod controller_crash;
 mod controller_lifecycle;
 mod cpi_client;
+mod cpi_config;
 mod cpi_local;
 mod crash_safety;
 mod create_env;

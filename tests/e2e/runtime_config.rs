@@ -20,7 +20,7 @@ use kubosh_kube::api::Deployment;
 
 /// Builds the stand-in addon release `addon-kit/1` (job `motd`: `config/motd.txt` says
 /// `motd.text` and `motd.token`) into `tarball`.
-fn build_addon_release(dir: &Path, tarball: &Path) {
+pub(crate) fn build_addon_release(dir: &Path, tarball: &Path) {
     let files = [
         (
             "config/final.yml",

@@ -288,12 +288,18 @@ impl LocalDirector {
             });
         }
         let kubosh = settings.kubosh.display().to_string();
+        let cpi_command = json!([kubosh, "cpi", "--config", "cpi.json"]);
         let director = json!({
             "state_dir": "state",
             "cpi": {
-                "command": [kubosh, "cpi", "--config", "cpi.json"],
+                "command": cpi_command,
                 "timeout_seconds": settings.cpi_timeout_seconds,
                 "properties": {},
+            },
+            // The local cloud is also a CPI type a CPI config may name: each named CPI of
+            // type `local` is another local cloud, its `state_dir` in its properties.
+            "cpi_types": {
+                "local": {"command": cpi_command, "timeout_seconds": settings.cpi_timeout_seconds},
             },
             "nats": nats,
             "blobstore": {"local": {"path": "blobs"}},
