@@ -77,5 +77,8 @@ given one, or kubosh's local cloud. */}}
 {{- $_ := set $nats "authorization" (dict "file" (printf "/var/lib/kubosh/nats-authorization/%s" .Values.nats.authorization.file)) -}}
 {{- end -}}
 {{- $config := dict "state_dir" "/var/lib/kubosh/state" "cpi" $cpi "nats" $nats "blobstore" (dict "local" (dict "path" "/var/lib/kubosh/blobs")) "engine" .Values.engine -}}
+{{- if .Values.cpi.types -}}
+{{- $_ := set $config "cpi_types" .Values.cpi.types -}}
+{{- end -}}
 {{- toYaml (merge $config .Values.director.settings) -}}
 {{- end -}}
