@@ -201,10 +201,7 @@ impl Engine {
                         };
                         let metadata =
                             worker_metadata(&tags, &deployment, &worker.0, &t.package.name);
-                        let stemcell_cid = (stemcell_cids)
-                            .get(&stemcell_key(&key, workers_spec.cpi.as_deref()))
-                            .cloned()
-                            .unwrap_or_default();
+                        let stemcell_cid = workers_spec.stemcell_cid(stemcell_cids, &key);
                         let env = Value::Object(compilation.env.clone().unwrap_or_default());
                         let request =
                             workers_spec.request(&worker, (&key, stemcell_cid), env, metadata);
@@ -464,6 +461,12 @@ pub struct Workers {
 }
 
 impl Workers {
+    /// The CID of stemcell `key` (`name/version`) in the workers' cloud.
+    fn stemcell_cid(&self, cids: &BTreeMap<String, String>, key: &str) -> String {
+        let key = stemcell_key(key, self.cpi.as_deref());
+        cids.get(&key).cloned().unwrap_or_default()
+    }
+
     /// How the VM of `worker` (a slot) is made on `stemcell` (`name/version` and its CID).
     fn request(
         &self,

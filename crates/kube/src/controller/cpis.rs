@@ -9,10 +9,10 @@
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
-use super::inputs::{InputError, Unready, add_source};
+use super::inputs::{InputError, Unready, vars_from};
 use crate::api::CpiConfig as CpiConfigResource;
 use kubosh_core::manifest::CpiConfig;
-use kubosh_core::ops::{MissingVars, Vars};
+use kubosh_core::ops::MissingVars;
 use kubosh_core::validate::Validated;
 use kubosh_engine::clouds::{CloudMaker, NamedClouds};
 
@@ -39,17 +39,20 @@ pub async fn read(
     let mut problems = Vec::new();
     for config in used {
         let name = config.name_any();
-        let mut vars = Vars::new();
-        for (i, source) in config.spec.vars_from.iter().enumerate() {
-            if let Some(line) = add_source(client, namespace, i, source, &mut vars).await? {
-                waiting.push(format!("cpi config {name}: {line}"));
-            }
-            if source.secret_ref.is_some() {
-                for (_, value) in vars.resolved() {
-                    kubosh_base::secret::collect_strings(&value, &mut secrets);
-                }
-            }
-        }
+        let mut missing = Vec::new();
+        let vars = vars_from(
+            client,
+            namespace,
+            &config.spec.vars_from,
+            &mut missing,
+            &mut secrets,
+        )
+        .await?;
+        waiting.extend(
+            missing
+                .into_iter()
+                .map(|line| format!("cpi config {name}: {line}")),
+        );
         let document =
             serde_json::to_value(&config.spec.config).map_err(|source| InputError::Document {
                 what: "cpi config",

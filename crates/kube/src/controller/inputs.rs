@@ -178,20 +178,14 @@ pub async fn gather(
         Err(unready) => return Ok(Err(unready)),
     };
     let mut secrets = Vec::new();
-    let mut vars = Vars::new();
-    for (i, source) in spec.vars_from.iter().enumerate() {
-        let before = vars.resolved();
-        if let Some(line) = add_source(client, &namespace, i, source, &mut vars).await? {
-            waiting.push(line);
-        }
-        if source.secret_ref.is_some() {
-            for (k, v) in vars.resolved() {
-                if before.get(&k) != Some(&v) {
-                    kubosh_base::secret::collect_strings(&v, &mut secrets);
-                }
-            }
-        }
-    }
+    let mut vars = vars_from(
+        client,
+        &namespace,
+        &spec.vars_from,
+        &mut waiting,
+        &mut secrets,
+    )
+    .await?;
     if !waiting.is_empty() {
         // The releases and stemcells the manifest names literally are waited for too.
         if let Ok(typed) = serde_json::from_value::<DeploymentManifest>(manifest) {
@@ -227,24 +221,10 @@ pub async fn gather(
             }
             Err(unready) => return Ok(Err(unready)),
         };
-    let typed = &documents.document.0;
-    // A version no `Release` of the namespace has, while others of its name are there, is
-    // the manifest's error (the Director's), not something to wait for.
-    let available: Vec<(&str, &str)> = (watched.releases.iter())
-        .map(|r| (r.spec.name.as_str(), r.spec.version.as_str()))
-        .collect();
-    if let Err(problems) = kubosh_core::validate::choose_releases(typed, &available) {
-        return Ok(Err(invalid_manifest(&problems, &secrets)));
-    }
-    let (releases, stemcells) = match choose(typed, &watched.releases, &watched.stemcells) {
+    let (releases, stemcells) = match artifacts_of(&documents.document.0, watched, &secrets) {
         Ok(chosen) => chosen,
-        Err(waiting) => return Ok(Err(Unready::Waiting(waiting))),
+        Err(unready) => return Ok(Err(unready)),
     };
-    // A job its release lacks is the manifest's fault too, found before any agent is asked.
-    let problems = unknown_jobs(typed, &releases);
-    if problems.has_errors() {
-        return Ok(Err(invalid_manifest(&problems, &secrets)));
-    }
     Ok(Ok(Inputs {
         documents,
         releases,
@@ -253,6 +233,56 @@ pub async fn gather(
         runtime_configs,
         named_clouds,
     }))
+}
+
+/// The `Release` and `Stemcell` resources `manifest` deploys, or why it cannot.
+fn artifacts_of(
+    manifest: &DeploymentManifest,
+    watched: &Watched,
+    secrets: &[String],
+) -> Result<(Vec<ReleaseResource>, Vec<StemcellResource>), Unready> {
+    // A version no `Release` of the namespace has, while others of its name are there, is
+    // the manifest's error (the Director's), not something to wait for.
+    let available: Vec<(&str, &str)> = (watched.releases.iter())
+        .map(|r| (r.spec.name.as_str(), r.spec.version.as_str()))
+        .collect();
+    if let Err(problems) = kubosh_core::validate::choose_releases(manifest, &available) {
+        return Err(invalid_manifest(&problems, secrets));
+    }
+    let (releases, stemcells) =
+        choose(manifest, &watched.releases, &watched.stemcells).map_err(Unready::Waiting)?;
+    // A job its release lacks is the manifest's fault too, found before any agent is asked.
+    let problems = unknown_jobs(manifest, &releases);
+    if problems.has_errors() {
+        return Err(invalid_manifest(&problems, secrets));
+    }
+    Ok((releases, stemcells))
+}
+
+/// The variables of `sources` (a `varsFrom`), in order; what is missing goes to `waiting`,
+/// every value a Secret gave to `secrets`.
+pub(super) async fn vars_from(
+    client: &kube::Client,
+    namespace: &str,
+    sources: &[VarsSource],
+    waiting: &mut Vec<String>,
+    secrets: &mut Vec<String>,
+) -> Result<Vars, InputError> {
+    let mut vars = Vars::new();
+    for (i, source) in sources.iter().enumerate() {
+        let before = vars.resolved();
+        if let Some(line) = add_source(client, namespace, i, source, &mut vars).await? {
+            waiting.push(line);
+        }
+        if source.secret_ref.is_some() {
+            for (k, v) in vars.resolved() {
+                if before.get(&k) != Some(&v) {
+                    kubosh_base::secret::collect_strings(&v, secrets);
+                }
+            }
+        }
+    }
+    Ok(vars)
 }
 
 /// The clouds of the namespace's CPI config, which `cloud`'s AZs may name (an AZ naming a
@@ -469,7 +499,7 @@ async fn interpolated(
 
 /// Adds the variables of `varsFrom[index]`; a line naming what is missing when the Secret,
 /// ConfigMap or key is not there (and the source is not optional).
-pub(super) async fn add_source(
+async fn add_source(
     client: &kube::Client,
     namespace: &str,
     index: usize,
