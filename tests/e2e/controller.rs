@@ -302,6 +302,18 @@ pub(crate) async fn assert_stalls(
     assert!(stalled.message.contains(says), "{}", stalled.message);
 }
 
+/// Waits (three minutes at most) until deployment `name` is gone (its deletion finished).
+pub(crate) async fn wait_gone(deployments: &Api<Deployment>, name: &str) {
+    let start = Instant::now();
+    while deployments.get_opt(name).await.unwrap().is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "{name} is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Polls the deployment until `done` says so, for at most `limit`; the last state seen.
 pub(crate) async fn wait_for(
     api: &Api<Deployment>,
@@ -1282,14 +1294,7 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         ("Progressing".to_string(), "Terminating".to_string()),
         "being deleted"
     );
-    let start = Instant::now();
-    while deployments.get_opt("hello").await.unwrap().is_some() {
-        assert!(
-            start.elapsed() < Duration::from_secs(180),
-            "hello is still there"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_gone(&deployments, "hello").await;
     let inventory = kubosh_cloud::local::inventory(&w.cloud()).unwrap();
     assert!(inventory.vms.is_empty(), "{inventory:?}");
     assert_eq!(inventory.disks.len(), 2);

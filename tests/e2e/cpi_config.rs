@@ -6,7 +6,6 @@
 //! kubosh agents.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::api::Api;
@@ -14,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::controller::{
     apply, apply_deployment, apply_inputs, assert_stalls, control_plane, deployment_object,
-    ready_at, start_replica, stored_state,
+    ready_at, start_replica, stored_state, wait_gone,
 };
 use crate::director_world::{StopAgents, World, cloud_config, hello_deployment, http_get};
 use kubosh_cloud::local::inventory;
@@ -143,14 +142,7 @@ async fn a_cpi_config_puts_each_azs_vms_in_its_own_cloud_under_the_controller() 
         .delete("hello", &Default::default())
         .await
         .unwrap();
-    let start = Instant::now();
-    while deployments.get_opt("hello").await.unwrap().is_some() {
-        assert!(
-            start.elapsed() < Duration::from_secs(180),
-            "hello is still there"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_gone(&deployments, "hello").await;
     for cloud in [w.cloud(), second] {
         let left = inventory(&cloud).unwrap();
         assert!(left.vms.is_empty(), "{}: {left:?}", cloud.display());
