@@ -20,7 +20,7 @@
 
 use kubosh_artifacts::release::ReleaseFile as _;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -182,7 +182,7 @@ pub(super) fn read_request(
     saving: bool,
 ) -> Result<(String, DeployRequest, Option<CpiConfig>), String> {
     let mode = if saving { Mode::Deploy } else { Mode::Plan };
-    let manifest = read_manifest(args, mode)?;
+    let manifest = read_manifest(args, mode, &config.director_variables_file())?;
     let cloud_config = read_cloud_configs(&args.cloud_config)?;
     let name = deployment_name(&manifest, &cloud_config)?;
     // Validated once, before a release is read or a stemcell extracted: the engine plans
@@ -277,26 +277,31 @@ fn check_release_jobs(
 
 /// The manifest with ops files and variables applied. Every variable must have a value.
 /// `plan` generates missing variables into a throwaway copy of the vars store.
-fn read_manifest(args: &DeployArgs, mode: Mode) -> Result<Value, String> {
+/// Director-wide variables (`((/name))`) are the director's (`director_vars`, its
+/// `director-variables.yml`), shared by all its deployments.
+fn read_manifest(args: &DeployArgs, mode: Mode, director_vars: &Path) -> Result<Value, String> {
     let input = DocumentArgs {
         var_errs: true,
         runtime_configs: args.runtime_configs.clone(),
         ..args.input.clone()
     };
-    let Some(store) = &args.vars_store else {
-        return input.load(&args.manifest);
-    };
+    let store = args.vars_store.as_deref();
     match mode {
-        Mode::Deploy => input.load_with_vars_store(&args.manifest, store),
+        Mode::Deploy => input.load_for_director(&args.manifest, store, director_vars),
         Mode::Plan => {
             let scratch = tempfile::tempdir()
                 .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-            let copy = scratch.path().join("vars-store.yml");
-            if store.exists() {
-                std::fs::copy(store, &copy)
-                    .map_err(|e| format!("cannot read {}: {e}", store.display()))?;
-            }
-            input.load_with_vars_store(&args.manifest, &copy)
+            let copy = |file: &Path, name: &str| -> Result<PathBuf, String> {
+                let copy = scratch.path().join(name);
+                if file.exists() {
+                    std::fs::copy(file, &copy)
+                        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                }
+                Ok(copy)
+            };
+            let store = store.map(|s| copy(s, "vars-store.yml")).transpose()?;
+            let director = copy(director_vars, "director-variables.yml")?;
+            input.load_for_director(&args.manifest, store.as_deref(), &director)
         }
     }
 }
@@ -412,18 +417,66 @@ mod tests {
         )
         .unwrap();
         let store = dir.path().join("vars.yml");
+        let director = dir.path().join("director-variables.yml");
         let mut a = args(dir.path(), Some(store.clone()));
-        let e = read_manifest(&a, Mode::Plan).unwrap_err();
+        let e = read_manifest(&a, Mode::Plan, &director).unwrap_err();
         assert!(e.contains("given"), "{e}");
         a.input.vars = vec!["given=1".into()];
-        let planned = read_manifest(&a, Mode::Plan).unwrap();
+        let planned = read_manifest(&a, Mode::Plan, &director).unwrap();
         assert_eq!(planned["properties"]["a"].as_str().map(str::len), Some(20));
         assert!(!store.exists(), "plan saved a generated variable");
-        let deployed = read_manifest(&a, Mode::Deploy).unwrap();
+        let deployed = read_manifest(&a, Mode::Deploy, &director).unwrap();
         assert!(store.exists());
         // Stored once: the next read (plan or deploy) sees the same value.
-        let again = read_manifest(&a, Mode::Plan).unwrap();
+        let again = read_manifest(&a, Mode::Plan, &director).unwrap();
         assert_eq!(again["properties"]["a"], deployed["properties"]["a"]);
         assert_eq!(deployed["properties"]["b"], 1);
+    }
+
+    #[test]
+    fn director_variables_are_one_value_for_every_deployment_even_without_a_vars_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let director = dir.path().join("director-variables.yml");
+        let manifest = |name: &str| {
+            format!(
+                "name: {name}\nvariables: [{{name: /shared, type: password}}, {{name: own, type: password}}]\nproperties: {{s: ((/shared)), o: ((own))}}\n"
+            )
+        };
+        std::fs::write(dir.path().join("manifest.yml"), manifest("one")).unwrap();
+        let one_store = dir.path().join("one.yml");
+        let one = read_manifest(
+            &args(dir.path(), Some(one_store.clone())),
+            Mode::Deploy,
+            &director,
+        )
+        .unwrap();
+        let kept = std::fs::read_to_string(&director).unwrap();
+        assert!(kept.contains("/shared"), "{kept}");
+        assert!(
+            !kept.contains("own"),
+            "a deployment's variable stays the deployment's"
+        );
+        assert!(
+            !std::fs::read_to_string(&one_store)
+                .unwrap()
+                .contains("/shared")
+        );
+        std::fs::write(dir.path().join("manifest.yml"), manifest("two")).unwrap();
+        let two_store = dir.path().join("two.yml");
+        let two =
+            read_manifest(&args(dir.path(), Some(two_store)), Mode::Deploy, &director).unwrap();
+        assert_eq!(one["properties"]["s"], two["properties"]["s"], "one value");
+        assert_ne!(one["properties"]["o"], two["properties"]["o"]);
+        // Without a vars store the director's variable is still there; the deployment's
+        // must be given.
+        let e = read_manifest(&args(dir.path(), None), Mode::Deploy, &director).unwrap_err();
+        assert!(e.contains("own") && !e.contains("/shared"), "{e}");
+        let mut given = args(dir.path(), None);
+        given.input.vars = vec!["own=x".into()];
+        let three = read_manifest(&given, Mode::Deploy, &director).unwrap();
+        assert_eq!(three["properties"]["s"], one["properties"]["s"]);
+        let mode = std::fs::metadata(&director).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
     }
 }

@@ -113,17 +113,62 @@ impl DocumentArgs {
     /// variable in the file is a variable (below all other sources), and the document's
     /// definitions that nothing gives a value are generated and saved to the file first.
     pub fn load_with_vars_store(&self, path: &Path, store: &Path) -> Result<Value, String> {
-        let doc = self.patched(path)?;
         let store = FileStore::new(store);
-        let defs = variables::definitions(&doc).map_err(|e| e.to_string())?;
+        self.load_resolved(path, &store, &[&store], |_| true)
+    }
+
+    /// [`DocumentArgs::load`] for a deploy of a director: `((/name))` variables are the
+    /// director's, kept in its file `director` (generated there once, whichever of its
+    /// deployments asks first; the file is locked while a value is added), the others the
+    /// deployment's, in the vars-store file `store` as `--vars-store` keeps them (without
+    /// one, they must be given).
+    pub fn load_for_director(
+        &self,
+        path: &Path,
+        store: Option<&Path>,
+        director: &Path,
+    ) -> Result<Value, String> {
+        let director = FileStore::new(director);
+        // Without a vars store, only the director's variables are generated (the scoped
+        // store never asks the deployment's side then).
+        let deployment = store.map_or_else(|| director.clone(), FileStore::new);
+        let scoped = variables::ScopedStore {
+            director: director.clone(),
+            deployment: deployment.clone(),
+        };
+        let files: Vec<&FileStore> = match store {
+            Some(_) => vec![&director, &deployment],
+            None => vec![&director],
+        };
+        self.load_resolved(path, &scoped, &files, |name| {
+            store.is_some() || variables::is_director_variable(name)
+        })
+    }
+
+    /// The document with the ops files applied and the variables interpolated, the
+    /// definitions `generate` keeps resolved through `store` (the values given win; then
+    /// what `store` has; else generated into it), every other variable of `vars_files` a
+    /// variable too (as bosh-cli's vars store).
+    fn load_resolved(
+        &self,
+        path: &Path,
+        store: &dyn variables::VariableStore,
+        vars_files: &[&FileStore],
+        generate: impl Fn(&str) -> bool,
+    ) -> Result<Value, String> {
+        let doc = self.patched(path)?;
+        let mut defs = variables::definitions(&doc).map_err(|e| e.to_string())?;
+        defs.retain(|d| generate(&d.name));
         let mut resolved =
-            futures::executor::block_on(variables::resolve(&defs, &self.vars()?, &store))
+            futures::executor::block_on(variables::resolve(&defs, &self.vars()?, store))
                 .map_err(|e| e.to_string())?;
         // The rest of the file are variables too.
         let present = resolved.vars.resolved();
-        for (name, value) in store.load().map_err(|e| e.to_string())? {
-            if !present.contains_key(&name) {
-                resolved.vars.add_stored(&name, value);
+        for file in vars_files {
+            for (name, value) in file.load().map_err(|e| e.to_string())? {
+                if !present.contains_key(&name) {
+                    resolved.vars.add_stored(&name, value);
+                }
             }
         }
         let out = variables::interpolate(&doc, &resolved.vars, &self.options())

@@ -17,7 +17,7 @@ use crate::controller::{
 };
 use crate::director_world::{StopAgents, World, cloud_config, hello_deployment, http_get};
 use kubosh_cloud::local::inventory;
-use kubosh_engine::state::DeploymentState;
+use kubosh_engine::state::{DeploymentState, DirStore, StateStore};
 use kubosh_kube::api::{Deployment, Stemcell};
 
 /// The world's cloud config with a second AZ `z2` on subnet `127.0.<net+1>.0/24`, served by
@@ -198,21 +198,12 @@ async fn kubosh_deploy_with_a_cpi_config_and_a_runtime_config() {
     assert!(ok, "{stdout}\n{stderr}");
     let state = w.state().await;
     assert_split(&w, &second, &state);
-    for i in state.instances.values() {
-        let vm = &i.vm.as_ref().unwrap().cid;
-        let cloud = if i.az.as_deref() == Some("z2") {
-            &second
-        } else {
-            &w.cloud()
-        };
-        let motd = cloud
-            .join("vms")
-            .join(vm)
-            .join("root/jobs/motd/config/motd.txt");
-        let motd =
-            std::fs::read_to_string(&motd).unwrap_or_else(|e| panic!("{}: {e}", motd.display()));
-        assert!(motd.starts_with("from the director "), "{motd}");
-    }
+    let motds = addon_motds(&w, &second, &state);
+    assert_eq!(motds.len(), 2);
+    assert!(
+        motds.iter().all(|m| m.starts_with("from the director ")),
+        "{motds:?}"
+    );
     let mode = std::fs::metadata(w.state_dir().join("cpi-config.json")).unwrap();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
@@ -239,4 +230,34 @@ async fn kubosh_deploy_with_a_cpi_config_and_a_runtime_config() {
         "not uploaded again"
     );
     assert_eq!(inventory(&w.cloud()).unwrap().stemcells.len(), 1);
+    // `((/motd_token))` is the director's: one value for both deployments, kept in its state.
+    let other_state = DirStore::new(w.state_dir().join("deployments/other"))
+        .load()
+        .await
+        .unwrap();
+    let other = addon_motds(&w, &second, &other_state);
+    assert!(motds.contains(&other[0]), "{other:?} vs {motds:?}");
+    let kept = std::fs::read_to_string(w.state_dir().join("director-variables.yml")).unwrap();
+    assert!(
+        kept.contains("/motd_token"),
+        "the director keeps its variables"
+    );
+}
+
+/// What the addon rendered on each instance of `state`, whichever cloud its VM is in.
+fn addon_motds(w: &World, second: &Path, state: &DeploymentState) -> Vec<String> {
+    (state.instances.values())
+        .map(|i| {
+            let vm = &i.vm.as_ref().unwrap().cid;
+            let cloud = match i.az.as_deref() {
+                Some("z2") => second.to_path_buf(),
+                _ => w.cloud(),
+            };
+            let motd = cloud
+                .join("vms")
+                .join(vm)
+                .join("root/jobs/motd/config/motd.txt");
+            std::fs::read_to_string(&motd).unwrap_or_else(|e| panic!("{}: {e}", motd.display()))
+        })
+        .collect()
 }

@@ -167,6 +167,12 @@ impl DirectorConfig {
             .current_dir(&self.base_dir)
     }
 
+    /// Where the director keeps its variables (`((/name))`, one value for all its
+    /// deployments), as a vars-store file.
+    pub fn director_variables_file(&self) -> std::path::PathBuf {
+        self.state_dir.join("director-variables.yml")
+    }
+
     /// Where the director keeps its CPI config (`kubosh deploy --cpi-config` saves it, as
     /// `bosh update-cpi-config` does): every later command finds the named clouds there.
     pub fn cpi_config_file(&self) -> std::path::PathBuf {

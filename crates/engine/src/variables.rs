@@ -54,6 +54,32 @@ impl FileStore {
         }
     }
 
+    /// Holds `flock(2)` on `<file>.lock` until the returned file is dropped.
+    fn lock_file(&self) -> Result<std::fs::File, StoreError> {
+        use std::os::fd::AsRawFd as _;
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".lock");
+        let failed = |message: String| StoreError::WriteFile {
+            path: self.path.clone(),
+            message,
+        };
+        if let Some(dir) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| failed(e.to_string()))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(PathBuf::from(name))
+            .map_err(|e| failed(format!("cannot open its lock file: {e}")))?;
+        // SAFETY: flock(2) on a descriptor this function owns; no memory involved.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(failed(format!("cannot lock it: {e}")));
+        }
+        Ok(file)
+    }
+
     fn read_error(&self, message: String) -> StoreError {
         StoreError::ReadFile {
             path: self.path.clone(),
@@ -97,8 +123,12 @@ impl FileStore {
         Ok(())
     }
 
+    /// Sets `name` (unless `only_if_absent` and it is there) under both this process's lock
+    /// and an advisory lock on `<file>.lock`: several processes sharing the file (deploys of
+    /// one director sharing its director-wide variables) generate a value once.
     fn update(&self, name: &str, value: &Value, only_if_absent: bool) -> Result<Value, StoreError> {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _file_lock = self.lock_file()?;
         let mut vars = self.load()?;
         if only_if_absent && let Some(existing) = vars.get(name) {
             return Ok(existing.clone());

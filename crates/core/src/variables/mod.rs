@@ -38,7 +38,9 @@ mod store;
 
 pub use generate::{CaMaterial, CertificateOptions, ExtendedKeyUsage, GenerateError, Kind};
 pub use resolve::{ResolveOptions, Resolved, Source, UpdateMode, resolve, resolve_with};
-pub use store::{MemoryStore, StoreError, StoredVariable, VariableStore};
+pub use store::{
+    MemoryStore, ScopedStore, StoreError, StoredVariable, VariableStore, is_director_variable,
+};
 
 use serde_json::Value;
 

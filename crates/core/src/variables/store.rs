@@ -89,6 +89,57 @@ pub trait VariableStore: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
+/// Variables of two scopes, as the Director's config server keeps them: a name starting with
+/// `/` (`((/dns_api_client_tls))`) is the director's, one value for every deployment and
+/// runtime config; any other name is the deployment's.
+#[derive(Debug)]
+pub struct ScopedStore<D, O> {
+    /// Where the director's variables are.
+    pub director: D,
+    /// Where the deployment's are.
+    pub deployment: O,
+}
+
+impl<D: VariableStore, O: VariableStore> ScopedStore<D, O> {
+    fn scope(&self, name: &str) -> &dyn VariableStore {
+        if is_director_variable(name) {
+            &self.director
+        } else {
+            &self.deployment
+        }
+    }
+}
+
+/// Whether `name` is a director-wide variable (`/name`).
+pub fn is_director_variable(name: &str) -> bool {
+    name.starts_with('/')
+}
+
+impl<D: VariableStore, O: VariableStore> VariableStore for ScopedStore<D, O> {
+    fn get<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StoredVariable>, StoreError>> {
+        self.scope(name).get(name)
+    }
+
+    fn create<'a>(
+        &'a self,
+        name: &'a str,
+        variable: &'a StoredVariable,
+    ) -> BoxFuture<'a, Result<StoredVariable, StoreError>> {
+        self.scope(name).create(name, variable)
+    }
+
+    fn replace<'a>(
+        &'a self,
+        name: &'a str,
+        variable: &'a StoredVariable,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.scope(name).replace(name, variable)
+    }
+}
+
 /// Variables kept in memory (tests, dry runs). `Debug` shows names only.
 #[derive(Default)]
 pub struct MemoryStore {
