@@ -157,29 +157,22 @@ async fn kubosh_deploy_with_a_cpi_config_and_a_runtime_config() {
     crate::director_world::write_json(&w.dir.path().join("cloud-config.yml"), &two_clouds(w.net));
     let cpis = w.dir.path().join("cpi-config.yml");
     crate::director_world::write_json(&cpis, &cpi_config(&second));
-    // The runtime config adds the stand-in addon to every group with the hello job.
-    let addon = w.dir.path().join("addon-kit.tgz");
-    let release_dir = tempfile::tempdir().unwrap();
-    crate::runtime_config::build_addon_release(release_dir.path(), &addon);
-    let runtime = w.dir.path().join("runtime-config.yml");
-    crate::director_world::write_json(
-        &runtime,
-        &json!({
-            "releases": [{"name": "addon-kit", "version": "1"}],
-            "addons": [{"name": "motd",
-                        "jobs": [{"name": "motd", "release": "addon-kit",
-                                  "properties": {"motd": {"text": "from the director",
-                                                           "token": "((/motd_token))"}}}],
-                        "include": {"jobs": [{"name": "hello", "release": "hello"}]}}],
-            "variables": [{"name": "/motd_token", "type": "password"}],
-        }),
+    // bosh-deployment's own runtime configs (bosh-dns with its director-wide certificates,
+    // bpm), their releases stand-ins with the real jobs' names and property specs.
+    let stand_ins = stand_in_releases(w.dir.path());
+    let rcs = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/real-world/bosh-deployment/runtime-configs"
     );
     w.write_manifest(&across_azs(w.port));
     let deploy = |with_cpi_config: bool| {
         let mut c = w.command("deploy");
-        c.args(["--runtime-config", runtime.to_str().unwrap()])
-            .args(["--release", addon.to_str().unwrap()])
+        c.args(["--runtime-config", &format!("{rcs}/dns.yml")])
+            .args(["--runtime-config", &format!("{rcs}/bpm.yml")])
             .args(["--vars-store", &w.path("vars.yml")]);
+        for release in &stand_ins {
+            c.args(["--release", release.to_str().unwrap()]);
+        }
         if with_cpi_config {
             c.args(["--cpi-config", cpis.to_str().unwrap()]);
         }
@@ -198,12 +191,13 @@ async fn kubosh_deploy_with_a_cpi_config_and_a_runtime_config() {
     assert!(ok, "{stdout}\n{stderr}");
     let state = w.state().await;
     assert_split(&w, &second, &state);
-    let motds = addon_motds(&w, &second, &state);
-    assert_eq!(motds.len(), 2);
+    let certificates = dns_certificates(&w, &second, &state);
+    assert_eq!(certificates.len(), 2);
     assert!(
-        motds.iter().all(|m| m.starts_with("from the director ")),
-        "{motds:?}"
+        (certificates.iter()).all(|c| c.starts_with("-----BEGIN CERTIFICATE-----")),
+        "{certificates:?}"
     );
+    assert_eq!(certificates[0], certificates[1], "one certificate");
     let mode = std::fs::metadata(w.state_dir().join("cpi-config.json")).unwrap();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
@@ -230,22 +224,67 @@ async fn kubosh_deploy_with_a_cpi_config_and_a_runtime_config() {
         "not uploaded again"
     );
     assert_eq!(inventory(&w.cloud()).unwrap().stemcells.len(), 1);
-    // `((/motd_token))` is the director's: one value for both deployments, kept in its state.
+    // `((/dns_api_client_tls))` is the director's: one certificate for both deployments,
+    // kept in its state, never in a deployment's vars store.
     let other_state = DirStore::new(w.state_dir().join("deployments/other"))
         .load()
         .await
         .unwrap();
-    let other = addon_motds(&w, &second, &other_state);
-    assert!(motds.contains(&other[0]), "{other:?} vs {motds:?}");
+    let other = dns_certificates(&w, &second, &other_state);
+    assert_eq!(other, certificates[..1].to_vec());
     let kept = std::fs::read_to_string(w.state_dir().join("director-variables.yml")).unwrap();
     assert!(
-        kept.contains("/motd_token"),
+        kept.contains("/dns_api_client_tls"),
         "the director keeps its variables"
     );
+    let store = std::fs::read_to_string(w.path("vars.yml")).unwrap_or_default();
+    assert!(!store.contains("/dns_"), "{store}");
 }
 
-/// What the addon rendered on each instance of `state`, whichever cloud its VM is in.
-fn addon_motds(w: &World, second: &Path, state: &DeploymentState) -> Vec<String> {
+/// Stand-ins for bosh-dns/1.39.28 and bpm/0.8.0 (the releases of bosh-deployment's runtime
+/// configs, not downloadable here): the jobs' names and the properties the runtime configs
+/// set (the Windows job too, which the jammy stemcell never gets); bosh-dns renders its API
+/// client certificate.
+fn stand_in_releases(dir: &Path) -> Vec<std::path::PathBuf> {
+    let spec = "---\nname: bosh-dns\ntemplates:\n  api-client.crt.erb: config/api-client.crt\npackages: []\nproperties:\n  api.client.tls:\n    type: certificate\n  api.server.tls:\n    type: certificate\n  cache.enabled:\n    default: false\n  health.enabled:\n    default: false\n  health.client.tls:\n    type: certificate\n  health.server.tls:\n    type: certificate\n  configure_systemd_resolved:\n    default: false\n  disable_recursors:\n    default: false\n  override_nameserver:\n    default: true\n";
+    let windows = spec.replace("name: bosh-dns", "name: bosh-dns-windows");
+    let dns = [
+        ("jobs/bosh-dns/spec", spec),
+        ("jobs/bosh-dns/monit", ""),
+        ("jobs/bosh-dns-windows/spec", &windows),
+        ("jobs/bosh-dns-windows/monit", ""),
+        (
+            "jobs/bosh-dns-windows/templates/api-client.crt.erb",
+            "<%= p('api.client.tls.certificate') %>",
+        ),
+        (
+            "jobs/bosh-dns/templates/api-client.crt.erb",
+            "<%= p('api.client.tls.certificate') %>",
+        ),
+    ];
+    let bpm = [
+        (
+            "jobs/bpm/spec",
+            "---\nname: bpm\ntemplates: {}\npackages: []\nproperties: {}\n",
+        ),
+        ("jobs/bpm/monit", ""),
+    ];
+    let mut tarballs = Vec::new();
+    for (release, files) in [
+        (("bosh-dns", "1.39.28"), &dns[..]),
+        (("bpm", "0.8.0"), &bpm[..]),
+    ] {
+        let source = tempfile::tempdir().unwrap();
+        let tarball = dir.join(format!("{}.tgz", release.0));
+        crate::runtime_config::build_release(source.path(), release, files, &tarball);
+        tarballs.push(tarball);
+    }
+    tarballs
+}
+
+/// The API client certificate bosh-dns rendered on each instance of `state`, whichever
+/// cloud its VM is in.
+fn dns_certificates(w: &World, second: &Path, state: &DeploymentState) -> Vec<String> {
     (state.instances.values())
         .map(|i| {
             let vm = &i.vm.as_ref().unwrap().cid;
@@ -256,7 +295,7 @@ fn addon_motds(w: &World, second: &Path, state: &DeploymentState) -> Vec<String>
             let motd = cloud
                 .join("vms")
                 .join(vm)
-                .join("root/jobs/motd/config/motd.txt");
+                .join("root/jobs/bosh-dns/config/api-client.crt");
             std::fs::read_to_string(&motd).unwrap_or_else(|e| panic!("{}: {e}", motd.display()))
         })
         .collect()

@@ -20,12 +20,8 @@ use kubosh_kube::api::Deployment;
 
 /// Builds the stand-in addon release `addon-kit/1` (job `motd`: `config/motd.txt` says
 /// `motd.text` and `motd.token`) into `tarball`.
-pub(crate) fn build_addon_release(dir: &Path, tarball: &Path) {
+fn build_addon_release(dir: &Path, tarball: &Path) {
     let files = [
-        (
-            "config/final.yml",
-            "name: addon-kit\nblobstore:\n  provider: local\n  options:\n    blobstore_path: /tmp/addon-kit-blobs\n",
-        ),
         (
             "jobs/motd/spec",
             "---\nname: motd\ntemplates:\n  motd.txt.erb: config/motd.txt\npackages: []\nproperties:\n  motd.text:\n    description: What to say.\n  motd.token:\n    description: A secret shared by every deployment.\n",
@@ -36,7 +32,23 @@ pub(crate) fn build_addon_release(dir: &Path, tarball: &Path) {
             "<%= p('motd.text') %> <%= p('motd.token') %>\n",
         ),
     ];
-    for (path, content) in files {
+    build_release(dir, ("addon-kit", "1"), &files, tarball);
+}
+
+/// Builds release `name/version` of `files` (paths in a release directory: job specs,
+/// monit files, templates; no packages) in `dir` into `tarball`: a stand-in for a release
+/// this machine cannot download, with the real one's job names and property specs.
+pub(crate) fn build_release(
+    dir: &Path,
+    (name, version): (&str, &str),
+    files: &[(&str, &str)],
+    tarball: &Path,
+) {
+    let final_yml = format!(
+        "name: {name}\nblobstore:\n  provider: local\n  options:\n    blobstore_path: /tmp/{name}-blobs\n"
+    );
+    let config = [("config/final.yml", final_yml.as_str())];
+    for (path, content) in config.iter().chain(files) {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, content).unwrap();
@@ -46,7 +58,7 @@ pub(crate) fn build_addon_release(dir: &Path, tarball: &Path) {
         "create",
         dir.to_str().unwrap(),
         "--version",
-        "1",
+        version,
         "--tarball",
         tarball.to_str().unwrap(),
     ]);
