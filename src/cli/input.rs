@@ -187,7 +187,8 @@ impl DocumentArgs {
         ops::apply_all(&ops, &mut doc).map_err(|e| e.to_string())?;
         if !self.runtime_configs.is_empty() {
             let configs = read_named(&self.runtime_configs)?;
-            let warnings = kubosh_core::validate::apply_runtime_configs(&mut doc, &configs)
+            // A deployment without a director has no team.
+            let warnings = kubosh_core::validate::apply_runtime_configs(&mut doc, &configs, None)
                 .map_err(|p| p.to_string())?;
             eprint!("{warnings}");
         }

@@ -7,7 +7,7 @@
 
 use std::borrow::Borrow;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::problem::{Document, Path, Problems};
 use super::{RUNTIME_CONFIG_SHAPE, Validated, finish, typed};
@@ -26,11 +26,14 @@ pub fn runtime_config(value: &Value) -> Result<Validated<RuntimeConfig>, Problem
 }
 
 /// `manifest` with the runtime configs `configs` (each its name and document, in the order
-/// to apply them) applied; every problem of every config at once, each naming its config.
-/// Warnings are returned (unknown keys, as for the other documents).
+/// to apply them) applied, for a deployment of `team` (the Director's teams: the controller
+/// passes the deployment's namespace, `kubosh deploy` no team; see [`for_team`]); every
+/// problem of every config at once, each naming its config. Warnings are returned (unknown
+/// keys, as for the other documents).
 pub fn apply_runtime_configs<N: AsRef<str>, D: Borrow<Value>>(
     manifest: &mut Value,
     configs: &[(N, D)],
+    team: Option<&str>,
 ) -> Result<Problems, Problems> {
     let mut problems = Problems::default();
     let mut warnings = Problems::default();
@@ -46,7 +49,7 @@ pub fn apply_runtime_configs<N: AsRef<str>, D: Borrow<Value>>(
             Ok(v) => {
                 warnings.extend(v.warnings.about(&about));
                 let mut found = Problems::default();
-                apply_one(target, document, &mut found);
+                apply_one(target, document, team, &mut found);
                 problems.extend(found.about(&about));
             }
         }
@@ -59,15 +62,25 @@ pub fn apply_runtime_configs<N: AsRef<str>, D: Borrow<Value>>(
 }
 
 /// Applies one shape-checked runtime config to `manifest`.
-fn apply_one(manifest: &mut Map<String, Value>, config: &Value, problems: &mut Problems) {
+fn apply_one(
+    manifest: &mut Map<String, Value>,
+    config: &Value,
+    team: Option<&str>,
+    problems: &mut Problems,
+) {
     let list = |key: &str| (config.get(key).and_then(Value::as_array)).cloned();
     if let Some(releases) = list("releases") {
         add_releases(manifest, &releases, problems);
     }
     for key in ["addons", "variables"] {
-        let Some(items) = list(key) else {
+        let Some(mut items) = list(key) else {
             continue;
         };
+        if key == "addons" {
+            items = (items.into_iter())
+                .filter_map(|addon| for_team(addon, team))
+                .collect();
+        }
         let into = manifest
             .entry(key)
             .or_insert_with(|| Value::Array(Vec::new()));
@@ -102,6 +115,40 @@ fn apply_one(manifest: &mut Map<String, Value>, config: &Value, problems: &mut P
             }
         }
     }
+}
+
+/// A runtime config's addon as it applies to a deployment of `team`, its `teams` filters
+/// decided here (a namespace is one team): `include.teams` not naming the team (any team,
+/// for a deployment of none) leaves the addon out; naming it, the filter's other criteria
+/// decide. `exclude.teams` naming the team excludes by the other criteria (all of the
+/// deployment when there are none); not naming it, the exclusion is no exclusion. An empty
+/// `teams` list filters nothing.
+fn for_team(mut addon: Value, team: Option<&str>) -> Option<Value> {
+    let names_team = |teams: &Value| {
+        (teams.as_array()).is_none_or(|t| t.is_empty() || t.iter().any(|x| x.as_str() == team))
+    };
+    let filter = |addon: &mut Value, key: &str| -> Option<Value> {
+        addon.get_mut(key)?.as_object_mut()?.remove("teams")
+    };
+    if let Some(teams) = filter(&mut addon, "include")
+        && !names_team(&teams)
+    {
+        return None;
+    }
+    if let Some(teams) = filter(&mut addon, "exclude") {
+        let criteria = (addon.get("exclude").and_then(Value::as_object))
+            .is_some_and(|f| f.values().any(|v| !v.is_null() && v != &json!([])));
+        let empty = teams.as_array().is_some_and(Vec::is_empty);
+        if names_team(&teams) && !empty && !criteria {
+            return None;
+        }
+        if !names_team(&teams)
+            && let Some(addon) = addon.as_object_mut()
+        {
+            addon.remove("exclude");
+        }
+    }
+    Some(addon)
 }
 
 /// Adds `releases` to the manifest's; one it names already must be the same version.
@@ -162,7 +209,7 @@ mod tests {
             "variables": [{"name": "/dns_ca", "type": "certificate", "options": {"is_ca": true, "common_name": "ca"}}],
             "tags": {"team": "theirs", "cost": "ops"},
         });
-        let warnings = apply_runtime_configs(&mut manifest, &[("dns", &dns)]).unwrap();
+        let warnings = apply_runtime_configs(&mut manifest, &[("dns", &dns)], None).unwrap();
         assert!(warnings.is_empty(), "{warnings}");
         assert_eq!(
             manifest["releases"],
@@ -177,13 +224,46 @@ mod tests {
     }
 
     #[test]
+    fn teams_filters_are_decided_by_the_deployments_team() {
+        let config = json!({"addons": [
+            {"name": "ours", "jobs": [], "include": {"teams": ["ns1"]}},
+            {"name": "ours-web", "jobs": [], "include": {"teams": ["ns1"], "instance_groups": ["web"]}},
+            {"name": "theirs", "jobs": [], "include": {"teams": ["ns2"]}},
+            {"name": "not-ours", "jobs": [], "exclude": {"teams": ["ns1"]}},
+            {"name": "not-ours-web", "jobs": [], "exclude": {"teams": ["ns1"], "instance_groups": ["web"]}},
+            {"name": "not-theirs", "jobs": [], "exclude": {"teams": ["ns2"], "instance_groups": ["web"]}},
+            {"name": "any", "jobs": [], "include": {"teams": []}},
+        ]});
+        let addons = |team: Option<&str>| {
+            let mut manifest = json!({"name": "d"});
+            apply_runtime_configs(&mut manifest, &[("rc", &config)], team).unwrap();
+            manifest["addons"].as_array().unwrap().clone()
+        };
+        let ns1 = addons(Some("ns1"));
+        let names: Vec<&str> = ns1.iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["ours", "ours-web", "not-ours-web", "not-theirs", "any"]
+        );
+        assert_eq!(ns1[1]["include"], json!({"instance_groups": ["web"]}));
+        assert_eq!(ns1[2]["exclude"], json!({"instance_groups": ["web"]}));
+        assert!(
+            ns1[3].get("exclude").is_none(),
+            "another team's exclusion excludes nothing"
+        );
+        let none = addons(None);
+        let names: Vec<&str> = none.iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["not-ours", "not-ours-web", "not-theirs", "any"]);
+    }
+
+    #[test]
     fn every_problem_of_every_config_names_it() {
         let mut manifest = json!({"releases": [{"name": "bpm", "version": "1.0"}],
                                   "variables": [{"name": "/x", "type": "password"}]});
         let bpm = json!({"releases": [{"name": "bpm", "version": "0.8.0"}],
                          "variables": [{"name": "/x", "type": "certificate"}]});
         let bad = json!({"addons": [{"jobs": []}], "nonsense": 1});
-        let problems = apply_runtime_configs(&mut manifest, &[("bpm", &bpm), ("bad", &bad)])
+        let problems = apply_runtime_configs(&mut manifest, &[("bpm", &bpm), ("bad", &bad)], None)
             .unwrap_err()
             .to_string();
         for expected in [

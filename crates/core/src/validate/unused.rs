@@ -79,7 +79,7 @@ pub(super) fn manifest(m: &DeploymentManifest, problems: &mut Problems) {
             {
                 warn(
                     at.key(key).key("teams"),
-                    "a namespace is one team: the filter ignores teams",
+                    "teams filter in runtime configs only, where a namespace is one team",
                 );
             }
         }

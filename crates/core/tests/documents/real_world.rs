@@ -136,6 +136,7 @@ fn bosh_deployment_runtime_configs_validate_and_apply_to_a_real_manifest() {
     let warnings = kubosh_core::validate::apply_runtime_configs(
         &mut manifest,
         &[("dns", &dns), ("bpm", &bpm)],
+        None,
     )
     .unwrap_or_else(|p| panic!("{p}"));
     assert!(warnings.is_empty(), "{warnings}");

@@ -173,10 +173,11 @@ pub async fn gather(
         Ok(manifest) => manifest,
         Err(unready) => return Ok(Err(unready)),
     };
-    let runtime_configs = match with_runtime_configs(&mut manifest, &watched.runtime_configs)? {
-        Ok(applied) => applied,
-        Err(unready) => return Ok(Err(unready)),
-    };
+    let runtime_configs =
+        match with_runtime_configs(&mut manifest, &namespace, &watched.runtime_configs)? {
+            Ok(applied) => applied,
+            Err(unready) => return Ok(Err(unready)),
+        };
     let mut secrets = Vec::new();
     let mut vars = vars_from(
         client,
@@ -320,6 +321,7 @@ async fn clouds_of(
 /// variables: their `((variables))` are the manifest's); which ones, at which versions.
 fn with_runtime_configs(
     manifest: &mut Value,
+    namespace: &str,
     all: &[RuntimeConfig],
 ) -> Result<Result<Vec<RuntimeConfigRef>, Unready>, InputError> {
     let mut used: Vec<&RuntimeConfig> = all.iter().collect();
@@ -328,7 +330,10 @@ fn with_runtime_configs(
         "runtime config",
         used.iter().map(|c| (c.name_any(), &c.spec.config)),
     )?;
-    if let Err(problems) = kubosh_core::validate::apply_runtime_configs(manifest, &documents) {
+    // A namespace is one team: the runtime configs' `teams` filters name namespaces.
+    if let Err(problems) =
+        kubosh_core::validate::apply_runtime_configs(manifest, &documents, Some(namespace))
+    {
         return Ok(Err(Unready::Invalid {
             reason: "InvalidRuntimeConfig",
             problems: problems.to_string().lines().map(String::from).collect(),
