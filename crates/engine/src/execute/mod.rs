@@ -91,14 +91,21 @@ impl Engine {
         resolved.desire(&mut planned, &packages, request, &self.config);
         let mut report = DeployReport::of(&planned, &obsolete, &state, &packages);
         let deployment = request.name();
-        // Out of the records before their VMs go: instances to delete or detach (and those
-        // whose VM vanished).
-        self.publish_dns(
-            deployment,
-            live_entries(planned_records(&planned)),
-            &mut state.meta,
-        )
-        .await?;
+        // Out of the records before their VMs go: instances to delete or detach. An instance
+        // whose VM vanished (and nothing else) waits for the publish after "Creating missing
+        // vms", which names its new VM: its VM is gone either way, and a resurrection
+        // publishes once.
+        let leaving = !obsolete.is_empty()
+            || (planned.iter())
+                .any(|p| p.record.state == InstanceState::Detached && p.record.vm.is_some());
+        if leaving {
+            self.publish_dns(
+                deployment,
+                live_entries(planned_records(&planned)),
+                &mut state.meta,
+            )
+            .await?;
+        }
         self.delete_obsolete(&state, &obsolete, &mut report).await?;
         self.create_missing_vms(manifest, groups, &mut planned, &stemcells, &state)
             .await?;
