@@ -105,6 +105,16 @@ pub enum Milestone {
         /// What was lost.
         lost: Lost,
     },
+    /// An instance's agent has not answered `get_state` within one message timeout; it is
+    /// asked again (said while the deploy waits, not only when it gives up).
+    AgentNotAnswering {
+        /// Whose.
+        instance: InstanceName,
+        /// How long it was waited for so far.
+        waited: std::time::Duration,
+        /// How long the deploy waits for it at most.
+        at_most: std::time::Duration,
+    },
     /// An instance's agent did not answer (the deploy fails before it changes anything).
     AgentUnresponsive {
         /// Whose.

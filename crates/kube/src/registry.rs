@@ -238,16 +238,6 @@ impl IpRegistry for KubeIpRegistry {
         held: Vec<Reservation>,
     ) -> StoreFuture<'a, Vec<Reservation>> {
         Box::pin(async move {
-            // Claiming what the deployment holds already changes nothing and conflicts with
-            // nothing (another deployment's claim of these addresses would have conflicted
-            // with ours): no lock, no write.
-            let mut probe = self.table().await?;
-            let before = probe.deployments.get(deployment).cloned();
-            if probe.claim(deployment, held.clone()).is_empty()
-                && probe.deployments.get(deployment) == before.as_ref()
-            {
-                return Ok(Vec::new());
-            }
             let what = format!("reserve IPs of {deployment}");
             self.0
                 .locked(what, async |shares| {

@@ -420,6 +420,31 @@ impl Engine {
         }
     }
 
+    /// `get_state` of `vm`'s agent; when it has not answered within one message timeout, a
+    /// milestone says so (the agent is asked again, up to the retries: a deploy that waits
+    /// says why while it waits).
+    async fn get_state_saying_when_slow(
+        &self,
+        record: &InstanceRecord,
+        vm: &VmRecord,
+    ) -> Result<kubosh_transport::agent::protocol::AgentState, kubosh_transport::agent::AgentError>
+    {
+        let options = &self.config.agent_options;
+        let agent = self.agent(&vm.agent_id, &record.name());
+        let ask = agent.get_state(false);
+        tokio::pin!(ask);
+        tokio::select! {
+            answer = &mut ask => return answer,
+            () = tokio::time::sleep(options.timeout) => {}
+        }
+        self.events.milestone(Milestone::AgentNotAnswering {
+            instance: InstanceName::of(record),
+            waited: options.timeout,
+            at_most: options.timeout * (options.get_state_retries + 1),
+        });
+        ask.await
+    }
+
     /// What the agent of `record`'s VM `vm` says, or why it says nothing. An agent the
     /// heartbeats prove silent is not asked (3 x 45 s of timeouts would say the same).
     async fn observe_vm(
@@ -434,11 +459,7 @@ impl Engine {
                 for_at_least: self.config.health_window,
             }
         } else {
-            match self
-                .agent(&vm.agent_id, &record.name())
-                .get_state(false)
-                .await
-            {
+            match self.get_state_saying_when_slow(record, vm).await {
                 Ok(s) => {
                     return Ok(Observed::Answered {
                         job_state: String::from(s.job_state),

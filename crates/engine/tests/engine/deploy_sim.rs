@@ -390,6 +390,15 @@ impl Sim {
                 Milestone::AgentUnresponsive { instance, .. } => {
                     ("AgentUnresponsive", instance.display, vec![])
                 }
+                Milestone::AgentNotAnswering {
+                    instance,
+                    waited,
+                    at_most,
+                } => (
+                    "AgentNotAnswering",
+                    instance.display,
+                    vec![waited.as_secs().to_string(), at_most.as_secs().to_string()],
+                ),
                 Milestone::DnsSynced { version, .. } => {
                     ("DnsSynced", String::new(), vec![version.to_string()])
                 }
@@ -1566,6 +1575,14 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
     assert_eq!(
         sim.milestones_of("AgentUnresponsive"),
         vec![(web1.display_name(), vec![])]
+    );
+    // Said while it waited, after the first message timeout (45 s of the 135 s); web/0's
+    // agent, whose VM was gone, was waited for the same way above.
+    assert!(
+        (sim.milestones_of("AgentNotAnswering").iter())
+            .any(|m| *m == (web1.display_name(), vec!["45".into(), "135".into()])),
+        "{:?}",
+        sim.milestones_of("AgentNotAnswering")
     );
     // It stalls (no retry helps) and names the instance.
     assert_eq!(err.disposition(), kubosh_engine::Disposition::Stall);

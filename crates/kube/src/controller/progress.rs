@@ -323,6 +323,21 @@ fn typed_milestone(
             ),
             about(&instance),
         ),
+        EngineMilestone::AgentNotAnswering {
+            instance,
+            waited,
+            at_most,
+        } => (
+            EventType::Warning,
+            "AgentNotAnswering",
+            format!(
+                "The agent of {} has not answered for {} s; asked again, the deploy waits up to {} s for it (with resurrection on, its VM is recreated instead once the health monitor finds it silent)",
+                instance.display,
+                waited.as_secs(),
+                at_most.as_secs()
+            ),
+            about(&instance),
+        ),
         EngineMilestone::AgentUnresponsive { instance, error } => (
             EventType::Warning,
             "AgentUnresponsive",
