@@ -91,21 +91,8 @@ impl Engine {
         resolved.desire(&mut planned, &packages, request, &self.config);
         let mut report = DeployReport::of(&planned, &obsolete, &state, &packages);
         let deployment = request.name();
-        // Out of the records before their VMs go: instances to delete or detach. An instance
-        // whose VM vanished (and nothing else) waits for the publish after "Creating missing
-        // vms", which names its new VM: its VM is gone either way, and a resurrection
-        // publishes once.
-        let leaving = !obsolete.is_empty()
-            || (planned.iter())
-                .any(|p| p.record.state == InstanceState::Detached && p.record.vm.is_some());
-        if leaving {
-            self.publish_dns(
-                deployment,
-                live_entries(planned_records(&planned)),
-                &mut state.meta,
-            )
+        self.publish_dns_of_leaving(deployment, &planned, &obsolete, &mut state.meta)
             .await?;
-        }
         self.delete_obsolete(&state, &obsolete, &mut report).await?;
         self.create_missing_vms(manifest, groups, &mut planned, &stemcells, &state)
             .await?;
@@ -146,6 +133,26 @@ impl Engine {
         self.conclude(manifest, &planned, state, inputs, &report)
             .await?;
         Ok(report)
+    }
+
+    /// Instances to delete or detach out of the DNS records before their VMs go. An instance
+    /// whose VM vanished (and nothing else) waits for the publish after "Creating missing
+    /// vms", which names its new VM: its VM is gone either way, and it is published once.
+    async fn publish_dns_of_leaving(
+        &self,
+        deployment: &str,
+        planned: &[Planned],
+        obsolete: &[String],
+        meta: &mut DeploymentMeta,
+    ) -> Result<(), EngineError> {
+        let leaving = !obsolete.is_empty()
+            || (planned.iter())
+                .any(|p| p.record.state == InstanceState::Detached && p.record.vm.is_some());
+        if !leaving {
+            return Ok(());
+        }
+        self.publish_dns(deployment, live_entries(planned_records(planned)), meta)
+            .await
     }
 
     /// After the rollout: DNS published (when a stage before left it behind), unused
