@@ -311,6 +311,23 @@ impl Engine {
         // Recorded before the disks come off: a killed run's next deploy finishes the job
         // (and gives the instance a new VM with its disks) instead of trusting a half-taken
         // VM.
+        let intent = self.intend_vm_deletion(record, &vm).await?;
+        self.detach_disks_from(record, &vm, agent_answers).await;
+        self.delete_agent_vm(&vm.cid, &vm.agent_id, vm.cpi.as_deref())
+            .await?;
+        record.vm = None;
+        self.persist(record).await?;
+        self.settle(intent.id).await?;
+        Ok(Some(vm.cid))
+    }
+
+    /// Records the intent to delete `record`'s VM `vm` (before its disks come off), settled
+    /// once the record no longer names it.
+    pub(crate) async fn intend_vm_deletion(
+        &self,
+        record: &InstanceRecord,
+        vm: &VmRecord,
+    ) -> Result<crate::state::Intent, EngineError> {
         let intent = crate::state::Intent {
             id: kubosh_base::ids::uuid_v4(),
             kind: crate::state::IntentKind::DeleteVm {
@@ -321,13 +338,7 @@ impl Engine {
             cpi: vm.cpi.clone(),
         };
         self.write(Write::Intent(intent.clone())).await?;
-        self.detach_disks_from(record, &vm, agent_answers).await;
-        self.delete_agent_vm(&vm.cid, &vm.agent_id, vm.cpi.as_deref())
-            .await?;
-        record.vm = None;
-        self.persist(record).await?;
-        self.settle(intent.id).await?;
-        Ok(Some(vm.cid))
+        Ok(intent)
     }
 
     /// Takes the instance's disks off `vm` as the Director's `RecreateHandler` does (unmount

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use super::progress::{InstanceName, Milestone};
 use super::vm::{NewVm, VmRequest, recorded_vm};
 use super::{Engine, EngineError};
-use crate::state::{InactiveVm, InstanceRecord, Intent, IntentKind, IpRecord, VmRole, Write};
+use crate::state::{InactiveVm, InstanceRecord, IpRecord, VmRole, Write};
 
 impl Engine {
     /// Makes the instance's next VM ahead ("Creating missing vms"), with the addresses the
@@ -80,16 +80,7 @@ impl Engine {
                 instance: record.display_name(),
             });
         };
-        let intent = Intent {
-            id: kubosh_base::ids::uuid_v4(),
-            kind: IntentKind::DeleteVm {
-                instance: record.uuid.clone(),
-                vm: old.cid.clone(),
-            },
-            cid: None,
-            cpi: old.cpi.clone(),
-        };
-        self.write(Write::Intent(intent.clone())).await?;
+        let intent = self.intend_vm_deletion(record, &old).await?;
         self.detach_disks_from(record, &old, agent_answers).await;
         let previous_ips = std::mem::replace(&mut record.ips, next.ips);
         record.vm = Some(next.vm.clone());
