@@ -14,8 +14,14 @@ pub trait EventSink: Send + Sync {
 
     /// A milestone of the deploy that BOSH's event log does not spell out (a VM replaced, a
     /// disk migrated, an agent silent, DNS synced). Typed, so no driver reads task names
-    /// or messages for them. Ignored unless a sink wants them.
-    fn milestone(&self, _milestone: Milestone) {}
+    /// or messages for them. A sink that does not take them gets the warning line of those
+    /// the Director's task log shows ([`Milestone::notice`]); one that takes them tells them
+    /// its own way (the controller: an Event).
+    fn milestone(&self, milestone: Milestone) {
+        if let Some(notice) = milestone.notice() {
+            self.emit(warning_line(notice));
+        }
+    }
 }
 
 /// An instance as milestones name it.
@@ -144,6 +150,32 @@ pub enum Lost {
     Vm,
 }
 
+impl Milestone {
+    /// The warning line the Director's task log shows for it, if any: an instance given a
+    /// new VM because its VM is gone or its agent silent.
+    pub fn notice(&self) -> Option<String> {
+        match self {
+            Milestone::Resurrecting {
+                instance,
+                cid,
+                lost: Lost::Vm,
+            } => Some(format!(
+                "VM for '{}' with cloud ID '{cid}' missing.",
+                instance.display
+            )),
+            Milestone::Resurrecting {
+                instance,
+                cid,
+                lost: Lost::Agent,
+            } => Some(format!(
+                "Agent of '{}' does not respond: its VM '{cid}' is recreated",
+                instance.display
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// Keeps every line and milestone (tests).
 #[derive(Debug, Default, Clone)]
 pub struct EventLog {
@@ -194,6 +226,9 @@ impl EventSink for EventLog {
     }
 
     fn milestone(&self, milestone: Milestone) {
+        if let Some(notice) = milestone.notice() {
+            warn(self, notice);
+        }
         self.milestones
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -281,11 +316,16 @@ impl StageRun {
 
 /// Emits a warning line.
 pub fn warn(sink: &dyn EventSink, message: impl Into<String>) {
-    sink.emit(EventLine::Notice(NoticeEvent {
+    sink.emit(warning_line(message.into()));
+}
+
+/// A warning line of the event log.
+fn warning_line(message: String) -> EventLine {
+    EventLine::Notice(NoticeEvent {
         time: now(),
         kind: "warning".into(),
-        message: message.into(),
-    }));
+        message,
+    })
 }
 
 /// Emits the task's error line.

@@ -54,24 +54,20 @@ impl FileStore {
         }
     }
 
-    /// Holds `flock(2)` on `<file>.lock` until the returned file is dropped.
+    /// Holds `flock(2)` on the file's directory until the returned handle is dropped.
     fn lock_file(&self) -> Result<std::fs::File, StoreError> {
         use std::os::fd::AsRawFd as _;
-        let mut name = self.path.as_os_str().to_owned();
-        name.push(".lock");
         let failed = |message: String| StoreError::WriteFile {
             path: self.path.clone(),
             message,
         };
-        if let Some(dir) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| failed(e.to_string()))?;
-        }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(PathBuf::from(name))
-            .map_err(|e| failed(format!("cannot open its lock file: {e}")))?;
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(dir).map_err(|e| failed(e.to_string()))?;
+        let file = std::fs::File::open(dir)
+            .map_err(|e| failed(format!("cannot open its directory to lock it: {e}")))?;
         // SAFETY: flock(2) on a descriptor this function owns; no memory involved.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             let e = std::io::Error::last_os_error();
@@ -124,8 +120,10 @@ impl FileStore {
     }
 
     /// Sets `name` (unless `only_if_absent` and it is there) under both this process's lock
-    /// and an advisory lock on `<file>.lock`: several processes sharing the file (deploys of
-    /// one director sharing its director-wide variables) generate a value once.
+    /// and an advisory lock on the file's directory: several processes sharing the file
+    /// (deploys of one director sharing its director-wide variables) generate a value once.
+    /// The directory, not the file: the file is replaced by a rename, and a lock file beside
+    /// a user's vars store would be litter.
     fn update(&self, name: &str, value: &Value, only_if_absent: bool) -> Result<Value, StoreError> {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let _file_lock = self.lock_file()?;

@@ -226,14 +226,6 @@ impl Engine {
                 continue;
             };
             record.update_completed = false;
-            progress::warn(
-                self.events.as_ref(),
-                format!(
-                    "VM for '{}' with cloud ID '{}' missing.",
-                    record.display_name(),
-                    vm.cid
-                ),
-            );
             self.events.milestone(Milestone::Resurrecting {
                 instance: InstanceName::of(record),
                 cid: vm.cid,
@@ -475,14 +467,6 @@ impl Engine {
         if !recreate_if_silent {
             return Err(unheard);
         }
-        progress::warn(
-            self.events.as_ref(),
-            format!(
-                "Agent of '{}' does not respond: its VM '{}' is recreated",
-                record.display_name(),
-                vm.cid
-            ),
-        );
         self.events.milestone(Milestone::Resurrecting {
             instance: InstanceName::of(record),
             cid: vm.cid.clone(),

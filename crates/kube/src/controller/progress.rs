@@ -370,6 +370,21 @@ fn typed_milestone(
     })
 }
 
+impl DeployProgress {
+    /// A warning of the deploy, told as a Warning Event about the deployment.
+    fn warning(&self, note: String) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.milestones.push(Milestone {
+            kind: EventType::Warning,
+            reason: "DeployWarning",
+            note,
+            instance: None,
+        });
+        drop(inner);
+        self.news.notify_one();
+    }
+}
+
 impl EventSink for DeployProgress {
     fn milestone(&self, milestone: EngineMilestone) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -400,8 +415,12 @@ impl EventSink for DeployProgress {
     }
 
     fn emit(&self, line: EventLine) {
-        let EventLine::Stage(event) = line else {
-            return;
+        let event = match line {
+            EventLine::Stage(event) => event,
+            // Validation warnings, agents that did not take DNS records, recovery's finds:
+            // what `kubosh deploy` prints, as Warning Events.
+            EventLine::Notice(notice) => return self.warning(notice.message),
+            _ => return,
         };
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let done = matches!(event.state, State::Finished | State::Failed);
@@ -594,6 +613,35 @@ mod tests {
             told,
             vec![("PackagesCompiled", "Compiled 5 package(s)".to_string())],
             "said once, when the last package is compiled"
+        );
+    }
+
+    #[test]
+    fn warnings_are_warning_events_and_resurrections_are_told_once() {
+        let p = DeployProgress::new();
+        p.emit(EventLine::Notice(kubosh_bosh::events::NoticeEvent {
+            time: 0,
+            kind: "warning".into(),
+            message: "manifest: director_uuid: accepted and not acted on".into(),
+        }));
+        let web0 = InstanceName {
+            group: "web".into(),
+            index: 0,
+            display: "web/u1 (0)".into(),
+        };
+        p.milestone(EngineMilestone::Resurrecting {
+            instance: web0,
+            cid: "vm-a".into(),
+            lost: Lost::Agent,
+        });
+        let told: Vec<(&str, EventType)> = p.drain().iter().map(|m| (m.reason, m.kind)).collect();
+        assert_eq!(
+            told,
+            vec![
+                ("DeployWarning", EventType::Warning),
+                ("Resurrecting", EventType::Warning),
+            ],
+            "the resurrection's task-log warning is not told a second time"
         );
     }
 
