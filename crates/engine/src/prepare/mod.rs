@@ -412,29 +412,35 @@ impl Engine {
         }
     }
 
-    /// `get_state` of `vm`'s agent; when it has not answered within one message timeout, a
-    /// milestone says so (the agent is asked again, up to the retries: a deploy that waits
-    /// says why while it waits).
+    /// `get_state` of `vm`'s agent (`None`: the cloud says the VM is gone). When it has
+    /// not answered within one message timeout, the cloud is asked whether the VM still
+    /// exists (a VM deleted behind the director's back is not waited for through every
+    /// retry), and if it does a milestone says so while the agent is asked again.
     async fn get_state_saying_when_slow(
         &self,
         record: &InstanceRecord,
         vm: &VmRecord,
-    ) -> Result<kubosh_transport::agent::protocol::AgentState, kubosh_transport::agent::AgentError>
-    {
+    ) -> Result<
+        Option<kubosh_transport::agent::protocol::AgentState>,
+        kubosh_transport::agent::AgentError,
+    > {
         let options = &self.config.agent_options;
         let agent = self.agent(&vm.agent_id, &record.name());
         let ask = agent.get_state(false);
         tokio::pin!(ask);
         tokio::select! {
-            answer = &mut ask => return answer,
+            answer = &mut ask => return answer.map(Some),
             () = tokio::time::sleep(options.timeout) => {}
+        }
+        if self.vm_is_gone(&vm.cid, vm.cpi.as_deref()).await {
+            return Ok(None);
         }
         self.events.milestone(Milestone::AgentNotAnswering {
             instance: InstanceName::of(record),
             waited: options.timeout,
             at_most: options.timeout * (options.get_state_retries + 1),
         });
-        ask.await
+        ask.await.map(Some)
     }
 
     /// What the agent of `record`'s VM `vm` says, or why it says nothing. An agent the
@@ -452,11 +458,12 @@ impl Engine {
             }
         } else {
             match self.get_state_saying_when_slow(record, vm).await {
-                Ok(s) => {
+                Ok(Some(s)) => {
                     return Ok(Observed::Answered {
                         job_state: String::from(s.job_state),
                     });
                 }
+                Ok(None) => return Ok(Observed::NoVm),
                 Err(e) if e.is_timeout() => Unheard::Asked(e),
                 Err(e) => return Err(Unheard::Asked(e)),
             }
