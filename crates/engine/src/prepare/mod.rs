@@ -412,35 +412,39 @@ impl Engine {
         }
     }
 
-    /// `get_state` of `vm`'s agent (`None`: the cloud says the VM is gone). When it has
-    /// not answered within one message timeout, the cloud is asked whether the VM still
-    /// exists (a VM deleted behind the director's back is not waited for through every
-    /// retry), and if it does a milestone says so while the agent is asked again.
+    /// `get_state` of `vm`'s agent (`None`: the cloud says the VM is gone), and whether
+    /// the cloud was asked. When the agent has not answered within one message timeout, the
+    /// cloud is asked whether the VM still exists (a VM deleted behind the director's back
+    /// is not waited for through every retry), and if it does a milestone says so while the
+    /// agent is asked again.
     async fn get_state_saying_when_slow(
         &self,
         record: &InstanceRecord,
         vm: &VmRecord,
-    ) -> Result<
-        Option<kubosh_transport::agent::protocol::AgentState>,
-        kubosh_transport::agent::AgentError,
-    > {
+    ) -> (
+        Result<
+            Option<kubosh_transport::agent::protocol::AgentState>,
+            kubosh_transport::agent::AgentError,
+        >,
+        bool,
+    ) {
         let options = &self.config.agent_options;
         let agent = self.agent(&vm.agent_id, &record.name());
         let ask = agent.get_state(false);
         tokio::pin!(ask);
         tokio::select! {
-            answer = &mut ask => return answer.map(Some),
+            answer = &mut ask => return (answer.map(Some), false),
             () = tokio::time::sleep(options.timeout) => {}
         }
         if self.vm_is_gone(&vm.cid, vm.cpi.as_deref()).await {
-            return Ok(None);
+            return (Ok(None), true);
         }
         self.events.milestone(Milestone::AgentNotAnswering {
             instance: InstanceName::of(record),
             waited: options.timeout,
             at_most: options.timeout * (options.get_state_retries + 1),
         });
-        ask.await.map(Some)
+        (ask.await.map(Some), true)
     }
 
     /// What the agent of `record`'s VM `vm` says, or why it says nothing. An agent the
@@ -451,24 +455,26 @@ impl Engine {
         vm: &VmRecord,
         recreate_if_silent: bool,
     ) -> Result<Observed, Unheard> {
-        let unheard = if self.proven_silent(&vm.agent_id) {
-            Unheard::Silent {
+        let (unheard, cloud_asked) = if self.proven_silent(&vm.agent_id) {
+            let silent = Unheard::Silent {
                 agent_id: vm.agent_id.clone(),
                 for_at_least: self.config.health_window,
-            }
+            };
+            (silent, false)
         } else {
             match self.get_state_saying_when_slow(record, vm).await {
-                Ok(Some(s)) => {
+                (Ok(Some(s)), _) => {
                     return Ok(Observed::Answered {
                         job_state: String::from(s.job_state),
                     });
                 }
-                Ok(None) => return Ok(Observed::NoVm),
-                Err(e) if e.is_timeout() => Unheard::Asked(e),
-                Err(e) => return Err(Unheard::Asked(e)),
+                (Ok(None), _) => return Ok(Observed::NoVm),
+                (Err(e), asked) if e.is_timeout() => (Unheard::Asked(e), asked),
+                (Err(e), _) => return Err(Unheard::Asked(e)),
             }
         };
-        if self.vm_is_gone(&vm.cid, vm.cpi.as_deref()).await {
+        // Asked once: the cloud said the VM exists after the first timeout.
+        if !cloud_asked && self.vm_is_gone(&vm.cid, vm.cpi.as_deref()).await {
             return Ok(Observed::NoVm);
         }
         if !recreate_if_silent {
