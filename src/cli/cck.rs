@@ -65,11 +65,11 @@ pub fn run(args: &CckArgs) -> ExitCode {
 async fn cck(args: &CckArgs) -> Result<(String, bool), String> {
     let config = DirectorConfig::load(&args.deploy.director).map_err(|e| e.to_string())?;
     let resolving = !args.report && (args.auto || !args.resolutions.is_empty());
-    let (name, request, _) = read_request(&args.deploy, &config, resolving)?;
+    let (name, request, cpis) = read_request(&args.deploy, &config, resolving)?;
     println!("Using deployment '{name}'\n");
     let task = std::process::id();
     let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
-    let engine = config.engine(&name, events, false).await?;
+    let engine = config.engine(&name, events, false, cpis.config).await?;
     let problems = engine.scan(&name).await.map_err(|e| e.to_string())?;
     let mut text = table(&problems);
     if !resolving || problems.is_empty() {

@@ -133,17 +133,17 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         (Some(health), Mode::Deploy) => Some((config.heartbeat_monitor().await?, health)),
         _ => None,
     };
-    let (name, request, cpi_config) = read_request(args, &config, mode == Mode::Deploy)?;
+    let (name, request, cpis) = read_request(args, &config, mode == Mode::Deploy)?;
     match mode {
         Mode::Deploy => {
-            if let Some(cpi_config) = &cpi_config {
-                config.save_cpi_config(cpi_config)?;
+            if cpis.given {
+                config.save_cpi_config(&cpis.config)?;
             }
             println!("Using deployment '{name}'\n");
             let task = std::process::id();
             println!("Task {task}\n");
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
-            let mut engine = config.engine(&name, events, args.parallel_azs).await?;
+            let mut engine = (config.engine(&name, events, args.parallel_azs, cpis.config)).await?;
             if let Some((monitor, health)) = monitor {
                 let rest = health.listen_for.saturating_sub(monitor.listening_for());
                 tokio::time::sleep(rest).await;
@@ -159,10 +159,7 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
         Mode::Plan => {
             let task = std::process::id();
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stderr()), task));
-            let mut engine = config.engine(&name, events, args.parallel_azs).await?;
-            if let Some(cpi_config) = cpi_config {
-                engine.named_clouds = config.named_clouds(cpi_config, None)?;
-            }
+            let engine = (config.engine(&name, events, args.parallel_azs, cpis.config)).await?;
             let report = (engine.prepare(&request).await)
                 .map_err(|e| with_fix_hint(&e))?
                 .report();
@@ -175,12 +172,12 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
 /// variables (a scratch vars store unless `saving`), validated with the cloud config before a
 /// release is read (its AZs naming only CPIs of the CPI config: the one given, else the
 /// director's); the releases (every job checked against them); the stemcells (extracted
-/// when `saving`). The CPI config given, if one was.
+/// when `saving`). The CPI config it uses.
 pub(super) fn read_request(
     args: &DeployArgs,
     config: &DirectorConfig,
     saving: bool,
-) -> Result<(String, DeployRequest, Option<CpiConfig>), String> {
+) -> Result<(String, DeployRequest, ChosenCpis), String> {
     let mode = if saving { Mode::Deploy } else { Mode::Plan };
     let manifest = read_manifest(args, mode, &config.director_variables_file())?;
     let cloud_config = read_cloud_configs(&args.cloud_config)?;
@@ -189,15 +186,18 @@ pub(super) fn read_request(
     // from the typed documents and never validates.
     let documents =
         DeployRequest::validated(&manifest, &cloud_config).map_err(|p| p.to_string())?;
-    let given = match &args.cpi_configs[..] {
-        [] => None,
-        paths => Some(read_cpi_configs(paths, &args.input.vars()?)?),
+    let cpis = match &args.cpi_configs[..] {
+        [] => ChosenCpis {
+            config: config.saved_cpi_config()?,
+            given: false,
+        },
+        paths => ChosenCpis {
+            config: read_cpi_configs(paths, &args.input.vars()?)?,
+            given: true,
+        },
     };
-    let cpis = match &given {
-        Some(given) => given.clone(),
-        None => config.saved_cpi_config()?,
-    };
-    let problems = kubosh_core::validate::azs_on_cpis(&documents.documents.document.1, &cpis);
+    let problems =
+        kubosh_core::validate::azs_on_cpis(&documents.documents.document.1, &cpis.config);
     if problems.has_errors() {
         return Err(problems.to_string());
     }
@@ -235,7 +235,16 @@ pub(super) fn read_request(
         },
         ..documents
     };
-    Ok((name, request, given))
+    Ok((name, request, cpis))
+}
+
+/// The CPI config a command uses: the one given (`--cpi-config`), else the one the director
+/// keeps.
+pub(super) struct ChosenCpis {
+    /// The CPI config.
+    pub config: CpiConfig,
+    /// It was given on the command line (`deploy` keeps it for the director).
+    pub given: bool,
 }
 
 /// The error's text; when agents did not answer, which instances and what recreates them.

@@ -70,17 +70,25 @@ impl DirectorConfig {
     }
 
     /// The engine for deployment `name`: connects to NATS, opens the blobstore; progress goes
-    /// to `events`. `parallel_azs` forces the opt-in on.
+    /// to `events`. `parallel_azs` forces the opt-in on. The named clouds are those of
+    /// `cpis` (the CPI config given, or the one the director keeps: [`Self::saved_cpi_config`]).
     pub async fn engine(
         &self,
         name: &str,
         events: Arc<dyn EventSink>,
         parallel_azs: bool,
+        cpis: CpiConfig,
     ) -> Result<Engine, String> {
-        self.observed_engine(name, events, parallel_azs, None).await
+        let mut engine = self
+            .observed_engine(name, events, parallel_azs, None)
+            .await?;
+        engine.named_clouds = self.named_clouds(cpis, None)?;
+        Ok(engine)
     }
 
-    /// [`DirectorConfig::engine`], its CPI telling `observer` of every call (metrics).
+    /// [`DirectorConfig::engine`] without named clouds (the controller makes them per task,
+    /// from the namespace's `CpiConfig`s), its CPI telling `observer` of every call
+    /// (metrics).
     pub async fn observed_engine(
         &self,
         name: &str,
@@ -121,7 +129,7 @@ impl DirectorConfig {
             EngineConfig::default().lock_wait,
         );
         Ok(Engine {
-            named_clouds: self.named_clouds(self.saved_cpi_config()?, observer.clone())?,
+            named_clouds: NamedClouds::default(),
             cloud: external_cpi(cpi, observer.as_ref()),
             agents: Arc::new(transport),
             blobstore: Arc::new(blobstore),
@@ -230,10 +238,7 @@ impl DirectorConfig {
         cpis: CpiConfig,
         observer: Option<Arc<dyn kubosh_cloud::CallObserver>>,
     ) -> Result<NamedClouds, String> {
-        NamedClouds::make(cpis, self.cloud_maker(observer).as_ref()).map_err(|errors| {
-            let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            lines.join("\n")
-        })
+        NamedClouds::make(cpis, self.cloud_maker(observer).as_ref())
     }
 }
 

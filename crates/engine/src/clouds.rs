@@ -75,11 +75,8 @@ impl CloudMaker for NoCpiTypes {
 
 impl NamedClouds {
     /// The clouds of every CPI of `config`, made by `maker`; every CPI that cannot be made at
-    /// once.
-    pub fn make(
-        config: CpiConfig,
-        maker: &dyn CloudMaker,
-    ) -> Result<NamedClouds, Vec<CloudsError>> {
+    /// once, a line each.
+    pub fn make(config: CpiConfig, maker: &dyn CloudMaker) -> Result<NamedClouds, String> {
         let mut clouds = BTreeMap::new();
         let mut errors = Vec::new();
         for cpi in &config.cpis {
@@ -96,7 +93,8 @@ impl NamedClouds {
         if errors.is_empty() {
             Ok(NamedClouds { config, clouds })
         } else {
-            Err(errors)
+            let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            Err(lines.join("\n"))
         }
     }
 
@@ -104,11 +102,6 @@ impl NamedClouds {
     /// its cloud from `clouds` (a CPI without one is left out).
     pub fn of(config: CpiConfig, clouds: BTreeMap<String, Arc<dyn Cloud>>) -> NamedClouds {
         NamedClouds { config, clouds }
-    }
-
-    /// The CPI config.
-    pub fn config(&self) -> &CpiConfig {
-        &self.config
     }
 
     /// The cloud now holding what was recorded under CPI `recorded` (its own, or that of a
@@ -185,15 +178,6 @@ impl Engine {
         disk: &crate::state::DiskRecord,
     ) -> Result<&dyn Cloud, EngineError> {
         self.cloud_of(disk.cpi.as_deref(), &format!("disk {}", disk.cid))
-    }
-
-    /// Every cloud the director drives: its own first, then the named ones.
-    pub fn all_clouds(&self) -> Vec<(Option<&str>, &dyn Cloud)> {
-        let mut all: Vec<(Option<&str>, &dyn Cloud)> = vec![(None, self.cloud.as_ref())];
-        for (name, cloud) in &self.named_clouds.clouds {
-            all.push((Some(name.as_str()), cloud.as_ref()));
-        }
-        all
     }
 }
 

@@ -467,12 +467,14 @@ pub struct StemcellRecord {
 }
 
 impl StemcellRecord {
+    /// `name/version`.
+    pub fn stemcell(&self) -> String {
+        format!("{}/{}", self.name, self.version)
+    }
+
     /// What it is stored under: [`stemcell_key`] of `name/version` and its CPI.
     pub fn key(&self) -> String {
-        stemcell_key(
-            &format!("{}/{}", self.name, self.version),
-            self.cpi.as_deref(),
-        )
+        stemcell_key(&self.stemcell(), self.cpi.as_deref())
     }
 }
 

@@ -307,10 +307,7 @@ impl Engine {
         cpi: Option<&str>,
     ) -> Option<String> {
         (state.stemcells.values())
-            .find(|s| {
-                format!("{}/{}", s.name, s.version) == stemcell
-                    && self.named_clouds.same(s.cpi.as_deref(), cpi)
-            })
+            .find(|s| s.stemcell() == stemcell && self.named_clouds.same(s.cpi.as_deref(), cpi))
             .map(|s| s.cid.clone())
     }
 

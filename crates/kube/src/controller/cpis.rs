@@ -13,7 +13,6 @@ use super::inputs::{InputError, Unready, vars_from};
 use crate::api::CpiConfig as CpiConfigResource;
 use kubosh_core::manifest::CpiConfig;
 use kubosh_core::ops::MissingVars;
-use kubosh_core::validate::Validated;
 use kubosh_engine::clouds::{CloudMaker, NamedClouds};
 
 /// The namespace's CPI config, ready to use.
@@ -67,9 +66,7 @@ pub async fn read(
         return Ok(Err(Unready::Waiting(waiting)));
     }
     let scrub = |text: String| kubosh_base::secret::scrub(&text, &secrets);
-    let merged: Result<Validated<CpiConfig>, _> =
-        kubosh_core::validate::merge_cpi_configs(&documents);
-    match merged {
+    match kubosh_core::validate::merge_cpi_configs(&documents) {
         Ok(config) if problems.is_empty() => Ok(Ok(CpiInputs {
             config: config.document,
             secrets,
@@ -111,8 +108,6 @@ pub async fn named_clouds(
 /// The clouds of `inputs`' CPIs, made by `maker`.
 pub fn make(inputs: CpiInputs, maker: &dyn CloudMaker) -> Result<NamedClouds, String> {
     let secrets = inputs.secrets;
-    NamedClouds::make(inputs.config, maker).map_err(|errors| {
-        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        kubosh_base::secret::scrub(&lines.join("\n"), &secrets)
-    })
+    NamedClouds::make(inputs.config, maker)
+        .map_err(|errors| kubosh_base::secret::scrub(&errors, &secrets))
 }
