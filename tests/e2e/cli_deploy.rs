@@ -20,22 +20,14 @@ fn kubosh(w: &World, command: &str, web_greeting: &str) -> (bool, String, String
 
 /// Every file under `dir` with its contents (an absent directory: none).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.insert(path.clone(), std::fs::read(&path).unwrap_or_default());
-            }
-        }
-    }
-    out
+    director_world::walkdir(dir)
+        .into_iter()
+        .filter(|p| !p.is_dir())
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            (p, bytes)
+        })
+        .collect()
 }
 
 /// `hello` with web's greeting from the variable `web_greeting` and a static `api` instance.

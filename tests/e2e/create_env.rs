@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::cpi_local::run_cpi;
 use crate::crash_safety::{run_and_kill, runs_from_env, seeded_rng};
-use crate::director_world::{KUBOSH, StopAgents, free_port, http_get, text};
+use crate::director_world::{self, KUBOSH, StopAgents, free_port, http_get, text};
 
 /// One create-env environment: its directory (manifest, vars, tarballs, state), the local
 /// cloud's directory, kubosh's home, and the addresses it uses.
@@ -148,7 +148,11 @@ impl EnvWorld {
     /// Runs `create-env`; it must succeed. Answers stdout.
     pub fn create_env(&self) -> String {
         let (ok, stdout, stderr) = self.output(self.command("create-env"));
-        assert!(ok, "create-env failed:\n{stdout}\n{stderr}");
+        assert!(
+            ok,
+            "create-env failed:\n{stdout}\n{stderr}\njob logs:\n{}",
+            director_world::job_log_tails(&self.cloud())
+        );
         stdout
     }
 

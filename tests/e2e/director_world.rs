@@ -44,6 +44,40 @@ pub fn free_port() -> u16 {
     kubosh_devenv::free_port().unwrap()
 }
 
+/// Every file and directory under `dir` (not following symlinks), sorted; an absent
+/// directory: none.
+pub fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The last lines of every job log under `dir` (files under a `sys/log` directory), for a
+/// failure message: why a job did not run is in its own log.
+pub fn job_log_tails(dir: &Path) -> String {
+    let mut out = String::new();
+    for path in walkdir(dir) {
+        if !path.is_file() || !path.to_string_lossy().contains("/sys/log/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(20)..];
+        out.push_str(&format!("--- {}\n{}\n", path.display(), tail.join("\n")));
+    }
+    out
+}
+
 pub fn run(args: &[&str]) -> Output {
     Command::new(KUBOSH)
         .args(args)

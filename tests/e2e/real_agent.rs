@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use director_world::{
-    AgentKind, World, cloud_config, edit_json as edit, hello_deployment, write_json,
+    AgentKind, World, cloud_config, edit_json as edit, hello_deployment, walkdir, write_json,
 };
 use kubosh_cloud::{Cloud as _, CpiCommand, ExternalCpi, VmCid};
 use kubosh_engine::state::{DeploymentState, InstanceRecord};
@@ -94,22 +94,6 @@ fn root_of(w: &World, i: &InstanceRecord) -> PathBuf {
 /// Everything under the host's `/var/vcap` (nothing a VM does may land there).
 fn host_var_vcap() -> Vec<PathBuf> {
     walkdir(Path::new("/var/vcap"))
-}
-
-fn walkdir(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() && !p.is_symlink() {
-                stack.push(p.clone());
-            }
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 /// How a scenario deploys: `kubosh deploy`, or a `Deployment` applied to a running
