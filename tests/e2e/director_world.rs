@@ -31,7 +31,9 @@ impl Drop for StopAgents {
 pub struct World {
     _stop_agents: StopAgents,
     pub dir: tempfile::TempDir,
-    _nats: NatsServer,
+    nats: NatsServer,
+    /// The server's TLS (not for a confined world's server), to start it again.
+    nats_tls: Option<NatsTls>,
     /// The CA private key: must never be printed.
     pub ca_key: String,
     /// The port the example job listens on.
@@ -182,19 +184,15 @@ impl World {
         let director = LocalDirector::new(p);
         let pki = NatsPki::generate().unwrap();
         pki.write(p).unwrap();
-        let nats = if confined {
-            director.start_confined_nats(free_port(), &pki)
-        } else {
-            NatsServer::start(
-                Some(&NatsTls {
-                    ca_pem: pki.ca_cert_pem().to_string(),
-                    cert_pem: pki.server().cert_pem.clone(),
-                    key_pem: pki.server().key_pem.clone(),
-                    verify_clients: true,
-                }),
-                "",
-            )
-            .map_err(Into::into)
+        let nats_tls = (!confined).then(|| NatsTls {
+            ca_pem: pki.ca_cert_pem().to_string(),
+            cert_pem: pki.server().cert_pem.clone(),
+            key_pem: pki.server().key_pem.clone(),
+            verify_clients: true,
+        });
+        let nats = match &nats_tls {
+            None => director.start_confined_nats(free_port(), &pki),
+            Some(tls) => NatsServer::start(Some(tls), "").map_err(Into::into),
         }
         .expect("nats-server starts");
         director
@@ -241,10 +239,24 @@ impl World {
             _stop_agents: StopAgents(director.cloud()),
             ca_key: pki.ca_key_pem().to_string(),
             dir,
-            _nats: nats,
+            nats,
+            nats_tls,
             port,
             net,
         }
+    }
+
+    /// A NATS outage: the world's nats-server stops.
+    pub fn stop_nats(&mut self) {
+        self.nats.stop();
+    }
+
+    /// The world's nats-server (not a confined one) started again on its port.
+    pub fn start_nats_again(&mut self) {
+        let tls = self.nats_tls.as_ref().expect("not a confined world");
+        let dir = self.dir.path().join("nats-again");
+        self.nats = NatsServer::start_in(&dir, self.nats.port(), Some(tls), "")
+            .expect("nats-server starts again");
     }
 
     pub fn path(&self, name: &str) -> String {

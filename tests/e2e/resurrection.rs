@@ -3,7 +3,7 @@
 //! persistent disks; a meltdown stops it until every instance runs again or it is asked to
 //! resume; with resurrection off a deploy that meets a silent agent stalls once, saying which
 //! instance and how to fix it, and a `recreate` of that instance fixes it and deploys the
-//! pending change too. Real kube-apiserver, real nats-server, the local cloud, kubosh agents.
+//! pending change too; a NATS outage is told as such and recreates nothing. Real kube-apiserver, real nats-server, the local cloud, kubosh agents.
 
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ fn vm_of(instance: &Instance) -> String {
 async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_a_deploy_stalls_once()
  {
     let cp = control_plane().await;
-    let w = World::new(41);
+    let mut w = World::new(41);
     let ns = "resurrect-e2e";
     cp.create_namespace(ns).await.unwrap();
     let client = cp.client().await.unwrap();
@@ -337,6 +337,54 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         started_before,
         "no deploy announced"
     );
+
+    // A NATS outage longer than the agent timeout is the bus's, and said so on the
+    // deployment: no instance is taken for unresponsive, nothing is recreated (resurrection
+    // on again), and once the bus is back the instances run on their VMs as before.
+    hello["spec"]["resurrection"] = json!(true);
+    let generation = apply_deployment(&client, ns, &hello).await;
+    ready_at(&deployments, "hello", &w, generation).await;
+    let vms: Vec<String> = instances(&client, ns).await.iter().map(vm_of).collect();
+    let creates = create_vm_calls(&w);
+    w.stop_nats();
+    let outage = std::time::Instant::now();
+    while outage.elapsed() < Duration::from_secs(15) {
+        for i in instances(&client, ns).await {
+            let state = i.status.as_ref().and_then(|s| s.process_state);
+            assert_ne!(state, Some(ProcessState::Unresponsive), "{}", i.name_any());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let events = events_of(&client, ns).await;
+    let unreachable: Vec<&str> = (events.iter())
+        .filter(|e| e.reason.as_deref() == Some("MessageBusUnreachable"))
+        .filter_map(|e| e.note.as_deref())
+        .collect();
+    assert_eq!(unreachable.len(), 1, "{unreachable:?}");
+    assert!(
+        unreachable[0].starts_with("NATS at nats://127.0.0.1:"),
+        "{unreachable:?}"
+    );
+    w.start_nats_again();
+    let back = std::time::Instant::now();
+    while count_reason(&client, ns, "MessageBusReachable").await == 0 {
+        assert!(
+            back.elapsed() < Duration::from_secs(60),
+            "the bus is not back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Past the agent timeout and the agents' time to reconnect: they were heard again.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let d = deployments.get("hello").await.unwrap();
+    assert!(is_ready(&d), "{:?}", d.status);
+    for i in instances(&client, ns).await {
+        let state = i.status.as_ref().and_then(|s| s.process_state);
+        assert_eq!(state, Some(ProcessState::Running), "{}", i.name_any());
+    }
+    let after: Vec<String> = instances(&client, ns).await.iter().map(vm_of).collect();
+    assert_eq!(after, vms, "no VM recreated");
+    assert_eq!(create_vm_calls(&w), creates);
 }
 
 /// How many Events with `reason` the namespace has.

@@ -1051,3 +1051,91 @@ async fn a_nats_outage_is_reported_as_nats_unreachable_not_as_an_agent_timeout()
         }
     }
 }
+
+/// The health monitor in a NATS outage: silence proves nothing while the connection is down
+/// (no agent is taken for silent, the monitor says the bus is unreachable and names it), and
+/// after the server is back an agent's silence counts from the reconnection, not from its
+/// last heartbeat before the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_monitor_tells_a_nats_outage_from_silent_agents() {
+    use kubosh_bosh::agent::AgentHealth;
+    use kubosh_transport::agent::health::{AGENTS_RECONNECT_WITHIN, HeartbeatMonitor};
+
+    let pki = Pki::new("default.nats.bosh-internal");
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::agentd_common::free_port();
+    let mut server = NatsServer::start_in(dir.path(), port, Some(&pki.server_tls()), "").unwrap();
+    let url = server.url();
+    let monitor = HeartbeatMonitor::connect(&NatsOptions::new(
+        server.url(),
+        pki.client("default.hm.bosh-internal"),
+    ))
+    .await
+    .unwrap();
+    let agent = raw_client(&server, &pki.client("agent")).await;
+    let beat = json!({"deployment": "d", "job": "web", "index": 0, "job_state": "running",
+                      "vitals": {"load": ["0.1", "0.1", "0.1"]}, "node_id": "n",
+                      "number_of_processes": 1});
+    agent
+        .publish(
+            format!("hm.agent.heartbeat.{AGENT}"),
+            beat.to_string().into(),
+        )
+        .await
+        .unwrap();
+    agent.flush().await.unwrap();
+    let window = Duration::from_millis(700);
+    let heard = async {
+        for _ in 0..100 {
+            if monitor.recent_job_state(AGENT, window).is_some() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    };
+    assert!(heard.await, "the heartbeat was not heard");
+    assert_eq!(monitor.unreachable(), None);
+    // Up, listening, and nothing more from the agent: silent.
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    assert!(monitor.silent_for(AGENT, window));
+
+    server.stop();
+    tokio::time::sleep(kubosh_transport::agent::nats::OUTAGE_GRACE + Duration::from_secs(1)).await;
+    let outage = monitor.unreachable().expect("the outage is told");
+    assert!(
+        outage.starts_with(&format!("NATS at {url} is unreachable: no connection for ")),
+        "{outage}"
+    );
+    assert!(
+        !monitor.silent_for(AGENT, window),
+        "silence during an outage is no agent's"
+    );
+
+    // Back on the same port: silence counts from the reconnection.
+    let _server = NatsServer::start_in(dir.path(), port, Some(&pki.server_tls()), "").unwrap();
+    let mut back = false;
+    for _ in 0..300 {
+        if monitor.unreachable().is_none() {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "the monitor did not reconnect");
+    let reconnected = std::time::Instant::now();
+    let long = Duration::from_secs(2);
+    assert!(
+        !monitor.silent_for(AGENT, long),
+        "an agent cannot be proven silent for longer than the bus has been back"
+    );
+    // The agents get their own time to reconnect first.
+    let proven = AGENTS_RECONNECT_WITHIN + long + Duration::from_millis(300);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !monitor.silent_for(AGENT, long),
+        "the agents' time to reconnect counts for them"
+    );
+    tokio::time::sleep(proven.saturating_sub(reconnected.elapsed())).await;
+    assert!(monitor.silent_for(AGENT, long));
+}

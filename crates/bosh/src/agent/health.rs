@@ -16,6 +16,13 @@ pub trait AgentHealth: Send + Sync {
         false
     }
 
+    /// Why no heartbeat can arrive now, in an operator's words (`NATS at nats://10.0.0.6:4222
+    /// is unreachable: no connection for 12 s`): silence then says nothing of the agents.
+    /// `None` when heartbeats can arrive, or when that is not known.
+    fn unreachable(&self) -> Option<String> {
+        None
+    }
+
     /// Agent `agent_id` has just answered the director (the agent of a VM it made came up):
     /// a sign of life that counts against [`AgentHealth::silent_for`] as a heartbeat would,
     /// though it says nothing of the jobs. A new VM's first heartbeat may be long in coming:

@@ -11,6 +11,11 @@
 //! update did not complete. Only heartbeats sent after the deployment's last task ended
 //! count (one sent while its jobs were being restarted says nothing about them now), and
 //! silence counts only once a whole agent timeout passed since then.
+//!
+//! Silence is an agent's only while heartbeats can arrive ([`AgentHealth::silent_for`]):
+//! while the message bus is unreachable no instance becomes `Unresponsive` (each keeps its
+//! last known state) and each deployment with instances is told once, with an Event
+//! `MessageBusUnreachable` naming the bus, and `MessageBusReachable` when it is back.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -65,7 +70,7 @@ pub fn observed_state(
     desired: InstanceState,
     has_vm: bool,
     job_state: Option<&str>,
-    listened_long_enough: bool,
+    proven_silent: bool,
 ) -> Option<ProcessState> {
     if desired != InstanceState::Started || !has_vm {
         return None;
@@ -74,7 +79,7 @@ pub fn observed_state(
         Some("running") => Some(ProcessState::Running),
         Some("failing" | "stopped") => Some(ProcessState::Failing),
         Some(_) => None,
-        None if listened_long_enough => Some(ProcessState::Unresponsive),
+        None if proven_silent => Some(ProcessState::Unresponsive),
         None => None,
     }
 }
@@ -147,9 +152,15 @@ pub async fn run(
         let timeout = watch.as_ref().map_or(AGENT_TIMEOUT, |w| w.agent_timeout);
         let mut tick = tokio::time::interval(check_every(timeout));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut outage = false;
         loop {
             tick.tick().await;
             if let Some(watch) = &watch {
+                let unreachable = watch.health.unreachable();
+                if unreachable.is_some() != outage {
+                    outage = unreachable.is_some();
+                    tell_outage(&ctx, &store, &deployments, unreachable.as_deref(), watch).await;
+                }
                 check(&ctx, &store, &deployments, watch).await;
             }
             ctx.metrics.set_instances(&count_by_state(&store));
@@ -159,6 +170,60 @@ pub async fn run(
         () = reflect => {}
         () = check => {}
         () = shutdown => {}
+    }
+}
+
+/// Tells the deployments that have instances that heartbeats stopped arriving because the
+/// message bus is unreachable (`unreachable` says why), or that they arrive again (`None`):
+/// silence during an outage says nothing of the agents, so no instance is taken for
+/// unresponsive (nor resurrected) because of it ([`AgentHealth::silent_for`]).
+async fn tell_outage(
+    ctx: &DeploymentContext,
+    store: &Store<Instance>,
+    deployments: &Store<Deployment>,
+    unreachable: Option<&str>,
+    watch: &HealthWatch,
+) {
+    let (kind, reason, note) = match unreachable {
+        Some(why) => {
+            tracing::warn!(%why, "no heartbeats can arrive: instance states are the last known");
+            (
+                EventType::Warning,
+                "MessageBusUnreachable",
+                format!(
+                    "{why}. No heartbeat can arrive: instances keep their last known state, and \
+                     none is taken for unresponsive or resurrected until heartbeats flow again"
+                ),
+            )
+        }
+        None => {
+            tracing::info!("the message bus is reachable again: heartbeats can arrive");
+            (
+                EventType::Normal,
+                "MessageBusReachable",
+                format!(
+                    "The message bus is reachable again: an agent still silent {} s from now is \
+                     taken for unresponsive",
+                    watch.agent_timeout.as_secs()
+                ),
+            )
+        }
+    };
+    let owners: std::collections::BTreeSet<(String, String)> = store
+        .state()
+        .iter()
+        .filter_map(|i| {
+            let owner = i
+                .owner_references()
+                .iter()
+                .find(|o| o.kind == "Deployment")?;
+            Some((i.namespace().unwrap_or_default(), owner.name.clone()))
+        })
+        .collect();
+    for (namespace, name) in owners {
+        if let Some(deployment) = deployments.get(&ObjectRef::new(&name).within(&namespace)) {
+            publish_about(ctx, &deployment, kind, reason, &note).await;
+        }
     }
 }
 
@@ -297,11 +362,16 @@ async fn observe(
         == Some("true");
     let job_state = (instance.spec.agent_id.as_deref())
         .and_then(|agent| (watch.health).recent_job_state(agent, watch.agent_timeout.min(quiet)));
+    // Silence is the agent's only when the heartbeats could have come (the bus was up for
+    // the whole timeout, and others were heard).
+    let silent = quiet > watch.agent_timeout
+        && (instance.spec.agent_id.as_deref())
+            .is_some_and(|agent| (watch.health).silent_for(agent, watch.agent_timeout));
     observed_state(
         instance.spec.state,
         instance.spec.vm_cid.is_some(),
         job_state.as_deref(),
-        quiet > watch.agent_timeout,
+        silent,
     )
     .filter(|_| completed)
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use super::nats::{self, MbusTls, NatsError, NatsOptions};
+use super::nats::{self, Bus, MbusTls, NatsError, NatsOptions};
 use super::protocol::Heartbeat;
 use kubosh_base::pki::{Ca, Leaf, PkiError};
 use kubosh_bosh::agent::AgentHealth;
@@ -39,6 +39,11 @@ pub const SHUTDOWN_SUBJECT: &str = "hm.agent.shutdown.*";
 /// How long a heartbeat is kept when its agent says nothing more. Far longer than any window
 /// the engine asks about (60 s), so only agents that are gone are forgotten.
 pub const RETAIN_FOR: Duration = Duration::from_secs(3600);
+
+/// How long after the monitor's connection comes back the agents may take to be heard again:
+/// they reconnect on their own schedule (async-nats retries at most every 4 s), and silence
+/// counts only from this long after the reconnection.
+pub const AGENTS_RECONNECT_WITHIN: Duration = Duration::from_secs(5);
 
 /// How often records older than [`RETAIN_FOR`] are dropped.
 const PRUNE_EVERY: Duration = Duration::from_secs(300);
@@ -261,6 +266,8 @@ pub struct HeartbeatMonitor {
     table: Table,
     listening_since: Instant,
     client: async_nats::Client,
+    /// The connection's state: silence counts only while it is up, from when it came up.
+    bus: Bus,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -312,10 +319,12 @@ impl HeartbeatMonitor {
             refusals,
             table.clone(),
         ));
+        let bus = Bus::watch(&client, nats::server_names(&options.urls));
         Ok(HeartbeatMonitor {
             table,
             listening_since: Instant::now(),
             client,
+            bus,
             task,
         })
     }
@@ -356,12 +365,25 @@ impl AgentHealth for HeartbeatMonitor {
     }
 
     fn silent_for(&self, agent_id: &str, at_least: Duration) -> bool {
-        // Connected, and heartbeats came through (permissions let them): silence is the
-        // agent's, even when every agent is silent.
-        let feed_up = self.client.connection_state() == async_nats::connection::State::Connected
-            && !self.table().is_empty();
-        let since = (self.listening_since, feed_up);
-        (self.table()).silent_for(agent_id, at_least, since, Instant::now())
+        // While the connection is down nothing can be heard; after it came back, silence
+        // counts from when the agents have had time to come back too (heartbeats sent
+        // meanwhile were lost, not unsent).
+        let Some(up_for) = self.bus.up_for() else {
+            return false;
+        };
+        let now = Instant::now();
+        let listening_since = match now.checked_sub(up_for) {
+            Some(up) if up > self.listening_since => up + AGENTS_RECONNECT_WITHIN,
+            _ => self.listening_since,
+        };
+        // Heartbeats came through (permissions let them): silence is the agent's, even when
+        // every agent is silent.
+        let feed_up = !self.table().is_empty();
+        (self.table()).silent_for(agent_id, at_least, (listening_since, feed_up), now)
+    }
+
+    fn unreachable(&self) -> Option<String> {
+        self.bus.check().err().map(|e| e.to_string())
     }
 
     fn answered(&self, agent_id: &str) {

@@ -162,7 +162,7 @@ pub async fn connect_with(
 }
 
 /// The servers as messages name them: each URL without its `user:password@`.
-fn server_names(urls: &[String]) -> String {
+pub(crate) fn server_names(urls: &[String]) -> String {
     urls.iter()
         .map(|u| match u.split_once("://") {
             Some((scheme, rest)) => {
@@ -207,13 +207,14 @@ const LINK_POLL: Duration = Duration::from_millis(100);
 /// The connection to the server, as last seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Link {
-    Up,
+    Up { since: tokio::time::Instant },
     Down { since: tokio::time::Instant },
 }
 
 /// Follows the connection's state (async-nats exposes it only to be polled) for requests
-/// to wait on.
-struct Bus {
+/// to wait on, and for the health monitor to tell silence from an outage. Dropping it stops
+/// the polling.
+pub(crate) struct Bus {
     /// The servers, without credentials, for messages.
     servers: String,
     link: tokio::sync::watch::Receiver<Link>,
@@ -222,15 +223,23 @@ struct Bus {
 }
 
 impl Bus {
-    fn watch(client: &async_nats::Client, servers: String) -> Bus {
-        let link = |state: async_nats::connection::State, was: Link| match (state, was) {
-            (async_nats::connection::State::Connected, _) => Link::Up,
-            (_, Link::Down { since }) => Link::Down { since },
-            (_, Link::Up) => Link::Down {
-                since: tokio::time::Instant::now(),
-            },
+    /// Polls `client`'s connection to `servers` (as messages name them).
+    pub(crate) fn watch(client: &async_nats::Client, servers: String) -> Bus {
+        let link = |state: async_nats::connection::State, was: Link| {
+            let now = tokio::time::Instant::now();
+            match (state, was) {
+                (async_nats::connection::State::Connected, Link::Up { since }) => {
+                    Link::Up { since }
+                }
+                (async_nats::connection::State::Connected, Link::Down { .. }) => {
+                    Link::Up { since: now }
+                }
+                (_, Link::Down { since }) => Link::Down { since },
+                (_, Link::Up { .. }) => Link::Down { since: now },
+            }
         };
-        let first = link(client.connection_state(), Link::Up);
+        let now = tokio::time::Instant::now();
+        let first = link(client.connection_state(), Link::Up { since: now });
         let (tx, rx) = tokio::sync::watch::channel(first);
         let client = client.clone();
         let watcher = tokio::spawn(async move {
@@ -262,8 +271,16 @@ impl Bus {
         ))
     }
 
+    /// How long the connection has been up without a break (`None` while it is down).
+    pub(crate) fn up_for(&self) -> Option<Duration> {
+        match *self.link.borrow() {
+            Link::Up { since } => Some(since.elapsed()),
+            Link::Down { .. } => None,
+        }
+    }
+
     /// An error when the connection has been down longer than the grace period.
-    fn check(&self) -> Result<(), TransportError> {
+    pub(crate) fn check(&self) -> Result<(), TransportError> {
         match *self.link.borrow() {
             Link::Down { since } if since.elapsed() >= self.grace => Err(self.unreachable(since)),
             _ => Ok(()),
@@ -288,7 +305,7 @@ impl Bus {
                         },
                     }
                 }
-                Link::Up => {
+                Link::Up { .. } => {
                     if link.changed().await.is_err() {
                         std::future::pending::<()>().await;
                     }
@@ -321,7 +338,12 @@ impl std::fmt::Debug for NatsTransport {
 impl Drop for NatsTransport {
     fn drop(&mut self) {
         self.reader.abort();
-        self.bus.watcher.abort();
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        self.watcher.abort();
     }
 }
 
