@@ -416,11 +416,13 @@ impl Engine {
     /// the cloud was asked. When the agent has not answered within one message timeout, the
     /// cloud is asked whether the VM still exists (a VM deleted behind the director's back
     /// is not waited for through every retry), and if it does a milestone says so while the
-    /// agent is asked again.
+    /// agent is asked again, unless `first_timeout_is_enough` (`--fix`: the instance is to
+    /// be recreated if its agent does not answer, and one timeout shows it does not).
     async fn get_state_saying_when_slow(
         &self,
         record: &InstanceRecord,
         vm: &VmRecord,
+        first_timeout_is_enough: bool,
     ) -> (
         Result<
             Option<kubosh_transport::agent::protocol::AgentState>,
@@ -438,6 +440,15 @@ impl Engine {
         }
         if self.vm_is_gone(&vm.cid, vm.cpi.as_deref()).await {
             return (Ok(None), true);
+        }
+        if first_timeout_is_enough {
+            let timeout = kubosh_transport::agent::AgentError::Timeout {
+                method: "get_state".into(),
+                instance: record.name(),
+                agent_id: vm.agent_id.clone(),
+                after: options.timeout,
+            };
+            return (Err(timeout), true);
         }
         self.events.milestone(Milestone::AgentNotAnswering {
             instance: InstanceName::of(record),
@@ -462,7 +473,7 @@ impl Engine {
             };
             (silent, false)
         } else {
-            match self.get_state_saying_when_slow(record, vm).await {
+            match (self.get_state_saying_when_slow(record, vm, recreate_if_silent)).await {
                 (Ok(Some(s)), _) => {
                     return Ok(Observed::Answered {
                         job_state: String::from(s.job_state),
