@@ -85,13 +85,13 @@ impl Engine {
             {
                 Ok(snapshot) => snapshot,
                 Err(e) => {
-                    // Nothing was made that the intent could find again.
-                    self.settle(intent.id).await?;
-                    if e.is(&ErrorKind::NotImplemented) {
+                    let not_implemented = e.is(&ErrorKind::NotImplemented);
+                    let error = self.not_created(e, &intent).await;
+                    if not_implemented {
                         tracing::info!("CPI does not support disk snapshots; skipping");
                         return Ok(());
                     }
-                    return Err(EngineError::from(e));
+                    return Err(error);
                 }
             };
             self.write(Write::Intent(Intent {

@@ -281,26 +281,38 @@ impl Engine {
         }
     }
 
-    /// A `create_vm` that failed. When the CPI answered with an error, it made no VM (a
-    /// CPI cleans up what a failed creation left): the intent is settled and the agent let
-    /// off the bus, so the next run neither looks for the VM nor waits for its agent. A
-    /// call that got no answer (a timeout, a killed CPI, unreadable output) may have made
-    /// one: its intent stays for recovery.
+    /// A `create_vm` that failed ([`Engine::not_created`]); when the cloud answered, the
+    /// agent is let off the bus too, so the next run does not wait for it.
     async fn vm_not_created(
         &self,
         error: kubosh_cloud::CpiError,
         intent: &Intent,
         agent_id: &str,
     ) -> EngineError {
-        if matches!(error, kubosh_cloud::CpiError::Cloud { .. }) {
-            if let Some(access) = &self.config.agent_access
-                && let Err(e) = access.revoke(&[agent_id.to_string()]).await
-            {
-                tracing::warn!(agent_id, error = %e, "cannot lock the agent of a VM the cloud did not make out of NATS");
-            }
-            if let Err(e) = self.write(Write::DeleteIntent(intent.id.clone())).await {
-                tracing::warn!(intent = %intent.id, error = %e, "cannot settle the intent of a VM the cloud did not make");
-            }
+        if matches!(error, kubosh_cloud::CpiError::Cloud { .. })
+            && let Some(access) = &self.config.agent_access
+            && let Err(e) = access.revoke(&[agent_id.to_string()]).await
+        {
+            tracing::warn!(agent_id, error = %e, "cannot lock the agent of a VM the cloud did not make out of NATS");
+        }
+        self.not_created(error, intent).await
+    }
+
+    /// A creation in the cloud (`create_vm`, `create_disk`, `create_stemcell`,
+    /// `snapshot_disk`) that failed. When the CPI answered with an error it made nothing (a
+    /// CPI cleans up what a failed creation left): the intent is settled, so the next run
+    /// neither looks for the thing nor warns that a run "stopped before the cloud answered".
+    /// A call that got no answer (a timeout, a killed CPI, unreadable output) may have made
+    /// it: its intent stays for recovery.
+    pub(crate) async fn not_created(
+        &self,
+        error: kubosh_cloud::CpiError,
+        intent: &Intent,
+    ) -> EngineError {
+        if matches!(error, kubosh_cloud::CpiError::Cloud { .. })
+            && let Err(e) = self.write(Write::DeleteIntent(intent.id.clone())).await
+        {
+            tracing::warn!(intent = %intent.id, error = %e, "cannot settle the intent of a creation the cloud refused");
         }
         EngineError::from(error)
     }
@@ -349,10 +361,13 @@ impl Engine {
             cloud_properties: object(cloud_properties),
             vm_cid: vm_cid.map(|c| VmCid(c.to_string())),
         };
-        let cid = cloud
+        let cid = match cloud
             .create_disk_with_request_id(&request, &intent.id)
             .await
-            .map_err(EngineError::from)?;
+        {
+            Ok(cid) => cid,
+            Err(e) => return Err(self.not_created(e, &intent).await),
+        };
         self.write(Write::Intent(Intent {
             cid: Some(cid.0.clone()),
             ..intent.clone()

@@ -335,13 +335,14 @@ impl Engine {
             cpi: cpi.map(str::to_string),
         };
         self.write(Write::Intent(intent.clone())).await?;
-        let cid = cloud
-            .create_stemcell(&CreateStemcell {
-                image_path: source.image_path.clone(),
-                cloud_properties: source.cloud_properties.clone(),
-            })
-            .await
-            .map_err(EngineError::from)?;
+        let request = CreateStemcell {
+            image_path: source.image_path.clone(),
+            cloud_properties: source.cloud_properties.clone(),
+        };
+        let cid = match cloud.create_stemcell(&request).await {
+            Ok(cid) => cid,
+            Err(e) => return Err(self.not_created(e, &intent).await),
+        };
         let record = StemcellRecord {
             name: source.info.name.clone(),
             version: source.info.version.clone(),

@@ -1605,8 +1605,14 @@ async fn a_vm_deleted_behind_the_directors_back_is_recreated_with_its_disk() {
         },
         ..sim.request(changed.clone())
     };
+    let published_before = sim.milestones_of("DnsSynced").len();
     let report = sim.deploy_with(&sim.engine, &fix).await;
     assert!(report.updated.contains(&web1.display_name()), "{report:?}");
+    assert_eq!(
+        sim.milestones_of("DnsSynced").len() - published_before,
+        1,
+        "the new VM's agent published once"
+    );
     let fixed = sim.group("web").remove(1);
     assert_ne!(Sim::vm_cid(&fixed), Sim::vm_cid(&web1), "a new VM");
     assert_eq!(fixed.disks, web1.disks, "the same disk");
@@ -2108,6 +2114,44 @@ async fn a_cloud_that_cannot_find_disks_by_request_id_gets_the_old_warning() {
     );
     assert!(sim.state().intents.is_empty(), "the intent is settled");
     assert!(sim.cloud.disk(&made).is_some(), "nobody could find it");
+}
+
+/// A creation the cloud answered with an error made nothing: its intent is settled at
+/// once, and the next deploy neither looks for it nor warns of a run that "stopped before
+/// the cloud answered".
+#[tokio::test(start_paused = true)]
+async fn creations_the_cloud_refused_leave_no_intent() {
+    let refused = || {
+        kubosh_sim::CloudFault::fail(kubosh_cloud::ErrorKind::CloudError, "quota exceeded", false)
+            .times(1)
+    };
+    let sim = Sim::new();
+    sim.cloud.inject("create_stemcell", refused());
+    let err = sim
+        .engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("quota exceeded"), "{err}");
+    assert!(sim.state().intents.is_empty(), "{:?}", sim.state().intents);
+
+    sim.cloud.inject("create_disk", refused());
+    let err = sim
+        .engine
+        .deploy(&sim.request(manifest()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("quota exceeded"), "{err}");
+    assert!(sim.state().intents.is_empty(), "{:?}", sim.state().intents);
+
+    sim.deploy(manifest()).await;
+    assert_eq!(sim.cloud.count("kubosh_find_disk"), 0, "nothing looked for");
+    assert!(
+        !sim.event_text().contains("before the cloud answered"),
+        "{}",
+        sim.event_text()
+    );
+    sim.assert_no_leak();
 }
 
 #[tokio::test(start_paused = true)]
