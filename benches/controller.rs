@@ -1,8 +1,8 @@
 //! Benchmark: the Deployment controller (`kubosh_kube::controller`) at scale, against a real
 //! kube-apiserver + etcd (`kubosh_devenv::ControlPlane`), with the simulated cloud and agents
 //! (`kubosh_sim`) and the controller running in this process, wired as `kubosh controller`
-//! wires it (`kubosh_kube::controller::serve`): the request budget of `--kube-api-qps 20
-//! --kube-api-burst 30`, `--max-deploys 32`, `--agent-timeout 10s` (the health watch, the
+//! wires it (`kubosh_kube::controller::serve`): no client-side request budget (as
+//! `kubosh controller` by default; `BENCH_KUBE_QPS` sets one), `--max-deploys 32`, `--agent-timeout 10s` (the health watch, the
 //! deploys' `health_window` and the resurrector's settle check as `kubosh controller` derives
 //! them), heartbeats from the agents (the simulated agents' `AgentHealth`, with a killed
 //! agent last heard at its death: [`Heartbeats`]), no leader election, releases by
@@ -29,7 +29,7 @@
 //!    `T₁` is the time one deployment of M instances takes through `Engine::deploy` alone (a
 //!    `MemoryStore`, a simulated cloud of its own with the same latencies), measured first
 //!    in the same process. Both the fresh deploy and the update (a property of every group changed) are
-//!    measured that way; and divided by the floor the request budget sets (the
+//!    measured that way; and, with a request budget, divided by the floor it sets (the
 //!    controller's requests, without the bench's own, ÷ qps);
 //! 2. API writes per instance updated: requests the apiserver served with verb POST, PUT,
 //!    PATCH, APPLY (server-side apply) or DELETE during the update (its own
@@ -64,7 +64,7 @@
 //!    taken after this phase.
 //!
 //! `BENCH_SIZES` (`20x50`; e.g. `20x50,100x100`), `BENCH_ONE_NAMESPACE`,
-//! `BENCH_MAX_DEPLOYS` (32), `BENCH_KUBE_QPS`/`BENCH_KUBE_BURST` (20/30), `BENCH_LATENCIES`
+//! `BENCH_MAX_DEPLOYS` (32), `BENCH_KUBE_QPS`/`BENCH_KUBE_BURST` (none; e.g. 20/30), `BENCH_LATENCIES`
 //! (`create_vm=0.2,apply=0.05`, seconds), `BENCH_WATCH_MIN_MS` (500), `BENCH_POLL_MS` (50),
 //! `BENCH_IDLE_SECS` (60), `BENCH_AGENT_TIMEOUT_SECS` (10) and `BENCH_LOG` (a tracing
 //! filter; `warn`, without kube_client's retries while the apiserver starts) change it.
@@ -1439,13 +1439,19 @@ fn main() {
         .collect();
     println!(
         "latencies: {}; watch min {} ms; get_task every {} ms; max_deploys {}; \
-         kube API budget {} qps, burst {}; canaries 1, max_in_flight 20%",
+         kube API budget {}; canaries 1, max_in_flight 20%",
         latencies.join(", "),
         settings.watch_min_ms,
         settings.poll_ms,
         settings.max_deploys,
-        settings.budget.qps,
-        settings.budget.burst,
+        if settings.budget.is_limited() {
+            format!(
+                "{} qps, burst {}",
+                settings.budget.qps, settings.budget.burst
+            )
+        } else {
+            "none (the apiserver's API Priority and Fairness)".to_string()
+        },
     );
     println!(
         "{}; each deployment: {}\n",
@@ -1564,7 +1570,7 @@ fn main() {
             r.scrape_cost,
         );
         // What the request budget alone allows: the requests made ÷ qps.
-        let floor = |requests: f64| requests / settings.budget.qps.max(f64::MIN_POSITIVE);
+        let floor = |requests: f64| settings.budget.floor(requests).as_secs_f64();
         println!(
             "{} × {}: requests fresh {:.0} (budget floor {:.0} s, converge ÷ floor {:.2}), \
              update {:.0} (budget floor {:.0} s, converge ÷ floor {:.2})",
@@ -1572,13 +1578,18 @@ fn main() {
             r.instances,
             r.fresh_requests,
             floor(r.fresh_requests),
-            r.fresh / floor(r.fresh_requests).max(f64::MIN_POSITIVE),
+            ratio(r.fresh, floor(r.fresh_requests)),
             r.update_requests,
             floor(r.update_requests),
-            r.update / floor(r.update_requests).max(f64::MIN_POSITIVE),
+            ratio(r.update, floor(r.update_requests)),
         );
     }
     print_resurrections(&rows, &settings);
+}
+
+/// `a ÷ b`, or NaN (printed as such) when `b` is zero: no budget, no floor.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
 }
 
 /// The resurrection phase's table.
@@ -1611,7 +1622,7 @@ fn print_resurrections(rows: &[Row], settings: &Settings) {
     for r in rows {
         let x = &r.resurrection;
         let bound = x.bound.max(f64::MIN_POSITIVE);
-        let floor = x.requests / settings.budget.qps.max(f64::MIN_POSITIVE);
+        let floor = settings.budget.floor(x.requests).as_secs_f64();
         let detection =
             (settings.agent_timeout + check_every(settings.agent_timeout)).as_secs_f64();
         println!(

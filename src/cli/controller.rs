@@ -51,10 +51,12 @@ pub struct ControllerArgs {
     /// `max_orphaned_age_in_days`: 5 days).
     #[arg(long = "orphaned-disk-max-age", default_value = "5d", value_parser = humantime::parse_duration)]
     pub orphaned_disk_max_age: std::time::Duration,
-    /// Requests per second to the Kubernetes API, on average.
-    #[arg(long = "kube-api-qps", default_value_t = 20.0)]
+    /// Requests per second to the Kubernetes API, on average: `0` (the default) sets no
+    /// client-side limit, leaving it to the apiserver's API Priority and Fairness (as
+    /// controller-runtime does).
+    #[arg(long = "kube-api-qps", default_value_t = 0.0)]
     pub kube_api_qps: f64,
-    /// Requests to the Kubernetes API that may start at once.
+    /// Requests to the Kubernetes API that may start at once (with `--kube-api-qps`).
     #[arg(long = "kube-api-burst", default_value_t = 30)]
     pub kube_api_burst: u64,
     /// How long an agent may send no heartbeat before its instance shows `Unresponsive`
