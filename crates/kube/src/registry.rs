@@ -6,7 +6,7 @@
 //! Each deployment's share is one `ConfigMap` in the namespace (labelled
 //! `kubosh.io/registry: ips`, `dns` or `links`, named after the deployment, the deployment's
 //! name in the annotation of the same key), so a registry grows by deployment rather than
-//! hitting one object's size limit. Every claim and publish holds a
+//! hitting one object's size limit. Every claim and publish that changes something holds a
 //! Lease lock (`lock:ips`, `lock:dns`) while it reads the other shares and writes its own,
 //! so two deploys never both take one address. DNS versions increase across all the
 //! namespace's deployments: the newest is kept in the `kubosh-dns-version` ConfigMap.
@@ -238,6 +238,16 @@ impl IpRegistry for KubeIpRegistry {
         held: Vec<Reservation>,
     ) -> StoreFuture<'a, Vec<Reservation>> {
         Box::pin(async move {
+            // A claim of what the deployment holds already (a deploy that keeps its
+            // addresses) writes nothing and takes no lock: only this deployment's deploys
+            // write its share, and the shares never overlap, so nothing can race it.
+            let mut table = self.table().await?;
+            let before = table.deployments.get(deployment).cloned();
+            if table.claim(deployment, held.clone()).is_empty()
+                && table.deployments.get(deployment) == before.as_ref()
+            {
+                return Ok(Vec::new());
+            }
             let what = format!("reserve IPs of {deployment}");
             self.0
                 .locked(what, async |shares| {

@@ -53,8 +53,17 @@ impl IpTable {
 
     /// Makes `held` the reservations of `deployment`, unless some overlap another
     /// deployment's: then nothing changes and the other deployments' overlapping
-    /// reservations are returned.
-    pub fn claim(&mut self, deployment: &str, held: Vec<Reservation>) -> Vec<Reservation> {
+    /// reservations are returned. Kept in address order, so the same reservations claimed
+    /// in another order change nothing.
+    pub fn claim(&mut self, deployment: &str, mut held: Vec<Reservation>) -> Vec<Reservation> {
+        held.sort_by(|a, b| {
+            (a.ip, a.prefix, &a.network, &a.instance_id).cmp(&(
+                b.ip,
+                b.prefix,
+                &b.network,
+                &b.instance_id,
+            ))
+        });
         let conflicts: Vec<Reservation> = self
             .elsewhere(deployment)
             .into_iter()

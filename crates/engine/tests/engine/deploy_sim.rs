@@ -2121,29 +2121,29 @@ async fn a_cloud_that_cannot_find_disks_by_request_id_gets_the_old_warning() {
 /// the cloud answered".
 #[tokio::test(start_paused = true)]
 async fn creations_the_cloud_refused_leave_no_intent() {
-    let refused = || {
-        kubosh_sim::CloudFault::fail(kubosh_cloud::ErrorKind::CloudError, "quota exceeded", false)
-            .times(1)
-    };
     let sim = Sim::new();
-    sim.cloud.inject("create_stemcell", refused());
-    let err = sim
-        .engine
-        .deploy(&sim.request(manifest()))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("quota exceeded"), "{err}");
-    assert!(sim.state().intents.is_empty(), "{:?}", sim.state().intents);
-
-    sim.cloud.inject("create_disk", refused());
-    let err = sim
-        .engine
-        .deploy(&sim.request(manifest()))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("quota exceeded"), "{err}");
-    assert!(sim.state().intents.is_empty(), "{:?}", sim.state().intents);
-
+    for method in ["create_stemcell", "create_disk"] {
+        let refused = kubosh_sim::CloudFault::fail(
+            kubosh_cloud::ErrorKind::CloudError,
+            "quota exceeded",
+            false,
+        );
+        sim.cloud.inject(method, refused.times(1));
+        let err = sim
+            .engine
+            .deploy(&sim.request(manifest()))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("quota exceeded"),
+            "{method}: {err}"
+        );
+        assert!(
+            sim.state().intents.is_empty(),
+            "{method}: {:?}",
+            sim.state().intents
+        );
+    }
     sim.deploy(manifest()).await;
     assert_eq!(sim.cloud.count("kubosh_find_disk"), 0, "nothing looked for");
     assert!(

@@ -87,6 +87,30 @@ async fn reservations_are_shared_by_replicas_and_never_given_twice() {
             .is_empty()
     );
 
+    // Claiming what it holds, in any order, writes nothing and waits for no lock (another
+    // replica holds `lock:ips` meanwhile).
+    let both = vec![held("a", "10.0.0.5"), held("a", "10.0.0.7")];
+    assert!(one.claim("a", both.clone()).await.unwrap().is_empty());
+    let shares = Api::<ConfigMap>::namespaced(one_client().await, &ns);
+    let version = |maps: &[ConfigMap]| -> Vec<Option<String>> {
+        maps.iter()
+            .map(|m| m.metadata.resource_version.clone())
+            .collect()
+    };
+    let ips = ListParams::default().labels("kubosh.io/registry=ips");
+    let written = version(&shares.list(&ips).await.unwrap().items);
+    let locks = LeaseLocks::new(one_client().await, &ns);
+    let holder = kubosh_kube::lock::Holder::new("lock:ips", "another deploy");
+    let _held =
+        kubosh_kube::lock::Lock::acquire(&locks, "lock:ips", &holder, Duration::from_secs(5))
+            .await
+            .unwrap();
+    let reversed: Vec<Reservation> = both.into_iter().rev().collect();
+    let quick = tokio::time::timeout(Duration::from_secs(5), two.claim("a", reversed));
+    assert!(quick.await.expect("no lock waited for").unwrap().is_empty());
+    assert_eq!(version(&shares.list(&ips).await.unwrap().items), written);
+    drop(_held);
+
     // Releasing everything removes the deployment's share.
     assert!(one.claim("a", vec![]).await.unwrap().is_empty());
     let maps = Api::<ConfigMap>::namespaced(one_client().await, &ns)
