@@ -128,10 +128,16 @@ impl Resurrection {
         }
     }
 
-    /// The resurrector asking for a repair only once an instance was seen down `settle` ago
-    /// (one health check: instances that die together are judged together).
-    pub fn with_settle(self, settle: Duration) -> Resurrection {
-        Resurrection { settle, ..self }
+    /// The resurrector asking for a repair only once an instance was seen down at an earlier
+    /// health check, `check` apart (instances that die together are judged together). Half
+    /// of it is enough: the checks are `check` apart by the clock, but each notes the time
+    /// when it reaches the instance, a little later or earlier than the previous one did,
+    /// and a full `check` would often wait for a third check.
+    pub fn with_settle(self, check: Duration) -> Resurrection {
+        Resurrection {
+            settle: check / 2,
+            ..self
+        }
     }
 
     /// When resurrection stops.
@@ -393,9 +399,18 @@ mod tests {
         let alone =
             Resurrection::new(true, MeltdownPolicy::default()).with_settle(Duration::from_secs(5));
         alone.down("e", &["web/0".into()], 10, t0);
+        // The next check, which reached the instance a little sooner after its tick.
         assert_eq!(
-            alone.down("e", &["web/0".into()], 10, t0 + Duration::from_secs(5)),
+            alone.down("e", &["web/0".into()], 10, t0 + Duration::from_millis(4900)),
             Verdict::Repair { newly: true }
+        );
+        let again =
+            Resurrection::new(true, MeltdownPolicy::default()).with_settle(Duration::from_secs(5));
+        again.down("f", &["web/0".into()], 10, t0);
+        assert_eq!(
+            again.down("f", &["web/0".into()], 10, t0 + Duration::from_millis(10)),
+            Verdict::Settling,
+            "not the same check"
         );
     }
 
