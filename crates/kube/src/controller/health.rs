@@ -202,8 +202,9 @@ async fn tell_outage(
                 EventType::Normal,
                 "MessageBusReachable",
                 format!(
-                    "The message bus is reachable again: an agent still silent {} s from now is \
-                     taken for unresponsive",
+                    "The message bus is reachable again: an agent not heard within the agent \
+                     timeout ({} s, after the agents' own time to reconnect) is taken for \
+                     unresponsive",
                     watch.agent_timeout.as_secs()
                 ),
             )
