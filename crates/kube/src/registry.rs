@@ -215,12 +215,30 @@ impl Shares {
 /// [`IpRegistry`] in ConfigMaps (see the module documentation).
 struct KubeIpRegistry(Shares);
 
+/// A deployment's share after a claim changed it (`None`: it holds nothing any more).
+type ChangedShare = Option<Vec<Reservation>>;
+
 impl KubeIpRegistry {
     /// The table of every deployment's reservations.
     async fn table(&self) -> Result<IpTable, StoreError> {
         Ok(IpTable {
             deployments: self.0.read_all().await?,
         })
+    }
+
+    /// What claiming `held` for `deployment` does to the shares as they are now: the other
+    /// deployments' overlapping reservations, and the deployment's share if the claim
+    /// changes it (a claim with conflicts changes nothing).
+    async fn claim_now(
+        &self,
+        deployment: &str,
+        held: Vec<Reservation>,
+    ) -> Result<(Vec<Reservation>, Option<ChangedShare>), StoreError> {
+        let mut table = self.table().await?;
+        let before = table.deployments.get(deployment).cloned();
+        let conflicts = table.claim(deployment, held);
+        let after = table.deployments.remove(deployment);
+        Ok((conflicts, (after != before).then_some(after)))
     }
 }
 
@@ -241,22 +259,16 @@ impl IpRegistry for KubeIpRegistry {
             // A claim of what the deployment holds already (a deploy that keeps its
             // addresses) writes nothing and takes no lock: only this deployment's deploys
             // write its share, and the shares never overlap, so nothing can race it.
-            let mut table = self.table().await?;
-            let before = table.deployments.get(deployment).cloned();
-            if table.claim(deployment, held.clone()).is_empty()
-                && table.deployments.get(deployment) == before.as_ref()
-            {
-                return Ok(Vec::new());
+            let (conflicts, change) = self.claim_now(deployment, held.clone()).await?;
+            if conflicts.is_empty() && change.is_none() {
+                return Ok(conflicts);
             }
             let what = format!("reserve IPs of {deployment}");
             self.0
                 .locked(what, async |shares| {
-                    let mut table = self.table().await?;
-                    let before = table.deployments.get(deployment).cloned();
-                    let conflicts = table.claim(deployment, held);
-                    let after = table.deployments.get(deployment);
-                    if conflicts.is_empty() && after != before.as_ref() {
-                        shares.write(deployment, after).await?;
+                    let (conflicts, change) = self.claim_now(deployment, held).await?;
+                    if let Some(share) = change {
+                        shares.write(deployment, share.as_ref()).await?;
                     }
                     Ok(conflicts)
                 })

@@ -1085,15 +1085,9 @@ async fn the_health_monitor_tells_a_nats_outage_from_silent_agents() {
         .unwrap();
     agent.flush().await.unwrap();
     let window = Duration::from_millis(700);
-    let heard = async {
-        for _ in 0..100 {
-            if monitor.recent_job_state(AGENT, window).is_some() {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
-    };
+    let heard = eventually(Duration::from_secs(5), || {
+        monitor.recent_job_state(AGENT, window).is_some()
+    });
     assert!(heard.await, "the heartbeat was not heard");
     assert_eq!(monitor.unreachable(), None);
     // Up, listening, and nothing more from the agent: silent.
@@ -1114,15 +1108,8 @@ async fn the_health_monitor_tells_a_nats_outage_from_silent_agents() {
 
     // Back on the same port: silence counts from the reconnection.
     let _server = NatsServer::start_in(dir.path(), port, Some(&pki.server_tls()), "").unwrap();
-    let mut back = false;
-    for _ in 0..300 {
-        if monitor.unreachable().is_none() {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(back, "the monitor did not reconnect");
+    let back = eventually(Duration::from_secs(15), || monitor.unreachable().is_none());
+    assert!(back.await, "the monitor did not reconnect");
     let reconnected = std::time::Instant::now();
     let long = Duration::from_secs(2);
     assert!(
@@ -1138,4 +1125,16 @@ async fn the_health_monitor_tells_a_nats_outage_from_silent_agents() {
     );
     tokio::time::sleep(proven.saturating_sub(reconnected.elapsed())).await;
     assert!(monitor.silent_for(AGENT, long));
+}
+
+/// Polls `check` every 50 ms until it holds or `within` passes; whether it held.
+async fn eventually(within: Duration, check: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check()
 }

@@ -364,8 +364,9 @@ async fn observe(
     let job_state = (instance.spec.agent_id.as_deref())
         .and_then(|agent| (watch.health).recent_job_state(agent, watch.agent_timeout.min(quiet)));
     // Silence is the agent's only when the heartbeats could have come (the bus was up for
-    // the whole timeout, and others were heard).
-    let silent = quiet > watch.agent_timeout
+    // the whole timeout, and others were heard); asked only of agents not heard.
+    let silent = job_state.is_none()
+        && quiet > watch.agent_timeout
         && (instance.spec.agent_id.as_deref())
             .is_some_and(|agent| (watch.health).silent_for(agent, watch.agent_timeout));
     observed_state(

@@ -378,8 +378,9 @@ impl AgentHealth for HeartbeatMonitor {
         };
         // Heartbeats came through (permissions let them): silence is the agent's, even when
         // every agent is silent.
-        let feed_up = !self.table().is_empty();
-        (self.table()).silent_for(agent_id, at_least, (listening_since, feed_up), now)
+        let table = self.table();
+        let feed_up = !table.is_empty();
+        table.silent_for(agent_id, at_least, (listening_since, feed_up), now)
     }
 
     fn unreachable(&self) -> Option<String> {
