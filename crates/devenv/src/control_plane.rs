@@ -63,6 +63,48 @@ pub struct ControlPlane {
     _temporary: Option<tempfile::TempDir>,
 }
 
+/// The prefix of a control plane's own temporary directory.
+const TEMPORARY_PREFIX: &str = "kubosh-cp-";
+
+/// The file in a control plane's temporary directory naming the process it belongs to
+/// (`pid start-time`). A test binary's shared control plane is never dropped (it lives in a
+/// static) and a killed run drops nothing: their directories (etcd's data, ~130 MB each) are
+/// removed by the next start once their process is gone.
+const OWNER_FILE: &str = "owner";
+
+/// `pid start-time` of a running process (the start time tells a reused pid apart), from
+/// `/proc/<pid>/stat`.
+fn process_identity(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name's closing parenthesis start at the third (state);
+    // the start time is the 22nd.
+    let start = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?;
+    Some(format!("{pid} {start}"))
+}
+
+/// Removes the control plane directories in `parent` whose owner process is gone (those
+/// without an owner file are left alone: they may be being created).
+fn remove_abandoned(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !(entry.file_name().to_string_lossy()).starts_with(TEMPORARY_PREFIX) {
+            continue;
+        }
+        let Ok(owner) = std::fs::read_to_string(entry.path().join(OWNER_FILE)) else {
+            continue;
+        };
+        let alive = (owner.split_whitespace().next())
+            .and_then(|pid| pid.parse().ok())
+            .and_then(process_identity)
+            .is_some_and(|now| now == owner.trim());
+        if !alive && let Err(e) = std::fs::remove_dir_all(entry.path()) {
+            tracing::debug!(dir = %entry.path().display(), error = %e, "cannot remove an abandoned control plane directory");
+        }
+    }
+}
+
 /// The loopback ports a control plane listens on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlPlanePorts {
@@ -124,10 +166,16 @@ impl ControlPlane {
     /// Starts etcd and kube-apiserver on free loopback ports, everything in a temporary
     /// directory removed with it, and waits until `/readyz` is ok.
     pub async fn start() -> Result<ControlPlane, ControlPlaneError> {
+        let parent = std::env::temp_dir();
+        remove_abandoned(&parent);
         let temporary = tempfile::Builder::new()
-            .prefix("kubosh-cp-")
-            .tempdir()
+            .prefix(TEMPORARY_PREFIX)
+            .tempdir_in(&parent)
             .map_err(io("create temp dir"))?;
+        if let Some(owner) = process_identity(std::process::id()) {
+            std::fs::write(temporary.path().join(OWNER_FILE), owner)
+                .map_err(io("write the owner file"))?;
+        }
         let ports = ControlPlanePorts::free().map_err(io("find free ports"))?;
         let mut cp = ControlPlane::start_in(temporary.path(), ports).await?;
         cp._temporary = Some(temporary);
@@ -489,4 +537,36 @@ fn kubeconfig_yaml(server: &str, ca_pem: &str, users: &[(&str, &str)]) -> String
     }
     let current = users.first().map_or("", |(name, _)| name);
     yaml + &format!("current-context: {current}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_of_gone_processes_are_removed_and_others_kept() {
+        let parent = tempfile::tempdir().unwrap();
+        let make = |name: &str, owner: Option<&str>| {
+            let dir = parent.path().join(name);
+            std::fs::create_dir_all(dir.join("etcd")).unwrap();
+            if let Some(owner) = owner {
+                std::fs::write(dir.join(OWNER_FILE), owner).unwrap();
+            }
+            dir
+        };
+        let ours = process_identity(std::process::id()).expect("this process's identity");
+        let pid = std::process::id();
+        let alive = make("kubosh-cp-alive", Some(&ours));
+        // The same pid started at another time: a reused pid, not this process.
+        let reused = make("kubosh-cp-reused", Some(&format!("{pid} 1")));
+        let gone = make("kubosh-cp-gone", Some(&format!("{} 1", u32::MAX - 1)));
+        let being_made = make("kubosh-cp-new", None);
+        let other = make("something-else", Some(&format!("{} 1", u32::MAX - 1)));
+        remove_abandoned(parent.path());
+        assert!(alive.exists(), "this process's own directory stays");
+        assert!(!reused.exists(), "a reused pid is not the owner");
+        assert!(!gone.exists(), "a gone process's directory goes");
+        assert!(being_made.exists(), "no owner file yet: left alone");
+        assert!(other.exists(), "not a control plane's directory");
+    }
 }
