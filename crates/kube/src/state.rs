@@ -76,20 +76,20 @@ impl std::fmt::Debug for KubeStore {
     }
 }
 
-/// An `Instance` object as last written or read.
+/// An `Instance` object as last written or read, and the record it holds.
 #[derive(Debug, Clone)]
 struct InstanceObject {
     name: String,
-    resource_version: Option<String>,
-    uid: Option<String>,
+    object: Instance,
+    record: InstanceRecord,
 }
 
 impl InstanceObject {
-    fn of(object: &Instance) -> InstanceObject {
+    fn of(object: Instance, record: InstanceRecord) -> InstanceObject {
         InstanceObject {
             name: object.name_any(),
-            resource_version: object.metadata.resource_version.clone(),
-            uid: object.metadata.uid.clone(),
+            object,
+            record,
         }
     }
 }
@@ -167,10 +167,29 @@ impl KubeStore {
             kind: Some(Instance::kind(&()).to_string()),
             name: Some(object.name.clone()),
             namespace: Some(self.namespace.clone()),
-            uid: object.uid.clone(),
-            resource_version: object.resource_version.clone(),
+            uid: object.object.metadata.uid.clone(),
+            resource_version: object.object.metadata.resource_version.clone(),
             ..ObjectReference::default()
         })
+    }
+
+    /// The deployment's instances as this store last read or wrote them (each record with
+    /// its `Instance` object), read from the apiserver only if it has read nothing yet: what
+    /// a deploy left, without listing them again.
+    pub async fn instances_as_left(&self) -> Result<Vec<(InstanceRecord, Instance)>, StoreError> {
+        let cache = self.cache().await?;
+        let mut state = DeploymentState {
+            meta: cache.meta.clone(),
+            instances: (cache.instances.iter())
+                .map(|(uuid, o)| (uuid.clone(), o.record.clone()))
+                .collect(),
+            ..DeploymentState::default()
+        };
+        // As a load says them: an update a failed deploy left unfinished is not complete.
+        state.mark_unfinished_updates();
+        Ok((state.instances.into_iter())
+            .filter_map(|(uuid, record)| Some((record, cache.instances.get(&uuid)?.object.clone())))
+            .collect())
     }
 
     /// API writes made so far (for budgets and benchmarks).
@@ -299,9 +318,10 @@ impl KubeStore {
                     self.attached_projection(&name, &record, disk),
                 );
             }
-            cache
-                .instances
-                .insert(record.uuid.clone(), InstanceObject::of(&object));
+            cache.instances.insert(
+                record.uuid.clone(),
+                InstanceObject::of(object, record.clone()),
+            );
             state.instances.insert(record.uuid.clone(), record);
         }
         Ok(())
@@ -482,12 +502,9 @@ impl KubeStore {
             "annotations": {RECORD_ANNOTATION: text},
             "ownerReferences": self.owner_references(),
         });
-        if let Some(InstanceObject {
-            name: old_name,
-            resource_version: Some(rv),
-            ..
-        }) = &previous
-            && old_name == &name
+        if let Some(previous) = &previous
+            && previous.name == name
+            && let Some(rv) = &previous.object.metadata.resource_version
         {
             metadata["resourceVersion"] = json!(rv);
         }
@@ -498,9 +515,10 @@ impl KubeStore {
             "spec": spec,
         });
         let written: Instance = self.apply(&name, &patch).await?;
-        cache
-            .instances
-            .insert(record.uuid.clone(), InstanceObject::of(&written));
+        cache.instances.insert(
+            record.uuid.clone(),
+            InstanceObject::of(written, record.clone()),
+        );
         // Renamed (`migrated_from`): the object under the old name goes.
         if let Some(old) = previous
             && old.name != name

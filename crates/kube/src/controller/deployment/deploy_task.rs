@@ -23,7 +23,6 @@ use crate::api::{Deployment, DeploymentStatus, TaskState, TaskSummary};
 use crate::state::KubeStore;
 use kubosh_core::plan::changes::Requests;
 use kubosh_engine::deploy::DeployReport;
-use kubosh_engine::state::StateStore;
 use kubosh_engine::{
     CancellationToken, DeployRequest, Disposition, EngineError, InstanceAction, InstanceName, Scope,
 };
@@ -253,19 +252,13 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     if result.is_ok() {
         status.runtime_configs = inputs.runtime_configs.clone();
     }
-    if let Ok(state) = store.load().await {
-        count_instances(&mut status, &inputs, &state);
+    // The records and objects as the deploy left them (read again only if it read none).
+    if let Ok(instances) = store.instances_as_left().await {
+        count_instances(&mut status, &inputs, &instances);
         // After a failure, whether an instance runs is its agent's to say (the health
         // watch), not the record's.
         let running_known = result.is_ok();
-        write_instance_statuses(
-            ctx,
-            &namespace,
-            &deployment.name_any(),
-            &state,
-            running_known,
-        )
-        .await;
+        write_instance_statuses(ctx, &instances, running_known).await;
     }
     let ended = DeployResult::of(&result);
     // Counted before the status says it ended (a reader of both never sees one without the

@@ -4,22 +4,20 @@
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
-use kube::api::Api;
 
 use super::super::inputs::Inputs;
 use super::super::progress::GroupRollout;
 use super::super::status;
 use super::DeploymentContext;
 use crate::api::{DeploymentStatus, Instance, InstanceGroupStatus, ProcessState};
-use crate::state::KubeStore;
-use kubosh_engine::state::{DeploymentState, InstanceState};
+use kubosh_engine::state::{InstanceRecord, InstanceState};
 
 /// Instance counters from the engine's records: desired from the manifest, up to date when
 /// the last update completed, ready when up to date and started.
 pub(super) fn count_instances(
     status: &mut DeploymentStatus,
     inputs: &Inputs,
-    state: &DeploymentState,
+    instances: &[(InstanceRecord, Instance)],
 ) {
     let mut groups: BTreeMap<String, InstanceGroupStatus> = BTreeMap::new();
     let manifest = &inputs.documents.document.0;
@@ -33,7 +31,7 @@ pub(super) fn count_instances(
             },
         );
     }
-    for record in state.instances.values() {
+    for (record, _) in instances {
         let Some(g) = groups.get_mut(&record.group) else {
             continue;
         };
@@ -90,31 +88,13 @@ fn count_totals(status: &mut DeploymentStatus) {
 /// Each `Instance`'s status from its record after a deploy: `Running` when its update
 /// completed and it is started (only when `running_known`: the deploy succeeded, so it
 /// watched every started instance run), `Stopped` when stopped or detached. Written only
-/// where it changed.
+/// where the object, as the deploy last read or wrote it, says otherwise.
 pub(super) async fn write_instance_statuses(
     ctx: &DeploymentContext,
-    namespace: &str,
-    deployment: &str,
-    state: &DeploymentState,
+    instances: &[(InstanceRecord, Instance)],
     running_known: bool,
 ) {
-    let api: Api<Instance> = Api::namespaced(ctx.client.clone(), namespace);
-    // One list, not a read per instance: the request budget is shared by every deployment.
-    let objects: BTreeMap<String, Instance> = match api.list(&KubeStore::selector(deployment)).await
-    {
-        Ok(list) => (list.items.into_iter())
-            .map(|i| (i.name_any(), i))
-            .collect(),
-        Err(e) => {
-            tracing::warn!(deployment, error = %e, "cannot list the instances");
-            return;
-        }
-    };
-    for record in state.instances.values() {
-        let name = KubeStore::instance_name(deployment, &record.group, record.index);
-        let Some(object) = objects.get(&name) else {
-            continue;
-        };
+    for (record, object) in instances {
         let generation = object.metadata.generation;
         let (process, ready, reason) = match (record.state, record.update_completed) {
             (InstanceState::Started, true) if !running_known => continue,
@@ -129,7 +109,7 @@ pub(super) async fn write_instance_statuses(
         if let Err(e) =
             status::write_instance_state(&ctx.client, object, process, ready, reason).await
         {
-            tracing::warn!(instance = %name, error = %e, "cannot write the instance status");
+            tracing::warn!(instance = %object.name_any(), error = %e, "cannot write the instance status");
         }
     }
 }

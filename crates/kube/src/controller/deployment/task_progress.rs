@@ -21,7 +21,11 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kubosh_engine::PlanSummary;
 
-/// How often a running deploy's milestones are published (as Events).
+/// How often a running deploy's stage is written to the status (its milestones are
+/// published as Events as they come). A deploy shorter than this (a resurrection's repair,
+/// a one-instance update) writes no progress: its start and its end say all of it, and each
+/// write of the `Deployment`'s status is one of the apiserver's costliest requests (a patch
+/// of the whole object through its schema).
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 /// How often a running deploy's count within a stage is written to the status, at most; a
@@ -105,7 +109,8 @@ struct Task {
 const PREPARING: &str = "Preparing deployment";
 
 /// Publishes milestones as they come and writes the running stage to the status (a new
-/// stage at once, its count at most every [`PROGRESS_COUNT_EVERY`]), until `stop`.
+/// stage at the next [`PROGRESS_EVERY`] tick, its count at most every
+/// [`PROGRESS_COUNT_EVERY`]), until `stop`.
 async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
     let Task {
         ctx,
@@ -117,16 +122,18 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
         quiet,
         announced,
     } = task;
-    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    // The first tick one period in, not at once: a deploy that ends before it writes none.
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     let mut written: Option<(String, tokio::time::Instant)> = None;
     let mut pending: Option<Progress> = None;
     let mut plan: Option<PlanSummary> = None;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = progress.news() => {}
+        let ticked = tokio::select! {
+            _ = tick.tick() => true,
+            () = progress.news() => false,
             _ = stop.changed() => return,
-        }
+        };
         let mut milestones = progress.drain();
         if let Some(p) = progress.take_progress() {
             pending = Some(p);
@@ -163,7 +170,7 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
         };
         // The plan is said in the condition until the first stage that changes something.
         let first = written.is_none() && plan.is_some();
-        if let Some(p) = pending.take_if(|p| due(p) || first) {
+        if let Some(p) = pending.take_if(|p| ticked && (due(p) || first)) {
             written = Some((p.stage.clone(), tokio::time::Instant::now()));
             let mut s = status.lock().await;
             let doing = match (&plan, p.stage.starts_with(PREPARING)) {
