@@ -187,4 +187,36 @@ async fn a_runtime_config_lands_on_the_groups_its_filters_match_in_every_deploym
         None,
         "api still excluded"
     );
+
+    // A new version that deploys nothing new (a label) changes no instance, and the status
+    // names the version deployed.
+    let mut relabelled = runtime_config("hello again");
+    relabelled["metadata"]["labels"] = json!({"owner": "platform-team"});
+    apply(&client, ns, relabelled).await;
+    let configs: Api<kubosh_kube::api::RuntimeConfig> = Api::namespaced(client.clone(), ns);
+    let version = configs.get("motd").await.unwrap().metadata.resource_version;
+    for name in ["one", "two"] {
+        let d = wait_for(&deployments, name, Duration::from_secs(120), &w, |d| {
+            (d.status.as_ref()).is_some_and(|s| {
+                s.runtime_configs.first().map(|r| Some(&r.resource_version))
+                    == Some(version.as_ref())
+            })
+        })
+        .await;
+        let status = d.status.unwrap();
+        assert_eq!(status.observed_generation, Some(1), "{name}");
+        assert!(
+            kubosh_kube::controller::status::is_ready(&status.conditions, Some(1)),
+            "{name}: {:?}",
+            status.conditions
+        );
+    }
+    let motds_after = motds(&client, ns, &w, "two").await;
+    assert!(
+        motds_after[0]
+            .1
+            .as_deref()
+            .is_some_and(|m| m.starts_with("hello again ")),
+        "{motds_after:?}"
+    );
 }

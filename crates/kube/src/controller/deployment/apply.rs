@@ -92,7 +92,13 @@ pub(super) async fn reconcile(
         generation,
         inputs: InputsKey::of(&inputs, links),
     };
-    if !repair && let Some(action) = already_decided(ctx.ledger.outcome(&uid), &attempt, &pending) {
+    let outcome = ctx.ledger.outcome(&uid);
+    if !repair && let Some(action) = already_decided(outcome.clone(), &attempt, &pending) {
+        // The same content deployed: a runtime config's new version (a label) is the one
+        // deployed now.
+        if matches!(outcome, Some(Outcome::Deployed(_))) {
+            deploy_task::name_runtime_configs(ctx, &deployment, status, &inputs).await;
+        }
         return Ok(action);
     }
     let Some(cancel) = ctx.ledger.start(&uid, TaskKind::Deploy, &ctx.cancel) else {

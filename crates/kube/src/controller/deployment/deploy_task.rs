@@ -240,6 +240,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         {
             ctx.metrics
                 .deployed(DeployResult::Succeeded.label(), started.elapsed());
+            name_runtime_configs(ctx, deployment, status, &inputs).await;
             finish_quietly(ctx, deployment, attempt);
             return DeployResult::Succeeded;
         }
@@ -299,6 +300,24 @@ async fn run_engine(
         EngineError::Cancelled { lock_lost: false } => Failure::Cancelled,
         e => Failure::Failed(e.into()),
     })
+}
+
+/// Names in the status the versions of the runtime configs in `inputs`, deployed though
+/// nothing changed (what a new version of one changed applies nowhere, or only its
+/// metadata changed); one write, only when they differ from `status`'s.
+pub(super) async fn name_runtime_configs(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    mut status: DeploymentStatus,
+    inputs: &Inputs,
+) {
+    if status.runtime_configs == inputs.runtime_configs {
+        return;
+    }
+    status.runtime_configs = inputs.runtime_configs.clone();
+    if let Err(e) = write_status(&ctx.client, deployment, &status).await {
+        tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot write the status");
+    }
 }
 
 /// The end of a quiet deploy that found nothing to do: nothing was done and nothing was
