@@ -97,7 +97,7 @@ pub(super) async fn reconcile(
         // The same content deployed: a runtime config's new version (a label) is the one
         // deployed now.
         if matches!(outcome, Some(Outcome::Deployed(_))) {
-            deploy_task::name_runtime_configs(ctx, &deployment, status, &inputs).await;
+            deploy_task::name_runtime_configs(ctx, &deployment, &status, &inputs).await;
         }
         return Ok(action);
     }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
@@ -240,7 +241,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         {
             ctx.metrics
                 .deployed(DeployResult::Succeeded.label(), started.elapsed());
-            name_runtime_configs(ctx, deployment, status, &inputs).await;
+            name_runtime_configs(ctx, deployment, &status, &inputs).await;
             finish_quietly(ctx, deployment, attempt);
             return DeployResult::Succeeded;
         }
@@ -304,19 +305,26 @@ async fn run_engine(
 
 /// Names in the status the versions of the runtime configs in `inputs`, deployed though
 /// nothing changed (what a new version of one changed applies nowhere, or only its
-/// metadata changed); one write, only when they differ from `status`'s.
+/// metadata changed), when `status` names others. Only that field is written (a merge
+/// patch): `status` may be a cached copy older than the last deploy's.
 pub(super) async fn name_runtime_configs(
     ctx: &DeploymentContext,
     deployment: &Deployment,
-    mut status: DeploymentStatus,
+    status: &DeploymentStatus,
     inputs: &Inputs,
 ) {
     if status.runtime_configs == inputs.runtime_configs {
         return;
     }
-    status.runtime_configs = inputs.runtime_configs.clone();
-    if let Err(e) = write_status(&ctx.client, deployment, &status).await {
-        tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot write the status");
+    let api: Api<Deployment> = Api::namespaced(
+        ctx.client.clone(),
+        &deployment.namespace().unwrap_or_default(),
+    );
+    let patch = serde_json::json!({"status": {"runtimeConfigs": inputs.runtime_configs}});
+    let params = PatchParams::default();
+    if let Err(e) = (api.patch_status(&deployment.name_any(), &params, &Patch::Merge(&patch))).await
+    {
+        tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot name the runtime configs deployed");
     }
 }
 
