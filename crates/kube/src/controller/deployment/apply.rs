@@ -36,12 +36,12 @@ pub(super) async fn reconcile(
 ) -> Result<Action, DeploymentError> {
     let uid = deployment.uid().unwrap_or_default();
     let generation = deployment.metadata.generation.unwrap_or_default();
-    if ctx.ledger.is_running(&uid) {
-        return Ok(while_running(ctx, &deployment, &uid, generation));
-    }
-    // Deployed, nothing asked, no input changed and read recently: nothing to read again.
     let namespace = deployment.namespace().unwrap_or_default();
     let counter = ctx.inputs.counter(&namespace);
+    if ctx.ledger.is_running(&uid) {
+        return Ok(while_running(ctx, &deployment, &uid, generation, counter));
+    }
+    // Deployed, nothing asked, no input changed and read recently: nothing to read again.
     let repair = ctx.resurrection.wanted(&uid);
     if let Some(Outcome::Deployed(attempt)) = ctx.ledger.outcome(&uid)
         && attempt.generation == generation
@@ -139,6 +139,7 @@ fn while_running(
     deployment: &Deployment,
     uid: &str,
     generation: i64,
+    counter: u64,
 ) -> Action {
     if deployment.spec.paused {
         // The deploy finishes the instances in flight, then stops.
@@ -149,13 +150,15 @@ fn while_running(
     }
     // The task triggers the next reconcile with its status write; the resync is only a
     // net (a shorter one would wake every deployment again once its deploy is done). A
-    // new generation or request waits for the task's end: that write may be seen before
-    // the task is marked finished, so look again soon (no API call until then).
+    // new generation or request, or an input changed since the task read them, waits for
+    // the task's end: that write may be seen before the task is marked finished, so look
+    // again soon (no API call until then).
     let observed = deployment
         .status
         .as_ref()
         .and_then(|s| s.observed_generation);
-    if observed != Some(generation) || !Pending::of(deployment).is_empty() {
+    let inputs_changed = ctx.ledger.inputs_unchanged_for(uid, counter).is_none();
+    if observed != Some(generation) || !Pending::of(deployment).is_empty() || inputs_changed {
         return Action::requeue(WAIT_FOR_TASK);
     }
     Action::requeue(RESYNC)
