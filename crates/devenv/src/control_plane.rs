@@ -163,11 +163,17 @@ impl ControlPlane {
             .await
     }
 
+    /// Removes the temporary directories of control planes whose process is gone (a test
+    /// binary's shared one, a killed run's); [`ControlPlane::start`] does it first.
+    pub fn remove_abandoned() {
+        remove_abandoned(&std::env::temp_dir());
+    }
+
     /// Starts etcd and kube-apiserver on free loopback ports, everything in a temporary
     /// directory removed with it, and waits until `/readyz` is ok.
     pub async fn start() -> Result<ControlPlane, ControlPlaneError> {
         let parent = std::env::temp_dir();
-        remove_abandoned(&parent);
+        Self::remove_abandoned();
         let temporary = tempfile::Builder::new()
             .prefix(TEMPORARY_PREFIX)
             .tempdir_in(&parent)
@@ -537,36 +543,4 @@ fn kubeconfig_yaml(server: &str, ca_pem: &str, users: &[(&str, &str)]) -> String
     }
     let current = users.first().map_or("", |(name, _)| name);
     yaml + &format!("current-context: {current}\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn directories_of_gone_processes_are_removed_and_others_kept() {
-        let parent = tempfile::tempdir().unwrap();
-        let make = |name: &str, owner: Option<&str>| {
-            let dir = parent.path().join(name);
-            std::fs::create_dir_all(dir.join("etcd")).unwrap();
-            if let Some(owner) = owner {
-                std::fs::write(dir.join(OWNER_FILE), owner).unwrap();
-            }
-            dir
-        };
-        let ours = process_identity(std::process::id()).expect("this process's identity");
-        let pid = std::process::id();
-        let alive = make("kubosh-cp-alive", Some(&ours));
-        // The same pid started at another time: a reused pid, not this process.
-        let reused = make("kubosh-cp-reused", Some(&format!("{pid} 1")));
-        let gone = make("kubosh-cp-gone", Some(&format!("{} 1", u32::MAX - 1)));
-        let being_made = make("kubosh-cp-new", None);
-        let other = make("something-else", Some(&format!("{} 1", u32::MAX - 1)));
-        remove_abandoned(parent.path());
-        assert!(alive.exists(), "this process's own directory stays");
-        assert!(!reused.exists(), "a reused pid is not the owner");
-        assert!(!gone.exists(), "a gone process's directory goes");
-        assert!(being_made.exists(), "no owner file yet: left alone");
-        assert!(other.exists(), "not a control plane's directory");
-    }
 }

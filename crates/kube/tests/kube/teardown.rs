@@ -1,7 +1,8 @@
 //! No stray processes: etcd and kube-apiserver die with the test process that started them,
-//! even when it panics while holding them in a static, or is killed outright.
+//! even when it panics while holding them in a static, or is killed outright; what they
+//! leave on disk goes at the next start.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,11 @@ fn child_starts_a_control_plane_and_dies() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cp = rt.block_on(kubosh_devenv::ControlPlane::start()).unwrap();
     let [etcd, apiserver] = cp.pids();
-    std::fs::write(pid_file, format!("{etcd} {apiserver}")).unwrap();
+    std::fs::write(
+        pid_file,
+        format!("{etcd} {apiserver}\n{}", cp.dir().display()),
+    )
+    .unwrap();
     std::mem::forget(cp);
     match how {
         "panic" => panic!("a test failing while it holds a control plane"),
@@ -33,7 +38,8 @@ fn child_starts_a_control_plane_and_dies() {
     }
 }
 
-fn run_child(how: &str, dir: &Path) -> Vec<u32> {
+/// The pids of the child's etcd and kube-apiserver, and its control plane's directory.
+fn run_child(how: &str, dir: &Path) -> (Vec<u32>, PathBuf) {
     let pid_file = dir.join(format!("{how}.pids"));
     // The child's own test report (which says FAILED, on purpose) is kept out of ours.
     let out = Command::new(std::env::current_exe().unwrap())
@@ -50,9 +56,12 @@ fn run_child(how: &str, dir: &Path) -> Vec<u32> {
     assert!(!out.status.success(), "the child was meant to fail:\n{log}");
     let text = std::fs::read_to_string(&pid_file)
         .unwrap_or_else(|_| panic!("the child recorded no pids:\n{log}"));
-    text.split_whitespace()
+    let (pids, cp_dir) = text.split_once('\n').expect("pids, then the directory");
+    let pids = pids
+        .split_whitespace()
         .map(|p| p.parse().unwrap())
-        .collect()
+        .collect();
+    (pids, PathBuf::from(cp_dir))
 }
 
 #[test]
@@ -61,8 +70,14 @@ fn control_plane_processes_die_with_a_panicking_or_aborted_test() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let mut left_behind = Vec::new();
     for how in ["panic", "abort"] {
-        let pids = run_child(how, dir.path());
+        let (pids, cp_dir) = run_child(how, dir.path());
+        assert!(
+            cp_dir.exists(),
+            "a leaked control plane keeps its directory"
+        );
+        left_behind.push(cp_dir);
         let deadline = Instant::now() + Duration::from_secs(10);
         while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
@@ -73,4 +88,15 @@ fn control_plane_processes_die_with_a_panicking_or_aborted_test() {
             "after a {how}: processes {left:?} outlived the test"
         );
     }
+    // Their directories (etcd's data) go at the next start; one without an owner file
+    // (being made) stays.
+    let unowned = tempfile::Builder::new()
+        .prefix("kubosh-cp-")
+        .tempdir()
+        .unwrap();
+    kubosh_devenv::ControlPlane::remove_abandoned();
+    for cp_dir in left_behind {
+        assert!(!cp_dir.exists(), "{} was left behind", cp_dir.display());
+    }
+    assert!(unowned.path().exists());
 }
