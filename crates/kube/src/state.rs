@@ -79,18 +79,22 @@ impl std::fmt::Debug for KubeStore {
 /// An `Instance` object as last written or read, and the record it holds.
 #[derive(Debug, Clone)]
 struct InstanceObject {
-    name: String,
+    /// The object without its annotations and managed fields: the record is kept parsed
+    /// beside it, and what is read of the object later (name, uid, resourceVersion,
+    /// generation, status) is small. Kept for the whole deploy, for every instance.
     object: Instance,
     record: InstanceRecord,
 }
 
 impl InstanceObject {
-    fn of(object: Instance, record: InstanceRecord) -> InstanceObject {
-        InstanceObject {
-            name: object.name_any(),
-            object,
-            record,
-        }
+    fn of(mut object: Instance, record: InstanceRecord) -> InstanceObject {
+        object.metadata.annotations = None;
+        object.metadata.managed_fields = None;
+        InstanceObject { object, record }
+    }
+
+    fn name(&self) -> &str {
+        self.object.metadata.name.as_deref().unwrap_or_default()
     }
 }
 
@@ -161,11 +165,11 @@ impl KubeStore {
             .as_ref()?
             .instances
             .values()
-            .find(|o| o.name == name)?;
+            .find(|o| o.name() == name)?;
         Some(ObjectReference {
             api_version: Some(Instance::api_version(&()).to_string()),
             kind: Some(Instance::kind(&()).to_string()),
-            name: Some(object.name.clone()),
+            name: Some(object.name().to_string()),
             namespace: Some(self.namespace.clone()),
             uid: object.object.metadata.uid.clone(),
             resource_version: object.object.metadata.resource_version.clone(),
@@ -503,7 +507,7 @@ impl KubeStore {
             "ownerReferences": self.owner_references(),
         });
         if let Some(previous) = &previous
-            && previous.name == name
+            && previous.name() == name
             && let Some(rv) = &previous.object.metadata.resource_version
         {
             metadata["resourceVersion"] = json!(rv);
@@ -521,9 +525,9 @@ impl KubeStore {
         );
         // Renamed (`migrated_from`): the object under the old name goes.
         if let Some(old) = previous
-            && old.name != name
+            && old.name() != name
         {
-            self.delete::<Instance>(&old.name).await?;
+            self.delete::<Instance>(old.name()).await?;
         }
 
         // The disks it holds, as `Disk` objects; an orphan keeps its object as it is.
@@ -618,9 +622,10 @@ impl KubeStore {
     }
 
     async fn delete_instance(&self, cache: &mut Cache, uuid: &str) -> Result<(), StoreError> {
-        let Some(InstanceObject { name, .. }) = cache.instances.remove(uuid) else {
+        let Some(object) = cache.instances.remove(uuid) else {
             return Ok(());
         };
+        let name = object.name().to_string();
         self.delete::<Instance>(&name).await?;
         cache
             .attached
