@@ -8,13 +8,23 @@
 //! | instance (VM, disks, IPs, applied spec) | its `Instance`: annotation `kubosh.io/record`, copied into the readable spec |
 //! | an instance's active disk    | a `Disk` (attached), projected from the instance record  |
 //! | orphaned disk                | a `Disk` with `orphaned: true`, no owner, finalizer `kubosh.io/disk` |
-//! | pending intent               | annotation `intent.kubosh.io/<id>` on the `Deployment`   |
-//! | DNS version, link group ids, deployed inputs | annotation `kubosh.io/state` on the `Deployment` |
+//! | pending intent               | key `intent.<id>` of the deployment's state `ConfigMap` |
+//! | DNS version, link group ids, deployed inputs | key `state` of the deployment's state `ConfigMap` |
 //! | compiled package (namespace-wide) | a `CompiledPackage`                                 |
 //! | stemcell in the cloud (namespace-wide) | annotations `kubosh.io/cid`, `kubosh.io/os` on its `Stemcell` |
 //!
+//! The state `ConfigMap` ([`KubeStore::state_name`]) is written at every intent and at
+//! every change of the deployment-wide facts (several times per repair): a built-in
+//! object costs the apiserver a fraction of a `Deployment` write (no schema, no
+//! validation rules), and its writes wake no watcher of `Deployment`s. It has no owner
+//! reference (a foreground deletion would let the garbage collector take pending intents
+//! before the deletion has used them): the deletion removes it, and one left behind is
+//! told apart from a new `Deployment` of the same name by the uid it names. State written
+//! before it existed (annotations of the `Deployment`) is read, moved with the first
+//! write and then removed.
+//!
 //! Every write is one server-side apply with field manager `kubosh`, except settling an
-//! intent, which rides on the deployment's next annotation write; objects kubosh owns
+//! intent, which rides on the deployment's next state write; objects kubosh owns
 //! alone (`Instance`) carry the `resourceVersion` last seen, so a write over someone else's
 //! change fails instead of losing it. Each [`Write`] costs one API write, plus one per disk
 //! projection that changed.
@@ -22,7 +32,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -44,8 +54,22 @@ use kubosh_engine::state::{
 /// The field manager of every write kubosh makes.
 pub const FIELD_MANAGER: &str = "kubosh";
 
-/// Annotation of a `Deployment` with the engine's deployment-wide facts (JSON).
-pub const STATE_ANNOTATION: &str = "kubosh.io/state";
+/// Key of the state `ConfigMap` with the engine's deployment-wide facts (JSON).
+pub const STATE_KEY: &str = "state";
+
+/// Prefix of the state `ConfigMap`'s keys that hold pending intents (JSON each).
+pub const INTENT_KEY_PREFIX: &str = "intent.";
+
+/// Annotation of the state `ConfigMap` with the uid of the `Deployment` it belongs to.
+pub const DEPLOYMENT_UID_ANNOTATION: &str = "kubosh.io/deployment-uid";
+
+/// Annotation of a `Deployment` with the engine's deployment-wide facts as kubosh wrote
+/// them before the state `ConfigMap` (read, moved, removed).
+const LEGACY_STATE_ANNOTATION: &str = "kubosh.io/state";
+
+/// Prefix of the annotations of a `Deployment` with pending intents as kubosh wrote them
+/// before the state `ConfigMap` (read, moved, removed).
+const LEGACY_INTENT_PREFIX: &str = "intent.kubosh.io/";
 
 /// Annotation of a `Deployment` with the request annotations the controller handled last
 /// (JSON; the status says the same, but a status can be wiped or left out of a backup).
@@ -53,9 +77,6 @@ pub const HANDLED_ANNOTATION: &str = "kubosh.io/handled-requests";
 
 /// The finalizer of orphaned `Disk`s: the disk in the cloud is deleted before the object.
 pub const DISK_FINALIZER: &str = "kubosh.io/disk";
-
-/// Prefix of the annotations of a `Deployment` that hold pending intents (JSON each).
-pub const INTENT_PREFIX: &str = "intent.kubosh.io/";
 
 /// The engine state of one deployment, kept in the apiserver.
 pub struct KubeStore {
@@ -114,6 +135,11 @@ struct Cache {
     /// The `Deployment` is gone (its orphaned disks outlive it): its state loads empty but
     /// for the orphans, and nothing may write its annotations (an apply would create it).
     deployment_gone: bool,
+    /// The `Deployment`'s uid (the state `ConfigMap` names it).
+    deployment_uid: Option<String>,
+    /// The state was read from the `Deployment`'s annotations (written before the state
+    /// `ConfigMap`): the next state write removes them.
+    legacy_annotations: bool,
     /// The deployment-wide facts and intents as last written.
     meta: DeploymentMeta,
     /// The [`HANDLED_ANNOTATION`] as last written.
@@ -227,6 +253,14 @@ impl KubeStore {
         )
     }
 
+    /// The name of the `ConfigMap` with `deployment`'s deployment-wide state and intents.
+    pub fn state_name(deployment: &str) -> String {
+        names::object_name(
+            &format!("{deployment}.kubosh-state"),
+            &format!("{deployment}\0kubosh-state"),
+        )
+    }
+
     /// The name of the `Disk` of CID `cid`.
     pub fn disk_name(deployment: &str, cid: &str) -> String {
         names::object_name(
@@ -254,7 +288,8 @@ impl KubeStore {
         Ok((state, cache))
     }
 
-    /// The deployment-wide facts and pending intents: annotations of the `Deployment`.
+    /// The deployment-wide facts and pending intents: the state `ConfigMap` (or, where
+    /// none names the `Deployment`, the annotations kubosh wrote on it before).
     async fn load_deployment(
         &self,
         state: &mut DeploymentState,
@@ -266,28 +301,52 @@ impl KubeStore {
             .await
             .map_err(|e| io(format!("deployment {}", self.deployment), e))?;
         cache.deployment_gone = deployment.is_none();
+        cache.deployment_uid = deployment.as_ref().and_then(|d| d.uid());
+        let name = Self::state_name(&self.deployment);
+        let config_map = self
+            .api::<ConfigMap>()
+            .get_opt(&name)
+            .await
+            .map_err(|e| io(format!("config map {name}"), e))?;
+        let ours = config_map.filter(|c| {
+            cache.deployment_uid.is_some()
+                && c.annotations().get(DEPLOYMENT_UID_ANNOTATION) == cache.deployment_uid.as_ref()
+        });
         let no_annotations = BTreeMap::new();
         let annotations = deployment
             .as_ref()
             .map_or(&no_annotations, |d| d.annotations());
-        if let Some(text) = annotations.get(STATE_ANNOTATION) {
-            state.meta = serde_json::from_str(text).map_err(|e| {
-                corrupt(
-                    format!("annotation {STATE_ANNOTATION} of {}", self.deployment),
-                    e,
-                )
-            })?;
+        cache.handled = annotations.get(HANDLED_ANNOTATION).cloned();
+        let (records, state_key, intent_prefix, source) = match &ours {
+            Some(c) => (
+                c.data.as_ref().unwrap_or(&no_annotations),
+                STATE_KEY,
+                INTENT_KEY_PREFIX,
+                format!("config map {name}"),
+            ),
+            None => (
+                annotations,
+                LEGACY_STATE_ANNOTATION,
+                LEGACY_INTENT_PREFIX,
+                format!("deployment {}", self.deployment),
+            ),
+        };
+        if let Some(text) = records.get(state_key) {
+            state.meta = serde_json::from_str(text)
+                .map_err(|e| corrupt(format!("{state_key} of {source}"), e))?;
         }
-        for (key, text) in annotations {
-            if key.starts_with(INTENT_PREFIX) {
+        for (key, text) in records {
+            if key.starts_with(intent_prefix) {
                 let intent: Intent = serde_json::from_str(text)
-                    .map_err(|e| corrupt(format!("annotation {key}"), e))?;
+                    .map_err(|e| corrupt(format!("{key} of {source}"), e))?;
                 state.intents.insert(intent.id.clone(), intent);
             }
         }
+        cache.legacy_annotations = ours.is_none()
+            && (annotations.keys())
+                .any(|k| k == LEGACY_STATE_ANNOTATION || k.starts_with(LEGACY_INTENT_PREFIX));
         cache.meta = state.meta.clone();
         cache.intents = state.intents.clone();
-        cache.handled = annotations.get(HANDLED_ANNOTATION).cloned();
         Ok(())
     }
 
@@ -457,27 +516,58 @@ impl KubeStore {
         ])
     }
 
-    /// The deployment's annotations as the cache holds them: all of kubosh's, so one apply
-    /// replaces the set (an intent left out is removed).
-    async fn write_deployment_annotations(&self, cache: &Cache) -> Result<(), StoreError> {
+    /// Fails for a deleted `Deployment`: an apply of its state would create it again.
+    fn check_present(&self, cache: &Cache) -> Result<(), StoreError> {
         if cache.deployment_gone {
             return Err(io(
                 format!("deployment {}", self.deployment),
                 "it does not exist (deleted); only its orphaned disks are left",
             ));
         }
-        let mut annotations = serde_json::Map::new();
-        let meta = serde_json::to_string(&cache.meta).map_err(|e| io("state annotation", e))?;
-        annotations.insert(STATE_ANNOTATION.into(), Value::String(meta));
-        if let Some(handled) = &cache.handled {
-            annotations.insert(HANDLED_ANNOTATION.into(), Value::String(handled.clone()));
-        }
+        Ok(())
+    }
+
+    /// The deployment-wide facts and intents as the cache holds them, in the state
+    /// `ConfigMap`: all of them, so one apply replaces the set (an intent left out is
+    /// removed). State still in the `Deployment`'s annotations is removed from there after.
+    async fn write_deployment_state(&self, cache: &mut Cache) -> Result<(), StoreError> {
+        self.check_present(cache)?;
+        let mut data = serde_json::Map::new();
+        let meta = serde_json::to_string(&cache.meta).map_err(|e| io("deployment state", e))?;
+        data.insert(STATE_KEY.into(), Value::String(meta));
         for intent in cache.intents.values() {
-            let text = serde_json::to_string(intent).map_err(|e| io("intent annotation", e))?;
-            annotations.insert(
-                format!("{INTENT_PREFIX}{}", names::key_name(&intent.id)),
+            let text = serde_json::to_string(intent).map_err(|e| io("intent", e))?;
+            data.insert(
+                format!("{INTENT_KEY_PREFIX}{}", names::key_name(&intent.id)),
                 Value::String(text),
             );
+        }
+        let name = Self::state_name(&self.deployment);
+        let patch = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "labels": {labels::DEPLOYMENT: names::label_value(&self.deployment)},
+                "annotations": {DEPLOYMENT_UID_ANNOTATION: cache.deployment_uid},
+            },
+            "data": data,
+        });
+        self.apply::<ConfigMap>(&name, &patch).await?;
+        if cache.legacy_annotations {
+            self.write_deployment_annotations(cache).await?;
+            cache.legacy_annotations = false;
+        }
+        Ok(())
+    }
+
+    /// The `Deployment`'s kubosh annotations as the cache holds them: the handled requests
+    /// alone (one apply replaces the set: state written there before is removed).
+    async fn write_deployment_annotations(&self, cache: &Cache) -> Result<(), StoreError> {
+        self.check_present(cache)?;
+        let mut annotations = serde_json::Map::new();
+        if let Some(handled) = &cache.handled {
+            annotations.insert(HANDLED_ANNOTATION.into(), Value::String(handled.clone()));
         }
         let patch = json!({
             "apiVersion": Deployment::api_version(&()),
@@ -485,6 +575,18 @@ impl KubeStore {
             "metadata": {"name": self.deployment, "annotations": annotations},
         });
         self.apply::<Deployment>(&self.deployment, &patch).await?;
+        Ok(())
+    }
+
+    /// Removes the state `ConfigMap` (the deployment's deletion has succeeded: nothing is
+    /// left for it to hold).
+    pub async fn forget_deployment_state(&self) -> Result<(), StoreError> {
+        self.delete::<ConfigMap>(&Self::state_name(&self.deployment))
+            .await?;
+        if let Some(cache) = self.cache.lock().await.as_mut() {
+            cache.meta = DeploymentMeta::default();
+            cache.intents.clear();
+        }
         Ok(())
     }
 
@@ -760,7 +862,12 @@ impl KubeStore {
             return Ok(());
         }
         let previous = guard.handled.replace(text);
-        let result = self.write_deployment_annotations(&guard).await;
+        // State not yet moved out of the annotations goes first, or this write would drop it.
+        let result = if guard.legacy_annotations {
+            self.write_deployment_state(&mut guard).await
+        } else {
+            self.write_deployment_annotations(&guard).await
+        };
         if result.is_err() {
             guard.handled = previous;
         }
@@ -785,7 +892,7 @@ impl KubeStore {
             Write::DeleteInstance(uuid) => self.delete_instance(cache, uuid).await,
             Write::Intent(intent) => {
                 let previous = cache.intents.insert(intent.id.clone(), intent.clone());
-                let result = self.write_deployment_annotations(cache).await;
+                let result = self.write_deployment_state(cache).await;
                 if result.is_err() {
                     match previous {
                         Some(p) => cache.intents.insert(p.id.clone(), p),
@@ -794,7 +901,7 @@ impl KubeStore {
                 }
                 result
             }
-            // Settling waits for the next write of the deployment's annotations (the next
+            // Settling waits for the next write of the deployment's state (the next
             // intent, the deploy's last `Meta`): an intent left pending by a crash is one
             // whose owner carries its result, which recovery settles without touching the
             // cloud. One write per creation instead of two.
@@ -804,7 +911,7 @@ impl KubeStore {
             }
             Write::Meta(meta) => {
                 let previous = std::mem::replace(&mut cache.meta, meta.clone());
-                let result = self.write_deployment_annotations(cache).await;
+                let result = self.write_deployment_state(cache).await;
                 if result.is_err() {
                     cache.meta = previous;
                 }

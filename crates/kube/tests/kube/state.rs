@@ -11,6 +11,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kubosh_engine::state::{
     AppliedSpec, CompiledPackage, DeploymentMeta, DiskRecord, InstanceRecord, InstanceState,
     Intent, IntentKind, IpRecord, MemoryStore, OrphanedDisk, StateStore, StemcellRecord, VmRecord,
@@ -20,7 +21,7 @@ use kubosh_kube::api::{
     CID_ANNOTATION, CompiledPackage as CompiledPackageResource, Deployment, Disk, Instance,
     Stemcell,
 };
-use kubosh_kube::state::{INTENT_PREFIX, KubeStore, STATE_ANNOTATION};
+use kubosh_kube::state::{INTENT_KEY_PREFIX, KubeStore, STATE_KEY};
 
 fn instance(uuid: &str, group: &str, index: u64) -> InstanceRecord {
     InstanceRecord {
@@ -261,8 +262,21 @@ async fn writes_read_back_as_the_memory_store_applies_them_from_specs_and_annota
         .await
         .unwrap();
     assert_eq!(d.metadata.generation, Some(1));
-    assert!(d.annotations().contains_key(STATE_ANNOTATION));
-    assert!(!d.annotations().keys().any(|k| k.starts_with(INTENT_PREFIX)));
+    assert!(
+        !d.annotations().keys().any(|k| k.contains("kubosh.io/")),
+        "the engine's state is not the Deployment's: {:?}",
+        d.annotations()
+    );
+    let kept: ConfigMap = Api::namespaced(client.clone(), &ns)
+        .get(&KubeStore::state_name("zk"))
+        .await
+        .unwrap();
+    let data = kept.data.unwrap_or_default();
+    assert!(data.contains_key(STATE_KEY), "{data:?}");
+    assert!(
+        !data.keys().any(|k| k.starts_with(INTENT_KEY_PREFIX)),
+        "settled: {data:?}"
+    );
     let packages = Api::<CompiledPackageResource>::namespaced(client.clone(), &ns)
         .list(&Default::default())
         .await
@@ -391,4 +405,112 @@ async fn a_vms_env_is_sealed_in_the_instance_and_still_compares() {
     assert!(kubosh_base::secret::same_value(vm_env, &env));
     let applied_env = &back.applied.as_ref().unwrap().env;
     assert!(kubosh_base::secret::same_value(applied_env, &env));
+}
+
+/// State kubosh wrote as annotations of the `Deployment` (before the state `ConfigMap`) is
+/// read, moved with the first write and removed from there; a state `ConfigMap` left by an
+/// earlier `Deployment` of the same name is not the new one's; the deletion's end removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_moves_from_the_deployment_and_is_the_deployments_own() {
+    let cp = support::control_plane().await;
+    let ns = support::namespace("state-moves").await;
+    let client = cp.client().await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    deployment(&client, &ns, "zk").await;
+    let meta = DeploymentMeta {
+        dns_version: 7,
+        ..DeploymentMeta::default()
+    };
+    let intent = Intent {
+        id: "create-vm/u-1".into(),
+        kind: IntentKind::CreateVm {
+            instance: Some("u-1".into()),
+            agent_id: "agent-1".into(),
+        },
+        cid: None,
+        cpi: None,
+    };
+    // As an earlier kubosh left it: state and an intent on the Deployment, applied by kubosh.
+    let legacy = json!({
+        "apiVersion": Deployment::api_version(&()),
+        "kind": Deployment::kind(&()),
+        "metadata": {"name": "zk", "annotations": {
+            "kubosh.io/state": serde_json::to_string(&meta).unwrap(),
+            "intent.kubosh.io/create-vm-u-1": serde_json::to_string(&intent).unwrap(),
+            "kubosh.io/handled-requests": "{\"action\":\"recreate web/0\"}",
+        }},
+    });
+    deployments
+        .patch(
+            "zk",
+            &PatchParams::apply("kubosh").force(),
+            &Patch::Apply(&legacy),
+        )
+        .await
+        .unwrap();
+    let store = KubeStore::new(client.clone(), &ns, "zk", None);
+    let state = store.load().await.unwrap();
+    assert_eq!(state.meta.dns_version, 7);
+    assert_eq!(state.intents.len(), 1, "{:?}", state.intents);
+    assert!(
+        config_maps
+            .get_opt(&KubeStore::state_name("zk"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The first write moves it: the intents and facts in the ConfigMap, gone from the
+    // Deployment but for the handled requests.
+    let next = DeploymentMeta {
+        dns_version: 8,
+        ..DeploymentMeta::default()
+    };
+    store.write(&Write::Meta(next.clone())).await.unwrap();
+    let annotations = deployments.get("zk").await.unwrap().annotations().clone();
+    assert_eq!(
+        annotations
+            .keys()
+            .filter(|k| k.contains("kubosh.io"))
+            .collect::<Vec<_>>(),
+        ["kubosh.io/handled-requests"],
+        "{annotations:?}"
+    );
+    let fresh = KubeStore::new(client.clone(), &ns, "zk", None)
+        .load()
+        .await
+        .unwrap();
+    assert_eq!(fresh.meta, next);
+    assert_eq!(
+        fresh.intents, state.intents,
+        "the pending intent moved with it"
+    );
+
+    // Deleted and made again under the same name: the old ConfigMap is not its state.
+    deployments.delete("zk", &Default::default()).await.unwrap();
+    deployment(&client, &ns, "zk").await;
+    let renewed = KubeStore::new(client.clone(), &ns, "zk", None);
+    let state = renewed.load().await.unwrap();
+    assert_eq!(state.meta, DeploymentMeta::default());
+    assert!(state.intents.is_empty(), "{:?}", state.intents);
+    renewed.write(&Write::Meta(meta.clone())).await.unwrap();
+    assert_eq!(
+        KubeStore::new(client.clone(), &ns, "zk", None)
+            .load()
+            .await
+            .unwrap()
+            .meta,
+        meta
+    );
+
+    // The deletion's end removes it.
+    renewed.forget_deployment_state().await.unwrap();
+    assert!(
+        config_maps
+            .get_opt(&KubeStore::state_name("zk"))
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

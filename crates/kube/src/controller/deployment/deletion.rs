@@ -23,6 +23,7 @@ use super::{DeploymentContext, DeploymentError};
 use crate::api::{DeletionPolicy, Deployment, DeploymentStatus};
 use crate::state::KubeStore;
 use kubosh_engine::CancellationToken;
+use kubosh_engine::EngineError;
 use kubosh_engine::delete::DiskDisposal;
 
 /// How soon a deployment being deleted is looked at again while its task runs.
@@ -134,9 +135,21 @@ async fn run_delete(
     // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
     // garbage collector drop their records and leak them in the cloud).
     let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
-    let mut engine = ctx.engine(store, &namespace, Arc::new(DeployProgress::new()), cancel);
+    let mut engine = ctx.engine(
+        store.clone(),
+        &namespace,
+        Arc::new(DeployProgress::new()),
+        cancel,
+    );
     engine.named_clouds = ctx.named_clouds(&namespace).await?;
-    match engine.delete_deployment(&name, disposal).await {
+    let deleted = match engine.delete_deployment(&name, disposal).await {
+        // The state `ConfigMap` has no owner: it goes with the deletion's success.
+        Ok(report) => (store.forget_deployment_state().await)
+            .map(|()| report)
+            .map_err(EngineError::from),
+        Err(e) => Err(e),
+    };
+    match deleted {
         Ok(report) => {
             let note = format!(
                 "Deleted {} instance(s); {} disk(s) deleted, {} orphaned",
