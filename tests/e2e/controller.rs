@@ -1315,6 +1315,17 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
         .unwrap()
         .items;
     assert!(left.is_empty(), "{left:?}");
+    // Its state and deployed spec, which have no owner, went with it.
+    let state = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(&kubosh_kube::state::KubeStore::state_name("hello"))
+        .await
+        .unwrap();
+    assert!(state.is_none(), "{state:?}");
+    let kept = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .get_opt(&kubosh_kube::deployed_spec::DeployedSpec::name("hello"))
+        .await
+        .unwrap();
+    assert!(kept.is_none(), "{kept:?}");
     // The orphans outlive their deployment, and `kubectl delete` deletes them from the cloud.
     kubectl(
         cp,

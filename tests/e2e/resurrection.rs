@@ -385,6 +385,67 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
     let after: Vec<String> = instances(&client, ns).await.iter().map(vm_of).collect();
     assert_eq!(after, vms, "no VM recreated");
     assert_eq!(create_vm_calls(&w), creates);
+
+    // A generation that does not validate is pending: an instance that loses its agent is
+    // recreated from the generation deployed last (as BOSH's resurrector recreates from what
+    // is deployed), and the status keeps saying the newest cannot deploy.
+    hello["spec"]["manifest"]["instance_groups"][0]["vm_type"] = json!("no-such-type");
+    let invalid = apply_deployment(&client, ns, &hello).await;
+    wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        condition(d, "Stalled").is_some_and(|c| c.status == "True" && c.reason == "InvalidManifest")
+    })
+    .await;
+    kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(after[0].clone())).unwrap();
+    let repaired = |d: &Deployment| {
+        let replaced = futures::executor::block_on(instances(&client, ns))
+            .first()
+            .is_some_and(|i| {
+                i.spec.vm_cid.as_ref().is_some_and(|v| v != &after[0])
+                    && i.status.as_ref().and_then(|s| s.process_state)
+                        == Some(ProcessState::Running)
+            });
+        replaced
+            && d.status
+                .as_ref()
+                .and_then(|s| s.last_task.as_ref())
+                .is_some_and(|t| t.state == kubosh_kube::api::TaskState::Succeeded)
+    };
+    let d = wait_for(
+        &deployments,
+        "hello",
+        Duration::from_secs(120),
+        &w,
+        repaired,
+    )
+    .await;
+    let stalled = condition(&d, "Stalled").expect("still stalled");
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "InvalidManifest")
+    );
+    assert!(!is_ready(&d), "the newest generation is not deployed");
+    let status = d.status.as_ref().unwrap();
+    assert_eq!(status.observed_generation, Some(invalid));
+    let task = status.last_task.as_ref().unwrap();
+    assert_eq!(
+        task.description,
+        format!("repair from generation {generation}")
+    );
+    let notes: Vec<String> = (events_of(&client, ns).await.iter())
+        .filter(|e| e.reason.as_deref() == Some("DeploySucceeded"))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with(&format!("Repaired from generation {generation}"))),
+        "{notes:?}"
+    );
+    let now = instances(&client, ns).await;
+    let ip = now[0].spec.networks[0].ip.clone().unwrap();
+    let body = http_get(&ip, w.port).unwrap_or_default();
+    assert!(body.contains("second"), "the deployed spec runs: {body}");
+    assert_eq!(vm_of(&now[1]), after[1], "web/1 untouched");
 }
 
 /// How many Events with `reason` the namespace has.

@@ -19,6 +19,7 @@ use super::ledger::{Attempt, InputsKey, Outcome, TaskKind};
 use super::report::{publish, reasons, set_trio, write_status};
 use super::{DeploymentContext, DeploymentError, RESYNC};
 use crate::api::{Deployment, DeploymentStatus};
+use crate::deployed_spec::DeployedSpec;
 use crate::state::KubeStore;
 
 /// How soon a deployment with a new generation or request is looked at again while its
@@ -58,7 +59,14 @@ pub(super) async fn reconcile(
     Handled::of(&deployment).fill(&mut status);
     let inputs = match read_inputs(ctx, &deployment, counter, &status).await? {
         Ok(inputs) => inputs,
-        Err(unready) => return report_unready(ctx, &deployment, status, unready).await,
+        Err(unready) => {
+            let invalid = matches!(unready, Unready::Invalid { .. });
+            let action = report_unready(ctx, &deployment, status, unready).await?;
+            if invalid && repair && !deployment.spec.paused {
+                return repair_from_deployed(ctx, &deployment, counter, action).await;
+            }
+            return Ok(action);
+        }
     };
     if deployment.spec.paused {
         return report_paused(ctx, &deployment, status).await;
@@ -110,9 +118,73 @@ pub(super) async fn reconcile(
         attempt,
         pending,
         cancel,
+        repair_of: None,
     };
     deploy_task::spawn(ctx, task);
     Ok(Action::requeue(RESYNC))
+}
+
+/// Instances that lost their agent or VM while the newest generation does not validate:
+/// recreated from the spec of the generation deployed last, as BOSH's resurrector recreates
+/// from what is deployed (the status keeps saying why the newest cannot deploy). Nothing
+/// when no spec was kept or it does not validate with today's inputs either; after a failed
+/// repair, the next waits for the backoff. `action` is what the reconcile returns otherwise.
+async fn repair_from_deployed(
+    ctx: &Arc<DeploymentContext>,
+    deployment: &Arc<Deployment>,
+    counter: u64,
+    action: Action,
+) -> Result<Action, DeploymentError> {
+    let uid = deployment.uid().unwrap_or_default();
+    let wait = ctx.ledger.repair_wait(&uid);
+    if !wait.is_zero() {
+        return Ok(Action::requeue(wait));
+    }
+    let namespace = deployment.namespace().unwrap_or_default();
+    let kept = DeployedSpec::new(ctx.client.clone(), &namespace, &deployment.name_any());
+    let (from, spec) = match kept.read(&uid).await {
+        Ok(Some(kept)) => kept,
+        Ok(None) => {
+            tracing::warn!(deployment = %deployment.name_any(), "instances to repair, but no deployed spec is kept and the newest does not validate");
+            return Ok(action);
+        }
+        Err(e) => {
+            tracing::warn!(deployment = %deployment.name_any(), error = %e, "instances to repair");
+            return Ok(action);
+        }
+    };
+    let mut deployed = Deployment::clone(deployment);
+    deployed.spec = spec;
+    let watched = (ctx.inputs)
+        .watched(&ctx.client, &namespace, counter)
+        .await
+        .map_err(inputs::InputError::Kube)?;
+    let gathered = inputs::gather(&ctx.client, &deployed, &watched, ctx.cloud_maker.as_ref()).await;
+    let inputs = match gathered {
+        Ok(Ok(inputs)) => inputs,
+        Ok(Err(unready)) => {
+            tracing::warn!(deployment = %deployment.name_any(), from, "instances to repair, but the deployed generation cannot deploy either: {unready}");
+            return Ok(action);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(cancel) = ctx.ledger.start(&uid, TaskKind::Deploy, &ctx.cancel) else {
+        return Ok(Action::requeue(TASK_STARTED_ELSEWHERE));
+    };
+    let attempt = Attempt {
+        generation: from,
+        inputs: InputsKey::of(&inputs, None),
+    };
+    let task = DeployTask {
+        deployment: Arc::new(deployed),
+        inputs,
+        attempt,
+        pending: Pending::default(),
+        cancel,
+        repair_of: Some(from),
+    };
+    deploy_task::spawn(ctx, task);
+    Ok(action)
 }
 
 /// The digest of what the deployments `inputs` consume links from share (`None` when they

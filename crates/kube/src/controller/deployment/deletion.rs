@@ -21,9 +21,9 @@ use super::ledger::{Outcome, TaskKind};
 use super::report::{publish, reasons, set_trio, write_status};
 use super::{DeploymentContext, DeploymentError};
 use crate::api::{DeletionPolicy, Deployment, DeploymentStatus};
+use crate::deployed_spec::DeployedSpec;
 use crate::state::KubeStore;
 use kubosh_engine::CancellationToken;
-use kubosh_engine::EngineError;
 use kubosh_engine::delete::DiskDisposal;
 
 /// How soon a deployment being deleted is looked at again while its task runs.
@@ -143,11 +143,16 @@ async fn run_delete(
     );
     engine.named_clouds = ctx.named_clouds(&namespace).await?;
     let deleted = match engine.delete_deployment(&name, disposal).await {
-        // The state `ConfigMap` has no owner: it goes with the deletion's success.
-        Ok(report) => (store.forget_deployment_state().await)
-            .map(|()| report)
-            .map_err(EngineError::from),
-        Err(e) => Err(e),
+        // The state `ConfigMap` and the deployed spec have no owner: they go with the
+        // deletion's success.
+        Ok(report) => match store.forget_deployment_state().await {
+            Ok(()) => (DeployedSpec::new(ctx.client.clone(), &namespace, &name).forget())
+                .await
+                .map(|()| report)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
     };
     match deleted {
         Ok(report) => {

@@ -39,6 +39,9 @@ enum DeployKind {
     Action(InstanceAction, Option<Scope>),
     /// A scan or a resolution of its problems (`kubosh.io/action: cck`, `resolve ...`).
     Cck(Requested),
+    /// Instances that lost their agent or VM recreated from the spec of the generation
+    /// deployed last (this one), while the newest generation does not validate.
+    Repair(i64),
 }
 
 impl DeployKind {
@@ -62,7 +65,10 @@ impl DeployKind {
     fn action(&self) -> Option<(InstanceAction, Option<Scope>)> {
         match self {
             DeployKind::Action(verb, scope) => Some((*verb, scope.clone())),
-            DeployKind::Create | DeployKind::Update | DeployKind::Cck(_) => None,
+            DeployKind::Create
+            | DeployKind::Update
+            | DeployKind::Cck(_)
+            | DeployKind::Repair(_) => None,
         }
     }
 }
@@ -76,6 +82,7 @@ impl std::fmt::Display for DeployKind {
                 f.write_str(&requests::describe(*verb, scope.as_ref()))
             }
             DeployKind::Cck(requested) => requested.fmt(f),
+            DeployKind::Repair(from) => write!(f, "repair from generation {from}"),
         }
     }
 }
@@ -149,6 +156,10 @@ pub(super) struct DeployTask {
     pub(super) attempt: Attempt,
     pub(super) pending: Pending,
     pub(super) cancel: CancellationToken,
+    /// A repair from the spec of this generation, the last deployed (`deployment` carries
+    /// that spec; its newest does not validate): its status keeps saying why the newest
+    /// cannot deploy.
+    pub(super) repair_of: Option<i64>,
 }
 
 /// Starts `task` as a tracked task (awaited when the controller stops); the ledger hears
@@ -185,10 +196,14 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         attempt,
         pending,
         cancel,
+        repair_of,
     } = task;
     let deployment = deployment.as_ref();
     let namespace = deployment.namespace().unwrap_or_default();
-    let kind = DeployKind::of(deployment, &pending);
+    let kind = match repair_of {
+        Some(from) => DeployKind::Repair(from),
+        None => DeployKind::of(deployment, &pending),
+    };
     if let DeployKind::Cck(requested) = &kind {
         let task = super::cck_task::CckTask {
             deployment: deployment.clone(),
@@ -235,6 +250,9 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     let result = run_engine(ctx, deployment, &engine, &inputs, &kind).await;
     let announced = writer.stop(ctx, deployment).await;
     let mut status = status.lock().await.clone();
+    if result.is_ok() && repair_of.is_none() {
+        keep_deployed_spec(ctx, deployment, attempt.generation).await;
+    }
     if quiet && !announced {
         if let Ok(report) = &result
             && report.noop
@@ -268,7 +286,12 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     ctx.metrics.deployed(ended.label(), elapsed);
     // The task's status was read at its start: whether resurrection runs is said as it is now.
     super::super::health::resurrection_condition(&mut status, &ctx.resurrection, &uid);
-    let status = conclude(ctx, deployment, &inputs, status, attempt, result, elapsed).await;
+    let status = match repair_of {
+        Some(from) => {
+            conclude_repair(ctx, deployment, &inputs, status, result, from, elapsed).await
+        }
+        None => conclude(ctx, deployment, &inputs, status, attempt, result, elapsed).await,
+    };
     acknowledge_requests(ctx, deployment, &store, status, pending, ended).await;
     ended
 }
@@ -345,6 +368,8 @@ pub(super) fn task_id() -> String {
 #[derive(Debug, Clone)]
 pub(super) struct Announcement {
     generation: i64,
+    /// A repair: the conditions keep saying why the newest generation cannot deploy.
+    keeps_conditions: bool,
     /// `lastTask.description`.
     description: String,
     /// The condition's message and the Event's note.
@@ -360,9 +385,13 @@ impl Announcement {
                 format!("Deploying generation {generation}: {description}")
             }
             DeployKind::Create | DeployKind::Update => format!("Deploying generation {generation}"),
+            DeployKind::Repair(from) => format!(
+                "Repairing instances from generation {from}, the last deployed (generation {generation} cannot be deployed)"
+            ),
         };
         Announcement {
             generation,
+            keeps_conditions: matches!(kind, DeployKind::Repair(_)),
             description,
             message,
         }
@@ -371,13 +400,15 @@ impl Announcement {
     /// `status` as a deploy that started says it.
     pub(super) fn apply(&self, status: &mut DeploymentStatus) {
         let message = format!("Deploying generation {}", self.generation);
-        set_trio(
-            status,
-            Some(self.generation),
-            (false, reasons::DEPLOYING, &message),
-            (true, reasons::DEPLOYING, &message),
-            (false, reasons::DEPLOYING, ""),
-        );
+        if !self.keeps_conditions {
+            set_trio(
+                status,
+                Some(self.generation),
+                (false, reasons::DEPLOYING, &message),
+                (true, reasons::DEPLOYING, &message),
+                (false, reasons::DEPLOYING, ""),
+            );
+        }
         status.progress = None;
         status.last_task = Some(TaskSummary {
             id: task_id(),
@@ -406,7 +437,7 @@ fn starts_quietly(deployment: &Deployment, kind: &DeployKind, pending: &Pending)
     let status = deployment.status.as_ref();
     // Whoever asked (an action, a reconcile request) hears how it went.
     pending.is_empty()
-        && !matches!(kind, DeployKind::Action(..) | DeployKind::Cck(_))
+        && matches!(kind, DeployKind::Create | DeployKind::Update)
         && status.is_some_and(|s| {
             s.observed_generation == generation
                 && super::super::status::is_ready(&s.conditions, s.observed_generation)
@@ -468,6 +499,73 @@ async fn conclude(
         }
     }
     status
+}
+
+/// The status after a repair's `result`: the task's end and an Event; the conditions and
+/// the ledger's outcome keep saying why the newest generation cannot deploy. A failed
+/// repair is tried again after the backoff.
+async fn conclude_repair(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    inputs: &Inputs,
+    mut status: DeploymentStatus,
+    result: Result<DeployReport, Failure>,
+    from: i64,
+    elapsed: Duration,
+) -> DeploymentStatus {
+    let uid = deployment.uid().unwrap_or_default();
+    let task = status.last_task.get_or_insert_with(TaskSummary::default);
+    task.finished = Some(now());
+    task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
+    let (kind, reason, note) = match result {
+        Ok(report) => {
+            task.state = TaskState::Succeeded;
+            let note = format!(
+                "Repaired from generation {from}, the last deployed: recreated {} instance(s) in {}s",
+                report.updated.len(),
+                elapsed.as_secs()
+            );
+            (EventType::Normal, "DeploySucceeded", note)
+        }
+        Err(Failure::Cancelled) => {
+            task.state = TaskState::Cancelled;
+            let note = "The repair stopped after the steps in flight".to_string();
+            (EventType::Normal, "DeployCancelled", note)
+        }
+        Err(Failure::Failed(error)) => {
+            let message = inputs.scrub(&failure_message(ctx, deployment, &error));
+            task.state = TaskState::Failed;
+            task.error = Some(clip(&message));
+            let note = format!("Repair from generation {from} failed: {message}");
+            (EventType::Warning, "DeployFailed", note)
+        }
+    };
+    ctx.ledger
+        .repair_ended(&uid, task.state == TaskState::Succeeded);
+    tracing::info!(deployment = %deployment.name_any(), "{note}");
+    publish(ctx, deployment, kind, reason, note).await;
+    status
+}
+
+/// Keeps the spec of `generation`, deployed now, unless this process kept it already:
+/// what a repair recreates from while a newer generation does not validate.
+async fn keep_deployed_spec(ctx: &DeploymentContext, deployment: &Deployment, generation: i64) {
+    let uid = deployment.uid().unwrap_or_default();
+    if ctx.ledger.kept_generation(&uid) == Some(generation) {
+        return;
+    }
+    let namespace = deployment.namespace().unwrap_or_default();
+    let kept = crate::deployed_spec::DeployedSpec::new(
+        ctx.client.clone(),
+        &namespace,
+        &deployment.name_any(),
+    );
+    match kept.keep(&uid, generation, &deployment.spec).await {
+        Ok(()) => ctx.ledger.set_kept_generation(&uid, generation),
+        Err(e) => {
+            tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot keep the deployed spec")
+        }
+    }
 }
 
 /// What a failed deploy's status says: the error, and for agents that did not answer, why

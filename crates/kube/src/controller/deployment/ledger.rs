@@ -122,6 +122,11 @@ pub struct Ledger {
     /// When each deployment last read its inputs, and its namespace's
     /// [`InputChanges`](super::InputChanges) counter then.
     read: Mutex<HashMap<String, (u64, Instant)>>,
+    /// The generation whose spec this process kept for each deployment (see
+    /// [`DeployedSpec`](crate::deployed_spec::DeployedSpec)).
+    kept: Mutex<HashMap<String, i64>>,
+    /// When a repair of each deployment from its kept spec may run again (after one failed).
+    repair_not_before: Mutex<HashMap<String, Instant>>,
 }
 
 impl Ledger {
@@ -228,6 +233,42 @@ impl Ledger {
             .unwrap_or_else(PoisonError::into_inner)
             .get(uid)
             .copied()
+    }
+
+    /// The generation whose spec this process kept for `uid`, if it kept one.
+    pub(super) fn kept_generation(&self, uid: &str) -> Option<i64> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.get(uid).copied()
+    }
+
+    /// Records that `uid`'s spec of `generation` is kept.
+    pub(super) fn set_kept_generation(&self, uid: &str, generation: i64) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.insert(uid.to_string(), generation);
+    }
+
+    /// How long until a repair of `uid` from its kept spec may run (zero: now).
+    pub(super) fn repair_wait(&self, uid: &str) -> Duration {
+        let not_before = self
+            .repair_not_before
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (not_before.get(uid)).map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
+    }
+
+    /// A repair of `uid` ended: after a failure the next waits for the backoff.
+    pub(super) fn repair_ended(&self, uid: &str, succeeded: bool) {
+        let at = (!succeeded).then(|| Instant::now() + self.next_delay(uid));
+        let mut not_before = self
+            .repair_not_before
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match at {
+            Some(at) => not_before.insert(uid.to_string(), at),
+            None => not_before.remove(uid),
+        };
     }
 
     pub(crate) fn is_running(&self, uid: &str) -> bool {

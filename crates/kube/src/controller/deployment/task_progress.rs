@@ -14,7 +14,7 @@ use super::super::status;
 use super::DeploymentContext;
 use super::deploy_task::Announcement;
 use super::report::{publish, publish_regarding, reasons, write_status};
-use crate::api::condition::RECONCILING;
+use crate::api::condition::{RECONCILING, STALLED};
 use crate::api::{Deployment, DeploymentStatus, Progress};
 use crate::state::KubeStore;
 use kube::ResourceExt;
@@ -182,10 +182,15 @@ async fn report_progress(task: Task, mut stop: watch::Receiver<bool>) {
                 s.observed_generation.unwrap_or_default(),
             );
             let generation = s.observed_generation;
-            status::set_condition(
-                &mut s.conditions,
-                status::condition(RECONCILING, true, reasons::DEPLOYING, &message, generation),
-            );
+            // A repair while the newest generation cannot deploy (its status says it is
+            // stalled) leaves the conditions saying so.
+            let stalled = (s.conditions.iter()).any(|c| c.type_ == STALLED && c.status == "True");
+            if !stalled {
+                status::set_condition(
+                    &mut s.conditions,
+                    status::condition(RECONCILING, true, reasons::DEPLOYING, &message, generation),
+                );
+            }
             s.progress = Some(p);
             if let Some(rollout) = progress.rollout() {
                 super::instances::count_rollout(&mut s, &rollout);
