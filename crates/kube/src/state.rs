@@ -278,36 +278,60 @@ impl KubeStore {
 
     /// Everything the engine remembers of the deployment, and what the store caches of the
     /// objects it came from.
+    /// Its six reads go out at once: a deploy (a repair) waits for one round trip, not six.
     async fn load_all(&self) -> Result<(DeploymentState, Cache), StoreError> {
+        let state_name = Self::state_name(&self.deployment);
+        let selector = Self::selector(&self.deployment);
+        let everywhere = ListParams::default();
+        let (deployment, config_map, instances, disks, packages, stemcells) = tokio::try_join!(
+            async {
+                (self.api::<Deployment>().get_opt(&self.deployment).await)
+                    .map_err(|e| io(format!("deployment {}", self.deployment), e))
+            },
+            async {
+                (self.api::<ConfigMap>().get_opt(&state_name).await)
+                    .map_err(|e| io(format!("config map {state_name}"), e))
+            },
+            async {
+                (self.api::<Instance>().list(&selector).await)
+                    .map_err(|e| io("listing instances", e))
+            },
+            async {
+                (self.api::<Disk>().list(&selector).await).map_err(|e| io("listing disks", e))
+            },
+            async {
+                (self
+                    .api::<CompiledPackageResource>()
+                    .list(&everywhere)
+                    .await)
+                    .map_err(|e| io("listing compiled packages", e))
+            },
+            async {
+                (self.api::<Stemcell>().list(&everywhere).await)
+                    .map_err(|e| io("listing stemcells", e))
+            },
+        )?;
         let mut state = DeploymentState::default();
         let mut cache = Cache::default();
-        self.load_deployment(&mut state, &mut cache).await?;
-        self.load_instances(&mut state, &mut cache).await?;
-        self.load_disks(&mut state, &mut cache).await?;
-        self.load_namespace_records(&mut state, &mut cache).await?;
+        self.load_deployment(deployment, config_map, &mut state, &mut cache)?;
+        self.load_instances(instances.items, &mut state, &mut cache)?;
+        self.load_disks(disks.items, &mut state, &mut cache);
+        load_namespace_records(packages.items, stemcells.items, &mut state, &mut cache);
         Ok((state, cache))
     }
 
     /// The deployment-wide facts and pending intents: the state `ConfigMap` (or, where
     /// none names the `Deployment`, the annotations kubosh wrote on it before).
-    async fn load_deployment(
+    fn load_deployment(
         &self,
+        deployment: Option<Deployment>,
+        config_map: Option<ConfigMap>,
         state: &mut DeploymentState,
         cache: &mut Cache,
     ) -> Result<(), StoreError> {
-        let deployment = self
-            .api::<Deployment>()
-            .get_opt(&self.deployment)
-            .await
-            .map_err(|e| io(format!("deployment {}", self.deployment), e))?;
         cache.deployment_gone = deployment.is_none();
         cache.deployment_uid = deployment.as_ref().and_then(|d| d.uid());
         let name = Self::state_name(&self.deployment);
-        let config_map = self
-            .api::<ConfigMap>()
-            .get_opt(&name)
-            .await
-            .map_err(|e| io(format!("config map {name}"), e))?;
         let ours = config_map.filter(|c| {
             cache.deployment_uid.is_some()
                 && c.annotations().get(DEPLOYMENT_UID_ANNOTATION) == cache.deployment_uid.as_ref()
@@ -351,16 +375,12 @@ impl KubeStore {
     }
 
     /// The instance records: the deployment's `Instance` objects.
-    async fn load_instances(
+    fn load_instances(
         &self,
+        instances: Vec<Instance>,
         state: &mut DeploymentState,
         cache: &mut Cache,
     ) -> Result<(), StoreError> {
-        let instances = self
-            .api::<Instance>()
-            .list(&Self::selector(&self.deployment))
-            .await
-            .map_err(|e| io("listing instances", e))?;
         for object in instances {
             let name = object.name_any();
             // Another deployment whose name hashes to the same label value is not ours.
@@ -391,16 +411,7 @@ impl KubeStore {
     }
 
     /// Active and orphaned disks: the deployment's `Disk` objects.
-    async fn load_disks(
-        &self,
-        state: &mut DeploymentState,
-        cache: &mut Cache,
-    ) -> Result<(), StoreError> {
-        let disks = self
-            .api::<Disk>()
-            .list(&Self::selector(&self.deployment))
-            .await
-            .map_err(|e| io("listing disks", e))?;
+    fn load_disks(&self, disks: Vec<Disk>, state: &mut DeploymentState, cache: &mut Cache) {
         for object in disks {
             if object.spec.deployment != self.deployment {
                 continue;
@@ -411,41 +422,6 @@ impl KubeStore {
             }
             cache.disks.insert(object.spec.cid.clone(), object.spec);
         }
-        Ok(())
-    }
-
-    /// What all deployments of the namespace share: compiled packages, and the cloud CIDs of
-    /// stemcells.
-    async fn load_namespace_records(
-        &self,
-        state: &mut DeploymentState,
-        cache: &mut Cache,
-    ) -> Result<(), StoreError> {
-        let packages = self
-            .api::<CompiledPackageResource>()
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| io("listing compiled packages", e))?;
-        for object in packages {
-            let record = compiled_of(&object.spec);
-            state
-                .compiled_packages
-                .insert(compiled_package_key(&record), record);
-        }
-
-        let stemcells = self
-            .api::<Stemcell>()
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| io("listing stemcells", e))?;
-        for object in stemcells {
-            let key = format!("{}/{}", object.spec.name, object.spec.version.as_str());
-            for record in stemcell_records(&object) {
-                state.stemcells.insert(record.key(), record);
-            }
-            cache.stemcells.insert(key, object.name_any());
-        }
-        Ok(())
     }
 
     async fn apply<K>(&self, name: &str, object: &Value) -> Result<K, StoreError>
@@ -982,6 +958,29 @@ impl StateStore for KubeStore {
 
     fn write<'a>(&'a self, write: &'a Write) -> StoreFuture<'a, ()> {
         Box::pin(self.write_one(write))
+    }
+}
+
+/// What all deployments of the namespace share: compiled packages, and the cloud CIDs of
+/// stemcells.
+fn load_namespace_records(
+    packages: Vec<CompiledPackageResource>,
+    stemcells: Vec<Stemcell>,
+    state: &mut DeploymentState,
+    cache: &mut Cache,
+) {
+    for object in packages {
+        let record = compiled_of(&object.spec);
+        state
+            .compiled_packages
+            .insert(compiled_package_key(&record), record);
+    }
+    for object in stemcells {
+        let key = format!("{}/{}", object.spec.name, object.spec.version.as_str());
+        for record in stemcell_records(&object) {
+            state.stemcells.insert(record.key(), record);
+        }
+        cache.stemcells.insert(key, object.name_any());
     }
 }
 
