@@ -258,7 +258,20 @@ impl IpRegistry for KubeIpRegistry {
         Box::pin(async move {
             // A claim of what the deployment holds already (a deploy that keeps its
             // addresses) writes nothing and takes no lock: only this deployment's deploys
-            // write its share, and the shares never overlap, so nothing can race it.
+            // write its share, and the shares never overlap, so nothing can race it. Its
+            // own share (one read, not a list of every share: a list waits for the
+            // apiserver's cache to catch up) decides that: no other deployment can have
+            // claimed any of it since, as every claim that writes checks every share under
+            // the lock.
+            if let Some(own) = self.0.read_one::<Vec<Reservation>>(deployment).await? {
+                let before = BTreeMap::from([(deployment.to_string(), own)]);
+                let mut table = IpTable {
+                    deployments: before.clone(),
+                };
+                if table.claim(deployment, held.clone()).is_empty() && table.deployments == before {
+                    return Ok(vec![]);
+                }
+            }
             let (conflicts, change) = self.claim_now(deployment, held.clone()).await?;
             if conflicts.is_empty() && change.is_none() {
                 return Ok(conflicts);
