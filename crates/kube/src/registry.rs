@@ -304,33 +304,39 @@ impl DnsRegistry for KubeDnsRegistry {
             let what = format!("publish DNS records of {deployment}");
             self.0
                 .locked(what, async |shares| {
-                    let version = match shares.api.get_opt(DNS_VERSION).await {
-                        Ok(map) => map
-                            .and_then(|m| m.data?.get("version")?.parse::<u64>().ok())
-                            .unwrap_or(0),
-                        Err(e) => return Err(io(format!("ConfigMap {DNS_VERSION}"), e)),
-                    };
+                    // Under the lock, each pair at once: one round trip each, not two.
+                    let (version, deployments) = tokio::try_join!(
+                        async {
+                            match shares.api.get_opt(DNS_VERSION).await {
+                                Ok(map) => Ok(map
+                                    .and_then(|m| m.data?.get("version")?.parse::<u64>().ok())
+                                    .unwrap_or(0)),
+                                Err(e) => Err(io(format!("ConfigMap {DNS_VERSION}"), e)),
+                            }
+                        },
+                        shares.read_all(),
+                    )?;
                     let mut dataset = DnsDataset {
                         version,
-                        deployments: shares.read_all().await?,
+                        deployments,
                     };
                     dataset.publish(deployment, instances, at_least);
-                    (shares.write(deployment, dataset.deployments.get(deployment))).await?;
                     let object = json!({
                         "apiVersion": "v1",
                         "kind": "ConfigMap",
                         "metadata": {"name": DNS_VERSION},
                         "data": {"version": dataset.version.to_string()},
                     });
-                    shares
-                        .api
-                        .patch(
-                            DNS_VERSION,
-                            &PatchParams::apply(FIELD_MANAGER).force(),
-                            &Patch::Apply(&object),
-                        )
-                        .await
-                        .map_err(|e| io(format!("ConfigMap {DNS_VERSION}"), e))?;
+                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    tokio::try_join!(
+                        shares.write(deployment, dataset.deployments.get(deployment)),
+                        async {
+                            (shares.api)
+                                .patch(DNS_VERSION, &params, &Patch::Apply(&object))
+                                .await
+                                .map_err(|e| io(format!("ConfigMap {DNS_VERSION}"), e))
+                        },
+                    )?;
                     Ok(dataset)
                 })
                 .await

@@ -453,10 +453,14 @@ async fn announce(
     let mut status = deployment.status.clone().unwrap_or_default();
     Handled::of(deployment).fill(&mut status);
     announcement.apply(&mut status);
-    if let Err(e) = write_status(&ctx.client, deployment, &status).await {
+    // The status and the Event at once: one round trip before the engine starts, not two.
+    let (written, ()) = tokio::join!(
+        write_status(&ctx.client, deployment, &status),
+        announcement.publish(ctx, deployment)
+    );
+    if let Err(e) = written {
         tracing::warn!(deployment = %deployment.name_any(), error = %e, "cannot write the status");
     }
-    announcement.publish(ctx, deployment).await;
     status
 }
 
