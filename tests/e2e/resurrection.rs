@@ -446,6 +446,61 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
     let body = http_get(&ip, w.port).unwrap_or_default();
     assert!(body.contains("second"), "the deployed spec runs: {body}");
     assert_eq!(vm_of(&now[1]), after[1], "web/1 untouched");
+
+    // With resurrection off in the (still invalid) spec, a dead agent waits for cck: the
+    // scan lists it, and `resolve <ID> recreate_vm` recreates it from the generation
+    // deployed last.
+    hello["spec"]["resurrection"] = json!(false);
+    let invalid = apply_deployment(&client, ns, &hello).await;
+    wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        d.status.as_ref().and_then(|s| s.observed_generation) == Some(invalid)
+    })
+    .await;
+    kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(vm_of(&now[1]))).unwrap();
+    let silent = |_: &Deployment| {
+        futures::executor::block_on(instances(&client, ns))
+            .get(1)
+            .and_then(|i| i.status.as_ref()?.process_state)
+            == Some(ProcessState::Unresponsive)
+    };
+    wait_for(&deployments, "hello", Duration::from_secs(60), &w, silent).await;
+    annotate(&deployments, "kubosh.io/action", "cck").await;
+    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.last_handled_action.as_deref())
+            == Some("cck")
+    })
+    .await;
+    let problems = d.status.as_ref().unwrap().problems.clone();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].instance.ends_with("(1)"), "{problems:?}");
+    let resolve = format!("resolve {} recreate_vm", problems[0].id);
+    annotate(&deployments, "kubosh.io/action", &resolve).await;
+    let d = wait_for(&deployments, "hello", Duration::from_secs(120), &w, |d| {
+        let recreated = futures::executor::block_on(instances(&client, ns))
+            .get(1)
+            .is_some_and(|i| {
+                i.spec.vm_cid.as_ref().is_some_and(|v| v != &vm_of(&now[1]))
+                    && i.status.as_ref().and_then(|s| s.process_state)
+                        == Some(ProcessState::Running)
+            });
+        recreated
+            && d.status
+                .as_ref()
+                .and_then(|s| s.last_handled_action.as_deref())
+                == Some(resolve.as_str())
+    })
+    .await;
+    let status = d.status.as_ref().unwrap();
+    assert_eq!(status.observed_generation, Some(invalid));
+    assert!(!is_ready(&d), "the newest generation is not deployed");
+    let ip = instances(&client, ns).await[1].spec.networks[0]
+        .ip
+        .clone()
+        .unwrap();
+    let body = http_get(&ip, w.port).unwrap_or_default();
+    assert!(body.contains("second"), "the deployed spec runs: {body}");
 }
 
 /// How many Events with `reason` the namespace has.

@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::super::inputs::{self, Inputs, Unready};
-use super::super::requests::{ActionRequest, Handled, Pending};
+use super::super::requests::{ActionRequest, Handled, Pending, Requested};
 use super::super::status;
 use super::deploy_task::{self, DeployTask};
 use super::ledger::{Attempt, InputsKey, Outcome, TaskKind};
@@ -62,8 +62,9 @@ pub(super) async fn reconcile(
         Err(unready) => {
             let invalid = matches!(unready, Unready::Invalid { .. });
             let action = report_unready(ctx, &deployment, status, unready).await?;
-            if invalid && repair && !deployment.spec.paused {
-                return repair_from_deployed(ctx, &deployment, counter, action).await;
+            let cck = cck_request(&deployment);
+            if invalid && (repair || cck.is_some()) && !deployment.spec.paused {
+                return repair_from_deployed(ctx, &deployment, counter, cck, action).await;
             }
             return Ok(action);
         }
@@ -124,20 +125,29 @@ pub(super) async fn reconcile(
     Ok(Action::requeue(RESYNC))
 }
 
+/// The deployment's pending `cck` or `resolve` request, if it has one.
+fn cck_request(deployment: &Deployment) -> Option<Pending> {
+    let pending = Pending::of(deployment);
+    let asked = pending.action.as_ref()?.parsed.as_ref().ok()?;
+    (!matches!(asked, Requested::Instance(..))).then_some(pending)
+}
+
 /// Instances that lost their agent or VM while the newest generation does not validate:
-/// recreated from the spec of the generation deployed last, as BOSH's resurrector recreates
-/// from what is deployed (the status keeps saying why the newest cannot deploy). Nothing
-/// when no spec was kept or it does not validate with today's inputs either; after a failed
-/// repair, the next waits for the backoff. `action` is what the reconcile returns otherwise.
+/// recreated from the spec of the generation deployed last, as BOSH's resurrector and cck
+/// recreate from what is deployed (the status keeps saying why the newest cannot deploy);
+/// a pending `cck` or `resolve` (`cck`) runs on that spec too. Nothing when no spec was kept
+/// or it does not validate with today's inputs either; after a failed repair, the next
+/// waits for the backoff. `action` is what the reconcile returns otherwise.
 async fn repair_from_deployed(
     ctx: &Arc<DeploymentContext>,
     deployment: &Arc<Deployment>,
     counter: u64,
+    cck: Option<Pending>,
     action: Action,
 ) -> Result<Action, DeploymentError> {
     let uid = deployment.uid().unwrap_or_default();
     let wait = ctx.ledger.repair_wait(&uid);
-    if !wait.is_zero() {
+    if cck.is_none() && !wait.is_zero() {
         return Ok(Action::requeue(wait));
     }
     let namespace = deployment.namespace().unwrap_or_default();
@@ -175,13 +185,15 @@ async fn repair_from_deployed(
         generation: from,
         inputs: InputsKey::of(&inputs, None),
     };
+    // A cck task says its own start and end, and touches only `Reconciling`.
+    let repair_of = cck.is_none().then_some(from);
     let task = DeployTask {
         deployment: Arc::new(deployed),
         inputs,
         attempt,
-        pending: Pending::default(),
+        pending: cck.unwrap_or_default(),
         cancel,
-        repair_of: Some(from),
+        repair_of,
     };
     deploy_task::spawn(ctx, task);
     Ok(action)
