@@ -257,15 +257,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         condition(d, "Stalled").is_some_and(|c| c.reason == "ResurrectionOff")
     })
     .await;
-    annotate(&deployments, "kubosh.io/action", "cck").await;
-    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
-        d.status
-            .as_ref()
-            .and_then(|s| s.last_handled_action.as_deref())
-            == Some("cck")
-    })
-    .await;
-    let problems = d.status.as_ref().unwrap().problems.clone();
+    let problems = scan(&deployments, &w).await;
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].type_, "unresponsive_agent");
     assert!(
@@ -464,15 +456,7 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
             == Some(ProcessState::Unresponsive)
     };
     wait_for(&deployments, "hello", Duration::from_secs(60), &w, silent).await;
-    annotate(&deployments, "kubosh.io/action", "cck").await;
-    let d = wait_for(&deployments, "hello", Duration::from_secs(60), &w, |d| {
-        d.status
-            .as_ref()
-            .and_then(|s| s.last_handled_action.as_deref())
-            == Some("cck")
-    })
-    .await;
-    let problems = d.status.as_ref().unwrap().problems.clone();
+    let problems = scan(&deployments, &w).await;
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].instance.ends_with("(1)"), "{problems:?}");
     let resolve = format!("resolve {} recreate_vm", problems[0].id);
@@ -501,6 +485,19 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         .unwrap();
     let body = http_get(&ip, w.port).unwrap_or_default();
     assert!(body.contains("second"), "the deployed spec runs: {body}");
+}
+
+/// Asks for a scan (`kubosh.io/action: cck`) and waits for it: the problems it found.
+async fn scan(deployments: &Api<Deployment>, w: &World) -> Vec<kubosh_kube::api::ProblemStatus> {
+    annotate(deployments, "kubosh.io/action", "cck").await;
+    let d = wait_for(deployments, "hello", Duration::from_secs(60), w, |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.last_handled_action.as_deref())
+            == Some("cck")
+    })
+    .await;
+    d.status.unwrap_or_default().problems
 }
 
 /// How many Events with `reason` the namespace has.

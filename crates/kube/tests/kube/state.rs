@@ -407,6 +407,12 @@ async fn a_vms_env_is_sealed_in_the_instance_and_still_compares() {
     assert!(kubosh_base::secret::same_value(applied_env, &env));
 }
 
+/// Whether deployment `zk` has a state `ConfigMap`.
+async fn has_state(config_maps: &Api<ConfigMap>) -> bool {
+    let name = KubeStore::state_name("zk");
+    config_maps.get_opt(&name).await.unwrap().is_some()
+}
+
 /// State kubosh wrote as annotations of the `Deployment` (before the state `ConfigMap`) is
 /// read, moved with the first write and removed from there; a state `ConfigMap` left by an
 /// earlier `Deployment` of the same name is not the new one's; the deletion's end removes it.
@@ -453,13 +459,7 @@ async fn state_moves_from_the_deployment_and_is_the_deployments_own() {
     let state = store.load().await.unwrap();
     assert_eq!(state.meta.dns_version, 7);
     assert_eq!(state.intents.len(), 1, "{:?}", state.intents);
-    assert!(
-        config_maps
-            .get_opt(&KubeStore::state_name("zk"))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!has_state(&config_maps).await);
 
     // The first write moves it: the intents and facts in the ConfigMap, gone from the
     // Deployment but for the handled requests.
@@ -506,11 +506,5 @@ async fn state_moves_from_the_deployment_and_is_the_deployments_own() {
 
     // The deletion's end removes it.
     renewed.forget_deployment_state().await.unwrap();
-    assert!(
-        config_maps
-            .get_opt(&KubeStore::state_name("zk"))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!has_state(&config_maps).await);
 }

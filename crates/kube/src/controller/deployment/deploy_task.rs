@@ -219,13 +219,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     }
     let announcement = Announcement::of(deployment, &kind);
     let quiet = starts_quietly(deployment, &kind, &pending);
-    let status = if quiet {
-        let mut status = deployment.status.clone().unwrap_or_default();
-        Handled::of(deployment).fill(&mut status);
-        status
-    } else {
-        announce(ctx, deployment, &announcement).await
-    };
+    let status = starting_status(ctx, deployment, quiet, &announcement).await;
     let progress = Arc::new(DeployProgress::new());
     let store = Arc::new(KubeStore::new(
         ctx.client.clone(),
@@ -272,14 +266,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     if result.is_ok() {
         status.runtime_configs = inputs.runtime_configs.clone();
     }
-    // The records and objects as the deploy left them (read again only if it read none).
-    if let Ok(instances) = store.instances_as_left().await {
-        count_instances(&mut status, &inputs, &instances);
-        // After a failure, whether an instance runs is its agent's to say (the health
-        // watch), not the record's.
-        let running_known = result.is_ok();
-        write_instance_statuses(ctx, &instances, running_known).await;
-    }
+    report_instances(ctx, &store, &inputs, &mut status, result.is_ok()).await;
     let ended = DeployResult::of(&result);
     // Counted before the status says it ended (a reader of both never sees one without the
     // other).
@@ -294,6 +281,39 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     };
     acknowledge_requests(ctx, deployment, &store, status, pending, ended).await;
     ended
+}
+
+/// The status a deploy starts from: as it is for a `quiet` start, else announced.
+async fn starting_status(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    quiet: bool,
+    announcement: &Announcement,
+) -> DeploymentStatus {
+    if !quiet {
+        return announce(ctx, deployment, announcement).await;
+    }
+    let mut status = deployment.status.clone().unwrap_or_default();
+    Handled::of(deployment).fill(&mut status);
+    status
+}
+
+/// The counters in `status` and each `Instance`'s state after a deploy (`succeeded` or
+/// not), from the records and objects as the deploy left them (read again only if it read
+/// none).
+async fn report_instances(
+    ctx: &DeploymentContext,
+    store: &KubeStore,
+    inputs: &Inputs,
+    status: &mut DeploymentStatus,
+    succeeded: bool,
+) {
+    if let Ok(instances) = store.instances_as_left().await {
+        count_instances(status, inputs, &instances);
+        // After a failure, whether an instance runs is its agent's to say (the health
+        // watch), not the record's.
+        write_instance_statuses(ctx, &instances, succeeded).await;
+    }
 }
 
 /// The engine's deploy of `inputs` with what `kind` asks; every deploy of a deployment with
