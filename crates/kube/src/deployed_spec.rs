@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 
 use crate::api::{DeploymentSpec, labels};
 use crate::names;
-use crate::state::DEPLOYMENT_UID_ANNOTATION;
+use crate::state::{DEPLOYMENT_UID_ANNOTATION, is_not_found};
 
 /// The annotation of the `Secret` with the generation whose spec it holds.
 pub const GENERATION_ANNOTATION: &str = "kubosh.io/generation";
@@ -106,7 +106,7 @@ impl DeployedSpec {
         let params = PostParams::default();
         match self.api.replace(&name, &params, &secret).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
+            Err(e) if is_not_found(&e) => {
                 (self.api.create(&params, &secret).await).map_err(|e| self.kube(e))?;
                 Ok(())
             }
@@ -154,7 +154,7 @@ impl DeployedSpec {
             .await
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(self.kube(e)),
         }
     }

@@ -158,7 +158,8 @@ fn corrupt(record: impl Into<String>, reason: impl std::fmt::Display) -> StoreEr
     }
 }
 
-fn is_not_found(e: &kube::Error) -> bool {
+/// Whether the apiserver said the object is not there.
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 

@@ -142,18 +142,18 @@ async fn run_delete(
         cancel,
     );
     engine.named_clouds = ctx.named_clouds(&namespace).await?;
-    let deleted = match engine.delete_deployment(&name, disposal).await {
-        // The state `ConfigMap` and the deployed spec have no owner: they go with the
-        // deletion's success.
-        Ok(report) => match store.forget_deployment_state().await {
-            Ok(()) => (DeployedSpec::new(ctx.client.clone(), &namespace, &name).forget())
-                .await
-                .map(|()| report)
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        },
-        Err(e) => Err(e.to_string()),
-    };
+    // The state `ConfigMap` and the deployed spec have no owner: they go with the
+    // deletion's success.
+    let deleted = async {
+        let report =
+            (engine.delete_deployment(&name, disposal).await).map_err(|e| e.to_string())?;
+        (store.forget_deployment_state().await).map_err(|e| e.to_string())?;
+        (DeployedSpec::new(ctx.client.clone(), &namespace, &name).forget())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(report)
+    }
+    .await;
     match deleted {
         Ok(report) => {
             let note = format!(

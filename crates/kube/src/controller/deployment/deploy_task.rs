@@ -495,9 +495,7 @@ async fn conclude(
     result: Result<DeployReport, Failure>,
     elapsed: Duration,
 ) -> DeploymentStatus {
-    let task = status.last_task.get_or_insert_with(TaskSummary::default);
-    task.finished = Some(now());
-    task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
+    let task = task_ended(&mut status, elapsed);
     match result {
         Ok(report) => {
             task.state = TaskState::Succeeded;
@@ -525,6 +523,14 @@ async fn conclude(
     status
 }
 
+/// `status`'s task, marked ended now after `elapsed` (its state is the caller's to set).
+fn task_ended(status: &mut DeploymentStatus, elapsed: Duration) -> &mut TaskSummary {
+    let task = status.last_task.get_or_insert_with(TaskSummary::default);
+    task.finished = Some(now());
+    task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
+    task
+}
+
 /// The status after a repair's `result`: the task's end and an Event; the conditions and
 /// the ledger's outcome keep saying why the newest generation cannot deploy. A failed
 /// repair is tried again after the backoff.
@@ -538,9 +544,7 @@ async fn conclude_repair(
     elapsed: Duration,
 ) -> DeploymentStatus {
     let uid = deployment.uid().unwrap_or_default();
-    let task = status.last_task.get_or_insert_with(TaskSummary::default);
-    task.finished = Some(now());
-    task.duration_seconds = Some(i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX));
+    let task = task_ended(&mut status, elapsed);
     let (kind, reason, note) = match result {
         Ok(report) => {
             task.state = TaskState::Succeeded;
