@@ -70,6 +70,10 @@
 //! filter; `warn`, without kube_client's retries while the apiserver starts) change it.
 //! Needs `KUBOSH_BIN_DIR` (etcd, kube-apiserver: `tools/testbins.sh` prints it).
 
+/// The controller's allocator, as the `kubosh` binary has it (`src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "common/bound.rs"]
 mod bound;
 #[path = "common/knobs.rs"]
