@@ -176,25 +176,22 @@ impl LeaseLocks {
     }
 
     /// One attempt: `Ok(Some(lease))` when we hold it now, `Ok(None)` when someone else does
-    /// (with who, for the error).
+    /// (with who, for the error). A lock is usually free (its holder deletes the Lease when
+    /// done): the Lease is created first, and read only when one exists.
     async fn try_take(
         &self,
         lease_name: &str,
         holder: &Holder,
     ) -> Result<Result<Lease, Option<Holder>>, kube::Error> {
+        let fresh = self.lease(lease_name, holder, None);
+        match self.api.create(&PostParams::default(), &fresh).await {
+            Ok(l) => return Ok(Ok(l)),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
         match self.api.get_opt(lease_name).await? {
-            None => match self
-                .api
-                .create(
-                    &PostParams::default(),
-                    &self.lease(lease_name, holder, None),
-                )
-                .await
-            {
-                Ok(l) => Ok(Ok(l)),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Err(None)),
-                Err(e) => Err(e),
-            },
+            // Released in between: the next attempt creates it.
+            None => Ok(Err(None)),
             Some(existing)
                 if expired(&existing, self.expiry)
                     || self
