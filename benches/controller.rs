@@ -605,6 +605,12 @@ impl AgentHealth for Heartbeats {
         self.agents.silent_for(agent_id, at_least)
             && self.dead_for(agent_id).is_none_or(|d| d >= at_least)
     }
+
+    /// A killed agent is silent from its death on; a live one keeps being heard.
+    fn silent_from(&self, agent_id: &str, at_least: Duration) -> Option<Instant> {
+        let deaths = self.deaths.lock().unwrap_or_else(PoisonError::into_inner);
+        deaths.get(agent_id).map(|died| *died + at_least)
+    }
 }
 
 /// The simulated world and the engine's edges the controller and the reference share, the

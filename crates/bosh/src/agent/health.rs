@@ -1,6 +1,6 @@
 //! What the engine asks of whoever listens to agent heartbeats.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Recent agent heartbeats, as the health monitor hears them: lets a deploy skip asking
 /// agents it heard from.
@@ -14,6 +14,15 @@ pub trait AgentHealth: Send + Sync {
     fn silent_for(&self, agent_id: &str, at_least: Duration) -> bool {
         let _ = (agent_id, at_least);
         false
+    }
+
+    /// When agent `agent_id` will be proven silent for `at_least` ([`AgentHealth::silent_for`])
+    /// if nothing more is heard from it: where a watcher looks again so that silence is
+    /// noticed when it can first be proven, not at its next periodic check. `None` when
+    /// that cannot be told.
+    fn silent_from(&self, agent_id: &str, at_least: Duration) -> Option<Instant> {
+        let _ = (agent_id, at_least);
+        None
     }
 
     /// Why no heartbeat can arrive now, in an operator's words (`NATS at nats://10.0.0.6:4222

@@ -30,7 +30,7 @@ use kube::{Resource, ResourceExt};
 
 use super::deployment::{DeploymentContext, publish_regarding, reasons, set_trio, write_status};
 use super::resurrection::{RESURRECTION, RESURRECTION_MELTDOWN, Resurrection, Verdict};
-use super::status;
+use super::status::{self, Overwrite};
 use crate::api::condition::{READY, STALLED};
 use crate::api::{
     Deployment, DeploymentStatus, Instance, InstanceState, ProcessState, RECORD_ANNOTATION,
@@ -153,15 +153,25 @@ pub async fn run(
         let mut tick = tokio::time::interval(check_every(timeout));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut outage = false;
+        // Besides the periodic checks, one where something can first be proven.
+        let mut look_again: Option<Instant> = None;
         loop {
-            tick.tick().await;
+            match look_again {
+                Some(at) => tokio::select! {
+                    _ = tick.tick() => {}
+                    () = tokio::time::sleep_until(at.into()) => {}
+                },
+                None => {
+                    tick.tick().await;
+                }
+            }
             if let Some(watch) = &watch {
                 let unreachable = watch.health.unreachable();
                 if unreachable.is_some() != outage {
                     outage = unreachable.is_some();
                     tell_outage(&ctx, &store, &deployments, unreachable.as_deref(), watch).await;
                 }
-                check(&ctx, &store, &deployments, watch).await;
+                look_again = check(&ctx, &store, &deployments, watch).await;
             }
             ctx.metrics.set_instances(&count_by_state(&store));
         }
@@ -278,17 +288,28 @@ fn label(instance: &Instance) -> String {
     )
 }
 
+/// How many writes a check has in flight at once: a check that finds many instances
+/// changed (agents that died together) writes them in a fraction of the time one by one
+/// would take, without flooding the apiserver.
+const CHECK_WRITES_AT_ONCE: usize = 32;
+
 /// One comparison of every instance with its agent's heartbeats, then what each deployment
-/// makes of it: its counters and conditions, and resurrection.
+/// makes of it: its counters and conditions, and resurrection. Every instance is judged at
+/// the check's instant, so instances that went down together settle together however long
+/// the writes take. When to look again before the next periodic check, if ever: when an
+/// agent still heard can first be proven silent, or when instances seen down have settled.
 async fn check(
     ctx: &DeploymentContext,
     store: &Store<Instance>,
     deployments: &Store<Deployment>,
     watch: &HealthWatch,
-) {
+) -> Option<Instant> {
+    let now = Instant::now();
+    let mut look_again: Option<Instant> = None;
     // By (namespace, name, uid) of the owning deployment.
     let mut found: BTreeMap<(String, String, String), DeploymentHealth> = BTreeMap::new();
     let mut states: BTreeMap<String, ProcessState> = BTreeMap::new();
+    let mut changes = Vec::new();
     for instance in store.state() {
         let Some(owner) = instance
             .owner_references()
@@ -305,23 +326,26 @@ async fn check(
             owner.name.clone(),
             owner.uid.clone(),
         );
-        let health = found.entry(key).or_default();
+        let health = found.entry(key.clone()).or_default();
         health.total += 1;
         health.instances.push(instance.clone());
         let current = instance.status.as_ref().and_then(|s| s.process_state);
-        let state = match observe(ctx, &instance, owner, watch).await {
-            Some(next) if current != Some(next) => {
-                if write_process_state(ctx, &instance, next).await {
-                    health.recovered |= current == Some(ProcessState::Unresponsive)
-                        && next == ProcessState::Running;
-                    publish_transition(ctx, &instance, owner, current, next, watch).await;
+        let state = match observe(ctx, &instance, owner, watch) {
+            Some(next) => {
+                if current != Some(next) {
+                    changes.push((key, instance.clone(), owner.clone(), current, next));
                 }
                 Some(next)
             }
-            Some(next) => Some(next),
             None => current,
         };
         let Some(state) = state else { continue };
+        if state != ProcessState::Unresponsive
+            && let Some(at) = silent_from(ctx, &instance, owner, watch)
+            && at > now
+        {
+            look_again = Some(look_again.map_or(at, |earlier| earlier.min(at)));
+        }
         states.insert(instance.name_any(), state);
         match state {
             ProcessState::Unresponsive => health.down.push(label(&instance)),
@@ -329,33 +353,86 @@ async fn check(
             _ => {}
         }
     }
-    for ((namespace, name, uid), health) in found {
-        let reference = ObjectRef::<Deployment>::new(&name).within(&namespace);
-        let Some(deployment) = deployments.get(&reference) else {
-            continue;
-        };
-        if deployment.uid().as_deref() != Some(uid.as_str()) {
-            continue;
+    let written: Vec<_> = futures::stream::iter(changes)
+        .map(|(key, instance, owner, current, next)| async move {
+            let written = write_process_state(ctx, &instance, next).await;
+            if written {
+                publish_transition(ctx, &instance, &owner, current, next, watch).await;
+            }
+            let recovered =
+                current == Some(ProcessState::Unresponsive) && next == ProcessState::Running;
+            (key, written && recovered)
+        })
+        .buffer_unordered(CHECK_WRITES_AT_ONCE)
+        .collect()
+        .await;
+    for (key, recovered) in written {
+        if let Some(health) = found.get_mut(&key) {
+            health.recovered |= recovered;
         }
-        resurrect(ctx, &deployment, &health).await;
-        write_counters(ctx, &deployment, &health, &states).await;
+    }
+    let states = &states;
+    let settling: Vec<bool> = futures::stream::iter(found)
+        .map(|((namespace, name, uid), health)| async move {
+            let reference = ObjectRef::<Deployment>::new(&name).within(&namespace);
+            let deployment = deployments.get(&reference)?;
+            if deployment.uid().as_deref() != Some(uid.as_str()) {
+                return None;
+            }
+            let settling = resurrect(ctx, &deployment, &health, now).await;
+            write_counters(ctx, &deployment, &health, states).await;
+            Some(settling)
+        })
+        .buffer_unordered(CHECK_WRITES_AT_ONCE)
+        .filter_map(futures::future::ready)
+        .collect()
+        .await;
+    if settling.contains(&true) {
+        let settled = now + ctx.resurrection.settle() + Duration::from_millis(1);
+        look_again = Some(look_again.map_or(settled, |earlier| earlier.min(settled)));
+    }
+    look_again
+}
+
+/// When `instance`'s agent will be proven silent if nothing more is heard from it (and its
+/// deployment's agents have had the agent timeout to say something since its last deploy).
+fn silent_from(
+    ctx: &DeploymentContext,
+    instance: &Instance,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    watch: &HealthWatch,
+) -> Option<Instant> {
+    let agent = instance.spec.agent_id.as_deref()?;
+    instance.spec.vm_cid.as_ref()?;
+    let heard = watch.health.silent_from(agent, watch.agent_timeout)?;
+    // `observe` needs more than the timeout since the deployment's last deploy.
+    let quiet = quiet_since(ctx, owner, watch) + watch.agent_timeout + Duration::from_millis(1);
+    Some(heard.max(quiet))
+}
+
+/// Since when the agents of `owner` have had to say something new: its last deploy's end,
+/// or the watch's start.
+fn quiet_since(
+    ctx: &DeploymentContext,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    watch: &HealthWatch,
+) -> Instant {
+    match ctx.ledger.ended(&owner.uid) {
+        Some(ended) => ended.max(watch.since),
+        None => watch.since,
     }
 }
 
 /// What the heartbeats say of `instance` now: `None` when they say nothing new, or its last
 /// update did not complete (the next deploy's business).
-async fn observe(
+fn observe(
     ctx: &DeploymentContext,
     instance: &Instance,
     owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     watch: &HealthWatch,
 ) -> Option<ProcessState> {
     // How long the agents of this deployment have had to say something new.
-    let quiet = match ctx.ledger.ended(&owner.uid) {
-        Some(ended) => ended.max(watch.since),
-        None => watch.since,
-    }
-    .elapsed();
+    let quiet = quiet_since(ctx, owner, watch).elapsed();
     let completed = instance
         .annotations()
         .get(UPDATE_COMPLETED)
@@ -406,8 +483,15 @@ async fn publish_transition(
 /// The resurrector's part of a check: instances down are recreated by a deploy (the
 /// deployment's reconcile is woken) unless resurrection is off or the deployment melts
 /// down; a meltdown ends once every instance runs. Agents that answer again after a deploy
-/// stalled on them make the deploy run again.
-async fn resurrect(ctx: &DeploymentContext, deployment: &Deployment, health: &DeploymentHealth) {
+/// stalled on them make the deploy run again. Whether instances seen down are settling
+/// (their repair is decided at a later check).
+async fn resurrect(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    health: &DeploymentHealth,
+    now: Instant,
+) -> bool {
+    let mut settling = false;
     let uid = deployment.uid().unwrap_or_default();
     let reference = ObjectRef::from_obj(deployment);
     let resurrection = &ctx.resurrection;
@@ -416,7 +500,7 @@ async fn resurrect(ctx: &DeploymentContext, deployment: &Deployment, health: &De
         && !deployment.spec.paused
         && deployment.metadata.deletion_timestamp.is_none();
     if asked && !health.down.is_empty() {
-        match resurrection.down(&uid, &health.down, health.total, Instant::now()) {
+        match resurrection.down(&uid, &health.down, health.total, now) {
             Verdict::Repair { newly: true } => {
                 tracing::info!(deployment = %deployment.name_any(), instances = ?health.down, "resurrecting: agents are silent");
                 resurrection.wake(reference.clone());
@@ -437,6 +521,7 @@ async fn resurrect(ctx: &DeploymentContext, deployment: &Deployment, health: &De
                 )
                 .await;
             }
+            Verdict::Settling => settling = true,
             _ => {}
         }
     }
@@ -463,6 +548,7 @@ async fn resurrect(ctx: &DeploymentContext, deployment: &Deployment, health: &De
     if health.recovered && stalled_on_agents && resurrection.want(&uid) {
         resurrection.wake(reference);
     }
+    settling
 }
 
 /// Publishes an Event regarding `deployment`.
@@ -503,8 +589,16 @@ async fn write_process_state(
         ProcessState::Stopped => (true, "Stopped"),
         ProcessState::Unknown => (false, "Unknown"),
     };
-    match status::write_instance_state(&ctx.client, instance, state, ready, reason).await {
+    // Judged on the watch's copy: a deploy that wrote the instance since knows better (the
+    // next check judges it again).
+    let overwrite = Overwrite::IfUnchanged;
+    match status::write_instance_state(&ctx.client, instance, state, ready, reason, overwrite).await
+    {
         Ok(()) => true,
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            tracing::debug!(instance = %instance.name_any(), "written since the check read it");
+            false
+        }
         Err(e) => {
             tracing::warn!(instance = %instance.name_any(), error = %e, "cannot write the instance's state");
             false

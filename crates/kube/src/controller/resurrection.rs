@@ -131,13 +131,18 @@ impl Resurrection {
     /// The resurrector asking for a repair only once an instance was seen down at an earlier
     /// health check, `check` apart (instances that die together are judged together). Half
     /// of it is enough: the checks are `check` apart by the clock, but each notes the time
-    /// when it reaches the instance, a little later or earlier than the previous one did,
-    /// and a full `check` would often wait for a third check.
+    /// it started, a little later or earlier than its tick, and a full `check` would often
+    /// wait for a third check.
     pub fn with_settle(self, check: Duration) -> Resurrection {
         Resurrection {
             settle: check / 2,
             ..self
         }
+    }
+
+    /// How long an instance is seen down before a repair is asked.
+    pub fn settle(&self) -> Duration {
+        self.settle
     }
 
     /// When resurrection stops.

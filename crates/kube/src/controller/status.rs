@@ -96,14 +96,35 @@ where
         + std::fmt::Debug,
     S: serde::Serialize,
 {
+    apply_status_if(client, resource, status, None).await
+}
+
+/// [`apply_status`], only if the object is still at resource version `unchanged_since` when
+/// one is given (else the apiserver answers `409 Conflict` and nothing is written).
+async fn apply_status_if<K, S>(
+    client: &kube::Client,
+    resource: &K,
+    status: &S,
+    unchanged_since: Option<&str>,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    S: serde::Serialize,
+{
     use kube::ResourceExt;
     let api: kube::Api<K> =
         kube::Api::namespaced(client.clone(), &resource.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": status,
     });
+    if let Some(version) = unchanged_since {
+        patch["metadata"] = serde_json::json!({"resourceVersion": version});
+    }
     api.patch_status(
         &resource.name_any(),
         &kube::api::PatchParams::apply(crate::state::FIELD_MANAGER).force(),
@@ -111,6 +132,15 @@ where
     )
     .await?;
     Ok(())
+}
+
+/// How [`write_instance_state`] treats an `Instance` written since it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overwrite {
+    /// Its status is written all the same (the writer read it after everything it knows of).
+    Always,
+    /// Nothing is written (`409 Conflict`): the state was judged on a stale copy.
+    IfUnchanged,
 }
 
 /// Writes `instance`'s process state and its `Ready` condition (`ready`, `reason`) for its
@@ -121,6 +151,7 @@ pub async fn write_instance_state(
     state: crate::api::ProcessState,
     ready: bool,
     reason: &str,
+    overwrite: Overwrite,
 ) -> Result<(), kube::Error> {
     let generation = instance.metadata.generation;
     let mut next = crate::api::InstanceStatus {
@@ -132,7 +163,11 @@ pub async fn write_instance_state(
         &mut next.conditions,
         condition(READY, ready, reason, "", generation),
     );
-    apply_status(client, instance, &next).await
+    let version = match overwrite {
+        Overwrite::Always => None,
+        Overwrite::IfUnchanged => instance.metadata.resource_version.as_deref(),
+    };
+    apply_status_if(client, instance, &next, version).await
 }
 
 /// True when `conditions` say Ready for `generation`.

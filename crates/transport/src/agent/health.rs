@@ -161,6 +161,12 @@ impl HeartbeatTable {
                 .is_some_and(|at| within(*at))
     }
 
+    /// When `agent_id` was last heard (a heartbeat or another sign of life), if it was.
+    pub fn heard_last(&self, agent_id: &str) -> Option<Instant> {
+        let heartbeat = self.agents.get(agent_id).map(|last| last.received);
+        heartbeat.max(self.signs_of_life.get(agent_id).copied())
+    }
+
     /// Forgets agents whose last heartbeat (or other sign of life) is older than `age` at
     /// `now`.
     pub fn prune(&mut self, age: Duration, now: Instant) {
@@ -351,6 +357,17 @@ impl HeartbeatMonitor {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.client.drain()).await;
     }
 
+    /// Since when silence counts at `now`: while the connection is down nothing can be
+    /// heard (`None`); after it came back, from when the agents have had time to come back
+    /// too (heartbeats sent meanwhile were lost, not unsent).
+    fn listening_since(&self, now: Instant) -> Option<Instant> {
+        let up_for = self.bus.up_for()?;
+        Some(match now.checked_sub(up_for) {
+            Some(up) if up > self.listening_since => up + AGENTS_RECONNECT_WITHIN,
+            _ => self.listening_since,
+        })
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, HeartbeatTable> {
         // The table is plain data: a panic elsewhere cannot leave it half-written.
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
@@ -365,22 +382,23 @@ impl AgentHealth for HeartbeatMonitor {
     }
 
     fn silent_for(&self, agent_id: &str, at_least: Duration) -> bool {
-        // While the connection is down nothing can be heard; after it came back, silence
-        // counts from when the agents have had time to come back too (heartbeats sent
-        // meanwhile were lost, not unsent).
-        let Some(up_for) = self.bus.up_for() else {
-            return false;
-        };
         let now = Instant::now();
-        let listening_since = match now.checked_sub(up_for) {
-            Some(up) if up > self.listening_since => up + AGENTS_RECONNECT_WITHIN,
-            _ => self.listening_since,
+        let Some(listening_since) = self.listening_since(now) else {
+            return false;
         };
         // Heartbeats came through (permissions let them): silence is the agent's, even when
         // every agent is silent.
         let table = self.table();
         let feed_up = !table.is_empty();
         table.silent_for(agent_id, at_least, (listening_since, feed_up), now)
+    }
+
+    fn silent_from(&self, agent_id: &str, at_least: Duration) -> Option<Instant> {
+        let listening_since = self.listening_since(Instant::now())?;
+        let heard = self.table().heard_last(agent_id);
+        // Proven once more than `at_least` has passed (`silent_for` counts a heartbeat
+        // exactly `at_least` old as recent).
+        Some(heard.max(Some(listening_since))? + at_least + Duration::from_millis(1))
     }
 
     fn unreachable(&self) -> Option<String> {
@@ -607,6 +625,28 @@ mod tests {
         assert!(!table.silent_for("never-heard", window, (start, false), at(65)));
         table.prune(RETAIN_FOR, at(60) + RETAIN_FOR + Duration::from_secs(1));
         assert!(table.signs_of_life.is_empty());
+    }
+
+    #[test]
+    fn an_agent_is_last_heard_at_its_latest_heartbeat_or_sign_of_life() {
+        // Where the health watch looks again: the moment silence can first be proven.
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let window = Duration::from_secs(40);
+        let up = (start, true);
+        let mut table = HeartbeatTable::default();
+        HmMessage::read("hm.agent.heartbeat.a", &beat("running")).apply(&mut table, at(50));
+        HmMessage::read("hm.agent.heartbeat.b", &beat("running")).apply(&mut table, at(50));
+        table.answered("b", at(55));
+        assert_eq!(table.heard_last("a"), Some(at(50)));
+        assert_eq!(table.heard_last("b"), Some(at(55)));
+        assert_eq!(table.heard_last("never-heard"), None);
+        for agent in ["a", "b"] {
+            let last = table.heard_last(agent).expect("heard");
+            let proven = last + window + Duration::from_millis(1);
+            assert!(!table.silent_for(agent, window, up, last + window), "{agent}");
+            assert!(table.silent_for(agent, window, up, proven), "{agent}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use super::super::inputs::Inputs;
 use super::super::progress::GroupRollout;
-use super::super::status;
+use super::super::status::{self, Overwrite};
 use super::DeploymentContext;
 use crate::api::{DeploymentStatus, Instance, InstanceGroupStatus, ProcessState};
 use kubosh_engine::state::{InstanceRecord, InstanceState};
@@ -106,8 +106,15 @@ pub(super) async fn write_instance_statuses(
         if current.observed_generation == generation && current.process_state == Some(process) {
             continue;
         }
-        if let Err(e) =
-            status::write_instance_state(&ctx.client, object, process, ready, reason).await
+        if let Err(e) = status::write_instance_state(
+            &ctx.client,
+            object,
+            process,
+            ready,
+            reason,
+            Overwrite::Always,
+        )
+        .await
         {
             tracing::warn!(instance = %object.name_any(), error = %e, "cannot write the instance status");
         }
