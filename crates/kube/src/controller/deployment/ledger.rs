@@ -258,8 +258,12 @@ impl Ledger {
         })
     }
 
-    /// A repair of `uid` ended: after a failure the next waits for the backoff.
+    /// A repair of `uid` ended: after a failure the next waits for the backoff; a success
+    /// starts the backoff over.
     pub(super) fn repair_ended(&self, uid: &str, succeeded: bool) {
+        if succeeded {
+            self.reset_backoff(uid);
+        }
         let at = (!succeeded).then(|| Instant::now() + self.next_delay(uid));
         let mut not_before = self
             .repair_not_before
@@ -276,5 +280,27 @@ impl Ledger {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains_key(uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_repair_waits_longer_each_time_and_a_success_starts_over() {
+        let ledger = Ledger::default();
+        assert_eq!(ledger.repair_wait("d"), Duration::ZERO);
+        ledger.repair_ended("d", false);
+        let first = ledger.repair_wait("d");
+        assert!(first > Duration::ZERO && first <= Duration::from_secs(10), "{first:?}");
+        ledger.repair_ended("d", false);
+        let second = ledger.repair_wait("d");
+        assert!(second > Duration::from_secs(9), "{second:?}");
+        ledger.repair_ended("d", true);
+        assert_eq!(ledger.repair_wait("d"), Duration::ZERO);
+        ledger.repair_ended("d", false);
+        let again = ledger.repair_wait("d");
+        assert!(again <= Duration::from_secs(10), "from the first delay: {again:?}");
     }
 }
