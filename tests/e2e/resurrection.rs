@@ -3,7 +3,9 @@
 //! persistent disks; a meltdown stops it until every instance runs again or it is asked to
 //! resume; with resurrection off a deploy that meets a silent agent stalls once, saying which
 //! instance and how to fix it, and a `recreate` of that instance fixes it and deploys the
-//! pending change too; a NATS outage is told as such and recreates nothing. Real kube-apiserver, real nats-server, the local cloud, kubosh agents.
+//! pending change too; a NATS outage is told as such and recreates nothing; while the newest
+//! generation does not validate, a lost agent is recreated from the spec deployed last (and
+//! without one kept, a `RepairBlocked` Warning says why nothing happens). Real kube-apiserver, real nats-server, the local cloud, kubosh agents.
 
 use std::time::Duration;
 
@@ -387,7 +389,44 @@ async fn lost_agents_and_vms_are_resurrected_a_meltdown_stops_it_and_without_it_
         condition(d, "Stalled").is_some_and(|c| c.status == "True" && c.reason == "InvalidManifest")
     })
     .await;
+    // Without a kept spec (a deployment last deployed by an earlier kubosh), nothing can be
+    // recreated: a Warning says so, once, instead of a silence.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    let mut kept = secrets.get("hello.kubosh-deployed").await.unwrap();
+    secrets
+        .delete("hello.kubosh-deployed", &Default::default())
+        .await
+        .unwrap();
     kubosh_cloud::local::kill_agent(&w.cloud(), &kubosh_cloud::VmCid(after[0].clone())).unwrap();
+    let told = std::time::Instant::now();
+    while count_reason(&client, ns, "RepairBlocked").await == 0 {
+        assert!(told.elapsed() < Duration::from_secs(90), "no RepairBlocked");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let blocked = events_of(&client, ns).await;
+    let blocked = blocked
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("RepairBlocked"))
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default();
+    assert!(
+        blocked.contains("no spec of a deployed generation is kept"),
+        "{blocked}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        count_reason(&client, ns, "RepairBlocked").await,
+        1,
+        "told once"
+    );
+    // The spec kept again (as the next deploy of a valid generation would keep it), and
+    // the repair asked again: it runs.
+    kept.metadata.resource_version = None;
+    kept.metadata.uid = None;
+    kept.metadata.managed_fields = None;
+    kept.metadata.creation_timestamp = None;
+    secrets.create(&Default::default(), &kept).await.unwrap();
+    annotate(&deployments, "kubosh.io/reconcile-request", "repair-1").await;
     let repaired = |d: &Deployment| {
         let replaced = futures::executor::block_on(instances(&client, ns))
             .first()

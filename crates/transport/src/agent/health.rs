@@ -644,7 +644,10 @@ mod tests {
         for agent in ["a", "b"] {
             let last = table.heard_last(agent).expect("heard");
             let proven = last + window + Duration::from_millis(1);
-            assert!(!table.silent_for(agent, window, up, last + window), "{agent}");
+            assert!(
+                !table.silent_for(agent, window, up, last + window),
+                "{agent}"
+            );
             assert!(table.silent_for(agent, window, up, proven), "{agent}");
         }
     }

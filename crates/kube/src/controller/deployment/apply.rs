@@ -155,7 +155,11 @@ async fn repair_from_deployed(
     let (from, spec) = match kept.read(&uid).await {
         Ok(Some(kept)) => kept,
         Ok(None) => {
-            tracing::warn!(deployment = %deployment.name_any(), "instances to repair, but no deployed spec is kept and the newest does not validate");
+            let why = "Instances lost their agent or VM and cannot be recreated: the newest \
+                generation does not validate, and no spec of a deployed generation is kept \
+                (the last deploy was made by an earlier kubosh); they are recreated once a \
+                generation that validates deploys";
+            tell_repair_blocked(ctx, deployment, why.to_string()).await;
             return Ok(action);
         }
         Err(e) => {
@@ -173,7 +177,12 @@ async fn repair_from_deployed(
     let inputs = match gathered {
         Ok(Ok(inputs)) => inputs,
         Ok(Err(unready)) => {
-            tracing::warn!(deployment = %deployment.name_any(), from, "instances to repair, but the deployed generation cannot deploy either: {unready}");
+            let why = format!(
+                "Instances lost their agent or VM and cannot be recreated: the newest \
+                 generation does not validate, and generation {from}, deployed last, cannot \
+                 deploy either: {unready}"
+            );
+            tell_repair_blocked(ctx, deployment, why).await;
             return Ok(action);
         }
         Err(e) => return Err(e.into()),
@@ -197,6 +206,16 @@ async fn repair_from_deployed(
     };
     deploy_task::spawn(ctx, task);
     Ok(action)
+}
+
+/// Says (a Warning Event `RepairBlocked` and the log, once while it holds) why instances
+/// to repair cannot be.
+async fn tell_repair_blocked(ctx: &DeploymentContext, deployment: &Deployment, why: String) {
+    let uid = deployment.uid().unwrap_or_default();
+    if ctx.ledger.repair_blocked(&uid, &why) {
+        tracing::warn!(deployment = %deployment.name_any(), "{why}");
+        publish(ctx, deployment, EventType::Warning, "RepairBlocked", why).await;
+    }
 }
 
 /// The digest of what the deployments `inputs` consume links from share (`None` when they

@@ -127,6 +127,8 @@ pub struct Ledger {
     kept: Mutex<HashMap<String, i64>>,
     /// When a repair of each deployment from its kept spec may run again (after one failed).
     repair_not_before: Mutex<HashMap<String, Instant>>,
+    /// Why each deployment's instances cannot be repaired, as last told (told once).
+    repair_blocked: Mutex<HashMap<String, String>>,
 }
 
 impl Ledger {
@@ -179,7 +181,20 @@ impl Ledger {
             cancelled_because: None,
         };
         running.insert(uid.to_string(), entry);
+        // Whatever blocked a repair, a task runs now: a new block is news again.
+        (self
+            .repair_blocked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+        .remove(uid);
         Some(token)
+    }
+
+    /// Instances of `uid` cannot be repaired `because`: whether that is news (not what was
+    /// last told since a task last started).
+    pub(super) fn repair_blocked(&self, uid: &str, because: &str) -> bool {
+        let mut told = (self.repair_blocked.lock()).unwrap_or_else(PoisonError::into_inner);
+        told.insert(uid.to_string(), because.to_string()).as_deref() != Some(because)
     }
 
     /// Asks the deploy running on `uid`, if any, to start no new step, `because` (said in
@@ -293,7 +308,10 @@ mod tests {
         assert_eq!(ledger.repair_wait("d"), Duration::ZERO);
         ledger.repair_ended("d", false);
         let first = ledger.repair_wait("d");
-        assert!(first > Duration::ZERO && first <= Duration::from_secs(10), "{first:?}");
+        assert!(
+            first > Duration::ZERO && first <= Duration::from_secs(10),
+            "{first:?}"
+        );
         ledger.repair_ended("d", false);
         let second = ledger.repair_wait("d");
         assert!(second > Duration::from_secs(9), "{second:?}");
@@ -301,6 +319,22 @@ mod tests {
         assert_eq!(ledger.repair_wait("d"), Duration::ZERO);
         ledger.repair_ended("d", false);
         let again = ledger.repair_wait("d");
-        assert!(again <= Duration::from_secs(10), "from the first delay: {again:?}");
+        assert!(
+            again <= Duration::from_secs(10),
+            "from the first delay: {again:?}"
+        );
+    }
+
+    #[test]
+    fn why_a_repair_is_blocked_is_news_once_until_a_task_starts() {
+        let ledger = Ledger::default();
+        assert!(ledger.repair_blocked("d", "no spec"));
+        assert!(!ledger.repair_blocked("d", "no spec"));
+        assert!(ledger.repair_blocked("d", "inputs"));
+        let parent = CancellationToken::new();
+        ledger
+            .start("d", TaskKind::Deploy, &parent)
+            .expect("none running");
+        assert!(ledger.repair_blocked("d", "inputs"));
     }
 }
