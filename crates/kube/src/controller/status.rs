@@ -82,6 +82,23 @@ pub fn outcome(
     );
 }
 
+/// A resource whose status kubosh writes: namespaced, and read back by kube.
+pub trait StatusResource:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> StatusResource for K where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// Writes `status` as `resource`'s whole status, in one server-side apply with field
 /// manager `kubosh` (forced: the status is kubosh's alone).
 pub async fn apply_status<K, S>(
@@ -90,10 +107,7 @@ pub async fn apply_status<K, S>(
     status: &S,
 ) -> Result<(), kube::Error>
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: StatusResource,
     S: serde::Serialize,
 {
     apply_status_if(client, resource, status, None).await
@@ -108,10 +122,7 @@ async fn apply_status_if<K, S>(
     unchanged_since: Option<&str>,
 ) -> Result<(), kube::Error>
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: StatusResource,
     S: serde::Serialize,
 {
     use kube::ResourceExt;
