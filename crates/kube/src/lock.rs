@@ -14,6 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use tokio::sync::watch;
 
+use crate::state::is_conflict;
+
 pub use kubosh_engine::lock::*;
 
 /// Locks as Leases in one namespace.
@@ -186,7 +188,7 @@ impl LeaseLocks {
         let fresh = self.lease(lease_name, holder, None);
         match self.api.create(&PostParams::default(), &fresh).await {
             Ok(l) => return Ok(Ok(l)),
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) if is_conflict(&e) => {}
             Err(e) => return Err(e),
         }
         match self.api.get_opt(lease_name).await? {
@@ -207,7 +209,7 @@ impl LeaseLocks {
                     .await
                 {
                     Ok(l) => Ok(Ok(l)),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(Err(holder_of(&existing))),
+                    Err(e) if is_conflict(&e) => Ok(Err(holder_of(&existing))),
                     Err(e) => Err(e),
                 }
             }

@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::lock::{Holder, Lock};
-use crate::state::FIELD_MANAGER;
+use crate::state::{FIELD_MANAGER, is_not_found};
 use kubosh_core::plan::ip::Reservation;
 use kubosh_engine::state::{
     DnsDataset, DnsInstance, DnsRegistry, IpRegistry, IpTable, LinkRegistry, LinkTable, SharedLink,
@@ -169,7 +169,7 @@ impl Shares {
         let Some(share) = share else {
             return match self.api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
                 Err(e) => Err(io(what, e)),
             };
         };

@@ -163,6 +163,12 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Whether the apiserver refused a write because the object (or its version) is not what
+/// the writer assumed: it exists already, or it changed since it was read.
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
 impl KubeStore {
     /// The state of `deployment` (a `Deployment` in `namespace`, which must exist). Objects
     /// it creates for the deployment are owned by `owner` (the `Deployment`), so deleting
@@ -444,7 +450,7 @@ impl KubeStore {
             .map_err(|e| {
                 let kind = K::kind(&Default::default()).to_string();
                 match &e {
-                    kube::Error::Api(s) if s.code == 409 => io(
+                    e if is_conflict(e) => io(
                         format!("{kind} {name}"),
                         "changed by someone else since kubosh read it (resourceVersion); \
                          another controller may be running",

@@ -608,7 +608,7 @@ pub async fn delete_stemcell(
             // record of a missing one.
             match compiled.delete(&p.name_any(), &Default::default()).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) if crate::state::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
             ctx.blobstore.delete(&spec.blobstore_id).await?;

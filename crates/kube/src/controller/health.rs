@@ -35,6 +35,7 @@ use crate::api::condition::{READY, STALLED};
 use crate::api::{
     Deployment, DeploymentStatus, Instance, InstanceState, ProcessState, RECORD_ANNOTATION,
 };
+use crate::state::is_conflict;
 use kubosh_engine::AgentHealth;
 use kubosh_engine::state::InstanceRecord;
 
@@ -330,7 +331,8 @@ async fn check(
         health.total += 1;
         health.instances.push(instance.clone());
         let current = instance.status.as_ref().and_then(|s| s.process_state);
-        let state = match observe(ctx, &instance, owner, watch) {
+        let quiet_since = quiet_since(ctx, owner, watch);
+        let state = match observe(&instance, quiet_since, watch) {
             Some(next) => {
                 if current != Some(next) {
                     changes.push((key, instance.clone(), owner.clone(), current, next));
@@ -341,7 +343,7 @@ async fn check(
         };
         let Some(state) = state else { continue };
         if state != ProcessState::Unresponsive
-            && let Some(at) = silent_from(ctx, &instance, owner, watch)
+            && let Some(at) = silent_from(&instance, quiet_since, watch)
             && at > now
         {
             look_again = Some(look_again.map_or(at, |earlier| earlier.min(at)));
@@ -395,18 +397,14 @@ async fn check(
 }
 
 /// When `instance`'s agent will be proven silent if nothing more is heard from it (and its
-/// deployment's agents have had the agent timeout to say something since its last deploy).
-fn silent_from(
-    ctx: &DeploymentContext,
-    instance: &Instance,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    watch: &HealthWatch,
-) -> Option<Instant> {
+/// deployment's agents, quiet since `quiet_since`, have had the agent timeout to say
+/// something).
+fn silent_from(instance: &Instance, quiet_since: Instant, watch: &HealthWatch) -> Option<Instant> {
     let agent = instance.spec.agent_id.as_deref()?;
     instance.spec.vm_cid.as_ref()?;
     let heard = watch.health.silent_from(agent, watch.agent_timeout)?;
     // `observe` needs more than the timeout since the deployment's last deploy.
-    let quiet = quiet_since(ctx, owner, watch) + watch.agent_timeout + Duration::from_millis(1);
+    let quiet = quiet_since + watch.agent_timeout + Duration::from_millis(1);
     Some(heard.max(quiet))
 }
 
@@ -423,16 +421,11 @@ fn quiet_since(
     }
 }
 
-/// What the heartbeats say of `instance` now: `None` when they say nothing new, or its last
-/// update did not complete (the next deploy's business).
-fn observe(
-    ctx: &DeploymentContext,
-    instance: &Instance,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    watch: &HealthWatch,
-) -> Option<ProcessState> {
-    // How long the agents of this deployment have had to say something new.
-    let quiet = quiet_since(ctx, owner, watch).elapsed();
+/// What the heartbeats say of `instance` now, its deployment's agents having had since
+/// `quiet_since` to say something new ([`quiet_since`]): `None` when they say nothing new,
+/// or its last update did not complete (the next deploy's business).
+fn observe(instance: &Instance, quiet_since: Instant, watch: &HealthWatch) -> Option<ProcessState> {
+    let quiet = quiet_since.elapsed();
     let completed = instance
         .annotations()
         .get(UPDATE_COMPLETED)
@@ -595,7 +588,7 @@ async fn write_process_state(
     match status::write_instance_state(&ctx.client, instance, state, ready, reason, overwrite).await
     {
         Ok(()) => true,
-        Err(kube::Error::Api(e)) if e.code == 409 => {
+        Err(e) if is_conflict(&e) => {
             tracing::debug!(instance = %instance.name_any(), "written since the check read it");
             false
         }

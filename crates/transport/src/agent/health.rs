@@ -395,10 +395,11 @@ impl AgentHealth for HeartbeatMonitor {
 
     fn silent_from(&self, agent_id: &str, at_least: Duration) -> Option<Instant> {
         let listening_since = self.listening_since(Instant::now())?;
-        let heard = self.table().heard_last(agent_id);
+        let heard = (self.table().heard_last(agent_id))
+            .map_or(listening_since, |at| at.max(listening_since));
         // Proven once more than `at_least` has passed (`silent_for` counts a heartbeat
         // exactly `at_least` old as recent).
-        Some(heard.max(Some(listening_since))? + at_least + Duration::from_millis(1))
+        Some(heard + at_least + Duration::from_millis(1))
     }
 
     fn unreachable(&self) -> Option<String> {
