@@ -35,7 +35,7 @@ use crate::api::condition::{READY, STALLED};
 use crate::api::{
     Deployment, DeploymentStatus, Instance, InstanceState, ProcessState, RECORD_ANNOTATION,
 };
-use crate::state::is_conflict;
+use crate::state::{is_conflict, is_not_found};
 use kubosh_engine::AgentHealth;
 use kubosh_engine::state::InstanceRecord;
 
@@ -601,8 +601,9 @@ async fn write_process_state(
 
 /// Rewrites the `ready` and `failing` counters of `deployment` from its instances' states
 /// (the other counters are the last deploy's), and its conditions from what the check found
-/// ([`health_trio`]). Read fresh before the write (a task may have written since the cache
-/// saw it), and written only when something changed.
+/// ([`health_trio`]), written only when something changed. Written from the cache's copy if
+/// it is still the current one (no read); else (a task may have written since the cache
+/// saw it) read fresh and judged again.
 async fn write_counters(
     ctx: &DeploymentContext,
     deployment: &Deployment,
@@ -623,10 +624,24 @@ async fn write_counters(
         resurrection_condition(&mut status, &ctx.resurrection, &uid);
         status
     };
-    if deployment.status.as_ref() == Some(&next(deployment)) {
+    let status = next(deployment);
+    // A task running writes every counter when it ends.
+    if deployment.status.as_ref() == Some(&status) || ctx.ledger.is_running(&uid) {
         return;
     }
     let name = deployment.name_any();
+    let cached_version = deployment.resource_version();
+    match status::apply_status_if(&ctx.client, deployment, &status, cached_version.as_deref())
+        .await
+    {
+        Ok(()) => return,
+        Err(e) if is_conflict(&e) => {}
+        Err(e) if is_not_found(&e) => return,
+        Err(e) => {
+            tracing::warn!(deployment = %name, error = %e, "cannot write the counters");
+            return;
+        }
+    }
     let api: Api<Deployment> = Api::namespaced(
         ctx.client.clone(),
         &deployment.namespace().unwrap_or_default(),

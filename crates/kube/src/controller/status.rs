@@ -115,7 +115,7 @@ where
 
 /// [`apply_status`], only if the object is still at resource version `unchanged_since` when
 /// one is given (else the apiserver answers `409 Conflict` and nothing is written).
-async fn apply_status_if<K, S>(
+pub(crate) async fn apply_status_if<K, S>(
     client: &kube::Client,
     resource: &K,
     status: &S,
