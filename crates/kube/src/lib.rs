@@ -7,6 +7,7 @@ pub mod api;
 pub mod client;
 pub mod controller;
 pub mod deployed_spec;
+pub mod left_behind;
 pub mod lock;
 pub mod metrics;
 pub mod names;

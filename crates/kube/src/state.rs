@@ -30,7 +30,8 @@
 //! projection that changed.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -44,6 +45,7 @@ use crate::api::{
     Instance, InstanceNetwork, InstanceSpec, InstanceState as ApiInstanceState, OS_ANNOTATION,
     RECORD_ANNOTATION, Stemcell, StemcellVersion, cid_annotation, labels, recorded_cids,
 };
+use crate::left_behind::{LeftBehind, LeftInstance, record_digest};
 use crate::names;
 use kubosh_engine::state::{
     CompiledPackage, DeploymentMeta, DeploymentState, DiskRecord, InstanceRecord, InstanceState,
@@ -86,6 +88,11 @@ pub struct KubeStore {
     owner: Option<OwnerReference>,
     cache: Mutex<Option<Cache>>,
     writes: AtomicU64,
+    /// What the last deploy of the deployment (its uid) left, taken instead of listing the
+    /// `Instance`s when it still holds; this store leaves its own there ([`KubeStore::leave`]).
+    reuse: Option<(Arc<LeftBehind>, String)>,
+    /// Its last load started from what was left instead of listing the `Instance`s.
+    reused: AtomicBool,
 }
 
 impl std::fmt::Debug for KubeStore {
@@ -105,13 +112,19 @@ struct InstanceObject {
     /// generation, status) is small. Kept for the whole deploy, for every instance.
     object: Instance,
     record: InstanceRecord,
+    /// The [`record_digest`] of the record's text as written.
+    digest: String,
 }
 
 impl InstanceObject {
-    fn of(mut object: Instance, record: InstanceRecord) -> InstanceObject {
+    fn of(mut object: Instance, record: InstanceRecord, digest: String) -> InstanceObject {
         object.metadata.annotations = None;
         object.metadata.managed_fields = None;
-        InstanceObject { object, record }
+        InstanceObject {
+            object,
+            record,
+            digest,
+        }
     }
 
     fn name(&self) -> &str {
@@ -158,6 +171,22 @@ fn corrupt(record: impl Into<String>, reason: impl std::fmt::Display) -> StoreEr
     }
 }
 
+/// The store's error for a refused write of `name` (a `K`).
+fn apply_error<K: Resource>(name: &str, e: kube::Error) -> StoreError
+where
+    <K as Resource>::DynamicType: Default,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    if is_conflict(&e) {
+        return io(
+            format!("{kind} {name}"),
+            "changed by someone else since kubosh read it (resourceVersion); another controller \
+             may be running",
+        );
+    }
+    io(format!("writing {kind} {name}"), e)
+}
+
 /// Whether the apiserver said the object is not there.
 pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
@@ -186,7 +215,45 @@ impl KubeStore {
             owner,
             cache: Mutex::new(None),
             writes: AtomicU64::new(0),
+            reuse: None,
+            reused: AtomicBool::new(false),
         }
+    }
+
+    /// Whether its last load started from what the last deploy left (see
+    /// [`KubeStore::reusing`]) instead of listing the `Instance`s.
+    pub fn reused(&self) -> bool {
+        self.reused.load(Ordering::Relaxed)
+    }
+
+    /// The store, starting from what the last deploy of deployment `uid` left in `left`
+    /// when it still holds (instead of listing its `Instance`s), and leaving its own there.
+    #[must_use]
+    pub fn reusing(mut self, left: Arc<LeftBehind>, uid: &str) -> KubeStore {
+        self.reuse = Some((left, uid.to_string()));
+        self
+    }
+
+    /// Leaves the instance records as this store last read or wrote them for the next
+    /// deploy of the deployment (see [`LeftBehind`]); nothing if it read nothing.
+    pub async fn leave(&self) {
+        let Some((left, uid)) = &self.reuse else {
+            return;
+        };
+        let guard = self.cache.lock().await;
+        let Some(cache) = guard.as_ref() else {
+            return;
+        };
+        let instances = (cache.instances.values())
+            .map(|o| LeftInstance {
+                name: o.name().to_string(),
+                uid: o.object.metadata.uid.clone(),
+                // As a list would read it.
+                record: serde_json::to_string(&sealed(&o.record)).unwrap_or_default(),
+                digest: o.digest.clone(),
+            })
+            .collect();
+        left.leave(uid, instances);
     }
 
     /// A reference to the `Instance` of `group`/`index` as this store last wrote or read
@@ -290,6 +357,8 @@ impl KubeStore {
         let state_name = Self::state_name(&self.deployment);
         let selector = Self::selector(&self.deployment);
         let everywhere = ListParams::default();
+        let left = (self.reuse.as_ref()).and_then(|(left, uid)| left.take(uid));
+        self.reused.store(left.is_some(), Ordering::Relaxed);
         let (deployment, config_map, instances, disks, packages, stemcells) = tokio::try_join!(
             async {
                 (self.api::<Deployment>().get_opt(&self.deployment).await)
@@ -300,7 +369,11 @@ impl KubeStore {
                     .map_err(|e| io(format!("config map {state_name}"), e))
             },
             async {
+                if left.is_some() {
+                    return Ok(Vec::new());
+                }
                 (self.api::<Instance>().list(&selector).await)
+                    .map(|l| l.items)
                     .map_err(|e| io("listing instances", e))
             },
             async {
@@ -321,7 +394,15 @@ impl KubeStore {
         let mut state = DeploymentState::default();
         let mut cache = Cache::default();
         self.load_deployment(deployment, config_map, &mut state, &mut cache)?;
-        self.load_instances(instances.items, &mut state, &mut cache)?;
+        match left {
+            Some(left) => {
+                for (record, digest, object) in left {
+                    let held = InstanceObject::of(object, record, digest);
+                    self.hold_instance(held, &mut state, &mut cache);
+                }
+            }
+            None => self.load_instances(instances, &mut state, &mut cache)?,
+        }
         self.load_disks(disks.items, &mut state, &mut cache);
         load_namespace_records(packages.items, stemcells.items, &mut state, &mut cache);
         Ok((state, cache))
@@ -402,19 +483,24 @@ impl KubeStore {
             })?;
             let record: InstanceRecord =
                 serde_json::from_str(text).map_err(|e| corrupt(format!("instance {name}"), e))?;
-            for disk in &record.disks {
-                cache.attached.insert(
-                    disk.cid.clone(),
-                    self.attached_projection(&name, &record, disk),
-                );
-            }
-            cache.instances.insert(
-                record.uuid.clone(),
-                InstanceObject::of(object, record.clone()),
-            );
-            state.instances.insert(record.uuid.clone(), record);
+            let digest = record_digest(text);
+            self.hold_instance(InstanceObject::of(object, record, digest), state, cache);
         }
         Ok(())
+    }
+
+    /// An instance record (with its object) in the state and the cache.
+    fn hold_instance(&self, held: InstanceObject, state: &mut DeploymentState, cache: &mut Cache) {
+        for disk in &held.record.disks {
+            cache.attached.insert(
+                disk.cid.clone(),
+                self.attached_projection(held.name(), &held.record, disk),
+            );
+        }
+        state
+            .instances
+            .insert(held.record.uuid.clone(), held.record.clone());
+        cache.instances.insert(held.record.uuid.clone(), held);
     }
 
     /// Active and orphaned disks: the deployment's `Disk` objects.
@@ -439,6 +525,18 @@ impl KubeStore {
             + std::fmt::Debug,
         <K as Resource>::DynamicType: Default,
     {
+        (self.apply_object(name, object).await).map_err(|e| apply_error::<K>(name, e))
+    }
+
+    /// [`KubeStore::apply`], the apiserver's error as it is.
+    async fn apply_object<K>(&self, name: &str, object: &Value) -> Result<K, kube::Error>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as Resource>::DynamicType: Default,
+    {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.api::<K>()
             .patch(
@@ -447,17 +545,32 @@ impl KubeStore {
                 &Patch::Apply(object),
             )
             .await
-            .map_err(|e| {
-                let kind = K::kind(&Default::default()).to_string();
-                match &e {
-                    e if is_conflict(e) => io(
-                        format!("{kind} {name}"),
-                        "changed by someone else since kubosh read it (resourceVersion); \
-                         another controller may be running",
-                    ),
-                    _ => io(format!("writing {kind} {name}"), e),
-                }
+    }
+
+    /// The `Instance` `patch` (refused: its object changed since it was `read`) applied
+    /// again over the object as it is now, if neither its record nor its spec changed: a
+    /// status write (the health watch's, a deploy's report) changes an object's version,
+    /// not what kubosh wrote.
+    async fn apply_over_status_change(
+        &self,
+        name: &str,
+        mut patch: Value,
+        read: Option<&InstanceObject>,
+        conflict: kube::Error,
+    ) -> Result<Instance, StoreError> {
+        let now = (self.api::<Instance>().get_opt(name).await)
+            .map_err(|e| io(format!("reading Instance {name}"), e))?;
+        let unchanged = |now: &Instance| {
+            let digest = (now.annotations().get(RECORD_ANNOTATION)).map(|text| record_digest(text));
+            read.is_some_and(|read| {
+                digest.as_ref() == Some(&read.digest) && now.spec == read.object.spec
             })
+        };
+        let Some(now) = now.filter(unchanged) else {
+            return Err(apply_error::<Instance>(name, conflict));
+        };
+        patch["metadata"]["resourceVersion"] = json!(now.metadata.resource_version);
+        self.apply(name, &patch).await
     }
 
     async fn delete<K>(&self, name: &str) -> Result<(), StoreError>
@@ -603,10 +716,16 @@ impl KubeStore {
             "metadata": metadata,
             "spec": spec,
         });
-        let written: Instance = self.apply(&name, &patch).await?;
+        let digest = record_digest(&text);
+        let written: Instance = match self.apply_object(&name, &patch).await {
+            Err(e) if is_conflict(&e) && previous.as_ref().is_some_and(|p| p.name() == name) => {
+                (self.apply_over_status_change(&name, patch, previous.as_ref(), e)).await?
+            }
+            written => written.map_err(|e| apply_error::<Instance>(&name, e))?,
+        };
         cache.instances.insert(
             record.uuid.clone(),
-            InstanceObject::of(written, record.clone()),
+            InstanceObject::of(written, record.clone(), digest),
         );
         // Renamed (`migrated_from`): the object under the old name goes.
         if let Some(old) = previous

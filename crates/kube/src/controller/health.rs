@@ -32,9 +32,8 @@ use super::deployment::{DeploymentContext, publish_regarding, reasons, set_trio,
 use super::resurrection::{RESURRECTION, RESURRECTION_MELTDOWN, Resurrection, Verdict};
 use super::status::{self, Overwrite};
 use crate::api::condition::{READY, STALLED};
-use crate::api::{
-    Deployment, DeploymentStatus, Instance, InstanceState, ProcessState, RECORD_ANNOTATION,
-};
+use crate::api::{Deployment, DeploymentStatus, Instance, InstanceState, ProcessState};
+use crate::left_behind::{self, RECORD_DIGEST};
 use crate::state::{is_conflict, is_not_found};
 use kubosh_engine::AgentHealth;
 use kubosh_engine::state::InstanceRecord;
@@ -140,7 +139,7 @@ pub async fn run(
     watch: Option<HealthWatch>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let (store, writer) = reflector::store();
+    let (store, writer) = ctx.left_behind.cache_writer();
     // Without their managed fields and records, the cached instances take a fraction of
     // the memory.
     let instances = watcher(api, watcher::Config::default())
@@ -255,14 +254,16 @@ fn count_by_state(store: &Store<Instance>) -> Vec<(String, i64)> {
 const UPDATE_COMPLETED: &str = "kubosh.io/update-completed";
 
 /// `instance` as the health watch caches it: no managed fields, its record reduced to
-/// [`UPDATE_COMPLETED`].
+/// [`UPDATE_COMPLETED`] and its digest ([`RECORD_DIGEST`], for deploys that start from
+/// what the last one left, [`LeftBehind`](crate::left_behind::LeftBehind)).
 fn slim(instance: &mut Instance) {
     instance.managed_fields_mut().clear();
-    let annotations = instance.annotations_mut();
-    let completed = (annotations.get(RECORD_ANNOTATION))
+    let record = left_behind::digest_record(instance);
+    let completed = (record.as_deref())
         .and_then(|text| serde_json::from_str::<InstanceRecord>(text).ok())
         .is_some_and(|r| r.update_completed);
-    annotations.clear();
+    let annotations = instance.annotations_mut();
+    annotations.retain(|k, _| k == RECORD_DIGEST);
     annotations.insert(UPDATE_COMPLETED.into(), completed.to_string());
 }
 
@@ -631,8 +632,7 @@ async fn write_counters(
     }
     let name = deployment.name_any();
     let cached_version = deployment.resource_version();
-    match status::apply_status_if(&ctx.client, deployment, &status, cached_version.as_deref())
-        .await
+    match status::apply_status_if(&ctx.client, deployment, &status, cached_version.as_deref()).await
     {
         Ok(()) => return,
         Err(e) if is_conflict(&e) => {}
@@ -846,18 +846,27 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_only_whether_the_update_completed() {
+    fn the_cache_keeps_only_whether_the_update_completed_and_the_record_digest() {
         let mut instance = Instance::new("web-0", Default::default());
         let record = serde_json::json!({"group": "web", "index": 0, "uuid": "u",
                                         "update_completed": true, "applied": {"stemcell": "s/1"}});
+        (instance.annotations_mut())
+            .insert(crate::api::RECORD_ANNOTATION.into(), record.to_string());
         instance
             .annotations_mut()
-            .insert(RECORD_ANNOTATION.into(), record.to_string());
+            .insert("other".into(), "x".into());
         instance.metadata.managed_fields = Some(vec![Default::default()]);
         slim(&mut instance);
         assert_eq!(
             instance.annotations().clone(),
-            [(UPDATE_COMPLETED.to_string(), "true".to_string())].into()
+            [
+                (UPDATE_COMPLETED.to_string(), "true".to_string()),
+                (
+                    RECORD_DIGEST.to_string(),
+                    left_behind::record_digest(&record.to_string())
+                )
+            ]
+            .into()
         );
         assert!(instance.managed_fields().is_empty());
         let mut unreadable = Instance::new("web-1", Default::default());

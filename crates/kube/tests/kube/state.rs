@@ -19,7 +19,7 @@ use kubosh_engine::state::{
 };
 use kubosh_kube::api::{
     CID_ANNOTATION, CompiledPackage as CompiledPackageResource, Deployment, Disk, Instance,
-    Stemcell,
+    ProcessState, Stemcell,
 };
 use kubosh_kube::state::{INTENT_KEY_PREFIX, KubeStore, STATE_KEY};
 
@@ -319,6 +319,24 @@ async fn one_write_per_record_and_a_write_over_another_change_fails() {
     let object = instances.get("web-web-0").await.unwrap();
     assert_eq!(object.metadata.generation, Some(1));
 
+    // Its status written since (the health watch, a deploy's report): what kubosh wrote is
+    // as it was, so its next write goes through over the new version.
+    instances
+        .patch_status(
+            "web-web-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"processState": "Unresponsive"}})),
+        )
+        .await
+        .unwrap();
+    store
+        .write(&Write::Instance(Box::new(record.clone())))
+        .await
+        .unwrap();
+    let object = instances.get("web-web-0").await.unwrap();
+    let status = object.status.unwrap();
+    assert_eq!(status.process_state, Some(ProcessState::Unresponsive));
+
     // Someone else changes the instance: kubosh's next write refuses to overwrite it.
     instances
         .patch(
@@ -507,4 +525,107 @@ async fn state_moves_from_the_deployment_and_is_the_deployments_own() {
     // The deletion's end removes it.
     renewed.forget_deployment_state().await.unwrap();
     assert!(!has_state(&config_maps).await);
+}
+
+/// A deploy's store starts from the instance records the last one left (no list, the
+/// objects as the watch has them) while the watch shows them as written; once a record is
+/// changed behind its back, the next store lists them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_starts_from_what_the_last_deploy_left_while_the_watch_agrees() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use kubosh_kube::left_behind::{LeftBehind, RECORD_DIGEST, digest_record, record_digest};
+    use std::sync::Arc;
+
+    let cp = support::control_plane().await;
+    let ns = support::namespace("state-left").await;
+    let client = cp.client().await.unwrap();
+    let owner = deployment(&client, &ns, "web").await;
+    let uid = owner.uid().unwrap();
+    let left = Arc::new(LeftBehind::default());
+    // The `Instance`s as the health watch caches them.
+    let (cache, writer) = left.cache_writer();
+    let instances: Api<Instance> = Api::namespaced(client.clone(), &ns);
+    let slim = watcher(instances.clone(), watcher::Config::default()).modify(|i| {
+        digest_record(i);
+    });
+    let watch = tokio::spawn(
+        reflector::reflector(writer, slim)
+            .applied_objects()
+            .for_each(|_| futures::future::ready(())),
+    );
+    let store = || {
+        KubeStore::new(client.clone(), &ns, "web", owner.controller_owner_ref(&()))
+            .reusing(left.clone(), &uid)
+    };
+    // The watch has every object as it is in the apiserver.
+    let caught_up = async || {
+        for _ in 0..100 {
+            let all = instances.list(&Default::default()).await.unwrap().items;
+            let seen = all.iter().all(|o| {
+                let digest = record_digest(&o.annotations()[kubosh_kube::api::RECORD_ANNOTATION]);
+                cache.state().iter().any(|c| {
+                    c.name_any() == o.name_any()
+                        && c.resource_version() == o.resource_version()
+                        && c.annotations().get(RECORD_DIGEST) == Some(&digest)
+                })
+            });
+            if seen && cache.state().len() == all.len() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the watch did not catch up");
+    };
+
+    let first = store();
+    first.load().await.unwrap();
+    assert!(!first.reused(), "nothing was left yet");
+    let (a, mut b) = (instance("u-1", "web", 0), instance("u-2", "web", 1));
+    for record in [&a, &b] {
+        (first.write(&Write::Instance(Box::new(record.clone()))))
+            .await
+            .unwrap();
+    }
+    first.leave().await;
+    caught_up().await;
+
+    let second = store();
+    let state = second.load().await.unwrap();
+    assert!(second.reused(), "the watch agrees with what was left");
+    assert_eq!(state.instances.values().collect::<Vec<_>>(), [&a, &b]);
+    // Its status written since (the watch saw it or not): the next write goes through.
+    instances
+        .patch_status(
+            "web-web-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"processState": "Running"}})),
+        )
+        .await
+        .unwrap();
+    b.update_completed = true;
+    (second.write(&Write::Instance(Box::new(b.clone()))))
+        .await
+        .unwrap();
+    second.leave().await;
+    caught_up().await;
+
+    // A record written behind the stores' backs: the next store lists them.
+    let mut behind = b.clone();
+    behind.state = InstanceState::Stopped;
+    let text = serde_json::to_string(&behind).unwrap();
+    let annotations = json!({"metadata": {"annotations": {"kubosh.io/record": text}}});
+    (instances.patch(
+        "web-web-1",
+        &PatchParams::default(),
+        &Patch::Merge(annotations),
+    ))
+    .await
+    .unwrap();
+    caught_up().await;
+    let third = store();
+    let state = third.load().await.unwrap();
+    assert!(!third.reused(), "a record changed since it was left");
+    assert_eq!(state.instances["u-2"].state, InstanceState::Stopped);
+    watch.abort();
 }

@@ -81,6 +81,9 @@ pub(super) async fn run(ctx: &DeploymentContext, task: CckTask) -> DeployResult 
     if let Err(e) = write_status(&ctx.client, deployment, &status).await {
         tracing::warn!(deployment = %name, error = %e, "cannot write the status");
     }
+    // Its writes are not the next deploy's to start from.
+    ctx.left_behind
+        .forget(&deployment.uid().unwrap_or_default());
     let store = Arc::new(KubeStore::new(
         ctx.client.clone(),
         &namespace,

@@ -134,6 +134,7 @@ async fn run_delete(
     let namespace = deployment.namespace().unwrap_or_default();
     // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
     // garbage collector drop their records and leak them in the cloud).
+    ctx.left_behind.forget(&uid);
     let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
     let mut engine = ctx.engine(
         store.clone(),

@@ -221,12 +221,16 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     let quiet = starts_quietly(deployment, &kind, &pending);
     let status = starting_status(ctx, deployment, quiet, &announcement).await;
     let progress = Arc::new(DeployProgress::new());
-    let store = Arc::new(KubeStore::new(
-        ctx.client.clone(),
-        &namespace,
-        &deployment.name_any(),
-        deployment.controller_owner_ref(&()),
-    ));
+    let uid = deployment.uid().unwrap_or_default();
+    let store = Arc::new(
+        KubeStore::new(
+            ctx.client.clone(),
+            &namespace,
+            &deployment.name_any(),
+            deployment.controller_owner_ref(&()),
+        )
+        .reusing(ctx.left_behind.clone(), &uid),
+    );
     let mut engine = ctx.engine(store.clone(), &namespace, progress.clone(), cancel);
     engine.named_clouds = inputs.named_clouds.clone();
     let status = Arc::new(tokio::sync::Mutex::new(status));
@@ -240,7 +244,6 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         status.clone(),
         quiet.then(|| announcement.clone()),
     );
-    let uid = deployment.uid().unwrap_or_default();
     let result = run_engine(ctx, deployment, &engine, &inputs, &kind).await;
     let announced = writer.stop(ctx, deployment).await;
     let mut status = status.lock().await.clone();
@@ -267,6 +270,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         status.runtime_configs = inputs.runtime_configs.clone();
     }
     report_instances(ctx, &store, &inputs, &mut status, result.is_ok()).await;
+    store.leave().await;
     let ended = DeployResult::of(&result);
     // Counted before the status says it ended (a reader of both never sees one without the
     // other).

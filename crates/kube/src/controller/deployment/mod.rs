@@ -99,6 +99,9 @@ pub struct DeploymentContext {
     pub cloud_maker: Arc<dyn kubosh_engine::clouds::CloudMaker>,
     /// The releases deploys read, by reference.
     releases: Arc<materialise::ReleaseCache>,
+    /// What each deployment's last deploy left of its instance records, and the health
+    /// watch's cache of `Instance`s it is checked against.
+    pub left_behind: Arc<crate::left_behind::LeftBehind>,
 }
 
 /// How long orphaned disks are kept by default (the Director's `max_orphaned_age_in_days`).
@@ -130,6 +133,7 @@ impl DeploymentContext {
             resurrection: Arc::default(),
             cloud_maker: Arc::new(kubosh_engine::clouds::NoCpiTypes),
             releases: Arc::default(),
+            left_behind: Arc::default(),
         }
     }
 
