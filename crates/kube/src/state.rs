@@ -171,12 +171,26 @@ fn corrupt(record: impl Into<String>, reason: impl std::fmt::Display) -> StoreEr
     }
 }
 
-/// The store's error for a refused write of `name` (a `K`).
-fn apply_error<K: Resource>(name: &str, e: kube::Error) -> StoreError
-where
-    <K as Resource>::DynamicType: Default,
+/// A namespaced object kubosh writes and kube reads back.
+pub trait NamespacedObject:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
 {
-    let kind = K::kind(&Default::default()).to_string();
+}
+
+impl<K> NamespacedObject for K where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
+/// The store's error for a refused write of `name` (a `K`).
+fn apply_error<K: NamespacedObject>(name: &str, e: kube::Error) -> StoreError {
+    let kind = K::kind(&()).to_string();
     if is_conflict(&e) {
         return io(
             format!("{kind} {name}"),
@@ -301,11 +315,7 @@ impl KubeStore {
         self.writes.load(Ordering::Relaxed)
     }
 
-    fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as Resource>::DynamicType: Default,
-    {
+    fn api<K: NamespacedObject>(&self) -> Api<K> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
@@ -517,26 +527,20 @@ impl KubeStore {
         }
     }
 
-    async fn apply<K>(&self, name: &str, object: &Value) -> Result<K, StoreError>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        <K as Resource>::DynamicType: Default,
-    {
+    async fn apply<K: NamespacedObject>(
+        &self,
+        name: &str,
+        object: &Value,
+    ) -> Result<K, StoreError> {
         (self.apply_object(name, object).await).map_err(|e| apply_error::<K>(name, e))
     }
 
     /// [`KubeStore::apply`], the apiserver's error as it is.
-    async fn apply_object<K>(&self, name: &str, object: &Value) -> Result<K, kube::Error>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        <K as Resource>::DynamicType: Default,
-    {
+    async fn apply_object<K: NamespacedObject>(
+        &self,
+        name: &str,
+        object: &Value,
+    ) -> Result<K, kube::Error> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.api::<K>()
             .patch(
@@ -573,22 +577,12 @@ impl KubeStore {
         self.apply(name, &patch).await
     }
 
-    async fn delete<K>(&self, name: &str) -> Result<(), StoreError>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        <K as Resource>::DynamicType: Default,
-    {
+    async fn delete<K: NamespacedObject>(&self, name: &str) -> Result<(), StoreError> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         match self.api::<K>().delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(io(
-                format!("deleting {} {name}", K::kind(&Default::default())),
-                e,
-            )),
+            Err(e) => Err(io(format!("deleting {} {name}", K::kind(&())), e)),
         }
     }
 

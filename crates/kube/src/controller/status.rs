@@ -5,6 +5,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::condition::{READY, RECONCILING, STALLED};
+use crate::state::NamespacedObject;
 
 /// A condition of `kind` with `status` (`"True"`/`"False"`), stamped now.
 pub fn condition(
@@ -82,23 +83,6 @@ pub fn outcome(
     );
 }
 
-/// A resource whose status kubosh writes: namespaced, and read back by kube.
-pub trait StatusResource:
-    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-    + Clone
-    + serde::de::DeserializeOwned
-    + std::fmt::Debug
-{
-}
-
-impl<K> StatusResource for K where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-{
-}
-
 /// Writes `status` as `resource`'s whole status, in one server-side apply with field
 /// manager `kubosh` (forced: the status is kubosh's alone).
 pub async fn apply_status<K, S>(
@@ -107,7 +91,7 @@ pub async fn apply_status<K, S>(
     status: &S,
 ) -> Result<(), kube::Error>
 where
-    K: StatusResource,
+    K: NamespacedObject,
     S: serde::Serialize,
 {
     apply_status_if(client, resource, status, None).await
@@ -122,7 +106,7 @@ pub(crate) async fn apply_status_if<K, S>(
     unchanged_since: Option<&str>,
 ) -> Result<(), kube::Error>
 where
-    K: StatusResource,
+    K: NamespacedObject,
     S: serde::Serialize,
 {
     use kube::ResourceExt;
