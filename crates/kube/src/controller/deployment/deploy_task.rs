@@ -245,6 +245,8 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         quiet.then(|| announcement.clone()),
     );
     let result = run_engine(ctx, deployment, &engine, &inputs, &kind).await;
+    // For the next deploy of the deployment, a no-op included.
+    store.leave().await;
     let announced = writer.stop(ctx, deployment).await;
     let mut status = status.lock().await.clone();
     if result.is_ok() && repair_of.is_none() {
@@ -270,7 +272,6 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         status.runtime_configs = inputs.runtime_configs.clone();
     }
     report_instances(ctx, &store, &inputs, &mut status, result.is_ok()).await;
-    store.leave().await;
     let ended = DeployResult::of(&result);
     // Counted before the status says it ended (a reader of both never sees one without the
     // other).
