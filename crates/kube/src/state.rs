@@ -559,16 +559,14 @@ impl KubeStore {
         &self,
         name: &str,
         mut patch: Value,
-        read: Option<&InstanceObject>,
+        read: &InstanceObject,
         conflict: kube::Error,
     ) -> Result<Instance, StoreError> {
         let now = (self.api::<Instance>().get_opt(name).await)
             .map_err(|e| io(format!("reading Instance {name}"), e))?;
         let unchanged = |now: &Instance| {
             let digest = (now.annotations().get(RECORD_ANNOTATION)).map(|text| record_digest(text));
-            read.is_some_and(|read| {
-                digest.as_ref() == Some(&read.digest) && now.spec == read.object.spec
-            })
+            digest.as_ref() == Some(&read.digest) && now.spec == read.object.spec
         };
         let Some(now) = now.filter(unchanged) else {
             return Err(apply_error::<Instance>(name, conflict));
@@ -711,11 +709,11 @@ impl KubeStore {
             "spec": spec,
         });
         let digest = record_digest(&text);
-        let written: Instance = match self.apply_object(&name, &patch).await {
-            Err(e) if is_conflict(&e) && previous.as_ref().is_some_and(|p| p.name() == name) => {
-                (self.apply_over_status_change(&name, patch, previous.as_ref(), e)).await?
+        let written: Instance = match (self.apply_object(&name, &patch).await, &previous) {
+            (Err(e), Some(read)) if is_conflict(&e) && read.name() == name => {
+                (self.apply_over_status_change(&name, patch, read, e)).await?
             }
-            written => written.map_err(|e| apply_error::<Instance>(&name, e))?,
+            (written, _) => written.map_err(|e| apply_error::<Instance>(&name, e))?,
         };
         cache.instances.insert(
             record.uuid.clone(),

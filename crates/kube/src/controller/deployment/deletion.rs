@@ -132,9 +132,9 @@ async fn run_delete(
     let uid = deployment.uid().unwrap_or_default();
     let name = deployment.name_any();
     let namespace = deployment.namespace().unwrap_or_default();
+    ctx.left_behind.forget(&uid);
     // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
     // garbage collector drop their records and leak them in the cloud).
-    ctx.left_behind.forget(&uid);
     let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
     let mut engine = ctx.engine(
         store.clone(),
