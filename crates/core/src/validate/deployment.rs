@@ -288,13 +288,25 @@ fn check_update_block(m: &DeploymentManifest, problems: &mut Problems) {
             );
         }
     }
+    warn_of_no_flight(u, &path, problems);
+    for (gi, g) in m.instance_groups.iter().enumerate() {
+        if let Some(u) = &g.update {
+            let path = Path::root().key("instance_groups").index(gi).key("update");
+            warn_of_no_flight(u, &path, problems);
+        }
+    }
+}
+
+/// A `max_in_flight` of 0 (or 0 %), which the Director runs as 1 (`UpdateConfig#max_in_flight`),
+/// as a warning where it is written: the manifest says something that does not happen.
+fn warn_of_no_flight(u: &crate::manifest::Update, path: &Path, problems: &mut Problems) {
     if let Some(crate::manifest::Quantity::Count(0) | crate::manifest::Quantity::Percent(0)) =
         u.max_in_flight
     {
         problems.warning(
             DOC,
             path.key("max_in_flight"),
-            "0 is treated as 1: at least one instance is always updated at a time",
+            "0 is treated as 1: at least one instance is always updated at a time (as the Director does)",
         );
     }
 }
@@ -837,6 +849,16 @@ fn static_ip_problem(
         ));
     };
     if !subnet.is_static(ip) {
+        if let Some(why) = subnet.restriction(ip) {
+            let what = match why {
+                "reserved" => "in the 'reserved' ranges of".to_string(),
+                address => format!("{address} of"),
+            };
+            return Some(format!(
+                "static IP {ip} is {what} its subnet ({} in the cloud config) of network '{network}', which is never handed out: pick an address of the subnet's 'static' ranges",
+                subnet.path
+            ));
+        }
         return Some(format!(
             "static IP {ip} is not in the 'static' ranges of its subnet ({} in the cloud config) of network '{network}'",
             subnet.path

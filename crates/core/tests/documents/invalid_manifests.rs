@@ -7,6 +7,7 @@
 //! description: static IP outside every subnet
 //! expect:                      # exactly these errors, as "<document>: <path>"
 //! - "manifest: instance_groups[0].networks[0].static_ips[1]"
+//! says: [belongs to no subnet] # optional: words some error's message must contain
 //! ops:                         # applied to base-manifest.yml (or to `manifest`)
 //! - type: replace
 //!   path: /instance_groups/name=db/networks/name=default/static_ips/1
@@ -150,6 +151,19 @@ fn check_case(kind: Kind, file: &FsPath) -> Result<(), String> {
             "{description}\n  expected: {expected:?}\n  found:    {found:?}\n{problems}"
         ));
     }
+    for words in case
+        .get("says")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let words = words.as_str().ok_or("says entries must be strings")?;
+        if !problems.all().iter().any(|p| p.message.contains(words)) {
+            return Err(format!(
+                "{description}: no message says '{words}'\n{problems}"
+            ));
+        }
+    }
     for p in problems.all() {
         if p.message.trim().is_empty() {
             return Err(format!("empty message at {}", p.path));
@@ -220,6 +234,31 @@ fn base_documents_are_valid() {
     if let Err(problems) = validate::init_manifest(&init) {
         panic!("the base create-env manifest must be valid:\n{problems}");
     }
+}
+
+/// `max_in_flight: 0` is run as 1, as the Director runs it, and said where it is written:
+/// in the deployment's update block and in an instance group's.
+#[test]
+fn no_flight_is_run_as_one_and_said_where_written() {
+    let dir = FsPath::new(CORPUS);
+    let mut manifest = read_yaml(&dir.join("base-manifest.yml"));
+    let cloud_config = read_yaml(&dir.join("base-cloud-config.yml"));
+    manifest["update"]["max_in_flight"] = serde_json::json!(0);
+    manifest["instance_groups"][1]["update"] = serde_json::json!({"max_in_flight": "0%"});
+    let v = validate::deployment(&manifest, &cloud_config).expect("valid, with warnings");
+    let at: Vec<String> = (v.warnings.all().iter())
+        .filter(|w| w.message.contains("0 is treated as 1"))
+        .map(|w| w.path.to_string())
+        .collect();
+    assert_eq!(
+        at,
+        [
+            "update.max_in_flight",
+            "instance_groups[1].update.max_in_flight"
+        ],
+        "{}",
+        v.warnings
+    );
 }
 
 #[test]
