@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use sha1::Digest as _;
 
 use super::{StemcellError, StemcellManifest};
+use crate::release::tarball::tar_problem;
 use kubosh_base::digest::{Algorithm, DigestError, MultiDigest, to_hex};
 
 /// A stemcell whose image matches its manifest.
@@ -107,16 +108,16 @@ fn scan(reader: impl Read, out: Option<&Path>) -> Result<Stemcell, StemcellError
     let mut hashes: Option<Hashes> = None;
     let entries = archive
         .entries()
-        .map_err(|e| StemcellError::Archive(e.to_string()))?;
+        .map_err(|e| StemcellError::Archive(tar_problem(&e)))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| StemcellError::Archive(e.to_string()))?;
+        let mut entry = entry.map_err(|e| StemcellError::Archive(tar_problem(&e)))?;
         if !entry.header().entry_type().is_file() {
             continue;
         }
         let path = entry
             .path()
             .map(|p| crate::release::tarball::normalize(&p.to_string_lossy()))
-            .map_err(|e| StemcellError::Archive(e.to_string()))?;
+            .map_err(|e| StemcellError::Archive(tar_problem(&e)))?;
         match path.as_str() {
             "stemcell.MF" => {
                 let mut text = String::new();
@@ -124,7 +125,9 @@ fn scan(reader: impl Read, out: Option<&Path>) -> Result<Stemcell, StemcellError
                     .by_ref()
                     .take(16 << 20)
                     .read_to_string(&mut text)
-                    .map_err(|e| StemcellError::Archive(format!("reading stemcell.MF: {e}")))?;
+                    .map_err(|e| {
+                        StemcellError::Archive(format!("reading stemcell.MF: {}", tar_problem(&e)))
+                    })?;
                 manifest_text = Some(text);
             }
             "image" => hashes = Some(hash_image(&mut entry, out)?),
@@ -143,7 +146,7 @@ fn decompressed<'r>(mut reader: impl Read + 'r) -> Result<Box<dyn Read + 'r>, St
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(StemcellError::Archive(e.to_string())),
+            Err(e) => return Err(StemcellError::Archive(tar_problem(&e))),
         }
     }
     let chained = std::io::Cursor::new(magic[..got].to_vec()).chain(reader);
@@ -165,7 +168,7 @@ fn hash_image(image: &mut impl Read, out: Option<&Path>) -> Result<Hashes, Stemc
     loop {
         let n = image
             .read(&mut buf)
-            .map_err(|e| StemcellError::Archive(format!("reading image: {e}")))?;
+            .map_err(|e| StemcellError::Archive(format!("reading image: {}", tar_problem(&e))))?;
         if n == 0 {
             break;
         }

@@ -19,6 +19,19 @@ const MTIME: u64 = 946_684_800;
 #[error("{0}")]
 pub struct TarError(pub String);
 
+/// What a tar reader's error says, without the bytes it quotes: the `tar` crate puts a
+/// header's raw fields into its messages (`numeric field did not have utf-8 text: <bytes>
+/// when getting cksum for <bytes>`), which for a file that is no tar archive at all is
+/// binary noise on the operator's terminal.
+pub fn tar_problem(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    if text.chars().any(|c| c.is_control() || c == '\u{fffd}') {
+        "a header is not a tar header (the file is not a tar archive, or it is truncated or corrupt)".to_string()
+    } else {
+        text
+    }
+}
+
 /// The regular files (and symlinks) of an archive.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TarFiles {
@@ -86,9 +99,10 @@ fn read_tar(reader: impl Read) -> Result<TarFiles, TarError> {
     let mut out = TarFiles::default();
     let entries = archive
         .entries()
-        .map_err(|e| TarError(format!("not a tar archive: {e}")))?;
+        .map_err(|e| TarError(format!("not a tar archive: {}", tar_problem(&e))))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| TarError(format!("corrupt tar archive: {e}")))?;
+        let mut entry =
+            entry.map_err(|e| TarError(format!("corrupt tar archive: {}", tar_problem(&e))))?;
         let path = entry
             .path()
             .map_err(|e| TarError(format!("bad path in tar archive: {e}")))?
@@ -118,9 +132,12 @@ fn read_tar(reader: impl Read) -> Result<TarFiles, TarError> {
             continue;
         }
         let mut data = Vec::new();
-        entry
-            .read_to_end(&mut data)
-            .map_err(|e| TarError(format!("corrupt tar archive: reading '{path}': {e}")))?;
+        entry.read_to_end(&mut data).map_err(|e| {
+            TarError(format!(
+                "corrupt tar archive: reading '{path}': {}",
+                tar_problem(&e)
+            ))
+        })?;
         out.files.insert(
             path,
             TarFile {
@@ -221,6 +238,22 @@ impl TarWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_is_no_archive_is_said_so_without_its_bytes() {
+        // Binary where a header's fields should be, and an uncompressed and a gzipped copy.
+        let garbage: Vec<u8> = (0..1536u32).map(|i| 0x80 | (i * 37 % 128) as u8).collect();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&garbage).unwrap();
+        for data in [garbage.clone(), gz.finish().unwrap()] {
+            let message = read_all(&data).unwrap_err().to_string();
+            assert!(message.contains("not a tar header"), "{message}");
+            assert!(
+                !message.chars().any(|c| c.is_control() || c == '\u{fffd}'),
+                "{message:?}"
+            );
+        }
+    }
 
     #[test]
     fn writes_deterministically_and_reads_back() {
