@@ -369,6 +369,28 @@ async fn every_method_end_to_end() {
     assert_eq!(calls.iter().filter(|m| *m == "delete_vm").count(), 2);
 }
 
+/// Without an `mbus` for the agent settings, `create_vm` refuses at once, naming the
+/// setting: a VM whose agent cannot call home would only be noticed after the deploy's
+/// agent wait.
+#[tokio::test]
+async fn create_vm_without_an_mbus_is_refused_and_says_which_setting() {
+    let cloud = TestCloud::new();
+    let stemcell = cloud.stemcell().await;
+    let config = std::fs::read_to_string(cloud.config()).unwrap();
+    let without: String = (config.lines())
+        .filter(|l| !l.starts_with("mbus:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(cloud.config(), without).unwrap();
+    let err = (cloud.cpi)
+        .create_vm(&create_vm_req(&stemcell, "10.0.0.6"))
+        .await
+        .unwrap_err();
+    assert!(err.is(&ErrorKind::CloudError), "{err}");
+    assert!(err.to_string().contains("no 'mbus'"), "{err}");
+    assert!(cloud.inventory().vms.is_empty(), "no VM is left behind");
+}
+
 #[tokio::test]
 async fn the_cloud_refuses_what_an_iaas_refuses() {
     let cloud = TestCloud::new();

@@ -108,6 +108,18 @@ impl Local {
                 format!("create_vm: network '{name}' must be an object"),
             ));
         }
+        // Without it the VM would start an agent that can never call home, and the deploy
+        // would only notice after its agent wait (600 s).
+        if self
+            .config
+            .mbus
+            .as_ref()
+            .is_none_or(|m| m.expose().is_empty())
+        {
+            return Err(Failure::cloud(
+                "create_vm: the local cloud has no 'mbus' to give the VM's agent, so the agent could never reach the director: set 'mbus' in the CPI's configuration (for example 'mbus: nats://127.0.0.1:4222') or in the 'context' of its requests".to_string(),
+            ));
+        }
 
         let _lock = self.store.lock()?;
         if self
