@@ -3,6 +3,7 @@
 //! `--resolution` applies resolutions. Never asks: without either it only reports (and exits 1
 //! when it found problems, as `bosh cck --report` does).
 
+use super::out;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -66,7 +67,7 @@ async fn cck(args: &CckArgs) -> Result<(String, bool), String> {
     let config = DirectorConfig::load(&args.deploy.director).map_err(|e| e.to_string())?;
     let resolving = !args.report && (args.auto || !args.resolutions.is_empty());
     let (name, request, cpis) = read_request(&args.deploy, &config, resolving)?;
-    println!("Using deployment '{name}'\n");
+    out::progress(format_args!("Using deployment '{name}'\n\n"));
     let task = std::process::id();
     let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
     let engine = config.engine(&name, events, false, cpis.config).await?;

@@ -1,6 +1,7 @@
 //! `kubosh cpi`: the local cloud as a CPI executable (one JSON request on stdin, one JSON
 //! response on stdout), and `kubosh cpi inventory`.
 
+use super::out::outln;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -69,7 +70,7 @@ fn inventory(args: &CpiArgs) -> ExitCode {
         });
     match result {
         Ok(inventory) => {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&inventory).unwrap_or_default()
             );

@@ -18,6 +18,7 @@
 //! `running`, no agent is asked anything. A one-shot process only hears what is sent while
 //! it listens, so N should exceed the agents' heartbeat interval (30 s) to hear them all.
 
+use super::out;
 use kubosh_artifacts::release::ReleaseFile as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -139,9 +140,8 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
             if cpis.given {
                 config.save_cpi_config(&cpis.config)?;
             }
-            println!("Using deployment '{name}'\n");
             let task = std::process::id();
-            println!("Task {task}\n");
+            out::progress(format_args!("Using deployment '{name}'\n\nTask {task}\n\n"));
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
             let mut engine = (config.engine(&name, events, args.parallel_azs, cpis.config)).await?;
             if let Some((monitor, health)) = monitor {

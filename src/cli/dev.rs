@@ -1,5 +1,6 @@
 //! `kubosh dev cluster`: the test control plane, in the foreground, for humans.
 
+use super::out::outln;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -42,18 +43,18 @@ async fn cluster() -> ExitCode {
         eprintln!("kubosh dev cluster: cannot install CRDs: {e}");
         return ExitCode::FAILURE;
     }
-    println!(
+    outln!(
         "control plane ready at {} in {:.1}s",
         cp.server(),
         started.elapsed().as_secs_f64()
     );
-    println!("export KUBECONFIG={}", cp.kubeconfig_path().display());
-    println!("contexts: admin (system:masters), operator (no rights until RBAC grants them)");
-    println!(
+    outln!("export KUBECONFIG={}", cp.kubeconfig_path().display());
+    outln!("contexts: admin (system:masters), operator (no rights until RBAC grants them)");
+    outln!(
         "try: kubectl --kubeconfig {} get boshdeployments -A",
         cp.kubeconfig_path().display()
     );
-    println!(
+    outln!(
         "Ctrl-C stops etcd and kube-apiserver and removes {}",
         cp.dir().display()
     );

@@ -1,5 +1,6 @@
 //! `kubosh interpolate`: `bosh interpolate`, for manifests and any other YAML.
 
+use super::out::out;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,7 +30,7 @@ pub struct InterpolateArgs {
 pub fn run(args: &InterpolateArgs) -> ExitCode {
     match interpolate(args) {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -9,6 +9,8 @@ mod deploy;
 mod dev;
 mod input;
 mod interpolate;
+mod nats_pki;
+mod out;
 mod release;
 mod signals;
 mod stemcell;
@@ -16,6 +18,7 @@ mod up;
 mod validate;
 mod vm;
 
+use self::out::out;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -70,6 +73,9 @@ enum Command {
     /// Delete the VM, disk and stemcell of a `create-env` environment, its CPI installation
     /// and its state file (`bosh delete-env`).
     DeleteEnv(create_env::EnvArgs),
+    /// Write the certificates a director's NATS needs (a CA that signs each agent's,
+    /// nats-server's, the director's) and print the configurations that use them.
+    NatsPki(nats_pki::NatsPkiArgs),
     /// The local cloud as a CPI executable: a JSON request on stdin, a JSON response on stdout.
     Cpi(cpi::CpiArgs),
     /// kubosh's BOSH agent: serves a VM's agent settings over NATS (started by a CPI).
@@ -123,6 +129,7 @@ pub fn main() -> ExitCode {
         Command::Agent(args) => agent::run(&args),
         Command::Vm(command) => vm::run(&command),
         Command::Interpolate(args) => interpolate::run(&args),
+        Command::NatsPki(args) => nats_pki::run(&args),
         Command::Release(command) => release::run(&command),
         Command::Stemcell(command) => stemcell::run(&command),
         Command::Crd(args) => match crd(&args) {
@@ -137,7 +144,7 @@ pub fn main() -> ExitCode {
 
 fn crd(args: &CrdArgs) -> Result<(), Box<dyn std::error::Error>> {
     let Some(dir) = &args.write else {
-        print!("{}", kubosh_kube::api::crds_yaml()?);
+        out!("{}", kubosh_kube::api::crds_yaml()?);
         return Ok(());
     };
     let files = kubosh_kube::api::crd_files()?;

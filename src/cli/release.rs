@@ -1,5 +1,6 @@
 //! `kubosh release create` and `kubosh release inspect`.
 
+use super::out::outln;
 use kubosh_artifacts::release::ReleaseFile as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -67,7 +68,7 @@ fn create(args: &CreateArgs) -> Result<(), Box<dyn std::error::Error>> {
     let release = release::create::create(&args.dir, &opts)?;
     release.write(&args.tarball)?;
     print_tables(&release.summary());
-    println!("\nwrote {}", args.tarball.display());
+    outln!("\nwrote {}", args.tarball.display());
     Ok(())
 }
 
@@ -75,7 +76,7 @@ fn inspect(args: &InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     let release = Release::read(&args.tarball)?;
     let summary = release.summary();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print_tables(&summary);
     }
@@ -83,11 +84,11 @@ fn inspect(args: &InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn print_tables(s: &release::summary::ReleaseSummary) {
-    println!("Name        {}", s.name);
-    println!("Version     {}", s.version);
+    outln!("Name        {}", s.name);
+    outln!("Version     {}", s.version);
     let dirty = if s.uncommitted_changes { "+" } else { "" };
-    println!("Commit Hash {}{dirty}", s.commit_hash);
-    println!();
+    outln!("Commit Hash {}{dirty}", s.commit_hash);
+    outln!();
     let list = |v: &[String]| {
         if v.is_empty() {
             "-".to_string()
@@ -112,7 +113,7 @@ fn print_tables(s: &release::summary::ReleaseSummary) {
         &["Job", "Digest", "Packages", "Provides", "Consumes"],
         &rows,
     );
-    println!("\n{} jobs\n", s.jobs.len());
+    outln!("\n{} jobs\n", s.jobs.len());
     let rows: Vec<Vec<String>> = s
         .packages
         .iter()
@@ -129,7 +130,7 @@ fn print_tables(s: &release::summary::ReleaseSummary) {
         &["Package", "Digest", "Dependencies", "Compiled For"],
         &rows,
     );
-    println!("\n{} packages", s.packages.len());
+    outln!("\n{} packages", s.packages.len());
 }
 
 /// Left-aligned columns separated by two spaces.
@@ -149,7 +150,7 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
                 out.push_str(&format!("{c:<w$}  "));
             }
         }
-        println!("{}", out.trim_end());
+        outln!("{}", out.trim_end());
     };
     line(headers.to_vec());
     for r in rows {

@@ -1,5 +1,6 @@
 //! `kubosh stemcell create` and `kubosh stemcell inspect`.
 
+use super::out::{out, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -85,14 +86,14 @@ fn create(args: &CreateArgs) -> Result<(), Box<dyn std::error::Error>> {
         cloud_properties,
     };
     let manifest = stemcell::create(&opts, &args.tarball)?;
-    print!("{}", kubosh_base::yaml::to_string(&manifest)?);
-    println!("wrote {}", args.tarball.display());
+    out!("{}", kubosh_base::yaml::to_string(&manifest)?);
+    outln!("wrote {}", args.tarball.display());
     Ok(())
 }
 
 fn inspect(args: &InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     let s = Stemcell::read(&args.tarball)?;
-    print!("{}", kubosh_base::yaml::to_string(&s.manifest)?);
-    println!("image: {} bytes, digest verified", s.image_size);
+    out!("{}", kubosh_base::yaml::to_string(&s.manifest)?);
+    outln!("image: {} bytes, digest verified", s.image_size);
     Ok(())
 }

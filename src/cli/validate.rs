@@ -1,5 +1,6 @@
 //! `kubosh validate`.
 
+use super::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -69,7 +70,7 @@ pub fn run(args: &ValidateArgs) -> ExitCode {
         Ok(v) => {
             eprint!("{}", v.warnings);
             let (m, _) = &v.document;
-            println!(
+            outln!(
                 "manifest '{}' is valid: {} instance groups",
                 m.name.as_deref().unwrap_or(""),
                 m.instance_groups.len()

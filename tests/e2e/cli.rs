@@ -423,3 +423,103 @@ fn interpolate_vars_store_lets_user_values_win() {
     assert_eq!(code, 1);
     assert!(err.starts_with("variables[0].options.ca: "), "{err}");
 }
+
+/// `kubosh nats-pki` writes certificates a real nats-server accepts for mutual TLS, with
+/// the configuration it prints, and never overwrites them.
+#[tokio::test]
+async fn nats_pki_writes_what_a_real_nats_server_and_the_director_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let pki_arg = pki.display().to_string();
+    let (code, out, err) = kubosh(&["nats-pki", "--dir", &pki_arg]);
+    assert_eq!(code, 0, "{err}");
+    let start = out.find("tls {").expect("a tls block");
+    let tls_block = &out[start..start + out[start..].find("\n}\n").unwrap() + 3];
+    assert!(tls_block.contains("verify: true"), "{out}");
+    let nats_block = &out[out.find("nats:\n").expect("a nats block")..];
+    let setting = |key: &str| -> String {
+        let line = (nats_block.lines())
+            .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+            .unwrap_or_else(|| panic!("{key} in {out}"));
+        std::fs::read_to_string(line).unwrap()
+    };
+    let key_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(pki.join("ca.key")).unwrap().permissions(),
+    );
+    assert_eq!(key_mode & 0o077, 0, "the CA key is its owner's only");
+
+    let server = kubosh_devenv::NatsServer::start(None, tls_block).unwrap();
+    let url = format!("tls://127.0.0.1:{}", server.port());
+    let director = kubosh_transport::agent::MbusTls::new(
+        setting("ca_certificate_path"),
+        setting("director_certificate_path"),
+        setting("director_private_key_path"),
+    );
+    let options = kubosh_transport::agent::NatsOptions::new(url.clone(), director);
+    let client = kubosh_transport::agent::nats::connect(&options)
+        .await
+        .expect("the director's certificate connects");
+    client.flush().await.unwrap();
+
+    // An agent's certificate, issued by the CA as the director issues them, connects too.
+    let ca = kubosh_base::pki::Ca::from_pem(
+        &setting("ca_certificate_path"),
+        &setting("ca_private_key_path"),
+    )
+    .unwrap();
+    let agent = ca
+        .issue(&kubosh_base::pki::Leaf {
+            common_name: "a1.agent.bosh-internal",
+            client: true,
+            ..kubosh_base::pki::Leaf::default()
+        })
+        .unwrap();
+    let tls = kubosh_transport::agent::MbusTls::new(
+        setting("ca_certificate_path"),
+        &agent.cert_pem,
+        &agent.key_pem,
+    );
+    let agent_client = kubosh_transport::agent::nats::connect(
+        &kubosh_transport::agent::NatsOptions::new(url, tls),
+    )
+    .await
+    .expect("an agent's certificate from the CA connects");
+    agent_client.flush().await.unwrap();
+
+    // Again: the CA that signed those certificates is kept, and the command says why.
+    let ca_before = std::fs::read(pki.join("ca.key")).unwrap();
+    let (code, _, err) = kubosh(&["nats-pki", "--dir", &pki_arg]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("already exist") && err.contains("ca.key"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(pki.join("ca.key")).unwrap(), ca_before);
+}
+
+/// A reader that goes away before the output ends (`| head -1`) ends the command quietly,
+/// not with a panic.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.yml");
+    // Far more than a pipe holds (64 KiB), so the write meets the closed end.
+    let text: String = (0..20_000)
+        .map(|i| format!("key{i}: value {i}\n"))
+        .collect();
+    std::fs::write(&big, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubosh"))
+        .args(["interpolate", &big.display().to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The pipe's read end is closed here, with most of the document unread.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -72,8 +72,14 @@ const PKI_FILES: [&str; 6] = [
 ];
 
 impl NatsPki {
-    /// A new CA and the certificates it issues.
+    /// A new CA and the certificates it issues, nats-server's valid for 127.0.0.1.
     pub fn generate() -> Result<NatsPki, DirectorError> {
+        NatsPki::generate_for(&["127.0.0.1"])
+    }
+
+    /// A new CA and the certificates it issues, nats-server's valid for `hosts` (the
+    /// addresses and DNS names agents and the director reach it by).
+    pub fn generate_for(hosts: &[&str]) -> Result<NatsPki, DirectorError> {
         // rcgen directly: `pki::Ca` keeps its key to itself, and the director configuration
         // needs it as PEM to sign agents' certificates.
         let key = rcgen::KeyPair::generate().map_err(PkiError::from)?;
@@ -87,7 +93,10 @@ impl NatsPki {
         let ca_key_pem = key.serialize_pem();
         let ca = Ca::from_pem(&ca_cert_pem, &ca_key_pem)?;
         Ok(NatsPki {
-            server: ca.issue(&Leaf::loopback_server("default.nats.bosh-internal"))?,
+            server: ca.issue(&Leaf {
+                alternative_names: hosts,
+                ..Leaf::loopback_server("default.nats.bosh-internal")
+            })?,
             director: ca.issue(&Leaf {
                 common_name: "default.director.bosh-internal",
                 client: true,
@@ -129,13 +138,21 @@ impl NatsPki {
 
     /// Writes the PKI into `<dir>/pki` (keys readable by their owner only).
     pub fn write(&self, dir: &Path) -> Result<(), DirectorError> {
-        let pki = dir.join("pki");
-        create_dir(&pki)?;
+        self.write_into(&dir.join("pki"))
+    }
+
+    /// Writes the PKI's files ([`NatsPki::FILES`]) into `pki`, which is created.
+    pub fn write_into(&self, pki: &Path) -> Result<(), DirectorError> {
+        create_dir(pki)?;
         for (name, text) in PKI_FILES.iter().zip(self.files()) {
             write_private(&pki.join(name), text)?;
         }
         Ok(())
     }
+
+    /// The names of the files [`NatsPki::write_into`] writes: the CA's certificate and key,
+    /// nats-server's, the director's.
+    pub const FILES: [&str; 6] = PKI_FILES;
 
     fn files(&self) -> [&str; 6] {
         [

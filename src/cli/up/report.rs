@@ -1,6 +1,7 @@
 //! What the demo prints once the deployment converged: the resources as `kubectl get`
 //! shows them, each instance's answer, and how to reach the cluster.
 
+use crate::cli::out::out;
 use kubosh_devenv::ControlPlane;
 use kubosh_devenv::demo::DemoLayout;
 
@@ -64,6 +65,6 @@ impl Report {
             layout.controller_log().display(),
             layout.director().cloud().display(),
         ));
-        print!("{text}");
+        out!("{text}");
     }
 }
