@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::deploy::{DeployArgs, TaskOutput, error_text, read_request};
+use super::deploy::{DeployArgs, Failure, TaskOutput, error_text, read_request, task_failed};
 use kubosh_director::DirectorConfig;
 use kubosh_engine::cck::{Problem, Resolution};
 
@@ -44,7 +44,7 @@ pub fn run(args: &CckArgs) -> ExitCode {
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
         .and_then(|runtime| runtime.block_on(cck(args)));
     let (text, code) = match result {
         Ok((text, clean)) => (
@@ -55,7 +55,12 @@ pub fn run(args: &CckArgs) -> ExitCode {
                 ExitCode::FAILURE
             },
         ),
-        Err(e) => (error_text(&e), ExitCode::FAILURE),
+        Err(Failure::Refused(e)) => (error_text(&e), ExitCode::FAILURE),
+        Err(Failure::Task(text)) => {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+            return ExitCode::FAILURE;
+        }
     };
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
@@ -63,33 +68,75 @@ pub fn run(args: &CckArgs) -> ExitCode {
 }
 
 /// The text to print last, and whether the deployment ends without unresolved problems.
-async fn cck(args: &CckArgs) -> Result<(String, bool), String> {
+async fn cck(args: &CckArgs) -> Result<(String, bool), Failure> {
     let config = DirectorConfig::load(&args.deploy.director).map_err(|e| e.to_string())?;
     let resolving = !args.report && (args.auto || !args.resolutions.is_empty());
     let (name, request, cpis) = read_request(&args.deploy, &config, resolving)?;
     out::progress(format_args!("Using deployment '{name}'\n\n"));
-    let task = std::process::id();
-    let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
-    let engine = config.engine(&name, events, false, cpis.config).await?;
-    let problems = engine.scan(&name).await.map_err(|e| e.to_string())?;
-    let mut text = table(&problems);
+    // As `bosh cck`: a task that scans, the problems, a task that applies resolutions.
+    let scan_task = config.next_task_id()?;
+    let events = Arc::new(TaskOutput::start(Box::new(std::io::stdout()), scan_task));
+    let engine = config.engine(&name, events.clone(), false, cpis.config.clone());
+    let scanned = match engine.await {
+        Ok(engine) => engine.scan(&name).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
+    let problems = ended(&events, scanned, "Performing cloud check", scan_task)?;
+    let mut text = format!("\n{}", table(&problems));
     if !resolving || problems.is_empty() {
         return Ok((text, problems.is_empty()));
     }
     let choices: Vec<(Problem, Resolution)> = (problems.iter())
         .filter_map(|p| choose(p, args).map(|r| (p.clone(), r)))
         .collect();
-    let resolved = engine
-        .resolve_problems(&name, &choices, Some(&request))
-        .await
-        .map_err(|e| e.to_string())?;
+    out::progress(format_args!("{text}\n"));
+    text.clear();
+    let fix_task = config.next_task_id()?;
+    let events = Arc::new(TaskOutput::start(Box::new(std::io::stdout()), fix_task));
+    let engine = config
+        .engine(&name, events.clone(), false, cpis.config)
+        .await;
+    let fixed = match engine {
+        Ok(engine) => {
+            let resolve = engine.resolve_problems(&name, &choices, Some(&request));
+            match resolve.await {
+                // What is left, scanned again within the task.
+                Ok(resolved) => (engine.scan(&name).await)
+                    .map(|left| (resolved, left))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    let (resolved, left) = ended(&events, fixed, "Applying problem resolutions", fix_task)?;
     text.push('\n');
     for (id, resolution) in &resolved.applied {
         text.push_str(&format!("Resolved problem {id}: {}\n", resolution.name()));
     }
-    let left = engine.scan(&name).await.map_err(|e| e.to_string())?;
     text.push_str(&format!("\n{} problem(s) left\n", left.len()));
     Ok((text, left.is_empty()))
+}
+
+/// Ends a task's output after `result`: a failure told as the task's error line, then as the
+/// BOSH CLI ends a failed task.
+fn ended<T>(
+    events: &TaskOutput,
+    result: Result<T, String>,
+    doing: &str,
+    task: u64,
+) -> Result<T, Failure> {
+    match result {
+        Ok(value) => {
+            events.finish("done");
+            Ok(value)
+        }
+        Err(e) => {
+            events.error(&e);
+            events.finish("error");
+            Err(Failure::Task(task_failed(doing, task, None)))
+        }
+    }
 }
 
 /// The resolution `args` choose for `problem`: the first `--resolution` it offers, else its

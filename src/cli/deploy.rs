@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::input::{DocumentArgs, read_cloud_configs, read_cpi_configs};
 use kubosh_artifacts::release::Release;
-use kubosh_bosh::events::{CliRenderer, EventLine};
+use kubosh_bosh::events::{CliRenderer, ErrorEvent, EventLine, TaskError};
 use kubosh_core::manifest::CpiConfig;
 use kubosh_core::plan::changes::Requests;
 use kubosh_director::DirectorConfig;
@@ -103,16 +103,47 @@ fn run(args: &DeployArgs, mode: Mode) -> ExitCode {
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
         .and_then(|runtime| runtime.block_on(execute(args, mode)));
-    let mut out = std::io::stdout().lock();
     let (text, code) = match result {
         Ok(text) => (text, ExitCode::SUCCESS),
-        Err(e) => (error_text(&e), ExitCode::FAILURE),
+        Err(Failure::Refused(e)) => (error_text(&e), ExitCode::FAILURE),
+        Err(Failure::Task(text)) => {
+            // A closed stderr leaves nothing to tell either.
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+            return ExitCode::FAILURE;
+        }
     };
+    let mut out = std::io::stdout().lock();
     // A closed stdout leaves nothing to tell.
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
     code
+}
+
+/// How a command failed.
+pub(super) enum Failure {
+    /// Before its task started (a manifest problem, an unreadable input): the message ends
+    /// the output on stdout, as the validator's problems do.
+    Refused(String),
+    /// Its task failed: the task's lines said why (`L Error:`, `Error:`); what ends the
+    /// output is the BOSH CLI's, on stderr ([`task_failed`]).
+    Task(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::Refused(message)
+    }
+}
+
+/// The BOSH CLI's words after a failed task (`bosh deploy`: the task's state, wrapped in
+/// what the command was doing, then the exit code), with kubosh's hint when there is one.
+pub(super) fn task_failed(doing: &str, task: u64, hint: Option<&str>) -> String {
+    let hint = hint.map(|h| format!("\n{h}\n")).unwrap_or_default();
+    format!(
+        "{doing}:\n  Expected task '{task}' to succeed but state is 'error'\n{hint}\nExit code 1\n"
+    )
 }
 
 /// The failure as the last line(s): `Error: <message>`, or the validator's problems as they
@@ -127,7 +158,7 @@ pub(super) fn error_text(message: &str) -> String {
 }
 
 /// Does the work; the text to print last (the report, or `Succeeded`).
-async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
+async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, Failure> {
     let config = DirectorConfig::load(&args.director).map_err(|e| e.to_string())?;
     // Started first, so it listens while the inputs are read.
     let monitor = match (&config.health, mode) {
@@ -140,28 +171,45 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, String> {
             if cpis.given {
                 config.save_cpi_config(&cpis.config)?;
             }
-            let task = std::process::id();
-            out::progress(format_args!("Using deployment '{name}'\n\nTask {task}\n\n"));
-            let events = Arc::new(TaskOutput::new(Box::new(std::io::stdout()), task));
-            let mut engine = (config.engine(&name, events, args.parallel_azs, cpis.config)).await?;
+            let task = config.next_task_id()?;
+            out::progress(format_args!("Using deployment '{name}'\n\n"));
+            let events = Arc::new(TaskOutput::start(Box::new(std::io::stdout()), task));
+            let engine = config.engine(&name, events.clone(), args.parallel_azs, cpis.config);
+            let mut engine = match engine.await {
+                Ok(engine) => engine,
+                Err(e) => {
+                    events.error(&e);
+                    events.finish("error");
+                    return Err(Failure::Task(task_failed(
+                        "Updating deployment",
+                        task,
+                        None,
+                    )));
+                }
+            };
             if let Some((monitor, health)) = monitor {
                 let rest = health.listen_for.saturating_sub(monitor.listening_for());
                 tokio::time::sleep(rest).await;
                 engine.config.health = Some(Arc::new(monitor));
                 engine.config.health_window = health.agent_timeout;
             }
-            let report = engine
-                .deploy(&request)
-                .await
-                .map_err(|e| with_fix_hint(&e))?;
+            let deployed = engine.deploy(&request).await;
+            events.finish(if deployed.is_ok() { "done" } else { "error" });
+            let report = deployed.map_err(|e| {
+                let hint = fix_hint(&e);
+                Failure::Task(task_failed("Updating deployment", task, hint.as_deref()))
+            })?;
             Ok(format!("\n{}\n\nSucceeded\n", summary(&report)))
         }
         Mode::Plan => {
-            let task = std::process::id();
+            let task = u64::from(std::process::id());
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stderr()), task));
             let engine = (config.engine(&name, events, args.parallel_azs, cpis.config)).await?;
             let report = (engine.prepare(&request).await)
-                .map_err(|e| with_fix_hint(&e))?
+                .map_err(|e| match fix_hint(&e) {
+                    Some(hint) => format!("{e}\n\n{hint}"),
+                    None => e.to_string(),
+                })?
                 .report();
             Ok(report.to_string())
         }
@@ -248,17 +296,17 @@ pub(super) struct ChosenCpis {
 }
 
 /// The error's text; when agents did not answer, which instances and what recreates them.
-fn with_fix_hint(error: &EngineError) -> String {
+fn fix_hint(error: &EngineError) -> Option<String> {
     let silent: Vec<&str> = (error.unanswered().iter())
         .map(|u| u.instance.display.as_str())
         .collect();
     if silent.is_empty() || !error.unanswered().iter().all(|u| u.error.is_silence()) {
-        return error.to_string();
+        return None;
     }
-    format!(
-        "{error}\n\nNo answer from the agent of {}: `kubosh deploy --fix` recreates their VMs (on their persistent disks)",
+    Some(format!(
+        "No answer from the agent of {}: `kubosh deploy --fix` recreates their VMs (on their persistent disks)",
         silent.join(", ")
-    )
+    ))
 }
 
 /// Every job of the manifest is in the release it names (among `releases`), or the
@@ -352,21 +400,49 @@ pub(super) struct TaskOutput {
 }
 
 impl TaskOutput {
-    pub(super) fn new(out: Box<dyn Write + Send>, task: u32) -> TaskOutput {
+    /// The events of task `task` on `out`, as they come (`kubosh plan`'s: no task around
+    /// them).
+    pub(super) fn new(out: Box<dyn Write + Send>, task: u64) -> TaskOutput {
         TaskOutput {
-            renderer: Mutex::new(CliRenderer::new(out, u64::from(task))),
+            renderer: Mutex::new(CliRenderer::new(out, task)),
         }
+    }
+
+    /// Task `task` on `out`, started: `Task <id>`, then its events as they come.
+    pub(super) fn start(out: Box<dyn Write + Send>, task: u64) -> TaskOutput {
+        let output = TaskOutput::new(out, task);
+        // Output is best effort: a closed terminal must not fail the deploy.
+        let _ = output.renderer().start();
+        output
+    }
+
+    /// The task's error line, for a failure no engine event told.
+    pub(super) fn error(&self, message: &str) {
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.emit(EventLine::Error(ErrorEvent {
+            time,
+            error: TaskError {
+                code: 100,
+                message: message.to_string(),
+            },
+        }));
+    }
+
+    /// Ends the task's output: its start, finish, duration and `state`.
+    pub(super) fn finish(&self, state: &str) {
+        let _ = self.renderer().finish(state);
+    }
+
+    fn renderer(&self) -> std::sync::MutexGuard<'_, CliRenderer<Box<dyn Write + Send>>> {
+        self.renderer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl EventSink for TaskOutput {
     fn emit(&self, line: EventLine) {
-        if matches!(line, EventLine::Error(_)) {
-            return;
-        }
-        let mut renderer = self.renderer.lock().unwrap_or_else(PoisonError::into_inner);
-        // Output is best effort: a closed terminal must not fail the deploy.
-        let _ = renderer.render(&line);
+        let _ = self.renderer().render(&line);
     }
 }
 

@@ -58,6 +58,13 @@ fn plan_lines<'a>(stdout: &'a str, group: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The id of the task a command's output shows (`Task N` on a line of its own).
+fn task_id(stdout: &str) -> u64 {
+    (stdout.lines())
+        .find_map(|l| l.strip_prefix("Task ")?.parse().ok())
+        .unwrap_or_else(|| panic!("no task in:\n{stdout}"))
+}
+
 /// `kubosh deploy` of `manifest` fails with `said` as its last line, before any cloud call.
 fn assert_refused(w: &World, manifest: &Value, said: &str) {
     w.write_manifest(manifest);
@@ -126,6 +133,18 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
         Some("Succeeded"),
         "{stdout}"
     );
+    // The task as the BOSH CLI prints it: `Task N`, its lines (stage, tags, task, the
+    // duration on the start line), its start, finish, duration and state.
+    let task = task_id(&stdout);
+    for expected in [
+        format!("\n\nTask {task}\n\nTask {task} | "),
+        "| Updating instance web: web/".to_string(),
+        format!("\nTask {task} Started  "),
+        format!("\nTask {task} Duration 00:00:"),
+        format!("\nTask {task} done\n"),
+    ] {
+        assert!(stdout.contains(&expected), "no {expected:?} in:\n{stdout}");
+    }
     let state = w.state().await;
     assert_eq!(state.instances.len(), 3);
     for i in state.instances.values() {
@@ -145,6 +164,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     assert!(ok, "second deploy failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("No changes"), "{stdout}");
     assert!(!stdout.contains("Updating instance"), "{stdout}");
+    assert_eq!(task_id(&stdout), task + 1, "task ids increase: {stdout}");
     assert_eq!(w.calls(), calls, "a no-op deploy called the cloud");
 
     // A property of one group: the plan updates that group only, and changes nothing.

@@ -163,15 +163,29 @@ async fn a_dead_agent_fails_a_deploy_once_and_fix_or_cck_recreate_it_on_its_disk
     manifest["instance_groups"][0]["jobs"][0]["properties"]["hello"]["greeting"] = json!("Hey");
     w.write_manifest(&manifest);
     let started = std::time::Instant::now();
-    let (ok, stdout, _) = w.output(w.command("deploy"));
+    let (ok, stdout, stderr) = w.output(w.command("deploy"));
     assert!(!ok, "{stdout}");
     assert!(
         started.elapsed() < std::time::Duration::from_secs(40),
         "no 3 x 45 s of timeouts: {:?}",
         started.elapsed()
     );
-    assert!(stdout.contains("No heartbeat from agent"), "{stdout}");
-    assert!(stdout.contains("kubosh deploy --fix"), "{stdout}");
+    // The task's lines say why (once as the failed task's `L Error:` or the task's `Error:`
+    // line, as the Director's task log does); the end is the BOSH CLI's, with the fix.
+    assert!(
+        stdout.contains("| Error: ") && stdout.contains("No heartbeat from agent"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(" error\n"),
+        "the task ends in error: {stdout}"
+    );
+    assert!(
+        stderr.starts_with("Updating deployment:\n  Expected task '"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("kubosh deploy --fix"), "{stderr}");
+    assert!(stderr.ends_with("\nExit code 1\n"), "{stderr}");
     assert_eq!(
         w.state().await.instances[&web0].vm,
         web0_record.vm,

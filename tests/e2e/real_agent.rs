@@ -245,7 +245,7 @@ impl Driver {
                     d["health"] = json!({"listen_for": 35, "agent_timeout": 35})
                 });
                 let started = Instant::now();
-                let (ok, stdout, _) = w.output(w.command("deploy"));
+                let (ok, stdout, stderr) = w.output(w.command("deploy"));
                 assert!(!ok, "{stdout}");
                 assert!(
                     started.elapsed() < Duration::from_secs(35 + 20),
@@ -253,8 +253,8 @@ impl Driver {
                     started.elapsed()
                 );
                 let named = format!("No answer from the agent of {}", lost.display_name());
-                assert!(stdout.contains(&named), "{stdout}");
-                assert!(stdout.contains("kubosh deploy --fix"), "{stdout}");
+                assert!(stderr.contains(&named), "{stderr}");
+                assert!(stderr.contains("kubosh deploy --fix"), "{stderr}");
                 let state = w.state().await;
                 assert_eq!(state.instances[&lost.uuid].vm, lost.vm, "nothing changed");
                 deploy_with(w, &["--fix"]);

@@ -257,13 +257,54 @@ pub fn clock_text(time: i64) -> String {
     duration_text(time.rem_euclid(86_400))
 }
 
-/// Prints events the way the BOSH CLI shows a running task: one line per finished or
-/// failed task (`Task <id> | <start> | <stage>: <task> (<duration>)`), progress lines
-/// (`L <status>: <task>`), `L Error:` under a failed task, warnings and errors.
+/// `Mon Jan _2 15:04:05 UTC 2006` (Go's `time.UnixDate` in UTC) of a Unix time: how the BOSH
+/// CLI prints a task's start and end.
+pub fn full_time_text(time: i64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = time.div_euclid(86_400);
+    // Days to a civil date (Howard Hinnant's `civil_from_days`), the era from 0000-03-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{} {} {day:>2} {} UTC {year}",
+        DAYS[usize::try_from(days.rem_euclid(7)).unwrap_or(0)],
+        MONTHS[usize::try_from(month - 1).unwrap_or(0)],
+        clock_text(time)
+    )
+}
+
+/// A stage task's identity: stage, tags, task (bosh-cli's `Event.IsSame`).
+type TaskKey = (String, Vec<String>, String);
+
+fn key_of(e: &StageEvent) -> TaskKey {
+    (e.stage.clone(), e.tags.clone(), e.task.clone())
+}
+
+/// Prints a task's events as the BOSH CLI shows a running task (bosh-cli's
+/// `ui/task.ReporterImpl`): `Task <id>`, then a line per event, `Task <id> | <time> |
+/// <stage> <tags>: <task>` when it starts, its duration added to that line when the next
+/// event is its end (else a line of its own), `L <status>` under it, `L Error:` under a
+/// failure, warnings and the task's error, and at the end the task's start, finish,
+/// duration and state.
 pub struct CliRenderer<W: Write> {
     out: W,
     task_id: u64,
-    started: HashMap<(String, Vec<String>, String), i64>,
+    /// When each stage task was first seen (what a finished one's duration counts from).
+    began: HashMap<TaskKey, i64>,
+    /// The task whose line was printed last, to finish it in place.
+    last: Option<TaskKey>,
+    /// The first and the latest event's time.
+    span: Option<(i64, i64)>,
 }
 
 impl<W: Write> CliRenderer<W> {
@@ -272,7 +313,9 @@ impl<W: Write> CliRenderer<W> {
         CliRenderer {
             out,
             task_id,
-            started: HashMap::new(),
+            began: HashMap::new(),
+            last: None,
+            span: None,
         }
     }
 
@@ -281,46 +324,66 @@ impl<W: Write> CliRenderer<W> {
         self.out
     }
 
+    /// Says the task started: `Task <id>`, the line its events follow.
+    pub fn start(&mut self) -> std::io::Result<()> {
+        write!(self.out, "Task {}", self.task_id)?;
+        self.out.flush()
+    }
+
     /// Prints one event.
     pub fn render(&mut self, line: &EventLine) -> std::io::Result<()> {
         let id = self.task_id;
+        let time = match line {
+            EventLine::Stage(e) => e.time,
+            EventLine::Notice(n) => n.time,
+            EventLine::Error(e) => e.time,
+        };
+        let mut text = String::new();
+        match self.span {
+            // The blank line between `Task <id>` and the first event.
+            None => text.push('\n'),
+            Some((first, _)) => self.span = Some((first, time)),
+        }
+        self.span.get_or_insert((time, time));
+        let prefix = format!("\nTask {id} | {} | ", clock_text(time));
         match line {
             EventLine::Stage(e) => {
-                let key = (e.stage.clone(), e.tags.clone(), e.task.clone());
-                match e.state {
-                    State::Started => {
-                        self.started.insert(key, e.time);
-                    }
-                    State::InProgress => {
-                        if let Some(status) = &e.data.status {
-                            writeln!(
-                                self.out,
-                                "Task {id} | {} | L {status}: {}",
-                                clock_text(e.time),
-                                e.task
-                            )?;
+                let key = key_of(e);
+                let began = *self.began.entry(key.clone()).or_insert(e.time);
+                let duration = duration_text(e.time - began);
+                let failure = || {
+                    let pad = " ".repeat(id.to_string().len());
+                    let error = e.data.error.as_deref().unwrap_or_default();
+                    format!("\n     {pad}            L Error: {error}")
+                };
+                let status = e.data.status.as_deref().unwrap_or_default();
+                if self.last.as_ref() == Some(&key) {
+                    match e.state {
+                        State::Started => {}
+                        State::Finished => text.push_str(&format!(" ({duration})")),
+                        State::InProgress => {
+                            text.push_str(&format!("{prefix}L {status}: {}", e.task));
                         }
+                        State::Failed => text.push_str(&format!(" ({duration}){}", failure())),
                     }
-                    State::Finished | State::Failed => {
-                        let start = self.started.remove(&key).unwrap_or(e.time);
-                        writeln!(
-                            self.out,
-                            "Task {id} | {} | {}: {} ({})",
-                            clock_text(start),
-                            e.stage,
-                            e.task,
-                            duration_text(e.time - start)
-                        )?;
-                        if e.state == State::Failed {
-                            let pad = " ".repeat(id.to_string().len());
-                            writeln!(
-                                self.out,
-                                "     {pad}            L Error: {}",
-                                e.data.error.as_deref().unwrap_or_default()
-                            )?;
+                } else {
+                    let mut what = e.stage.clone();
+                    if !e.tags.is_empty() {
+                        what = format!("{what} {}", e.tags.join(", "));
+                    }
+                    let line = format!("{prefix}{what}: {}", e.task);
+                    match e.state {
+                        State::Started => text.push_str(&line),
+                        State::InProgress => {
+                            text.push_str(&format!("{line}{prefix}L {status}: {}", e.task));
+                        }
+                        State::Finished => text.push_str(&format!("{line} ({duration})")),
+                        State::Failed => {
+                            text.push_str(&format!("{line} ({duration}){}", failure()));
                         }
                     }
                 }
+                self.last = Some(key);
             }
             EventLine::Notice(n) => {
                 let label = if n.kind == "deprecation" {
@@ -328,11 +391,39 @@ impl<W: Write> CliRenderer<W> {
                 } else {
                     "Warning"
                 };
-                writeln!(self.out, "{label}: {}", n.message)?;
+                text.push_str(&format!("{prefix}{label}: {}", n.message));
+                self.last = None;
             }
-            EventLine::Error(e) => writeln!(self.out, "Error: {}", e.error.message)?,
+            EventLine::Error(e) => {
+                text.push_str(&format!("{prefix}Error: {}", e.error.message));
+                self.last = None;
+            }
         }
-        Ok(())
+        self.out.write_all(text.as_bytes())?;
+        self.out.flush()
+    }
+
+    /// Says the task ended in `state` (`done`, `error`, `cancelled`): its start, finish and
+    /// duration when it had events, then the state.
+    pub fn finish(&mut self, state: &str) -> std::io::Result<()> {
+        let id = self.task_id;
+        match self.span {
+            Some((first, last)) => write!(
+                self.out,
+                "\n\nTask {id} Started  {}\nTask {id} Finished {}\nTask {id} Duration {}\nTask {id} {state}\n",
+                full_time_text(first),
+                full_time_text(last),
+                duration_text(last - first),
+            )?,
+            None => {
+                let mut title = state.to_string();
+                if let Some(first) = title.get_mut(..1) {
+                    first.make_ascii_uppercase();
+                }
+                writeln!(self.out, ". {title}")?;
+            }
+        }
+        self.out.flush()
     }
 }
 
@@ -395,17 +486,93 @@ mod tests {
         let status = upd.progress(&u, UpdateStep::StartJobs.status(), 80, 61_711);
         let failed = upd.fail(&u, "'web/abc (0)' is not running after update", 61_740);
         let mut r = CliRenderer::new(Vec::new(), 4);
+        r.start().unwrap();
         for e in [started, done, u_started, status, failed] {
             r.render(&e).unwrap();
         }
+        r.finish("error").unwrap();
         let text = String::from_utf8(r.into_inner()).unwrap();
         assert_eq!(
             text,
-            "Task 4 | 17:08:07 | Compiling packages: zookeeper/c98c52 (00:00:18)\n\
-             Task 4 | 17:08:31 | L starting jobs: web/abc (0) (canary)\n\
-             Task 4 | 17:08:30 | Updating instance: web/abc (0) (canary) (00:00:30)\n      \
-             \x20           L Error: 'web/abc (0)' is not running after update\n"
+            "Task 4\n\
+             \nTask 4 | 17:08:07 | Compiling packages: zookeeper/c98c52 (00:00:18)\
+             \nTask 4 | 17:08:30 | Updating instance web: web/abc (0) (canary)\
+             \nTask 4 | 17:08:31 | L starting jobs: web/abc (0) (canary) (00:00:30)\
+             \n                  L Error: 'web/abc (0)' is not running after update\
+             \n\nTask 4 Started  Thu Jan  1 17:08:07 UTC 1970\
+             \nTask 4 Finished Thu Jan  1 17:09:00 UTC 1970\
+             \nTask 4 Duration 00:00:53\
+             \nTask 4 error\n"
         );
+    }
+
+    /// Tasks that overlap: each end on a line of its own, timed from its start; warnings
+    /// and the task's error on lines of their own (bosh-cli's `ReporterImpl.showEvent`).
+    #[test]
+    fn overlapping_tasks_end_on_lines_of_their_own() {
+        let mut stage = Stage::new("Creating missing vms", vec![], 2);
+        let (a, a_started) = stage.start("web/a (0)", 100);
+        let (b, b_started) = stage.start("web/b (1)", 101);
+        let a_done = stage.finish(&a, 130);
+        let b_done = stage.finish(&b, 141);
+        let warning = EventLine::Notice(NoticeEvent {
+            time: 142,
+            kind: "warning".into(),
+            message: "w".into(),
+        });
+        let error = EventLine::Error(ErrorEvent {
+            time: 143,
+            error: TaskError {
+                code: 1,
+                message: "boom".into(),
+            },
+        });
+        let mut r = CliRenderer::new(Vec::new(), 12);
+        r.start().unwrap();
+        for e in [a_started, b_started, a_done, b_done, warning, error] {
+            r.render(&e).unwrap();
+        }
+        r.finish("done").unwrap();
+        let text = String::from_utf8(r.into_inner()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..8],
+            [
+                "Task 12",
+                "",
+                "Task 12 | 00:01:40 | Creating missing vms: web/a (0)",
+                "Task 12 | 00:01:41 | Creating missing vms: web/b (1)",
+                "Task 12 | 00:02:10 | Creating missing vms: web/a (0) (00:00:30)",
+                "Task 12 | 00:02:21 | Creating missing vms: web/b (1) (00:00:40)",
+                "Task 12 | 00:02:22 | Warning: w",
+                "Task 12 | 00:02:23 | Error: boom",
+            ]
+        );
+        assert!(
+            text.ends_with("Task 12 Duration 00:00:43\nTask 12 done\n"),
+            "{text}"
+        );
+        // A task without events: bosh-cli's `Task 7. Done`.
+        let mut quiet = CliRenderer::new(Vec::new(), 7);
+        quiet.start().unwrap();
+        quiet.finish("done").unwrap();
+        assert_eq!(
+            String::from_utf8(quiet.into_inner()).unwrap(),
+            "Task 7. Done\n"
+        );
+    }
+
+    #[test]
+    fn full_times_are_gos_unix_date() {
+        assert_eq!(
+            full_time_text(1_795_908_601),
+            "Sat Nov 28 23:30:01 UTC 2026"
+        );
+        assert_eq!(
+            full_time_text(1_709_168_523),
+            "Thu Feb 29 01:02:03 UTC 2024"
+        );
+        assert_eq!(full_time_text(-1), "Wed Dec 31 23:59:59 UTC 1969");
     }
 
     #[test]

@@ -753,6 +753,27 @@ mod tests {
         }
     }
 
+    /// Task ids increase across commands of one director, never shared by two at once.
+    #[test]
+    fn task_ids_increase_and_are_never_shared() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DirectorConfig::from_value(&valid(dir.path()), dir.path()).unwrap();
+        assert_eq!(c.next_task_id().unwrap(), 1);
+        assert_eq!(c.next_task_id().unwrap(), 2);
+        let c = std::sync::Arc::new(c);
+        let mut ids: Vec<u64> = (0..8)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || c.next_task_id().unwrap())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (3..=10).collect::<Vec<u64>>());
+    }
+
     #[test]
     fn nats_authorization_names_the_file_and_the_identities_subjects() {
         let dir = tempfile::tempdir().unwrap();

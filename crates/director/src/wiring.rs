@@ -181,6 +181,34 @@ impl DirectorConfig {
         self.state_dir.join("director-variables.yml")
     }
 
+    /// The next task id of this director: one more than the last one handed out, kept in
+    /// `<state_dir>/last-task-id` and counted under an exclusive lock of that file, so two
+    /// commands started together never share an id (the Director's task ids increase the
+    /// same way).
+    pub fn next_task_id(&self) -> Result<u64, String> {
+        use std::io::{Read, Seek, Write};
+        let path = self.state_dir.join("last-task-id");
+        let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+        std::fs::create_dir_all(&self.state_dir).map_err(fail)?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(fail)?;
+        file.lock().map_err(fail)?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(fail)?;
+        let next = text.trim().parse::<u64>().unwrap_or(0) + 1;
+        file.set_len(0).map_err(fail)?;
+        file.rewind().map_err(fail)?;
+        file.write_all(format!("{next}\n").as_bytes())
+            .map_err(fail)?;
+        file.sync_all().map_err(fail)?;
+        Ok(next)
+    }
+
     /// Where the director keeps its CPI config (`kubosh deploy --cpi-config` saves it, as
     /// `bosh update-cpi-config` does): every later command finds the named clouds there.
     pub fn cpi_config_file(&self) -> std::path::PathBuf {
