@@ -21,6 +21,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Map, Value, json};
 
 use super::SecretValue;
+use super::keys::KeyMaker;
 use kubosh_base::pki::{PkiError, RsaKey, sign_with_rsa};
 
 /// Password length when `length` is absent or 0.
@@ -171,17 +172,29 @@ fn string_list_option(
     }
 }
 
-/// Generates a value of `kind`. A certificate with a `ca` needs that CA's material.
+/// Generates a value of `kind`, its RSA key (if it has one) from `keys`. A certificate with
+/// a `ca` needs that CA's material.
 pub fn generate(
     kind: Kind,
     options: Option<&Value>,
     ca: Option<&CaMaterial>,
+    keys: &KeyMaker,
 ) -> Result<SecretValue, GenerateError> {
     match kind {
         Kind::Password => password(options),
-        Kind::Rsa => rsa_key(),
-        Kind::Ssh => ssh_key(),
-        Kind::Certificate => certificate(&CertificateOptions::parse(options)?, ca),
+        Kind::Rsa => rsa_key(keys),
+        Kind::Ssh => ssh_key(keys),
+        Kind::Certificate => certificate(&CertificateOptions::parse(options)?, ca, keys),
+    }
+}
+
+/// The size of the RSA key a definition of `kind` with `options` will ask for, if any
+/// (options that do not parse ask for none: their generation fails before a key).
+pub fn key_bits(kind: Kind, options: Option<&Value>) -> Option<usize> {
+    match kind {
+        Kind::Password => None,
+        Kind::Rsa | Kind::Ssh => Some(RSA_KEY_BITS),
+        Kind::Certificate => CertificateOptions::parse(options).ok().map(|o| o.key_bits),
     }
 }
 
@@ -225,8 +238,8 @@ pub fn password(options: Option<&Value>) -> Result<SecretValue, GenerateError> {
 }
 
 /// An `rsa` variable: a 2048-bit key, `{private_key, public_key}` (PKCS#1 and PKIX PEM).
-pub fn rsa_key() -> Result<SecretValue, GenerateError> {
-    let key = RsaKey::generate(RSA_KEY_BITS)?;
+pub fn rsa_key(keys: &KeyMaker) -> Result<SecretValue, GenerateError> {
+    let key = keys.key(RSA_KEY_BITS)?;
     Ok(SecretValue::new(json!({
         "private_key": key.private_pkcs1_pem()?,
         "public_key": key.public_pem()?,
@@ -236,8 +249,8 @@ pub fn rsa_key() -> Result<SecretValue, GenerateError> {
 /// An `ssh` variable: a 2048-bit RSA key, `{private_key, public_key,
 /// public_key_fingerprint}`: PKCS#1 PEM, an `authorized_keys` line (`ssh-rsa AAAA...\n`) and
 /// the MD5 fingerprint (`aa:bb:...`).
-pub fn ssh_key() -> Result<SecretValue, GenerateError> {
-    let key = RsaKey::generate(RSA_KEY_BITS)?;
+pub fn ssh_key(keys: &KeyMaker) -> Result<SecretValue, GenerateError> {
+    let key = keys.key(RSA_KEY_BITS)?;
     Ok(SecretValue::new(json!({
         "private_key": key.private_pkcs1_pem()?,
         "public_key": key.ssh_authorized_key(),
@@ -396,6 +409,7 @@ impl CaMaterial {
 pub fn certificate(
     options: &CertificateOptions,
     ca: Option<&CaMaterial>,
+    keys: &KeyMaker,
 ) -> Result<SecretValue, GenerateError> {
     if !options.is_ca && options.ca.is_none() {
         return Err(GenerateError::MissingCaName);
@@ -410,7 +424,7 @@ pub fn certificate(
         (None, _) => None,
     };
 
-    let key = RsaKey::generate(options.key_bits)?;
+    let key = keys.key(options.key_bits)?;
     let mut params = CertificateParams::default();
     params.serial_number = Some(random_serial()?);
     let now = time::OffsetDateTime::now_utc();
@@ -531,7 +545,11 @@ mod tests {
             .to_string();
         assert!(err.ends_with("Unsupported parameter 'key_usage'"), "{err}");
         assert!(matches!(
-            certificate(&CertificateOptions::parse(None).unwrap(), None),
+            certificate(
+                &CertificateOptions::parse(None).unwrap(),
+                None,
+                &KeyMaker::inline()
+            ),
             Err(GenerateError::MissingCaName)
         ));
     }

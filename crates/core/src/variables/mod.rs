@@ -32,11 +32,13 @@
 //! ```
 
 pub mod generate;
+mod keys;
 mod order;
 mod resolve;
 mod store;
 
 pub use generate::{CaMaterial, CertificateOptions, ExtendedKeyUsage, GenerateError, Kind};
+pub use keys::KeyMaker;
 pub use resolve::{ResolveOptions, Resolved, Source, UpdateMode, resolve, resolve_with};
 pub use store::{
     MemoryStore, ScopedStore, StoreError, StoredVariable, VariableStore, is_director_variable,

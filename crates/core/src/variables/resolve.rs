@@ -3,7 +3,8 @@
 
 use serde_json::{Map, Value};
 
-use super::generate::{self, CaMaterial, Kind};
+use super::generate::{self, CaMaterial, Kind, key_bits};
+use super::keys::KeyMaker;
 use super::order::generation_order;
 use super::store::{StoredVariable, VariableStore};
 use super::{SecretValue, VariableError};
@@ -108,8 +109,10 @@ pub async fn resolve_with(
     // Stored and generated values so far, for CA look-ups (cheaper than `vars.get`).
     let mut values: Map<String, Value> = Map::new();
     let mut sources = Vec::with_capacity(defs.len());
+    // Made at the first key a definition needs (a run that generates nothing makes none).
+    let mut keys: Option<KeyMaker> = None;
 
-    for i in order {
+    for (at, &i) in order.iter().enumerate() {
         let def = &defs[i];
         let name = def.name.as_str();
         if provided.contains_key(name) {
@@ -159,7 +162,15 @@ pub async fn resolve_with(
             sources.push((name.to_string(), Source::Missing));
             continue;
         } else {
-            let fresh = generated(def, i, kind, def_options.as_ref(), ca.as_ref(), digest)?;
+            if keys.is_none()
+                && let Some(bits) = kind.and_then(|k| key_bits(k, def_options.as_ref()))
+            {
+                let later = keys_to_come(defs, &order[at + 1..], &provided, store).await?;
+                keys = Some(KeyMaker::ahead([vec![bits], later].concat()));
+            }
+            let keys = keys.as_ref().unwrap_or(&INLINE);
+            let options = def_options.as_ref();
+            let fresh = generated(def, i, kind, options, ca.as_ref(), digest, keys)?;
             store_generated(def, fresh, stored.is_none(), modes[i], store).await?
         };
         if source == Source::Stored {
@@ -227,8 +238,34 @@ fn keeps_stored(
     }
 }
 
+/// Keys made when asked for (a run that needs none made ahead).
+static INLINE: KeyMaker = KeyMaker::inline();
+
+/// The sizes of the keys the definitions at `order` will ask for, in that order: those of
+/// key types the user gives no value and the store holds none for. (A stored value that
+/// `converge` replaces gets its key when it is replaced.)
+async fn keys_to_come(
+    defs: &[Variable],
+    order: &[usize],
+    provided: &Map<String, Value>,
+    store: &dyn VariableStore,
+) -> Result<Vec<usize>, VariableError> {
+    let mut sizes = Vec::new();
+    for &i in order {
+        let def = &defs[i];
+        let options = def.options.clone().map(Value::Object);
+        let Some(bits) = Kind::parse(&def.kind).and_then(|k| key_bits(k, options.as_ref())) else {
+            continue;
+        };
+        if !provided.contains_key(&def.name) && store.get(&def.name).await?.is_none() {
+            sizes.push(bits);
+        }
+    }
+    Ok(sizes)
+}
+
 /// A new value for typed definition `def` (at `variables[i]`) of `kind` (`None`: a type
-/// kubosh cannot generate), with the digest of its options.
+/// kubosh cannot generate), with the digest of its options, its RSA key from `keys`.
 fn generated(
     def: &Variable,
     i: usize,
@@ -236,6 +273,7 @@ fn generated(
     options: Option<&Value>,
     ca: Option<&CaMaterial>,
     digest: String,
+    keys: &KeyMaker,
 ) -> Result<StoredVariable, VariableError> {
     let Some(kind) = kind else {
         return Err(VariableError::Generate {
@@ -245,7 +283,7 @@ fn generated(
         });
     };
     let value =
-        generate::generate(kind, options, ca).map_err(|source| VariableError::Generate {
+        generate::generate(kind, options, ca, keys).map_err(|source| VariableError::Generate {
             path: format!("variables[{i}]"),
             name: def.name.clone(),
             source,
