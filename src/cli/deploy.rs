@@ -295,7 +295,8 @@ pub(super) struct ChosenCpis {
     pub given: bool,
 }
 
-/// The error's text; when agents did not answer, which instances and what recreates them.
+/// When agents did not answer (and only that failed the deploy): which instances, and what
+/// recreates them.
 fn fix_hint(error: &EngineError) -> Option<String> {
     let silent: Vec<&str> = (error.unanswered().iter())
         .map(|u| u.instance.display.as_str())
