@@ -4,13 +4,12 @@
 //! when it found problems, as `bosh cck --report` does).
 
 use super::out;
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
 
-use super::deploy::{DeployArgs, Failure, TaskOutput, error_text, read_request, task_failed};
+use super::deploy::{DeployArgs, Failure, TaskOutput, end, read_request, task_failed};
 use kubosh_director::DirectorConfig;
 use kubosh_engine::cck::{Problem, Resolution};
 
@@ -46,25 +45,14 @@ pub fn run(args: &CckArgs) -> ExitCode {
         .build()
         .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
         .and_then(|runtime| runtime.block_on(cck(args)));
-    let (text, code) = match result {
-        Ok((text, clean)) => (
-            text,
-            if clean {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            },
-        ),
-        Err(Failure::Refused(e)) => (error_text(&e), ExitCode::FAILURE),
-        Err(Failure::Task(text)) => {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-    code
+    end(result.map(|(text, clean)| {
+        let code = if clean {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+        (text, code)
+    }))
 }
 
 /// The text to print last, and whether the deployment ends without unresolved problems.

@@ -105,19 +105,26 @@ fn run(args: &DeployArgs, mode: Mode) -> ExitCode {
         .build()
         .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
         .and_then(|runtime| runtime.block_on(execute(args, mode)));
-    let (text, code) = match result {
-        Ok(text) => (text, ExitCode::SUCCESS),
-        Err(Failure::Refused(e)) => (error_text(&e), ExitCode::FAILURE),
-        Err(Failure::Task(text)) => {
-            // A closed stderr leaves nothing to tell either.
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
-            return ExitCode::FAILURE;
-        }
+    end(result.map(|text| (text, ExitCode::SUCCESS)))
+}
+
+/// Prints how a command ended, and its exit code: its last text on stdout, a refusal's
+/// problems on stdout, a failed task's end on stderr (a closed stream leaves nothing to
+/// tell).
+pub(super) fn end(result: Result<(String, ExitCode), Failure>) -> ExitCode {
+    let (text, code, stream): (String, ExitCode, Box<dyn Write>) = match result {
+        Ok((text, code)) => (text, code, Box::new(std::io::stdout().lock())),
+        Err(Failure::Refused(e)) => (
+            error_text(&e),
+            ExitCode::FAILURE,
+            Box::new(std::io::stdout().lock()),
+        ),
+        Err(Failure::Task(text)) => (text, ExitCode::FAILURE, Box::new(std::io::stderr().lock())),
     };
-    let mut out = std::io::stdout().lock();
-    // A closed stdout leaves nothing to tell.
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    let mut stream = stream;
+    let _ = stream
+        .write_all(text.as_bytes())
+        .and_then(|()| stream.flush());
     code
 }
 

@@ -2,6 +2,7 @@
 //! clouds, the wire types and the domain model all use, kept apart from the model so that
 //! none of those has to link the planner and validator for them.
 //!
+//! - [`civil`]: calendar dates of Unix days;
 //! - [`digest`]: BOSH multi-digests, verified with the strongest algorithm present;
 //! - [`ids`]: UUIDs and random bytes;
 //! - [`secret`]: [`secret::Secret`] and the helpers that keep secrets out of messages;
@@ -13,6 +14,7 @@
 //! No async runtime, no Kubernetes, no I/O beyond what these utilities themselves do
 //! (hashing a reader, the operating system's random source).
 
+pub mod civil;
 pub mod digest;
 pub mod ids;
 pub mod pki;

@@ -265,16 +265,7 @@ pub fn full_time_text(time: i64) -> String {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let days = time.div_euclid(86_400);
-    // Days to a civil date (Howard Hinnant's `civil_from_days`), the era from 0000-03-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = kubosh_base::civil::civil_from_days(days);
     format!(
         "{} {} {day:>2} {} UTC {year}",
         DAYS[usize::try_from(days.rem_euclid(7)).unwrap_or(0)],

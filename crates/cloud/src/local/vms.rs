@@ -108,18 +108,7 @@ impl Local {
                 format!("create_vm: network '{name}' must be an object"),
             ));
         }
-        // Without it the VM would start an agent that can never call home, and the deploy
-        // would only notice after its agent wait (600 s).
-        if self
-            .config
-            .mbus
-            .as_ref()
-            .is_none_or(|m| m.expose().is_empty())
-        {
-            return Err(Failure::cloud(
-                "create_vm: the local cloud has no 'mbus' to give the VM's agent, so the agent could never reach the director: set 'mbus' in the CPI's configuration (for example 'mbus: nats://127.0.0.1:4222') or in the 'context' of its requests".to_string(),
-            ));
-        }
+        self.require_mbus()?;
 
         let _lock = self.store.lock()?;
         if self
@@ -199,6 +188,17 @@ impl Local {
         } else {
             Value::String(cid)
         })
+    }
+
+    /// An `mbus` for new VMs' agent settings. Without it a VM would start an agent that can
+    /// never call home, and the deploy would only notice after its agent wait (600 s).
+    fn require_mbus(&self) -> Result<(), Failure> {
+        if (self.config.mbus.as_ref()).is_none_or(|m| m.expose().is_empty()) {
+            return Err(Failure::cloud(
+                "create_vm: the local cloud has no 'mbus' to give the VM's agent, so the agent could never reach the director: set 'mbus' in the CPI's configuration (for example 'mbus: nats://127.0.0.1:4222') or in the 'context' of its requests".to_string(),
+            ));
+        }
+        Ok(())
     }
 
     /// `delete_vm(vm_cid)`: stops the agent's process group (TERM, then KILL), detaches its
