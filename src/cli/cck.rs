@@ -70,15 +70,14 @@ async fn cck(args: &CckArgs) -> Result<(String, bool), Failure> {
         Err(e) => Err(e),
     };
     let problems = ended(&events, scanned, "Performing cloud check", scan_task)?;
-    let mut text = format!("\n{}", table(&problems));
+    let listed = format!("\n{}", table(&problems));
     if !resolving || problems.is_empty() {
-        return Ok((text, problems.is_empty()));
+        return Ok((listed, problems.is_empty()));
     }
     let choices: Vec<(Problem, Resolution)> = (problems.iter())
         .filter_map(|p| choose(p, args).map(|r| (p.clone(), r)))
         .collect();
-    out::progress(format_args!("{text}\n"));
-    text.clear();
+    out::progress(format_args!("{listed}\n"));
     let fix_task = config.next_task_id()?;
     let events = Arc::new(TaskOutput::start(Box::new(std::io::stdout()), fix_task));
     let engine = config
@@ -98,7 +97,7 @@ async fn cck(args: &CckArgs) -> Result<(String, bool), Failure> {
         Err(e) => Err(e),
     };
     let (resolved, left) = ended(&events, fixed, "Applying problem resolutions", fix_task)?;
-    text.push('\n');
+    let mut text = String::from("\n");
     for (id, resolution) in &resolved.applied {
         text.push_str(&format!("Resolved problem {id}: {}\n", resolution.name()));
     }

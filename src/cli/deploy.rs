@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::input::{DocumentArgs, read_cloud_configs, read_cpi_configs};
 use kubosh_artifacts::release::Release;
-use kubosh_bosh::events::{CliRenderer, ErrorEvent, EventLine, TaskError};
+use kubosh_bosh::events::{CliRenderer, EventLine};
 use kubosh_core::manifest::CpiConfig;
 use kubosh_core::plan::changes::Requests;
 use kubosh_director::DirectorConfig;
@@ -112,7 +112,7 @@ fn run(args: &DeployArgs, mode: Mode) -> ExitCode {
 /// problems on stdout, a failed task's end on stderr (a closed stream leaves nothing to
 /// tell).
 pub(super) fn end(result: Result<(String, ExitCode), Failure>) -> ExitCode {
-    let (text, code, stream): (String, ExitCode, Box<dyn Write>) = match result {
+    let (text, code, mut stream): (String, ExitCode, Box<dyn Write>) = match result {
         Ok((text, code)) => (text, code, Box::new(std::io::stdout().lock())),
         Err(Failure::Refused(e)) => (
             error_text(&e),
@@ -121,7 +121,6 @@ pub(super) fn end(result: Result<(String, ExitCode), Failure>) -> ExitCode {
         ),
         Err(Failure::Task(text)) => (text, ExitCode::FAILURE, Box::new(std::io::stderr().lock())),
     };
-    let mut stream = stream;
     let _ = stream
         .write_all(text.as_bytes())
         .and_then(|()| stream.flush());
@@ -426,16 +425,8 @@ impl TaskOutput {
 
     /// The task's error line, for a failure no engine event told.
     pub(super) fn error(&self, message: &str) {
-        let time = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        self.emit(EventLine::Error(ErrorEvent {
-            time,
-            error: TaskError {
-                code: 100,
-                message: message.to_string(),
-            },
-        }));
+        // BOSH's code for an error it has no more specific code for.
+        kubosh_engine::task_error(self, 100, message);
     }
 
     /// Ends the task's output: its start, finish, duration and `state`.

@@ -61,17 +61,19 @@ impl std::fmt::Debug for NatsPki {
     }
 }
 
-/// The PKI's files under `<dir>/pki`, in [`NatsPki::files`] order.
-const PKI_FILES: [&str; 6] = [
-    "ca.crt",
-    "ca.key",
-    "nats.crt",
-    "nats.key",
-    "director.crt",
-    "director.key",
-];
-
 impl NatsPki {
+    /// The names of the files [`NatsPki::write_into`] writes (under `<dir>/pki` for
+    /// [`NatsPki::write`]), in [`NatsPki::files`] order: the CA's certificate and key,
+    /// nats-server's, the director's.
+    pub const FILES: [&str; 6] = [
+        "ca.crt",
+        "ca.key",
+        "nats.crt",
+        "nats.key",
+        "director.crt",
+        "director.key",
+    ];
+
     /// A new CA and the certificates it issues, nats-server's valid for 127.0.0.1.
     pub fn generate() -> Result<NatsPki, DirectorError> {
         NatsPki::generate_for(&["127.0.0.1"])
@@ -114,7 +116,7 @@ impl NatsPki {
             let path = pki.join(name);
             std::fs::read_to_string(&path).map_err(|source| DirectorError::File { path, source })
         };
-        if PKI_FILES.iter().all(|f| pki.join(f).is_file()) {
+        if Self::FILES.iter().all(|f| pki.join(f).is_file()) {
             let loaded = NatsPki {
                 ca_cert_pem: read("ca.crt")?,
                 ca_key_pem: read("ca.key")?,
@@ -144,15 +146,11 @@ impl NatsPki {
     /// Writes the PKI's files ([`NatsPki::FILES`]) into `pki`, which is created.
     pub fn write_into(&self, pki: &Path) -> Result<(), DirectorError> {
         create_dir(pki)?;
-        for (name, text) in PKI_FILES.iter().zip(self.files()) {
+        for (name, text) in Self::FILES.iter().zip(self.files()) {
             write_private(&pki.join(name), text)?;
         }
         Ok(())
     }
-
-    /// The names of the files [`NatsPki::write_into`] writes: the CA's certificate and key,
-    /// nats-server's, the director's.
-    pub const FILES: [&str; 6] = PKI_FILES;
 
     fn files(&self) -> [&str; 6] {
         [

@@ -52,7 +52,9 @@ use kubosh_transport::agent::client::{ClientOptions, Transport};
 pub use error::{DiskInOtherCloud, Disposition, EngineError, PlanError, Unanswered, Unheard};
 pub use kubosh_artifacts::render::TemplateRenderer;
 pub use prepare::{DeployPlan, GroupPlan, PlanSummary};
-pub use progress::{EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents};
+pub use progress::{
+    EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents, error as task_error,
+};
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client
 /// certificate: `{"bosh": {"mbus": {"cert": ...}}}`), by agent id.
