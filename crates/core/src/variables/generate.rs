@@ -454,9 +454,7 @@ pub fn certificate(
                 ExtendedKeyUsage::ClientAuth => ExtendedKeyUsagePurpose::ClientAuth,
             })
             .collect();
-        params.subject_alt_names = options
-            .alternative_names
-            .iter()
+        let sans: Vec<SanType> = (options.alternative_names.iter())
             .map(|name| match name.parse::<IpAddr>() {
                 Ok(ip) => Ok(SanType::IpAddress(ip)),
                 Err(_) => name.clone().try_into().map(SanType::DnsName).map_err(|_| {
@@ -467,6 +465,12 @@ pub fn certificate(
                 }),
             })
             .collect::<Result<_, _>>()?;
+        // As bosh-cli (Go's x509 writes a template's DNS names before its IP addresses):
+        // the DNS names in their order, then the addresses in theirs.
+        let (dns, ips): (Vec<SanType>, Vec<SanType>) = sans
+            .into_iter()
+            .partition(|san| matches!(san, SanType::DnsName(_)));
+        params.subject_alt_names = dns.into_iter().chain(ips).collect();
     }
 
     let cert = sign_with_rsa(

@@ -79,6 +79,8 @@ struct CertFacts {
     eku: (bool, bool),
     dns: Vec<String>,
     ips: Vec<String>,
+    /// Every SAN in the certificate's order.
+    sans: Vec<String>,
     rsa_bits: usize,
     days: i64,
     ski: Option<Vec<u8>>,
@@ -95,6 +97,7 @@ fn facts(pem: &str) -> CertFacts {
         eku: (false, false),
         dns: Vec::new(),
         ips: Vec::new(),
+        sans: Vec::new(),
         rsa_bits: 0,
         days: (cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp())
             / 86_400,
@@ -119,14 +122,23 @@ fn facts(pem: &str) -> CertFacts {
             ParsedExtension::SubjectAlternativeName(san) => {
                 for name in &san.general_names {
                     match name {
-                        GeneralName::DNSName(d) => f.dns.push(d.to_string()),
-                        GeneralName::IPAddress(ip) => f.ips.push(match ip.len() {
-                            4 => std::net::Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]).to_string(),
-                            _ => {
-                                let b: [u8; 16] = (*ip).try_into().unwrap();
-                                std::net::Ipv6Addr::from(b).to_string()
-                            }
-                        }),
+                        GeneralName::DNSName(d) => {
+                            f.dns.push(d.to_string());
+                            f.sans.push(d.to_string());
+                        }
+                        GeneralName::IPAddress(ip) => {
+                            let ip = match ip.len() {
+                                4 => {
+                                    std::net::Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]).to_string()
+                                }
+                                _ => {
+                                    let b: [u8; 16] = (*ip).try_into().unwrap();
+                                    std::net::Ipv6Addr::from(b).to_string()
+                                }
+                            };
+                            f.ips.push(ip.clone());
+                            f.sans.push(ip);
+                        }
                         _ => {}
                     }
                 }
@@ -166,7 +178,7 @@ const CERTS: &str = "\
   options:
     ca: mid
     common_name: svc.example
-    alternative_names: [svc.example, '*.svc.example', 10.0.0.7, '::1']
+    alternative_names: [10.0.0.7, svc.example, '::1', '*.svc.example']
     extended_key_usage: [client_auth, server_auth]
     duration: 30
     key_length: 2048
@@ -239,6 +251,8 @@ fn certificates_have_boshs_shape_and_verify() {
     assert_eq!(f.eku, (true, true));
     assert_eq!(f.dns, ["svc.example", "*.svc.example"]);
     assert_eq!(f.ips, ["10.0.0.7", "::1"]);
+    // As bosh-cli orders them: DNS names first, then addresses, each in the given order.
+    assert_eq!(f.sans, ["svc.example", "*.svc.example", "10.0.0.7", "::1"]);
     assert_eq!(f.rsa_bits, 2048);
     assert_eq!(f.days, 30);
     assert_eq!(f.aki, Some(mid_ski));
