@@ -59,7 +59,7 @@ pub struct TemplateSpec {
     /// IP on the default gateway network (`spec.ip`).
     pub ip: Option<String>,
     /// This job's properties, bound and defaulted (`p(...)`, `properties`).
-    #[serde(default)]
+    #[serde(default, serialize_with = "go_json::map")]
     pub properties: Map,
     /// This job's consumed links by name (`link(name)`).
     #[serde(default)]
@@ -139,6 +139,7 @@ pub struct LinkSpec {
     #[serde(default)]
     pub instances: Vec<LinkInstance>,
     /// The provided properties (`link(...).p(...)`).
+    #[serde(serialize_with = "go_json::optional_map")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub properties: Option<Map>,
     /// Addresses use link group names (`q-...` under the link group).
@@ -201,4 +202,81 @@ pub struct DnsGroup {
     pub deployment: String,
     /// Group id.
     pub id: u64,
+}
+
+/// Properties written as bosh-cli hands them to the template renderer, through Go's
+/// `encoding/json`: a float with an integral value is written as an integer (`1e3` and
+/// `1000.0` in a manifest are `1000` to a template, as in BOSH, not `1000.0`).
+mod go_json {
+    use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+    use serde_json::Value;
+
+    use super::Map;
+
+    pub fn map<S: Serializer>(map: &Map, s: S) -> Result<S::Ok, S::Error> {
+        GoNumbers::Map(map).serialize(s)
+    }
+
+    pub fn optional_map<S: Serializer>(map: &Option<Map>, s: S) -> Result<S::Ok, S::Error> {
+        match map {
+            Some(map) => GoNumbers::Map(map).serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    enum GoNumbers<'a> {
+        Value(&'a Value),
+        Map(&'a Map),
+    }
+
+    impl Serialize for GoNumbers<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let map = match self {
+                GoNumbers::Map(map) => map,
+                GoNumbers::Value(Value::Object(map)) => map,
+                GoNumbers::Value(Value::Array(items)) => {
+                    let mut seq = s.serialize_seq(Some(items.len()))?;
+                    for item in items.iter() {
+                        seq.serialize_element(&GoNumbers::Value(item))?;
+                    }
+                    return seq.end();
+                }
+                GoNumbers::Value(Value::Number(n)) if n.is_f64() => {
+                    let f = n.as_f64().unwrap_or_default();
+                    // Exactly representable as i64: Go writes the digits, no point.
+                    return if f.fract() == 0.0 && f.abs() < 9.0e18 {
+                        s.serialize_i64(f as i64)
+                    } else {
+                        s.serialize_f64(f)
+                    };
+                }
+                GoNumbers::Value(other) => return other.serialize(s),
+            };
+            let mut out = s.serialize_map(Some(map.len()))?;
+            for (key, value) in map.iter() {
+                out.serialize_entry(key, &GoNumbers::Value(value))?;
+            }
+            out.end()
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use serde_json::json;
+
+        #[test]
+        fn integral_floats_are_written_as_integers() {
+            let Ok(serde_json::Value::Object(props)) = serde_json::to_value(json!({
+                "a": 1000.0, "b": 1.5, "c": [2.0, {"d": -3.0}], "e": 7, "f": 1e300, "g": "1.0"
+            })) else {
+                unreachable!()
+            };
+            let mut out = Vec::new();
+            super::map(&props, &mut serde_json::Serializer::new(&mut out)).unwrap();
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                r#"{"a":1000,"b":1.5,"c":[2,{"d":-3}],"e":7,"f":1e+300,"g":"1.0"}"#
+            );
+        }
+    }
 }
