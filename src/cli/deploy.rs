@@ -350,7 +350,7 @@ fn read_manifest(args: &DeployArgs, mode: Mode, director_vars: &Path) -> Result<
         ..args.input.clone()
     };
     let store = args.vars_store.as_deref();
-    match mode {
+    let document = match mode {
         Mode::Deploy => input.load_for_director(&args.manifest, store, director_vars),
         Mode::Plan => {
             let scratch = tempfile::tempdir()
@@ -367,7 +367,8 @@ fn read_manifest(args: &DeployArgs, mode: Mode, director_vars: &Path) -> Result<
             let director = copy(director_vars, "director-variables.yml")?;
             input.load_for_director(&args.manifest, store.as_deref(), &director)
         }
-    }
+    }?;
+    super::input::director_view(document, &args.manifest)
 }
 
 /// The deployment's name, which names its state directory. A manifest without a usable

@@ -43,10 +43,68 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
-/// Reads a YAML file into a value.
+/// One of bosh-cli's document flags: as its help names it, and the Go type it parses into.
+struct Flag(&'static str, &'static str);
+
+impl Flag {
+    /// The flag's argument could not be used, worded as go-flags (bosh-cli's flag parser)
+    /// words it.
+    fn error(&self, message: impl std::fmt::Display) -> String {
+        let Flag(flag, expected) = self;
+        format!("invalid argument for flag `{flag}' (expected {expected}): {message}")
+    }
+}
+
+const OPS_FILE_FLAG: Flag = Flag("-o, --ops-file", "[]opts.OpsFileArg");
+const VARS_FILE_FLAG: Flag = Flag("-l, --vars-file", "[]template.VarsFileArg");
+const VAR_FLAG: Flag = Flag("-v, --var", "[]template.VarKV");
+const VAR_FILE_FLAG: Flag = Flag("--var-file", "[]template.VarFileArg");
+const VARS_ENV_FLAG: Flag = Flag("--vars-env", "[]template.VarsEnvArg");
+
+/// A file's text, or bosh-cli's file system error (`Opening file X: open X: reason`).
+fn read_as_bosh(path: &Path) -> Result<String, String> {
+    let shown = path.display();
+    std::fs::read_to_string(path).map_err(|e| {
+        use std::io::ErrorKind;
+        let (verb, why) = match e.kind() {
+            ErrorKind::NotFound => ("open", "no such file or directory".to_string()),
+            ErrorKind::PermissionDenied => ("open", "permission denied".to_string()),
+            ErrorKind::IsADirectory => ("read", "is a directory".to_string()),
+            _ => ("read", e.to_string()),
+        };
+        match verb {
+            "open" => format!("Opening file {shown}: open {shown}: {why}"),
+            _ => format!("Reading file {shown}: read {shown}: {why}"),
+        }
+    })
+}
+
+/// `path` made absolute, as bosh-cli expands the paths of files it reads whole.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Reads a YAML file into a value, as the Director sees it.
 pub fn read_yaml(path: &Path) -> Result<Value, String> {
     kubosh_base::yaml::parse_value(&read(path)?, &path.display().to_string())
         .map_err(|e| e.to_string())
+}
+
+/// Reads a manifest as bosh-cli reads it, marks kept (`kubosh_base::yaml::parse_document`);
+/// a file that cannot be opened is said so as bosh-cli says it.
+fn read_document(path: &Path) -> Result<Value, String> {
+    let text = read_as_bosh(&absolute(path)).map_err(|e| match e.split_once(": ") {
+        // bosh-cli prints the cause on a line of its own under the wrapping message.
+        Some((wrap, cause)) => format!("{wrap}:\n  {cause}"),
+        None => e,
+    })?;
+    kubosh_base::yaml::parse_document(&text, &path.display().to_string()).map_err(|e| e.to_string())
+}
+
+/// A document read by [`DocumentArgs`] as the Director works with it: non-string keys as
+/// their text, a number JSON cannot hold refused (`kubosh_base::yaml::plain`).
+pub fn director_view(document: Value, path: &Path) -> Result<Value, String> {
+    kubosh_base::yaml::plain(document).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Each YAML file of `paths`, named by its path (for the core's merges of named configs).
@@ -84,28 +142,40 @@ impl DocumentArgs {
     pub fn vars(&self) -> Result<Vars, String> {
         let mut vars = Vars::new();
         for prefix in &self.vars_env {
-            vars.add_env(prefix, std::env::vars())
-                .map_err(|e| e.to_string())?;
+            (vars.add_env(prefix, std::env::vars())).map_err(|e| VARS_ENV_FLAG.error(e))?;
         }
         for path in &self.vars_files {
-            vars.add_vars_file(&read(path)?, &path.display().to_string())
-                .map_err(|e| e.to_string())?;
+            let shown = path.display().to_string();
+            let text = read_as_bosh(path).map_err(|e| {
+                VARS_FILE_FLAG.error(format!("Reading variables file '{shown}': {e}"))
+            })?;
+            (vars.add_vars_file(&text, &shown)).map_err(|e| VARS_FILE_FLAG.error(e))?;
         }
         for arg in &self.var_files {
-            let (name, path) = Vars::split_var_file_arg(arg).map_err(|e| e.to_string())?;
-            vars.add_var_file(name, &read(Path::new(path))?);
+            let (name, path) = Vars::split_var_file_arg(arg).map_err(|e| VAR_FILE_FLAG.error(e))?;
+            let path = absolute(Path::new(path));
+            let text = read_as_bosh(&path).map_err(|e| {
+                VAR_FILE_FLAG.error(format!(
+                    "Reading variable from file '{}': {e}",
+                    path.display()
+                ))
+            })?;
+            vars.add_var_file(name, &text);
         }
         for arg in &self.vars {
-            vars.add_var_arg(arg).map_err(|e| e.to_string())?;
+            vars.add_var_arg(arg).map_err(|e| VAR_FLAG.error(e))?;
         }
         Ok(vars)
     }
 
-    /// Reads `path`, applies the ops files and interpolates the variables.
+    /// Reads `path`, applies the ops files and interpolates the variables. The document
+    /// keeps what JSON cannot hold marked, as `bosh int` has it; [`director_view`] gives the
+    /// Director's view.
     pub fn load(&self, path: &Path) -> Result<Value, String> {
+        // Flags first, as bosh-cli parses them before it reads the manifest.
+        let vars = self.vars()?;
         let doc = self.patched(path)?;
-        let out = ops::interpolate_with(&doc, &self.vars()?, &self.options())
-            .map_err(|e| e.to_string())?;
+        let out = ops::interpolate_with(&doc, &vars, &self.options()).map_err(|e| e.multiline())?;
         Ok(out.value)
     }
 
@@ -156,12 +226,12 @@ impl DocumentArgs {
         vars_files: &[&FileStore],
         generate: impl Fn(&str) -> bool,
     ) -> Result<Value, String> {
+        let vars = self.vars()?;
         let doc = self.patched(path)?;
         let mut defs = variables::definitions(&doc).map_err(|e| e.to_string())?;
         defs.retain(|d| generate(&d.name));
-        let mut resolved =
-            futures::executor::block_on(variables::resolve(&defs, &self.vars()?, store))
-                .map_err(|e| e.to_string())?;
+        let mut resolved = futures::executor::block_on(variables::resolve(&defs, &vars, store))
+            .map_err(|e| e.to_string())?;
         // The rest of the file are variables too.
         let present = resolved.vars.resolved();
         for file in vars_files {
@@ -178,12 +248,15 @@ impl DocumentArgs {
 
     /// The document with the ops files applied.
     fn patched(&self, path: &Path) -> Result<Value, String> {
-        let mut doc = read_yaml(path)?;
-        let ops: Vec<OpsFile> = self
-            .ops_files
-            .iter()
-            .map(|p| OpsFile::parse(&read(p)?, &p.display().to_string()).map_err(|e| e.to_string()))
+        let ops: Vec<OpsFile> = (self.ops_files.iter())
+            .map(|p| {
+                let shown = p.display().to_string();
+                let text = read_as_bosh(p)
+                    .map_err(|e| OPS_FILE_FLAG.error(format!("Reading ops file '{shown}': {e}")))?;
+                OpsFile::parse(&text, &shown).map_err(|e| OPS_FILE_FLAG.error(e))
+            })
             .collect::<Result<_, _>>()?;
+        let mut doc = read_document(path)?;
         ops::apply_all(&ops, &mut doc).map_err(|e| e.to_string())?;
         if !self.runtime_configs.is_empty() {
             let configs = read_named(&self.runtime_configs)?;

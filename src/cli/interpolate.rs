@@ -34,7 +34,11 @@ pub fn run(args: &InterpolateArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // As bosh-cli ends: the error, then `Exit code 1`, with the blank line its
+            // output padding puts on stdout between them.
             eprintln!("{e}");
+            out!("\n");
+            eprintln!("Exit code 1");
             ExitCode::FAILURE
         }
     }
@@ -48,10 +52,13 @@ fn interpolate(args: &InterpolateArgs) -> Result<String, String> {
     if let Some(path) = &args.path {
         let pointer = Pointer::parse(path).map_err(|e| e.to_string())?;
         doc = find(&doc, &pointer).map_err(|e| e.to_string())?;
+        // As bosh-cli: a string found by `--path` is printed as it is (a certificate
+        // readable, not YAML-quoted).
+        if let Some(text) = doc.as_str()
+            && kubosh_base::yaml::mark::unmark(text).is_none()
+        {
+            return Ok(format!("{text}\n"));
+        }
     }
-    let mut text = kubosh_base::yaml::to_string(&doc).map_err(|e| e.to_string())?;
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    Ok(text)
+    kubosh_base::yaml::to_string(&doc).map_err(|e| e.to_string())
 }

@@ -37,7 +37,7 @@ pub fn run(args: &ValidateArgs) -> ExitCode {
         ..args.input.clone()
     };
     let (manifest, cloud_config) = match (
-        input.load(&args.manifest),
+        (input.load(&args.manifest)).and_then(|m| super::input::director_view(m, &args.manifest)),
         read_cloud_configs(&args.cloud_config),
     ) {
         (Ok(m), Ok(c)) => (m, c),

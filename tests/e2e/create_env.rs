@@ -635,6 +635,32 @@ fn the_bosh_cli_and_kubosh_take_over_each_other() {
     assert_eq!(normalized(&stdout), normalized(&bosh_delete));
 }
 
+/// YAML 1.1 values mean to kubosh what they mean to bosh-cli: with a greeting written
+/// `0777` (octal: 511) the job says 511 whichever tool deployed it, and each tool sees the
+/// other's deploy as its own (the same manifest digest), so neither redeploys.
+#[test]
+fn octal_values_read_as_bosh_cli_reads_them() {
+    let bosh = kubosh_devenv::binary("bosh").unwrap_or_else(|e| panic!("{e}"));
+    let w = EnvWorld::new(92);
+    let vars = std::fs::read_to_string(w.path("vars.yml")).unwrap();
+    let octal = vars.replace("\"greeting\":\"Hello\"", "\"greeting\":0777");
+    assert_ne!(octal, vars, "the greeting is in the vars file");
+    std::fs::write(w.path("vars.yml"), octal).unwrap();
+    w.create_env();
+    assert!(w.greeting().starts_with("511"), "{}", w.greeting());
+    let skipping = "No deployment, stemcell or release changes. Skipping deploy.";
+    let deployed = w.state();
+    let out = w.bosh(&bosh, "create-env");
+    assert!(out.contains(skipping), "bosh on kubosh's state:\n{out}");
+    assert_eq!(w.state(), deployed);
+    let calls = w.calls();
+    let out = w.create_env();
+    assert!(out.contains(skipping), "kubosh after bosh:\n{out}");
+    assert_eq!(w.calls(), calls);
+    let (ok, stdout, stderr) = w.output(w.command("delete-env"));
+    assert!(ok, "{stdout}\n{stderr}");
+}
+
 /// Output with VM, disk and stemcell CIDs and durations replaced, to compare two runs.
 fn normalized(out: &str) -> String {
     let cid = regex::Regex::new(r"'(vm|disk|sc)-[0-9a-f-]+'").unwrap();
@@ -705,7 +731,7 @@ fn create_env_killed_anywhere_converges_without_leaks_or_data_loss() {
 }
 
 /// kubosh's manifest digest is bosh-cli's: go-yaml v2's bytes of the interpolated manifest
-/// (`kubosh_createenv::model::gov2`) equal what `bosh int` prints, for the example with its
+/// (`kubosh_base::yaml::to_string`) equal what `bosh int` prints, for the example with its
 /// generated certificates, for bosh-deployment's `bosh.yml` on warden, and for
 /// cf-deployment.
 #[test]
@@ -755,7 +781,7 @@ fn the_manifest_digest_is_bosh_cli_s() {
         );
         let value =
             kubosh_base::yaml::parse_value(&String::from_utf8(out.stdout).unwrap(), "out").unwrap();
-        let ours = kubosh_createenv::model::gov2::to_string(&value);
+        let ours = kubosh_base::yaml::to_string(&value).unwrap();
         if ours != expected {
             let first = ours
                 .lines()

@@ -6,6 +6,7 @@ mod agent_e2e;
 mod agent_health;
 #[path = "../../crates/agentd/tests/agents/agentd_common.rs"]
 mod agentd_common;
+mod bosh_cli_parity;
 mod chart_rbac;
 mod cli;
 mod cli_deploy;

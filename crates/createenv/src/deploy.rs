@@ -43,7 +43,13 @@ pub(super) struct Inputs {
 
 /// Validates the manifest (every problem at once) and splits it.
 pub(super) fn validate_manifest(input: &EnvInput) -> Result<(EnvManifest, String), EnvError> {
-    let validated = validate::init_manifest(&input.manifest).map_err(EnvError::Invalid)?;
+    let manifest = kubosh_base::yaml::plain(input.manifest.clone()).map_err(|e| {
+        let mut problems = validate::Problems::default();
+        let path = validate::Path::parse(&e.path).unwrap_or_else(validate::Path::root);
+        problems.error(validate::Document::Manifest, path, e.reason());
+        EnvError::Invalid(problems)
+    })?;
+    let validated = validate::init_manifest(&manifest).map_err(EnvError::Invalid)?;
     let env = split(&validated.document).map_err(|e| {
         let mut problems = validate::Problems::default();
         let path = validate::Path::parse(&e.path).unwrap_or_else(validate::Path::root);

@@ -54,7 +54,9 @@ pub struct EnvInput {
     pub manifest_path: PathBuf,
     /// The state file.
     pub state_path: PathBuf,
-    /// The manifest after ops files and variables.
+    /// The manifest after ops files and variables, as bosh-cli reads it
+    /// (`kubosh_base::yaml::parse_document`: non-string keys and `.inf` kept marked, for the
+    /// digest to be bosh-cli's; the deploy works on its `plain` view).
     pub manifest: Value,
     /// kubosh's home (`~/.kubosh`): installations, the compiled-package cache, locks.
     pub home: PathBuf,

@@ -1,6 +1,6 @@
-//! YAML as go-yaml v2 (`gopkg.in/yaml.v2` v2.4.0) `Marshal`s a generic tree, byte for byte,
-//! because bosh-cli's `current_manifest_sha` is the SHA-512 of exactly those bytes
-//! (`bosh int … | sha512sum`). Written from the emitter's rules, not its code:
+//! YAML as go-yaml v2 (`gopkg.in/yaml.v2` v2.4.0) `Marshal`s a generic tree, byte for byte:
+//! what `bosh int` prints, and what bosh-cli's `current_manifest_sha` is the SHA-512 of.
+//! Written from the emitter's rules, not its code:
 //!
 //! - mapping keys sorted by `keyList.Less` (strings rune by rune, runs of digits by value,
 //!   non-letters before letters), 2-space indentation, a sequence under a key not indented;
@@ -10,9 +10,14 @@
 //!   quoted; control characters, then double-quoted); a string with a line break is a
 //!   literal block (`|`, `|-`, `|+`, an indentation digit when it starts with a space);
 //! - plain and quoted scalars fold at a space past column 80;
-//! - numbers as Go formats them (`strconv.FormatFloat(f, 'g', -1, 64)` for floats).
+//! - numbers as Go formats them (`strconv.FormatFloat(f, 'g', -1, 64)` for floats);
+//! - marked scalars ([`super::mark`]: non-string keys, `.inf`) as the scalars they stand
+//!   for, non-string keys sorted among the others as go-yaml v2 sorts mixed keys.
 
 use serde_json::{Map, Value};
+
+use super::mark::{Marked, go_float, unmark};
+use super::resolve::{Resolved, is_base60_float, resolve_plain};
 
 /// Where scalars fold.
 const BEST_WIDTH: usize = 80;
@@ -64,15 +69,7 @@ impl Emitter {
     /// (after `- `).
     fn mapping(&mut self, m: &Map<String, Value>, indent: usize, inline_first: bool) {
         let mut keys: Vec<&String> = m.keys().collect();
-        keys.sort_by(|a, b| {
-            if key_less(a, b) {
-                std::cmp::Ordering::Less
-            } else if key_less(b, a) {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        });
+        sort_keys(&mut keys);
         for (i, key) in keys.into_iter().enumerate() {
             if !(i == 0 && inline_first) {
                 self.indent(indent);
@@ -129,7 +126,10 @@ impl Emitter {
                 let text = number(n);
                 self.write(&text);
             }
-            Value::String(s) => self.scalar(s, indent, false),
+            Value::String(s) => match unmark(s) {
+                Some(marked) => self.write(&marked.text()),
+                None => self.scalar(s, indent, false),
+            },
             Value::Object(_) => self.write("{}"),
             Value::Array(_) => self.write("[]"),
         }
@@ -138,6 +138,10 @@ impl Emitter {
     /// A string scalar; `indent` is the enclosing node's (continuation lines and block
     /// contents are 2 deeper); `key`: a simple key (no folding, no block).
     fn scalar(&mut self, s: &str, indent: usize, key: bool) {
+        if let Some(marked) = unmark(s) {
+            self.write(&marked.text());
+            return;
+        }
         let a = analyze(s);
         let can_use_plain = resolves_to_string(s) && !is_base60_float(s);
         let mut style = if s.contains('\n') && !key {
@@ -423,136 +427,75 @@ fn analyze(s: &str) -> Analysis {
 
 /// Whether go-yaml v2 reads `s`, unquoted, back as a string (YAML 1.1 resolution).
 fn resolves_to_string(s: &str) -> bool {
-    const WORDS: &[&str] = &[
-        "", "~", "null", "Null", "NULL", "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
-        "true", "True", "TRUE", "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
-        ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf",
-        "-.Inf", "-.INF", "<<",
-    ];
-    if WORDS.contains(&s) {
-        return false;
-    }
-    let Some(first) = s.chars().next() else {
-        return false;
-    };
-    if !(first.is_ascii_digit() || first == '+' || first == '-' || first == '.') {
-        return true;
-    }
-    if first != '.' && is_timestamp(s) {
-        return false;
-    }
-    let plain: String = s.chars().filter(|c| *c != '_').collect();
-    if first != '.' && (go_parse_int(&plain) || is_binary(&plain)) {
-        return false;
-    }
-    !is_yaml_float(&plain)
+    resolve_plain(s) == Resolved::Str
 }
 
-/// Go's `strconv.ParseInt(s, 0, 64)` / `ParseUint` acceptance (underscores removed).
-fn go_parse_int(s: &str) -> bool {
-    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let (digits, radix) =
-        if let Some(r) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-            (r, 16)
-        } else if let Some(r) = body.strip_prefix("0b").or_else(|| body.strip_prefix("0B")) {
-            (r, 2)
-        } else if let Some(r) = body.strip_prefix("0o").or_else(|| body.strip_prefix("0O")) {
-            (r, 8)
-        } else if body.len() > 1 && body.starts_with('0') {
-            (&body[1..], 8)
-        } else {
-            (body, 10)
-        };
-    !digits.is_empty() && u128::from_str_radix(digits, radix).is_ok_and(|v| v <= u64::MAX as u128)
-}
-
-fn is_binary(s: &str) -> bool {
-    let body = s.strip_prefix('-').unwrap_or(s);
-    body.strip_prefix("0b")
-        .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c == '0' || c == '1'))
-}
-
-/// `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`
-fn is_yaml_float(s: &str) -> bool {
-    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let (mantissa, exponent) = match body.find(['e', 'E']) {
-        Some(i) => (&body[..i], Some(&body[i + 1..])),
-        None => (body, None),
-    };
-    let digits = |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit());
-    let mantissa_ok = match mantissa.split_once('.') {
-        Some(("", frac)) => digits(frac),
-        Some((int, frac)) => digits(int) && frac.chars().all(|c| c.is_ascii_digit()),
-        None => digits(mantissa),
-    };
-    let exponent_ok = exponent.is_none_or(|e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)));
-    mantissa_ok && exponent_ok
-}
-
-/// `YYYY-M-D` with an optional time, as go-yaml v2's `parseTimestamp` accepts.
-fn is_timestamp(s: &str) -> bool {
-    let b = s.as_bytes();
-    if b.len() < 8 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
-        return false;
-    }
-    let rest = &s[5..];
-    let (date, time) = match rest.find(['T', 't', ' ']) {
-        Some(i) => (&rest[..i], Some(&rest[i + 1..])),
-        None => (rest, None),
-    };
-    let Some((m, d)) = date.split_once('-') else {
-        return false;
-    };
-    let num = |t: &str, max: u32| {
-        (1..=2).contains(&t.len()) && t.parse::<u32>().is_ok_and(|v| (1..=max).contains(&v))
-    };
-    if !num(m, 12) || !num(d, 31) {
-        return false;
-    }
-    match time {
-        None => true,
-        Some(t) => {
-            let t = t.trim_end_matches('Z');
-            let clock = t.split(['+', '-']).next().unwrap_or("");
-            let parts: Vec<&str> = clock.split(':').collect();
-            parts.len() == 3
-                && parts[..2]
-                    .iter()
-                    .all(|p| (1..=2).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit()))
-                && parts[2].split('.').next().is_some_and(|p| {
-                    (1..=2).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit())
-                })
-        }
-    }
-}
-
-/// `^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$`
-fn is_base60_float(s: &str) -> bool {
-    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let (main, frac) = match body.split_once('.') {
-        Some((m, f)) => (m, Some(f)),
-        None => (body, None),
-    };
-    if frac.is_some_and(|f| !f.chars().all(|c| c.is_ascii_digit() || c == '_')) {
-        return false;
-    }
-    let mut parts = main.split(':');
-    let head = parts.next().unwrap_or("");
-    if !head.starts_with(|c: char| c.is_ascii_digit())
-        || !head.chars().all(|c| c.is_ascii_digit() || c == '_')
-    {
-        return false;
-    }
-    let rest: Vec<&str> = parts.collect();
-    !rest.is_empty()
-        && rest.iter().all(|p| {
-            let b = p.as_bytes();
-            match b.len() {
-                1 => b[0].is_ascii_digit(),
-                2 => (b'0'..=b'5').contains(&b[0]) && b[1].is_ascii_digit(),
-                _ => false,
+/// Sorts keys as go-yaml v2 sorts them. `keyList.Less` is not a total order when a key is
+/// `.nan` (it is neither less nor more than any number), so no library sort may be used
+/// (Rust's panics on such an order): up to 12 keys, the insertion sort Go's `sort.Sort`
+/// runs on so few, which gives Go's very order; beyond, a merge sort, which gives Go's
+/// order whenever the order is total (always, but for `.nan` keys).
+fn sort_keys(keys: &mut Vec<&String>) {
+    let less = |a: &str, b: &str| key_order(a, b) == std::cmp::Ordering::Less;
+    if keys.len() <= 12 {
+        for i in 1..keys.len() {
+            let mut j = i;
+            while j > 0 && less(keys[j], keys[j - 1]) {
+                keys.swap(j, j - 1);
+                j -= 1;
             }
-        })
+        }
+        return;
+    }
+    let middle = keys.len() / 2;
+    let mut right = keys.split_off(middle);
+    sort_keys(keys);
+    sort_keys(&mut right);
+    let left = std::mem::take(keys);
+    let (mut l, mut r) = (left.into_iter().peekable(), right.into_iter().peekable());
+    while let (Some(a), Some(b)) = (l.peek(), r.peek()) {
+        let next = if less(b, a) { r.next() } else { l.next() };
+        keys.extend(next);
+    }
+    keys.extend(l);
+    keys.extend(r);
+}
+
+/// go-yaml v2's `keyList.Less` as an ordering of two keys, marked ones by their type:
+/// numbers and booleans by value (before anything else), then a null, then strings.
+fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let less = |a: &str, b: &str| match (key_kind(a), key_kind(b)) {
+        ((ak, Some(af)), (bk, Some(bf))) => {
+            if af != bf {
+                af < bf
+            } else {
+                ak < bk
+            }
+        }
+        ((24, _), (24, _)) => key_less(a, b),
+        ((ak, _), (bk, _)) => ak < bk,
+    };
+    if less(a, b) {
+        Ordering::Less
+    } else if less(b, a) {
+        Ordering::Greater
+    } else {
+        Ordering::Equal
+    }
+}
+
+/// A key's Go `reflect.Kind` number (bool 1, int 2, uint64 11, float64 14, a nil interface
+/// 20, string 24) and, for numbers and booleans, its value as a float.
+fn key_kind(key: &str) -> (u8, Option<f64>) {
+    match unmark(key) {
+        None => (24, None),
+        Some(Marked::Null) => (20, None),
+        Some(Marked::Bool(b)) => (1, Some(if b { 1.0 } else { 0.0 })),
+        Some(Marked::Int(i)) => (2, Some(i as f64)),
+        Some(Marked::Uint(u)) => (11, Some(u as f64)),
+        Some(Marked::Float(f, _)) => (14, Some(f)),
+    }
 }
 
 /// go-yaml v2's `keyList.Less` for two string keys.
@@ -606,56 +549,13 @@ fn key_less(a: &str, b: &str) -> bool {
     ar.len() < br.len()
 }
 
-/// A number as go-yaml v2 writes it: integers in decimal, floats as
-/// `strconv.FormatFloat(f, 'g', -1, 64)` (`.inf`, `-.inf`, `.nan` for the specials).
+/// A number as go-yaml v2 writes it: integers in decimal, floats as Go's
+/// `strconv.FormatFloat(f, 'g', -1, 64)`.
 fn number(n: &serde_json::Number) -> String {
     if n.is_i64() || n.is_u64() {
         return n.to_string();
     }
-    let f = n.as_f64().unwrap_or(0.0);
-    if f.is_nan() {
-        return ".nan".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { ".inf" } else { "-.inf" }.into();
-    }
-    go_float(f)
-}
-
-/// Go's `strconv.FormatFloat(f, 'g', -1, 64)`: the shortest digits that read back, in
-/// exponent form (`1e+06`) when the exponent is below -4 or at least 6.
-fn go_float(f: f64) -> String {
-    if f == 0.0 {
-        return if f.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    // Shortest round-trip digits from Rust's `{:e}`: "d.ddddde-x".
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let negative = mantissa.starts_with('-');
-    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
-    let nd = digits.len() as i32;
-    // Shortest formatting decides with a precision of 6.
-    let eprec = 6;
-    let sign = if negative { "-" } else { "" };
-    if exp < -4 || exp >= eprec {
-        let mut m = digits[..1].to_string();
-        if nd > 1 {
-            m.push('.');
-            m.push_str(&digits[1..]);
-        }
-        let e_sign = if exp < 0 { '-' } else { '+' };
-        format!("{sign}{m}e{e_sign}{:02}", exp.abs())
-    } else if exp >= 0 {
-        let point = (exp + 1) as usize;
-        if digits.len() <= point {
-            format!("{sign}{digits}{}", "0".repeat(point - digits.len()))
-        } else {
-            format!("{sign}{}.{}", &digits[..point], &digits[point..])
-        }
-    } else {
-        format!("{sign}0.{}{digits}", "0".repeat((-exp - 1) as usize))
-    }
+    go_float(n.as_f64().unwrap_or(0.0))
 }
 
 #[cfg(test)]
@@ -741,18 +641,20 @@ strings:
     }
 
     #[test]
-    fn floats_as_go_formats_them() {
-        for (f, text) in [
-            (1.0, "1"),
-            (0.5, "0.5"),
-            (100000.0, "100000"),
-            (1e6, "1e+06"),
-            (1234567.0, "1.234567e+06"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (-2.5, "-2.5"),
-        ] {
-            assert_eq!(go_float(f), text, "{f}");
+    fn keys_that_are_not_ordered_never_panic() {
+        // `.nan` is neither less nor more than any number: no total order.
+        let nan = crate::yaml::mark::mark(crate::yaml::resolve::Resolved::Float(f64::NAN)).unwrap();
+        let mut map = serde_json::Map::new();
+        for i in 0..40 {
+            let key = crate::yaml::mark::mark(crate::yaml::resolve::Resolved::Int(40 - i)).unwrap();
+            map.insert(key, json!(i));
         }
+        map.insert(nan, json!("x"));
+        let text = to_string(&Value::Object(map));
+        assert!(text.contains(".nan: x"), "{text}");
+        assert!(
+            text.find("1: 39").unwrap() < text.find("2: 38").unwrap(),
+            "{text}"
+        );
     }
 }

@@ -1,12 +1,26 @@
-//! YAML text in and out, on top of `serde-saphyr`.
+//! YAML in and out, as the BOSH CLI reads and writes it (go-yaml v2, YAML 1.1).
 //!
-//! Everything kubosh reads as YAML (manifests, cloud configs, ops files, vars files) first
-//! becomes a [`serde_json::Value`]: a plain tree that ops files, interpolation and validation
-//! can walk, and that the typed model is then built from. Mapping order is preserved.
+//! Everything kubosh reads as YAML (manifests, cloud, runtime and CPI configs, ops files,
+//! vars files, `-v` values, release and job manifests) goes through one reader ([`read`])
+//! into a [`serde_json::Value`]: a tree that ops files, interpolation and validation walk,
+//! and that the typed model is then built from. Plain scalars mean what they mean to
+//! bosh-cli ([`resolve`]: `0644` is 420, `y` is true, `1e3` a float); mapping order is kept.
+//! [`parse_document`] keeps what JSON cannot hold marked ([`mark`]: `y:` as a key, `.inf`),
+//! for `kubosh interpolate` to write back exactly; [`parse_value`] gives the Director's view.
+//! Everything kubosh writes as YAML goes through one writer ([`emit`]), byte for byte what
+//! go-yaml v2's `Marshal` writes (sorted keys), so bosh-cli, kubectl and kubosh read it alike.
+
+mod emit;
+pub mod mark;
+mod read;
+pub mod resolve;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+pub use mark::{NotJson, plain};
+pub use read::{MAX_DEPTH, MAX_NODES, MAX_TEXT_BYTES};
 
 /// A document that is not valid YAML, or a value that could not be written as YAML.
 #[derive(Debug, thiserror::Error)]
@@ -19,7 +33,7 @@ pub enum YamlError {
         /// The parser's explanation, with its location.
         message: String,
     },
-    /// The document breaks one of the reader's limits (size, depth, aliases).
+    /// The document breaks one of the reader's limits (size, depth).
     #[error("{origin} cannot be read: {limit}")]
     Limit {
         /// What was being read.
@@ -27,68 +41,96 @@ pub enum YamlError {
         /// Which limit, with its value and where in the text.
         limit: String,
     },
+    /// The document holds a number JSON cannot (`.inf`, `.nan`) where the Director's view
+    /// is asked for.
+    #[error("{origin}: {source}")]
+    NotJson {
+        /// What was being read.
+        origin: String,
+        /// Where and what.
+        source: NotJson,
+    },
+    /// The document is YAML but not of the type asked for.
+    #[error("{origin}: {message}")]
+    Shape {
+        /// What was being read.
+        origin: String,
+        /// Where in the document (`jobs[0].name`) and what was expected.
+        message: String,
+    },
     /// A value could not be serialized.
     #[error("cannot write YAML: {0}")]
     Write(String),
 }
 
-/// Parses one YAML document into a generic value. An empty document is `null`.
-pub fn parse_value(text: &str, origin: &str) -> Result<Value, YamlError> {
-    parse(text, origin)
+/// Reads one YAML document as go-yaml v2 reads it into a generic tree, keeping non-string
+/// keys and non-finite floats marked ([`mark`]). An empty document is `null`.
+pub fn parse_document(text: &str, origin: &str) -> Result<Value, YamlError> {
+    read::read(text).map_err(|e| {
+        let origin = origin.to_string();
+        let at = format!("at line {} column {}", e.line, e.column);
+        match e.kind {
+            read::ReadErrorKind::Syntax(message) | read::ReadErrorKind::Meaning(message) => {
+                YamlError::Parse {
+                    origin,
+                    message: format!("{message} {at}"),
+                }
+            }
+            read::ReadErrorKind::Limit(limit) => YamlError::Limit {
+                origin,
+                limit: format!("{} ({at})", beyond_limit(limit)),
+            },
+        }
+    })
 }
 
-/// Parses one YAML document into any deserializable type.
+/// Reads one YAML document as the Director sees it: [`parse_document`], then [`plain`]
+/// (non-string keys as their text; `.inf` and `.nan` refused). An empty document is `null`.
+pub fn parse_value(text: &str, origin: &str) -> Result<Value, YamlError> {
+    plain(parse_document(text, origin)?).map_err(|source| YamlError::NotJson {
+        origin: origin.to_string(),
+        source,
+    })
+}
+
+/// Reads one YAML document into any deserializable type (through [`parse_value`]).
 pub fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, YamlError> {
-    let origin = origin.to_string();
-    serde_saphyr::from_str(text).map_err(|e| match e.without_snippet() {
-        serde_saphyr::Error::Budget { breach, location } => {
-            let at = if location.line() > 0 {
-                format!(
-                    " (at line {} column {})",
-                    location.line(),
-                    location.column()
-                )
-            } else {
-                String::new()
-            };
-            YamlError::Limit {
-                origin,
-                limit: format!("{}{at}", beyond_limit(breach)),
-            }
-        }
-        _ => YamlError::Parse {
-            origin,
-            message: e.to_string(),
+    let value = parse_value(text, origin)?;
+    serde_path_to_error::deserialize(value).map_err(|e| YamlError::Shape {
+        origin: origin.to_string(),
+        message: match e.path().to_string().as_str() {
+            "." => e.inner().to_string(),
+            path => format!("{path}: {}", e.inner()),
         },
     })
 }
 
-/// Which of the reader's limits a document breaks, named with the limit. The limits
-/// (serde-saphyr's defaults) keep a hostile document from exhausting memory or stack; no
+/// Which of the reader's limits a document breaks, named with the limit. The limits keep
+/// a hostile document (an alias bomb, a deep nesting) from exhausting memory or stack; no
 /// BOSH manifest, config or vars file comes near them (cf-deployment is ~40,000 nodes).
-fn beyond_limit(breach: &serde_saphyr::budget::BudgetBreach) -> String {
-    use serde_saphyr::budget::BudgetBreach as B;
-    let limits = serde_saphyr::Budget::default();
-    let more = |n: usize, what: &str| {
-        format!("it holds more than {n} {what}, the most kubosh reads in one document")
-    };
-    match breach {
-        B::Nodes { .. } => more(limits.max_nodes, "YAML nodes (keys, values and list items)"),
-        B::Events { .. } => more(limits.max_events, "YAML parser events"),
-        B::Depth { .. } => format!("it nests more than {} levels deep, the most kubosh reads", limits.max_depth),
-        B::Documents { .. } => more(limits.max_documents, "documents"),
-        B::Aliases { .. } => more(limits.max_aliases, "aliases (*name)"),
-        B::Anchors { .. } => more(limits.max_anchors, "anchors (&name)"),
-        B::MergeKeys { .. } => more(limits.max_merge_keys, "merge keys (<<)"),
-        B::ScalarBytes { .. } => format!("its values hold more than {} MiB of text, the most kubosh reads in one document", limits.max_total_scalar_bytes >> 20),
-        B::AliasAnchorRatio { aliases, anchors } => format!("it uses {aliases} aliases of {anchors} anchors, more than {} per anchor: kubosh refuses documents that expand like an alias bomb", limits.alias_anchor_ratio_multiplier),
-        _ => "it expands beyond the limits kubosh reads a YAML document within (aliases, anchors or size)".to_string(),
+fn beyond_limit(limit: read::Limit) -> String {
+    match limit {
+        read::Limit::Nodes => format!(
+            "it holds more than {MAX_NODES} YAML nodes (keys, values and list items, aliases \
+             counted at their full size), the most kubosh reads in one document"
+        ),
+        read::Limit::Depth => {
+            format!("it nests more than {MAX_DEPTH} levels deep, the most kubosh reads")
+        }
+        read::Limit::Text => format!(
+            "its values hold more than {} MiB of text (aliases counted at their full size), \
+             the most kubosh reads in one document",
+            MAX_TEXT_BYTES >> 20
+        ),
     }
 }
 
-/// Writes a value as a YAML document.
+/// Writes a value as a YAML document, byte for byte as go-yaml v2 `Marshal`s the same
+/// generic tree (`bosh int`'s output): keys sorted, marked scalars written back as the
+/// scalars they stand for.
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, YamlError> {
-    serde_saphyr::to_string(value).map_err(|e| YamlError::Write(e.to_string()))
+    let value = serde_json::to_value(value).map_err(|e| YamlError::Write(e.to_string()))?;
+    Ok(emit::to_string(&value))
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ struct Definition {
 impl OpsFile {
     /// Parses ops-file YAML text. `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<OpsFile, OpsError> {
-        let value = yaml::parse_value(text, origin)?;
+        let value = yaml::parse_document(text, origin)?;
         OpsFile::from_value(value, origin)
     }
 

@@ -127,6 +127,84 @@ pub enum InterpolationError {
     MalformedDefinitions(String),
 }
 
+impl InterpolationError {
+    /// The error as the BOSH CLI prints it (bosh-cli's `MultilineError`): a wrapping message
+    /// on a line of its own with its cause indented under it, the strict checks' names as
+    /// bulleted lists (`- Expected to find variables:` / `    - name`).
+    pub fn multiline(&self) -> String {
+        self.as_go_error().multiline()
+    }
+
+    /// The shape bosh-cli's error has (which errors wrap which, which are lists).
+    fn as_go_error(&self) -> GoError {
+        let wrap = |message: String, cause: &InterpolationError| {
+            GoError::Wrap(message, Box::new(cause.as_go_error()))
+        };
+        match self {
+            InterpolationError::Variables { missing, unused } => {
+                let list = |head: &str, names: &[String]| {
+                    let names = names.iter().map(|n| GoError::Text(n.clone())).collect();
+                    GoError::Wrap(head.to_string(), Box::new(GoError::List(names)))
+                };
+                let mut checks = Vec::new();
+                if !missing.is_empty() {
+                    checks.push(list("Expected to find variables", missing));
+                }
+                if !unused.is_empty() {
+                    checks.push(list("Expected to use variables", unused));
+                }
+                GoError::List(checks)
+            }
+            InterpolationError::Finding { name, source } => {
+                wrap(format!("Finding variable '{name}'"), source)
+            }
+            InterpolationError::DefinitionOptions { name, source } => wrap(
+                format!("Interpolating variable '{name}' definition options"),
+                source,
+            ),
+            InterpolationError::Definitions(source) => wrap(
+                "Getting all variables from variable definitions sections".into(),
+                source,
+            ),
+            other => GoError::Text(other.to_string()),
+        }
+    }
+}
+
+/// An error as bosh-utils builds them: plain text, a message wrapping a cause
+/// (`ComplexError`), or a list (`MultiError`).
+enum GoError {
+    Text(String),
+    Wrap(String, Box<GoError>),
+    List(Vec<GoError>),
+}
+
+impl GoError {
+    /// bosh-cli's `MultilineError`.
+    fn multiline(&self) -> String {
+        let mut out = Vec::new();
+        self.lines("", "", &mut out);
+        out.join("\n")
+    }
+
+    /// `prefixingMultilineError`: `prefix` before each entry, `bullet` before this one.
+    fn lines(&self, prefix: &str, bullet: &str, out: &mut Vec<String>) {
+        let inner = format!("{prefix}{}", " ".repeat(bullet.len()));
+        match self {
+            GoError::Text(text) => out.push(format!("{prefix}{bullet}{text}")),
+            GoError::Wrap(message, cause) => {
+                out.push(format!("{prefix}{bullet}{message}:"));
+                cause.lines(&format!("{inner}  "), "", out);
+            }
+            GoError::List(items) => {
+                for item in items {
+                    item.lines(&inner, "- ", out);
+                }
+            }
+        }
+    }
+}
+
 fn vars_text(missing: &[String], unused: &[String]) -> String {
     let mut parts = Vec::new();
     if !missing.is_empty() {

@@ -89,7 +89,7 @@ impl Vars {
 
     /// `-l FILE`: a YAML map of variables; an empty file adds nothing. `origin` names the file.
     pub fn add_vars_file(&mut self, text: &str, origin: &str) -> Result<(), VarsError> {
-        let value = yaml::parse_value(text, origin).map_err(|e| VarsError::VarsFile {
+        let value = yaml::parse_document(text, origin).map_err(|e| VarsError::VarsFile {
             origin: origin.to_string(),
             message: e.to_string(),
         })?;
@@ -118,12 +118,14 @@ impl Vars {
     /// and all) with one pair of wrapping quotes removed.
     pub fn add_var_arg(&mut self, arg: &str) -> Result<(), VarsError> {
         let (name, raw) = split_arg(arg, "value")?;
-        let parsed = yaml::parse_value(raw, "variable").map_err(|e| VarsError::VarValue {
+        let parsed = yaml::parse_document(raw, "variable").map_err(|e| VarsError::VarValue {
             arg: arg.to_string(),
             message: e.to_string(),
         })?;
         let value = match parsed {
-            Value::String(_) => Value::String(trim_wrapping_quotes(raw).to_string()),
+            Value::String(s) if yaml::mark::unmark(&s).is_none() => {
+                Value::String(trim_wrapping_quotes(raw).to_string())
+            }
             other => other,
         };
         set(&mut self.kvs, name.to_string(), value);
@@ -175,11 +177,12 @@ impl Vars {
             let Some(name) = key.strip_prefix(&lead) else {
                 continue;
             };
-            let parsed =
-                yaml::parse_value(value.as_ref(), "environment").map_err(|e| VarsError::Env {
+            let parsed = yaml::parse_document(value.as_ref(), "environment").map_err(|e| {
+                VarsError::Env {
                     name: key.to_string(),
                     message: e.to_string(),
-                })?;
+                }
+            })?;
             set(&mut self.env, name.to_string(), parsed);
         }
         Ok(())

@@ -117,7 +117,8 @@ pub fn definitions(doc: &Value) -> Result<Vec<Variable>, VariableError> {
     }
 }
 
-/// [`ops::interpolate_with`], with any error scrubbed of the variables' values (the
+/// [`ops::interpolate_with`], with any error as the BOSH CLI prints it
+/// ([`ops::InterpolationError::multiline`]) and scrubbed of the variables' values (the
 /// interpolator quotes values it cannot embed in a string).
 pub fn interpolate(
     doc: &Value,
@@ -125,7 +126,7 @@ pub fn interpolate(
     options: &InterpolateOptions,
 ) -> Result<Interpolated, VariableError> {
     ops::interpolate_with(doc, vars, options)
-        .map_err(|e| VariableError::Interpolation(scrub(&e.to_string(), vars)))
+        .map_err(|e| VariableError::Interpolation(scrub(&e.multiline(), vars)))
 }
 
 /// `text` with every string in `vars` (and every line of multi-line ones) replaced by

@@ -379,8 +379,8 @@ fn custom_provider_definitions() {
     custom_provider_definitions:
     - {name: web, type: http}
     - {name: x, type: ""}
-    - {name: y, type: t, properties: [nowhere]}
-    - {name: y, type: t}
+    - {name: yy, type: t, properties: [nowhere]}
+    - {name: yy, type: t}
 "#,
     );
     assert_eq!(
@@ -396,7 +396,7 @@ fn custom_provider_definitions() {
             ),
             (
                 "instance_groups[0].jobs[0].custom_provider_definitions[3].name".to_string(),
-                "Custom provider 'y' in job 'web' in instance group 'api' is defined multiple times in manifest.".to_string()
+                "Custom provider 'yy' in job 'web' in instance group 'api' is defined multiple times in manifest.".to_string()
             ),
             // The job's own required link has no provider: reported in the same pass.
             (

@@ -5,7 +5,6 @@
 //! ([`decide`]).
 
 pub mod decide;
-pub mod gov2;
 pub mod packages;
 pub mod sha;
 pub mod split;

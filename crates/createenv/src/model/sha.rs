@@ -1,7 +1,7 @@
 //! `current_manifest_sha`: the digest that tells whether a manifest was deployed.
 //!
 //! As bosh-cli computes it: SHA-512 (lowercase hex) of go-yaml v2's serialization
-//! ([`super::gov2`]) of the manifest after ops files and variables, the same bytes `bosh int`
+//! ([`kubosh_base::yaml::to_string`]) of the manifest after ops files and variables, the same bytes `bosh int`
 //! prints. So an environment deployed by one tool is "nothing to do" for the other.
 
 use serde_json::Value;
@@ -9,7 +9,8 @@ use sha2::{Digest, Sha512};
 
 /// SHA-512 (lowercase hex) of the interpolated manifest as go-yaml v2 writes it.
 pub fn manifest_sha(manifest: &Value) -> String {
-    kubosh_base::digest::to_hex(&Sha512::digest(super::gov2::to_string(manifest).as_bytes()))
+    let text = kubosh_base::yaml::to_string(manifest).unwrap_or_default();
+    kubosh_base::digest::to_hex(&Sha512::digest(text.as_bytes()))
 }
 
 #[cfg(test)]

@@ -472,7 +472,7 @@ instance_groups:
   jobs: [{name: hello, release: hello, properties: {a: 1}}]
   properties: {b: 2}
 properties: {c: 3}
-tags: {team: x, n: 5}
+tags: {team: x, count: 5}
 update: {update_watch_time: 100-2000}
 cloud_provider:
   template: {name: cpi_job, release: cpi}
@@ -518,7 +518,7 @@ cloud_provider:
         );
         assert_eq!(
             d.vm_env.expose()["bosh"]["tags"],
-            json!({"team": "x", "n": "5"})
+            json!({"team": "x", "count": "5"})
         );
         assert_eq!(d.vm_env.expose()["bosh"]["password"], "x");
         assert_eq!(d.stemcell.url.as_deref(), Some("file://stemcell.tgz"));
@@ -554,7 +554,7 @@ cloud_provider:
         let text = V2
             .replace("  persistent_disk_pool: disks\n", "")
             .replace("update: {update_watch_time: 100-2000}\n", "")
-            .replace("tags: {team: x, n: 5}\n", "");
+            .replace("tags: {team: x, count: 5}\n", "");
         let s = split(&manifest(&text)).unwrap();
         assert_eq!(s.deployment.disk, None);
         assert_eq!(s.deployment.watch_time, DEFAULT_WATCH_TIME);
