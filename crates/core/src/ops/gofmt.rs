@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use kubosh_base::yaml::mark::{Marked, unmark};
+
 /// Go's `%T` of the value yaml.v2 would have produced.
 pub fn type_name(value: &Value) -> &'static str {
     match value {
@@ -11,6 +13,8 @@ pub fn type_name(value: &Value) -> &'static str {
         Value::Number(n) if n.is_i64() => "int",
         Value::Number(n) if n.is_u64() => "uint64",
         Value::Number(_) => "float64",
+        // `.inf` and `.nan`, kept marked (`kubosh_base::yaml::mark`).
+        Value::String(s) if matches!(unmark(s), Some(Marked::Float(..))) => "float64",
         Value::String(_) => "string",
         Value::Array(_) => "[]interface {}",
         Value::Object(_) => "map[interface {}]interface {}",
@@ -32,7 +36,11 @@ fn write_value(out: &mut String, value: &Value) {
             Some(f) if !n.is_i64() && !n.is_u64() => out.push_str(&float(f)),
             _ => out.push_str(&n.to_string()),
         },
-        Value::String(s) => out.push_str(s),
+        Value::String(s) => match unmark(s) {
+            Some(Marked::Float(f, _)) => out.push_str(&float(f)),
+            Some(marked) => out.push_str(&marked.text()),
+            None => out.push_str(s),
+        },
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -51,7 +59,10 @@ fn write_value(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push(' ');
                 }
-                out.push_str(key);
+                match unmark(key) {
+                    Some(marked) => out.push_str(&marked.text()),
+                    None => out.push_str(key),
+                }
                 out.push(':');
                 if let Some(v) = map.get(*key) {
                     write_value(out, v);
@@ -63,7 +74,7 @@ fn write_value(out: &mut String, value: &Value) {
 }
 
 /// Go's `%v` for a float64: shortest digits, exponent form when the exponent is below -4
-/// or at least 6 (`1e+06`, `1.5e-05`).
+/// or at least 6 (`1e+06`, `1.5e-05`): go-yaml v2's float text but for the non-finite.
 pub fn float(f: f64) -> String {
     if f.is_nan() {
         return "NaN".into();
@@ -71,20 +82,7 @@ pub fn float(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "+Inf" } else { "-Inf" }.into();
     }
-    if f == 0.0 {
-        return if f.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    let sci = format!("{f:e}");
-    let Some((mantissa, exp)) = sci.split_once('e') else {
-        return f.to_string();
-    };
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if !(-4..6).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exp.abs())
-    } else {
-        f.to_string()
-    }
+    kubosh_base::yaml::mark::go_float(f)
 }
 
 #[cfg(test)]
@@ -115,5 +113,13 @@ mod tests {
         assert_eq!(float(0.00001), "1e-05");
         assert_eq!(float(-2.5e-7), "-2.5e-07");
         assert_eq!(float(1e100), "1e+100");
+        assert_eq!(float(f64::INFINITY), "+Inf");
+    }
+
+    #[test]
+    fn marked_scalars_read_as_the_go_values_they_stand_for() {
+        let doc = kubosh_base::yaml::parse_document("a: .inf\ny: 1\n", "doc").unwrap();
+        assert_eq!(type_name(&doc["a"]), "float64");
+        assert_eq!(value(&doc), "map[a:+Inf true:1]");
     }
 }
