@@ -76,11 +76,27 @@ async fn explain_shows_the_documented_manifest_fields() {
     assert!(out.contains("percentage"), "{out}");
 }
 
+/// The example, with YAML 1.1 scalars among its properties (kubectl reads YAML with
+/// go-yaml v2's rules, as bosh-cli and kubosh do).
+fn example_deployment() -> String {
+    let text = example("deployment.yaml");
+    let yaml_1_1 = "            purge_interval: 24\n            mode: 0644\n            \
+                    on: yes\n            hex: 0x1F\n            \
+                    quoted: '0777'\n";
+    let changed = text.replacen("            purge_interval: 24\n", yaml_1_1, 1);
+    assert_ne!(changed, text, "the example has its autopurge properties");
+    changed
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn examples_apply_client_and_server_side_and_read_back_unchanged() {
     let ns = support::namespace("apply").await;
-    let original: Value =
-        kubosh_base::yaml::parse_value(&example("deployment.yaml"), "example").unwrap();
+    let original: Value = kubosh_base::yaml::parse_value(&example_deployment(), "example").unwrap();
+    let autopurge =
+        &original["spec"]["manifest"]["instance_groups"][0]["jobs"][0]["properties"]["autopurge"];
+    assert_eq!(autopurge["mode"], 420, "{autopurge}");
+    assert_eq!(autopurge["true"], true, "{autopurge}");
+    assert_eq!(autopurge["quoted"], "0777", "{autopurge}");
     ok(&kubectl(
         &["apply", "-n", &ns, "-f", "-"],
         Some(&example("cloud-config.yaml")),
@@ -91,7 +107,7 @@ async fn examples_apply_client_and_server_side_and_read_back_unchanged() {
         ("--server-side=true", "zk-server-side"),
     ] {
         let text =
-            example("deployment.yaml").replacen("name: zookeeper\n", &format!("name: {name}\n"), 1);
+            example_deployment().replacen("name: zookeeper\n", &format!("name: {name}\n"), 1);
         ok(&kubectl(&["apply", mode, "-n", &ns, "-f", "-"], Some(&text)).await);
         let got: Value = serde_json::from_str(&ok(&kubectl(
             &["get", "boshdeployment", name, "-n", &ns, "-o", "json"],
@@ -99,6 +115,7 @@ async fn examples_apply_client_and_server_side_and_read_back_unchanged() {
         )
         .await))
         .unwrap();
+        // kubectl (go-yaml v2 underneath) and kubosh read the YAML 1.1 scalars alike.
         assert_eq!(
             got["spec"], original["spec"],
             "{mode}: the stored spec differs from the example"
