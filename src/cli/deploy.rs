@@ -127,6 +127,75 @@ pub(super) fn end(result: Result<(String, ExitCode), Failure>) -> ExitCode {
     code
 }
 
+/// A director task as the BOSH CLI shows one: its id, its output, and what the CLI says it
+/// was doing when it fails (`Updating deployment`, `Deleting deployment 'x'`).
+pub(super) struct Task {
+    /// Its id (increasing per director).
+    pub id: u64,
+    /// Its output on stdout, started (`Task N`).
+    pub events: Arc<TaskOutput>,
+    doing: String,
+}
+
+impl Task {
+    /// Takes the director's next task id and starts the task's output.
+    pub fn start(config: &DirectorConfig, doing: &str) -> Result<Task, Failure> {
+        let id = config.next_task_id()?;
+        Ok(Task {
+            id,
+            events: Arc::new(TaskOutput::start(Box::new(std::io::stdout()), id)),
+            doing: doing.to_string(),
+        })
+    }
+
+    /// The engine for deployment `name`, its progress in the task; an engine that cannot be
+    /// had (NATS, blobstore) fails the task.
+    pub async fn engine(
+        &self,
+        config: &DirectorConfig,
+        name: &str,
+        parallel_azs: bool,
+        cpis: kubosh_core::manifest::CpiConfig,
+    ) -> Result<kubosh_engine::Engine, Failure> {
+        match config
+            .engine(name, self.events.clone(), parallel_azs, cpis)
+            .await
+        {
+            Ok(engine) => Ok(engine),
+            Err(e) => {
+                self.events.error(&e);
+                Err(self.failed())
+            }
+        }
+    }
+
+    /// Ends the task after `result`, whose error the engine already told in the task's
+    /// event log: `done`, or `error` and the BOSH CLI's ending.
+    pub fn end<T, E>(&self, result: Result<T, E>) -> Result<T, Failure> {
+        match result {
+            Ok(value) => {
+                self.events.finish("done");
+                Ok(value)
+            }
+            Err(_) => Err(self.failed()),
+        }
+    }
+
+    /// `result` of one step of the task: its value, or its error told in the task's event
+    /// log and the task failed.
+    pub fn continues<T>(&self, result: Result<T, String>) -> Result<T, Failure> {
+        result.map_err(|e| {
+            self.events.error(&e);
+            self.failed()
+        })
+    }
+
+    fn failed(&self) -> Failure {
+        self.events.finish("error");
+        Failure::Task(task_failed(&self.doing, self.id, None))
+    }
+}
+
 /// How a command failed.
 pub(super) enum Failure {
     /// Before its task started (a manifest problem, an unreadable input): the message ends
@@ -177,22 +246,12 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, Failure> {
             if cpis.given {
                 config.save_cpi_config(&cpis.config)?;
             }
-            let task = config.next_task_id()?;
             out::progress(format_args!("Using deployment '{name}'\n\n"));
-            let events = Arc::new(TaskOutput::start(Box::new(std::io::stdout()), task));
-            let engine = config.engine(&name, events.clone(), args.parallel_azs, cpis.config);
-            let mut engine = match engine.await {
-                Ok(engine) => engine,
-                Err(e) => {
-                    events.error(&e);
-                    events.finish("error");
-                    return Err(Failure::Task(task_failed(
-                        "Updating deployment",
-                        task,
-                        None,
-                    )));
-                }
-            };
+            let task = Task::start(&config, "Updating deployment")?;
+            let mut engine = task
+                .engine(&config, &name, args.parallel_azs, cpis.config)
+                .await?;
+            let (events, task) = (task.events.clone(), task.id);
             if let Some((monitor, health)) = monitor {
                 let rest = health.listen_for.saturating_sub(monitor.listening_for());
                 tokio::time::sleep(rest).await;

@@ -5,6 +5,7 @@ mod cck;
 mod controller;
 mod cpi;
 mod create_env;
+mod delete_deployment;
 mod deploy;
 mod dev;
 mod input;
@@ -67,6 +68,11 @@ enum Command {
     /// Scan a `kubosh deploy` deployment for missing VMs, silent agents, missing or unmounted
     /// disks (`bosh cck`); resolve them with `--auto` or `--resolution`.
     Cck(cck::CckArgs),
+    /// `bosh delete-deployment`: stops and deletes a deployment's instances and VMs, keeps
+    /// its persistent disks as orphaned disks.
+    DeleteDeployment(delete_deployment::DeleteDeploymentArgs),
+    /// `bosh clean-up`: deletes orphaned disks older than 5 days (all with `--all`).
+    CleanUp(delete_deployment::CleanUpArgs),
     /// Create or update a single-VM environment from a bosh-init manifest, installing its CPI
     /// on this machine (`bosh create-env`); the state is bosh-cli's state file.
     CreateEnv(create_env::EnvArgs),
@@ -125,6 +131,8 @@ pub fn main() -> ExitCode {
         Command::Deploy(args) => deploy::run_deploy(&args),
         Command::Plan(args) => deploy::run_plan(&args),
         Command::Cck(args) => cck::run(&args),
+        Command::DeleteDeployment(args) => delete_deployment::run_delete(&args),
+        Command::CleanUp(args) => delete_deployment::run_clean_up(&args),
         Command::Controller(args) => controller::run_controller(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Vm(command) => vm::run(&command),

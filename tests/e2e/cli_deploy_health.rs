@@ -229,6 +229,56 @@ async fn a_dead_agent_fails_a_deploy_once_and_fix_or_cck_recreate_it_on_its_disk
     let last = w.state().await;
     assert_ne!(last.instances[&web1.uuid].vm.as_ref().unwrap().cid, web1_vm);
     assert_eq!(last.instances[&web1.uuid].disks, web1.disks);
+
+    // `kubosh delete-deployment`: the VMs go, the disks stay as orphaned disks; `clean-up`
+    // keeps them while they are young, `clean-up --all` deletes them; nothing is left.
+    let director = w.path("director.yml");
+    let kubosh = |args: &[&str]| w.output(kubosh_command(&director, args));
+    let (ok, stdout, stderr) = kubosh(&["delete-deployment", "hello"]);
+    assert!(ok, "delete-deployment failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("Using deployment 'hello'"), "{stdout}");
+    assert!(stdout.contains("Deleting instances: web/"), "{stdout}");
+    assert!(
+        stdout.contains("2 persistent disk(s) kept as orphaned disks"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("\nSucceeded\n"), "{stdout}");
+    let inventory = kubosh_cloud::local::inventory(&w.cloud()).unwrap();
+    assert!(inventory.vms.is_empty(), "{inventory:?}");
+    assert_eq!(inventory.disks.len(), 2, "{inventory:?}");
+    assert!(w.state().await.instances.is_empty());
+    let (ok, stdout, stderr) = kubosh(&["clean-up"]);
+    assert!(ok, "clean-up failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("Deleted 0 orphaned disk(s)"), "{stdout}");
+    assert_eq!(
+        kubosh_cloud::local::inventory(&w.cloud())
+            .unwrap()
+            .disks
+            .len(),
+        2
+    );
+    let (ok, stdout, stderr) = kubosh(&["clean-up", "--all"]);
+    assert!(ok, "clean-up --all failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Deleting orphaned disks: disk-"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Deleted 2 orphaned disk(s)"), "{stdout}");
+    let inventory = kubosh_cloud::local::inventory(&w.cloud()).unwrap();
+    assert!(
+        inventory.vms.is_empty() && inventory.disks.is_empty(),
+        "{inventory:?}"
+    );
+    // As bosh-cli: deleting a deployment the director does not have succeeds.
+    let (ok, stdout, stderr) = kubosh(&["delete-deployment", "never-deployed"]);
+    assert!(ok, "{stdout}\n{stderr}");
+}
+
+/// `kubosh <args...> -d director.yml`.
+fn kubosh_command(director: &str, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(crate::director_world::KUBOSH);
+    command.args(args).args(["-d", director]);
+    command
 }
 
 /// The local cloud's calls, by method, in order.

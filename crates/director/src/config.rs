@@ -425,6 +425,24 @@ impl DirectorConfig {
         self.state_dir.join("deployments").join(name)
     }
 
+    /// The deployments this director keeps state for (deployed, or deleted with orphaned
+    /// disks left), sorted.
+    pub fn deployment_names(&self) -> Result<Vec<String>, String> {
+        let dir = self.state_dir.join("deployments");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Where extracted stemcells are kept.
     pub fn stemcells_dir(&self) -> PathBuf {
         self.state_dir.join("stemcells")

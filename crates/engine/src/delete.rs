@@ -45,6 +45,46 @@ impl Engine {
         .await
     }
 
+    /// `bosh clean-up`'s part for deployment `name` (under its deployment lock): deletes its
+    /// orphaned disks orphaned longer than `max_age` ago, or all of them (`None`, `--all`),
+    /// as the Director's scheduled orphaned-disk clean-up and `bosh clean-up --all` do. A
+    /// disk whose orphaning time cannot be read is kept unless all go. The CIDs deleted.
+    pub async fn clean_up_orphaned_disks(
+        &self,
+        name: &str,
+        max_age: Option<std::time::Duration>,
+    ) -> Result<Vec<String>, EngineError> {
+        self.under_deployment_lock(name, "clean up orphaned disks", |engine| async move {
+            let now = time::OffsetDateTime::now_utc();
+            let expired = |orphaned_at: &str| match max_age {
+                None => true,
+                Some(max_age) => {
+                    let rfc3339 = &time::format_description::well_known::Rfc3339;
+                    time::OffsetDateTime::parse(orphaned_at, rfc3339)
+                        .is_ok_and(|at| now - at >= max_age)
+                }
+            };
+            let cids: Vec<String> = (engine.store.orphaned_disks().await?.into_iter())
+                .filter(|(_, orphan)| expired(&orphan.orphaned_at))
+                .map(|(cid, _)| cid)
+                .collect();
+            let stage = StageRun::new(
+                engine.events.clone(),
+                "Deleting orphaned disks",
+                vec![],
+                cids.len(),
+            );
+            for cid in &cids {
+                engine.checkpoint()?;
+                stage
+                    .task(cid.clone(), engine.delete_orphaned_disk(cid))
+                    .await?;
+            }
+            Ok(cids)
+        })
+        .await
+    }
+
     /// Deletes deployment `name` (under its deployment lock).
     pub async fn delete_deployment(
         &self,
