@@ -9,12 +9,14 @@ mod delete_deployment;
 mod deploy;
 mod dev;
 mod input;
+mod instances;
 mod interpolate;
 mod nats_pki;
 mod out;
 mod release;
 mod signals;
 mod stemcell;
+mod table;
 mod up;
 mod validate;
 mod vm;
@@ -73,6 +75,9 @@ enum Command {
     DeleteDeployment(delete_deployment::DeleteDeploymentArgs),
     /// `bosh clean-up`: deletes orphaned disks older than 5 days (all with `--all`).
     CleanUp(delete_deployment::CleanUpArgs),
+    /// `bosh instances`: each instance's process state, AZ and addresses; `--ps` its
+    /// processes, `--vitals` its machine's and processes' vitals (from the agents).
+    Instances(instances::InstancesArgs),
     /// Create or update a single-VM environment from a bosh-init manifest, installing its CPI
     /// on this machine (`bosh create-env`); the state is bosh-cli's state file.
     CreateEnv(create_env::EnvArgs),
@@ -133,6 +138,7 @@ pub fn main() -> ExitCode {
         Command::Cck(args) => cck::run(&args),
         Command::DeleteDeployment(args) => delete_deployment::run_delete(&args),
         Command::CleanUp(args) => delete_deployment::run_clean_up(&args),
+        Command::Instances(args) => instances::run(&args),
         Command::Controller(args) => controller::run_controller(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Vm(command) => vm::run(&command),

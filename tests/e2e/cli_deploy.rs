@@ -167,6 +167,53 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     assert_eq!(task_id(&stdout), task + 1, "task ids increase: {stdout}");
     assert_eq!(w.calls(), calls, "a no-op deploy called the cloud");
 
+    // `kubosh instances --ps --vitals`: each instance running, its process, its machine's
+    // vitals, from its agent; as bosh-cli prints it to a pipe (tab-separated data).
+    let out = std::process::Command::new(crate::director_world::KUBOSH)
+        .args([
+            "instances",
+            "-d",
+            &w.path("director.yml"),
+            "hello",
+            "--ps",
+            "--vitals",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = crate::director_world::text(&out);
+    assert!(
+        out.status.success(),
+        "instances failed:\n{stdout}\n{stderr}"
+    );
+    let rows: Vec<Vec<&str>> = (stdout.lines())
+        .map(|l| l.split('\t').map(str::trim).collect())
+        .collect();
+    let instance_rows: Vec<&Vec<&str>> = rows.iter().filter(|r| r[1] == "-").collect();
+    assert_eq!(instance_rows.len(), 3, "{stdout}");
+    for (row, record) in instance_rows.iter().zip({
+        let mut records: Vec<_> = state.instances.values().collect();
+        records.sort_by_key(|r| (r.group.clone(), r.uuid.clone()));
+        records
+    }) {
+        assert_eq!(
+            row[0],
+            format!("{}/{}", record.group, record.uuid),
+            "{stdout}"
+        );
+        assert_eq!(row[2], "running", "{stdout}");
+        assert_eq!(row[4], record.ips["default"].ip, "{stdout}");
+        assert_eq!(row[5], "hello", "{stdout}");
+        // Uptime, load and memory from the agent's vitals.
+        assert!(row[7].ends_with('s') && row[8].contains(", "), "{stdout}");
+        assert!(row[13].contains("% ("), "{stdout}");
+    }
+    let process_rows = rows.iter().filter(|r| r[1] != "-").count();
+    assert!(
+        process_rows >= 3,
+        "a process per instance at least:\n{stdout}"
+    );
+    assert_eq!(w.calls(), calls, "instances called the cloud");
+
     // A property of one group: the plan updates that group only, and changes nothing.
     let before = snapshot(&w.state_dir());
     let (ok, stdout, stderr) = kubosh(&w, "plan", "Howdy");

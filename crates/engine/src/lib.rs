@@ -18,6 +18,7 @@ mod disks;
 mod error;
 mod execute;
 mod instance;
+pub mod instances;
 pub mod lock;
 pub mod pool;
 mod prepare;

@@ -119,6 +119,17 @@ pub enum InstanceState {
     Detached,
 }
 
+impl InstanceState {
+    /// The state's name, as the Director names it (`started`, `stopped`, `detached`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Started => "started",
+            InstanceState::Stopped => "stopped",
+            InstanceState::Detached => "detached",
+        }
+    }
+}
+
 /// One instance of an instance group: its identity, its VM and disks, and what was last
 /// applied to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
