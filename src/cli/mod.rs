@@ -11,6 +11,7 @@ mod dev;
 mod input;
 mod instances;
 mod interpolate;
+mod logs;
 mod nats_pki;
 mod out;
 mod release;
@@ -78,6 +79,9 @@ enum Command {
     /// `bosh instances`: each instance's process state, AZ and addresses; `--ps` its
     /// processes, `--vitals` its machine's and processes' vitals (from the agents).
     Instances(instances::InstancesArgs),
+    /// `bosh logs`: the jobs' (or `--agent`'s) log files of a deployment's instances, as a
+    /// tarball, through each agent's `fetch_logs`.
+    Logs(logs::LogsArgs),
     /// Create or update a single-VM environment from a bosh-init manifest, installing its CPI
     /// on this machine (`bosh create-env`); the state is bosh-cli's state file.
     CreateEnv(create_env::EnvArgs),
@@ -139,6 +143,7 @@ pub fn main() -> ExitCode {
         Command::DeleteDeployment(args) => delete_deployment::run_delete(&args),
         Command::CleanUp(args) => delete_deployment::run_clean_up(&args),
         Command::Instances(args) => instances::run(&args),
+        Command::Logs(args) => logs::run(&args),
         Command::Controller(args) => controller::run_controller(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Vm(command) => vm::run(&command),

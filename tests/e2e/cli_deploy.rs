@@ -214,6 +214,64 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     );
     assert_eq!(w.calls(), calls, "instances called the cloud");
 
+    // `kubosh logs`: one instance's job logs as a tarball; the whole deployment's as a
+    // bundle of one tarball per instance.
+    let logs_dir = tempfile::tempdir().unwrap();
+    let logs = |extra: &[&str]| {
+        let out = std::process::Command::new(crate::director_world::KUBOSH)
+            .args(["logs", "-d", &w.path("director.yml"), "hello"])
+            .args(extra)
+            .args(["--dir", logs_dir.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = crate::director_world::text(&out);
+        assert!(out.status.success(), "logs failed:\n{stdout}\n{stderr}");
+        assert!(stdout.contains("Fetching logs for web/"), "{stdout}");
+        let path = stdout
+            .split("Logs written to '")
+            .nth(1)
+            .and_then(|r| r.split('\'').next());
+        std::fs::read(path.unwrap_or_else(|| panic!("{stdout}"))).unwrap()
+    };
+    let entries = |tgz: &[u8]| -> Vec<(String, Vec<u8>)> {
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tgz));
+        (archive.entries().unwrap().map(|e| {
+            let mut e = e.unwrap();
+            let name = e.path().unwrap().display().to_string();
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut bytes).unwrap();
+            (name, bytes)
+        }))
+        .collect()
+    };
+    let one = entries(&logs(&["web/0", "--job", "hello"]));
+    assert!(
+        one.iter().any(|(n, _)| n == "hello/hello.stdout.log"),
+        "{:?}",
+        one.iter().map(|e| &e.0).collect::<Vec<_>>()
+    );
+    let bundle: Vec<(String, Vec<u8>)> = (entries(&logs(&[])).into_iter())
+        .filter(|(name, _)| name.ends_with(".tgz"))
+        .collect();
+    assert_eq!(
+        bundle.len(),
+        3,
+        "{:?}",
+        bundle.iter().map(|e| &e.0).collect::<Vec<_>>()
+    );
+    for (name, tgz) in &bundle {
+        let name = name.trim_start_matches("./");
+        assert!(
+            name.starts_with("api.") || name.starts_with("web."),
+            "{name}"
+        );
+        assert!(
+            entries(tgz).iter().any(|(n, _)| n.starts_with("hello/")),
+            "{name}"
+        );
+    }
+    assert_eq!(w.calls(), calls, "logs called the cloud");
+
     // A property of one group: the plan updates that group only, and changes nothing.
     let before = snapshot(&w.state_dir());
     let (ok, stdout, stderr) = kubosh(&w, "plan", "Howdy");

@@ -80,6 +80,21 @@ pub enum EngineError {
         /// The lock was lost (rather than the token cancelled).
         lock_lost: bool,
     },
+    /// No instance of the deployment matches what was asked for (`web/0`, `web/<uuid>`).
+    #[error("No instance of deployment '{deployment}' matches '{asked}'")]
+    NoSuchInstance {
+        /// The deployment.
+        deployment: String,
+        /// What was asked for.
+        asked: String,
+    },
+    /// An instance without a VM was asked something only its agent can answer (the
+    /// Director's `InstanceVmMissing`).
+    #[error("'{instance}' doesn't reference a VM")]
+    InstanceVmMissing {
+        /// `group/uuid (index)`.
+        instance: String,
+    },
     /// An instance did not reach running in its watch time (BOSH error 400007).
     #[error("'{instance}' is not running after update. Review logs for failed jobs: {}", .failing.join(", "))]
     NotRunning {
@@ -115,7 +130,9 @@ impl EngineError {
             EngineError::Plan(_)
             | EngineError::Clouds(_)
             | EngineError::NotRunning { .. }
-            | EngineError::AgentDiskOutOfSync { .. } => Disposition::Stall,
+            | EngineError::AgentDiskOutOfSync { .. }
+            | EngineError::NoSuchInstance { .. }
+            | EngineError::InstanceVmMissing { .. } => Disposition::Stall,
             EngineError::Cloud(e) => match e.as_ref() {
                 CpiError::Cloud { kind, .. } if kind.is_refusal() => Disposition::Stall,
                 CpiError::NoDiskHint { .. } | CpiError::ApiVersion(_) => Disposition::Stall,

@@ -20,6 +20,7 @@ mod execute;
 mod instance;
 pub mod instances;
 pub mod lock;
+pub mod logs;
 pub mod pool;
 mod prepare;
 mod progress;
