@@ -164,12 +164,9 @@ pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
                 InstanceAction::Recreate => requests.recreate = true,
             }
         }
-        p.changes = match &p.record.applied {
-            None => Changes(BTreeSet::from([changes::Change::Dirty])),
-            Some(_) => {
-                changes::detect(&p.record, &p.desired, p.record.state, &p.observed, requests)
-            }
-        };
+        // Also for an instance whose first update never completed (`Dirty` then): a
+        // `--recreate`, `--fix` or `recreate_vm` must still replace its VM.
+        p.changes = changes::detect(&p.record, &p.desired, p.record.state, &p.observed, requests);
         if let Some(vm) = &p.record.vm
             && !d.named_clouds.same(vm.cpi.as_deref(), p.cpi.as_deref())
         {

@@ -1265,6 +1265,38 @@ async fn a_canary_that_never_runs_fails_the_deploy_and_leaves_the_others_alone()
     sim.assert_no_leak();
 }
 
+/// An instance whose first update never completed (its record has nothing applied): a
+/// `--recreate` still gives it a new VM (it was taken for merely dirty and updated in place
+/// on the old one).
+#[tokio::test(start_paused = true)]
+async fn a_recreate_replaces_the_vm_of_an_instance_whose_first_update_never_completed() {
+    use kubosh_engine::state::{StateStore, Write};
+    let sim = Sim::new();
+    sim.deploy(manifest()).await;
+    let mut never = sim.group("web")[0].clone();
+    never.applied = None;
+    never.update_completed = false;
+    sim.store
+        .write(&Write::Instance(Box::new(never.clone())))
+        .await
+        .unwrap();
+    let old_vm = never.vm.clone().unwrap().cid;
+    let mut request = sim.request(manifest());
+    request.requests.recreate = true;
+    let report = sim.engine.prepare(&request).await.unwrap().report();
+    assert!(
+        report
+            .to_string()
+            .contains(&format!("{}: recreate", never.display_name())),
+        "{report}"
+    );
+    sim.deploy_with(&sim.engine, &request).await;
+    let after = &sim.state().instances[&never.uuid];
+    assert_ne!(after.vm.as_ref().unwrap().cid, old_vm, "a new VM");
+    assert!(after.update_completed && after.applied.is_some());
+    sim.assert_no_leak();
+}
+
 /// One publish: the instances named (uuid => agent id), and the agents whose VMs the cloud
 /// held at that moment.
 type Publish = (BTreeMap<String, String>, BTreeSet<String>);
