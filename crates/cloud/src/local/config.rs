@@ -153,6 +153,22 @@ impl Config {
         }
         config.state_dir = std::path::absolute(&config.state_dir)
             .map_err(|e| ConfigError(format!("state_dir: {e}")))?;
+        // The agents get the blobstore as it is and run elsewhere: a local blobstore's path
+        // is made absolute here, relative to the file as `state_dir` is.
+        if let Some(blobstore) = &config.blobstore {
+            let mut value = blobstore.expose().clone();
+            if let Some(path) = value.pointer_mut("/options/blobstore_path")
+                && let Some(relative) = path.as_str().map(PathBuf::from).filter(|p| p.is_relative())
+            {
+                let from_file = !context.contains_key("blobstore");
+                let base = (file.and_then(Path::parent)).filter(|_| from_file);
+                let joined = base.map_or_else(|| relative.clone(), |dir| dir.join(&relative));
+                let absolute = std::path::absolute(&joined)
+                    .map_err(|e| ConfigError(format!("blobstore_path: {e}")))?;
+                *path = Value::String(absolute.display().to_string());
+                config.blobstore = Some(kubosh_base::secret::Secret::new(value));
+            }
+        }
         if config.agent.command.is_empty() {
             return Err(ConfigError("agent.command is empty".into()));
         }
@@ -241,6 +257,17 @@ mod tests {
         assert_eq!(
             config.agent_blobstore()["options"]["blobstore_path"],
             json!(dir.path().join("state").join("blobstore"))
+        );
+        // A relative local blobstore path follows the file too (the agents get it as it is).
+        std::fs::write(
+            &file,
+            "state_dir: state\nblobstore: {provider: local, options: {blobstore_path: blobs}}\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&file), &Map::new()).unwrap();
+        assert_eq!(
+            config.agent_blobstore()["options"]["blobstore_path"],
+            json!(dir.path().join("blobs"))
         );
     }
 
