@@ -24,6 +24,7 @@ mod director_world;
 #[path = "../../crates/kube/tests/kube/helm.rs"]
 mod helm;
 mod nats_confinement;
+mod readme;
 mod real_agent;
 mod release;
 mod resurrection;
