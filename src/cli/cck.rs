@@ -63,7 +63,12 @@ async fn cck(args: &CckArgs) -> Result<(String, bool), Failure> {
     out::progress(format_args!("Using deployment '{name}'\n\n"));
     // As `bosh cck`: a task that scans, the problems, a task that applies resolutions.
     let scan_task = config.next_task_id()?;
-    let events = Arc::new(TaskOutput::start(Box::new(std::io::stdout()), scan_task));
+    let events = Arc::new(TaskOutput::start(
+        &config,
+        scan_task,
+        "scan cloud",
+        Some(&name),
+    ));
     let engine = config.engine(&name, events.clone(), false, cpis.config.clone());
     let scanned = match engine.await {
         Ok(engine) => engine.scan(&name).await.map_err(|e| e.to_string()),
@@ -79,7 +84,12 @@ async fn cck(args: &CckArgs) -> Result<(String, bool), Failure> {
         .collect();
     out::progress(format_args!("{listed}\n"));
     let fix_task = config.next_task_id()?;
-    let events = Arc::new(TaskOutput::start(Box::new(std::io::stdout()), fix_task));
+    let events = Arc::new(TaskOutput::start(
+        &config,
+        fix_task,
+        "apply resolutions",
+        Some(&name),
+    ));
     let engine = config
         .engine(&name, events.clone(), false, cpis.config)
         .await;

@@ -73,7 +73,8 @@ async fn delete(args: &DeleteDeploymentArgs) -> Result<String, Failure> {
     }
     let cpis = config.saved_cpi_config()?;
     out::progress(format_args!("Using deployment '{name}'\n\n"));
-    let task = Task::start(&config, &format!("Deleting deployment '{name}'"))?;
+    let doing = format!("Deleting deployment '{name}'");
+    let task = Task::start(&config, &doing, "delete deployment", Some(name))?;
     let engine = task.engine(&config, name, false, cpis).await?;
     let report = task.end(engine.delete_deployment(name, DiskDisposal::Orphan).await)?;
     let kept = match report.disks_orphaned.len() {
@@ -87,7 +88,7 @@ async fn clean_up(args: &CleanUpArgs) -> Result<String, Failure> {
     let config = DirectorConfig::load(&args.director).map_err(|e| e.to_string())?;
     let cpis = config.saved_cpi_config()?;
     let max_age = (!args.all).then_some(ORPHANED_DISK_MAX_AGE);
-    let task = Task::start(&config, "Cleaning up resources")?;
+    let task = Task::start(&config, "Cleaning up resources", "clean up", None)?;
     let mut deleted = 0;
     for name in config.deployment_names()? {
         let engine = task.engine(&config, &name, false, cpis.clone()).await?;

@@ -34,6 +34,7 @@ use kubosh_bosh::events::{CliRenderer, EventLine};
 use kubosh_core::manifest::CpiConfig;
 use kubosh_core::plan::changes::Requests;
 use kubosh_director::DirectorConfig;
+use kubosh_director::tasks::TaskLog;
 use kubosh_engine::deploy::DeployReport;
 use kubosh_engine::{DeployRequest, EngineError, EventSink, StemcellSource};
 
@@ -138,12 +139,19 @@ pub(super) struct Task {
 }
 
 impl Task {
-    /// Takes the director's next task id and starts the task's output.
-    pub fn start(config: &DirectorConfig, doing: &str) -> Result<Task, Failure> {
+    /// Takes the director's next task id and starts the task's output and history:
+    /// `description` as the Director describes such a task (`create deployment`), `doing`
+    /// as bosh-cli says it when it fails (`Updating deployment`).
+    pub fn start(
+        config: &DirectorConfig,
+        doing: &str,
+        description: &str,
+        deployment: Option<&str>,
+    ) -> Result<Task, Failure> {
         let id = config.next_task_id()?;
         Ok(Task {
             id,
-            events: Arc::new(TaskOutput::start(Box::new(std::io::stdout()), id)),
+            events: Arc::new(TaskOutput::start(config, id, description, deployment)),
             doing: doing.to_string(),
         })
     }
@@ -247,7 +255,12 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, Failure> {
                 config.save_cpi_config(&cpis.config)?;
             }
             out::progress(format_args!("Using deployment '{name}'\n\n"));
-            let task = Task::start(&config, "Updating deployment")?;
+            let task = Task::start(
+                &config,
+                "Updating deployment",
+                "create deployment",
+                Some(&name),
+            )?;
             let mut engine = task
                 .engine(&config, &name, args.parallel_azs, cpis.config)
                 .await?;
@@ -464,6 +477,8 @@ fn summary(report: &DeployReport) -> String {
 /// the command prints the error itself, last.
 pub(super) struct TaskOutput {
     renderer: Mutex<CliRenderer<Box<dyn Write + Send>>>,
+    /// The director's history of the task, if it keeps one ([`kubosh_director::tasks`]).
+    log: Option<TaskLog>,
 }
 
 impl TaskOutput {
@@ -472,13 +487,21 @@ impl TaskOutput {
     pub(super) fn new(out: Box<dyn Write + Send>, task: u64) -> TaskOutput {
         TaskOutput {
             renderer: Mutex::new(CliRenderer::new(out, task)),
+            log: None,
         }
     }
 
-    /// Task `task` on `out`, started: `Task <id>`, then its events as they come.
-    pub(super) fn start(out: Box<dyn Write + Send>, task: u64) -> TaskOutput {
-        let output = TaskOutput::new(out, task);
-        // Output is best effort: a closed terminal must not fail the deploy.
+    /// Task `task` of `config`'s director on stdout, started (`Task <id>`, then its events as
+    /// they come) and kept in the director's task history as `description` of `deployment`.
+    pub(super) fn start(
+        config: &DirectorConfig,
+        task: u64,
+        description: &str,
+        deployment: Option<&str>,
+    ) -> TaskOutput {
+        let mut output = TaskOutput::new(Box::new(std::io::stdout()), task);
+        // History is best effort, as output is: neither fails the task.
+        output.log = TaskLog::create(&config.tasks_dir(), task, description, deployment).ok();
         let _ = output.renderer().start();
         output
     }
@@ -492,6 +515,9 @@ impl TaskOutput {
     /// Ends the task's output: its start, finish, duration and `state`.
     pub(super) fn finish(&self, state: &str) {
         let _ = self.renderer().finish(state);
+        if let Some(log) = &self.log {
+            log.finish(state);
+        }
     }
 
     fn renderer(&self) -> std::sync::MutexGuard<'_, CliRenderer<Box<dyn Write + Send>>> {
@@ -501,6 +527,9 @@ impl TaskOutput {
 
 impl EventSink for TaskOutput {
     fn emit(&self, line: EventLine) {
+        if let Some(log) = &self.log {
+            log.append(&line.to_json());
+        }
         let _ = self.renderer().render(&line);
     }
 }

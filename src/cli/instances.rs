@@ -99,6 +99,7 @@ fn table(name: &str, infos: &[InstanceInfo], args: &InstancesArgs) -> Table {
         content: "instances".into(),
         header: columns.header(),
         sections,
+        sort: true,
     }
 }
 

@@ -66,7 +66,8 @@ async fn logs(args: &LogsArgs) -> Result<String, Failure> {
     let scratch = tempfile::tempdir_in(&args.dir)
         .map_err(|e| format!("cannot write into {}: {e}", args.dir.display()))?;
     out::progress(format_args!("Using deployment '{name}'\n\n"));
-    let task = Task::start(&config, &format!("Fetching logs for deployment '{name}'"))?;
+    let doing = format!("Fetching logs for deployment '{name}'");
+    let task = Task::start(&config, &doing, "fetch logs", Some(name))?;
     let engine = task.engine(&config, name, false, cpis).await?;
     let chosen = engine.instances_named(name, args.instance.as_deref()).await;
     let chosen = task.continues(chosen.map_err(|e| e.to_string()))?;

@@ -18,6 +18,7 @@ mod release;
 mod signals;
 mod stemcell;
 mod table;
+mod tasks;
 mod up;
 mod validate;
 mod vm;
@@ -82,6 +83,10 @@ enum Command {
     /// `bosh logs`: the jobs' (or `--agent`'s) log files of a deployment's instances, as a
     /// tarball, through each agent's `fetch_logs`.
     Logs(logs::LogsArgs),
+    /// `bosh tasks --recent`: the director's newest tasks, from its task history.
+    Tasks(tasks::TasksArgs),
+    /// `bosh task ID`: a task's output, replayed from its event log (`--event`: the log).
+    Task(tasks::TaskArgs),
     /// Create or update a single-VM environment from a bosh-init manifest, installing its CPI
     /// on this machine (`bosh create-env`); the state is bosh-cli's state file.
     CreateEnv(create_env::EnvArgs),
@@ -144,6 +149,8 @@ pub fn main() -> ExitCode {
         Command::CleanUp(args) => delete_deployment::run_clean_up(&args),
         Command::Instances(args) => instances::run(&args),
         Command::Logs(args) => logs::run(&args),
+        Command::Tasks(args) => tasks::run_tasks(&args),
+        Command::Task(args) => tasks::run_task(&args),
         Command::Controller(args) => controller::run_controller(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Vm(command) => vm::run(&command),

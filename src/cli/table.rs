@@ -16,6 +16,8 @@ pub struct Table {
     pub header: Vec<String>,
     /// Sections: each one's rows share its first row's first column.
     pub sections: Vec<Vec<Vec<String>>>,
+    /// Rows sorted by their first two columns (else in the order given).
+    pub sort: bool,
 }
 
 impl Table {
@@ -39,7 +41,9 @@ impl Table {
                 rows.push(row);
             }
         }
-        rows.sort_by(|a, b| (a.first(), a.get(1)).cmp(&(b.first(), b.get(1))));
+        if self.sort {
+            rows.sort_by(|a, b| (a.first(), a.get(1)).cmp(&(b.first(), b.get(1))));
+        }
         if tty {
             let mut last: Option<String> = None;
             for row in &mut rows {
@@ -135,6 +139,7 @@ mod tests {
                     row(&["", "helper", "running", ""]),
                 ],
             ],
+            sort: true,
         }
     }
 

@@ -136,6 +136,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     // The task as the BOSH CLI prints it: `Task N`, its lines (stage, tags, task, the
     // duration on the start line), its start, finish, duration and state.
     let task = task_id(&stdout);
+    let deploy_output = stdout.clone();
     for expected in [
         format!("\n\nTask {task}\n\nTask {task} | "),
         "| Updating instance web: web/".to_string(),
@@ -271,6 +272,39 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
         );
     }
     assert_eq!(w.calls(), calls, "logs called the cloud");
+
+    // The task history: `tasks` lists the deploys (newest first), `task N` prints the first
+    // deploy's task again exactly as the deploy printed it.
+    let kubosh_out = |args: &[&str]| {
+        let out = std::process::Command::new(crate::director_world::KUBOSH)
+            .args(args)
+            .args(["-d", &w.path("director.yml")])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = crate::director_world::text(&out);
+        assert!(out.status.success(), "{args:?} failed:\n{stdout}\n{stderr}");
+        stdout
+    };
+    let listed = kubosh_out(&["tasks"]);
+    let deploys: Vec<&str> = (listed.lines())
+        .filter(|l| l.contains("\tcreate deployment\t"))
+        .collect();
+    assert_eq!(deploys.len(), 2, "{listed}");
+    assert!(
+        deploys[0].starts_with(&format!("{}\tdone\t", task + 1)),
+        "{listed}"
+    );
+    assert!(
+        deploys[1].starts_with(&format!("{task}\tdone\t")),
+        "{listed}"
+    );
+    assert!(deploys[1].contains("\thello\t"), "{listed}");
+    let replayed = kubosh_out(&["task", &task.to_string()]);
+    let replayed = replayed.strip_suffix("\nSucceeded\n").unwrap_or(&replayed);
+    assert!(
+        deploy_output.contains(replayed),
+        "task {task} replayed:\n{replayed}\nthe deploy printed:\n{deploy_output}"
+    );
 
     // A property of one group: the plan updates that group only, and changes nothing.
     let before = snapshot(&w.state_dir());

@@ -443,6 +443,11 @@ impl DirectorConfig {
         Ok(names)
     }
 
+    /// Where the task history is kept ([`crate::tasks`]).
+    pub fn tasks_dir(&self) -> PathBuf {
+        self.state_dir.join("tasks")
+    }
+
     /// Where extracted stemcells are kept.
     pub fn stemcells_dir(&self) -> PathBuf {
         self.state_dir.join("stemcells")

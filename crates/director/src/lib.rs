@@ -55,6 +55,7 @@
 //! for `kubosh deploy`, `kubosh plan` and the controller alike.
 
 pub mod config;
+pub mod tasks;
 mod wiring;
 
 pub use config::{
