@@ -123,7 +123,7 @@ pub fn list(tasks_dir: &Path) -> Vec<TaskRecord> {
         .into_iter()
         .filter_map(|id| read_record(tasks_dir, id).ok())
         .collect();
-    tasks.sort_by(|a, b| b.id.cmp(&a.id));
+    tasks.sort_by_key(|t| std::cmp::Reverse(t.id));
     tasks
 }
 
@@ -155,7 +155,7 @@ fn task_ids(tasks_dir: &Path) -> Vec<u64> {
 /// Removes all but the newest `keep` tasks.
 fn prune(tasks_dir: &Path, keep: usize) {
     let mut ids = task_ids(tasks_dir);
-    ids.sort_unstable_by(|a, b| b.cmp(a));
+    ids.sort_unstable_by_key(|id| std::cmp::Reverse(*id));
     for id in ids.into_iter().skip(keep) {
         let _ = std::fs::remove_dir_all(tasks_dir.join(id.to_string()));
     }
