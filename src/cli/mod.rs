@@ -15,6 +15,7 @@ mod logs;
 mod nats_pki;
 mod out;
 mod release;
+mod run_errand;
 mod signals;
 mod stemcell;
 mod table;
@@ -83,6 +84,9 @@ enum Command {
     /// `bosh logs`: the jobs' (or `--agent`'s) log files of a deployment's instances, as a
     /// tarball, through each agent's `fetch_logs`.
     Logs(logs::LogsArgs),
+    /// `bosh run-errand`: runs an errand colocated on a deployment's instances (a job with
+    /// `bin/run`), prints each instance's exit code, stdout and stderr.
+    RunErrand(run_errand::RunErrandArgs),
     /// `bosh tasks --recent`: the director's newest tasks, from its task history.
     Tasks(tasks::TasksArgs),
     /// `bosh task ID`: a task's output, replayed from its event log (`--event`: the log).
@@ -149,6 +153,7 @@ pub fn main() -> ExitCode {
         Command::CleanUp(args) => delete_deployment::run_clean_up(&args),
         Command::Instances(args) => instances::run(&args),
         Command::Logs(args) => logs::run(&args),
+        Command::RunErrand(args) => run_errand::run(&args),
         Command::Tasks(args) => tasks::run_tasks(&args),
         Command::Task(args) => tasks::run_task(&args),
         Command::Controller(args) => controller::run_controller(&args),

@@ -45,7 +45,10 @@ fn manifest(port: u16) -> Value {
             "networks": [{"name": "default", "static_ips": ["127.0.1.50"]}],
             "jobs": [{"name": "hello", "release": "hello",
                       "consumes": {"peers": "nil"},
-                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
+                      "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}},
+                     // The example's errand, colocated: it asks every web instance.
+                     {"name": "smoke-test", "release": "hello",
+                      "consumes": {"greeters": {"from": "web_greeter"}}}],
         }));
     manifest
 }
@@ -91,7 +94,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     assert_refused(
         &w,
         &unknown,
-        "error: manifest: instance_groups[1].jobs[1].name: Can't find job 'helo' in release 'hello/1.0.0'",
+        "error: manifest: instance_groups[1].jobs[2].name: Can't find job 'helo' in release 'hello/1.0.0'",
     );
     // A release version not given: the Director's words, with the versions given.
     let mut wrong = manifest(w.port);
@@ -273,6 +276,34 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     }
     assert_eq!(w.calls(), calls, "logs called the cloud");
 
+    // `kubosh run-errand`: the colocated errand on api asks both web instances; each says
+    // hello; bosh-cli's summary, exit 0.
+    let errand = |w: &World| {
+        let out = std::process::Command::new(crate::director_world::KUBOSH)
+            .args([
+                "run-errand",
+                "-d",
+                &w.path("director.yml"),
+                "hello",
+                "smoke-test",
+            ])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = crate::director_world::text(&out);
+        (out.status.success(), stdout, stderr)
+    };
+    let (ok, stdout, stderr) = errand(&w);
+    assert!(ok, "run-errand failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("| Running errand: api/"), "{stdout}");
+    for i in state.instances.values().filter(|i| i.group == "web") {
+        let said = format!(
+            "{}:{} says 'Hello, {}!'",
+            i.ips["default"].ip, w.port, i.ips["default"].ip
+        );
+        assert!(stdout.contains(&said), "no {said:?} in:\n{stdout}");
+    }
+    assert!(stdout.trim_end().ends_with("Succeeded"), "{stdout}");
+
     // The task history: `tasks` lists the deploys (newest first), `task N` prints the first
     // deploy's task again exactly as the deploy printed it.
     let kubosh_out = |args: &[&str]| {
@@ -287,7 +318,7 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     };
     let listed = kubosh_out(&["tasks"]);
     let deploys: Vec<&str> = (listed.lines())
-        .filter(|l| l.contains("\tcreate deployment\t"))
+        .filter(|l| l.contains("\tcreate deployment"))
         .collect();
     assert_eq!(deploys.len(), 2, "{listed}");
     assert!(
@@ -342,4 +373,22 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
         before,
         "an invalid deploy changed the state"
     );
+
+    // An errand that fails: its exit code and stderr are the result, the command exits 1
+    // as bosh-cli's does.
+    let mut expecting = manifest(w.port);
+    expecting["instance_groups"][1]["jobs"][1]["properties"] =
+        json!({"smoke_test": {"expect": "Bonjour"}});
+    w.write_manifest(&expecting);
+    let (ok, stdout, stderr) = kubosh(&w, "deploy", "Hello");
+    assert!(ok, "deploy failed:\n{stdout}\n{stderr}");
+    let (ok, stdout, stderr) = errand(&w);
+    assert!(!ok, "{stdout}");
+    assert!(stdout.contains("says 'Hello, "), "{stdout}");
+    assert!(stdout.contains("not 'Bonjour'"), "{stdout}");
+    assert!(
+        stderr.starts_with("Errand 'smoke-test' completed with error (exit code 1)"),
+        "{stderr}"
+    );
+    assert!(stderr.ends_with("\nExit code 1\n"), "{stderr}");
 }

@@ -83,8 +83,13 @@ fn the_example_round_trips_through_create_and_inspect() {
     assert_eq!(v["name"], "hello");
     assert_eq!(v["version"], "0+dev.1");
     let jobs = v["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs.len(), 2);
     assert_eq!(jobs[0]["name"], "hello");
+    assert_eq!(jobs[1]["name"], "smoke-test");
+    assert_eq!(
+        jobs[1]["consumes"],
+        serde_json::json!(["greeters (greeter)"])
+    );
     assert_eq!(
         jobs[0]["packages"],
         serde_json::json!(["libhello", "hello-server"])

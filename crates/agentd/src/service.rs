@@ -329,7 +329,6 @@ impl Inner {
                 | Method::BundleLogs
                 | Method::Ssh
                 | Method::RemoveFile
-                | Method::RunErrand
         )
     }
 
@@ -372,6 +371,7 @@ impl Inner {
                 Ok(json!("stopped"))
             }
             Method::Drain => self.drain(&args, cancel).await,
+            Method::RunErrand => self.run_errand(&args, cancel).await,
             Method::RunScript => self.run_script(&args).await,
             Method::CompilePackage => self.compile_package(&args).await,
             Method::MountDisk => {
@@ -429,6 +429,41 @@ impl Inner {
             .run(&script, &self.current_jobs(), &env)
             .await?;
         Ok(json!({}))
+    }
+
+    /// `run_errand [job]` (bosh-agent's `run_errand.go`): runs `jobs/<job>/bin/run` (the
+    /// named job, or the first of the applied spec) with the agent's environment and
+    /// answers `{"exit_code", "stdout", "stderr"}` (the tails of the output); a script that
+    /// fails is an answer, not an error. Cancelled (`cancel_task`), its process group gets
+    /// SIGTERM, then SIGKILL.
+    async fn run_errand(&self, args: &[Value], cancel: Cancellation) -> Result<Value, ActionError> {
+        let job = match args.first() {
+            Some(_) => arg::<String>(args, 0, 1)?,
+            None => (self.current_jobs().into_iter().next())
+                .ok_or_else(|| ActionError::Other("Running errand: the spec has no job".into()))?,
+        };
+        if job.is_empty() || job.contains('/') || job.starts_with('.') {
+            return Err(ActionError::Other(format!(
+                "Running errand: bad job name '{job}'"
+            )));
+        }
+        let script = self.layout.job_script(&job, "run");
+        if !script.is_file() {
+            return Err(ActionError::Other(format!(
+                "Running errand script: job '{job}' has no bin/run ({})",
+                script.display()
+            )));
+        }
+        let command = crate::exec::command(&script, &crate::default_env());
+        let grace = std::time::Duration::from_secs(10);
+        let finished = crate::exec::run(command, true, None, cancel.cancelled(), grace)
+            .await
+            .map_err(|e| ActionError::Other(format!("Running errand script: {e}")))?;
+        Ok(json!({
+            "exit_code": finished.status.code().unwrap_or(-1),
+            "stdout": String::from_utf8_lossy(&finished.stdout),
+            "stderr": String::from_utf8_lossy(&finished.stderr),
+        }))
     }
 
     /// `unmount_disk(cid)`, answered with the agent's message.

@@ -88,6 +88,17 @@ pub enum EngineError {
         /// What was asked for.
         asked: String,
     },
+    /// No instance of the deployment has the errand's job (the Director's "Errand 'x'
+    /// doesn't exist").
+    #[error(
+        "Errand '{errand}' doesn't exist in deployment '{deployment}': no instance has a job of that name (kubosh runs errands colocated on instances; instance groups with lifecycle: errand are not run yet)"
+    )]
+    NoSuchErrand {
+        /// The deployment.
+        deployment: String,
+        /// The errand asked for.
+        errand: String,
+    },
     /// An instance without a VM was asked something only its agent can answer (the
     /// Director's `InstanceVmMissing`).
     #[error("'{instance}' doesn't reference a VM")]
@@ -132,6 +143,7 @@ impl EngineError {
             | EngineError::NotRunning { .. }
             | EngineError::AgentDiskOutOfSync { .. }
             | EngineError::NoSuchInstance { .. }
+            | EngineError::NoSuchErrand { .. }
             | EngineError::InstanceVmMissing { .. } => Disposition::Stall,
             EngineError::Cloud(e) => match e.as_ref() {
                 CpiError::Cloud { kind, .. } if kind.is_refusal() => Disposition::Stall,

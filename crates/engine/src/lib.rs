@@ -15,6 +15,7 @@ pub mod clouds;
 pub mod delete;
 pub mod deploy;
 mod disks;
+pub mod errand;
 mod error;
 mod execute;
 mod instance;
