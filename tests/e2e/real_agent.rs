@@ -361,7 +361,9 @@ fn api_group(port: u16) -> Value {
         "name": "api", "instances": 1, "azs": ["z1"], "vm_type": "small",
         "stemcell": "default", "networks": [{"name": "default"}],
         "jobs": [{"name": "hello", "release": "hello", "consumes": {"peers": "nil"},
-                  "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}}],
+                  "properties": {"hello": {"port": port, "bind": "instance", "greeting": "Hi"}}},
+                 {"name": "smoke-test", "release": "hello",
+                  "consumes": {"greeters": {"from": "web_greeter"}}}],
     })
 }
 
@@ -444,6 +446,9 @@ async fn deployed_left_alone_updated_scaled_and_removed(w: &World, driver: &Driv
     }
     assert_eq!(instances(&state, "api").len(), 1);
     assert_eq!(vm_count(w), 4);
+    if matches!(driver, Driver::Cli) {
+        day_two_on_the_real_agent(w);
+    }
 
     // 3 → 1 and the api group removed: their VMs (and agents) are gone.
     manifest["instance_groups"][0]["instances"] = json!(1);
@@ -459,6 +464,53 @@ async fn deployed_left_alone_updated_scaled_and_removed(w: &World, driver: &Driv
         host_var_vcap(),
         host_before,
         "a VM wrote into the host's /var/vcap"
+    );
+}
+
+/// `kubosh run-errand` and `kubosh logs` against the real bosh-agent: its `run_errand`
+/// answers the errand's exit code and output (the dummy platform starts no job process, so
+/// the smoke test finds no web instance answering and fails, which is what it should say),
+/// and its `fetch_logs` tarball arrives through the blobstore.
+fn day_two_on_the_real_agent(w: &World) {
+    let kubosh = |args: &[&str]| {
+        let out = std::process::Command::new(crate::director_world::KUBOSH)
+            .args(args)
+            .args(["-d", &w.path("director.yml")])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = crate::director_world::text(&out);
+        (out.status.success(), stdout, stderr)
+    };
+    let (ok, stdout, stderr) = kubosh(&["run-errand", "hello", "smoke-test"]);
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("| Running errand: api/"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("does not answer"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.starts_with("Errand 'smoke-test' completed with error (exit code 1)"),
+        "{stderr}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = kubosh(&[
+        "logs",
+        "hello",
+        "web/0",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    let tarball = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("hello.web.0-"));
+    let tarball = tarball.unwrap_or_else(|| panic!("no tarball:\n{stdout}"));
+    let bytes = std::fs::read(tarball.path()).unwrap();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
+    assert!(
+        archive.entries().unwrap().all(|e| e.is_ok()),
+        "a readable tarball"
     );
 }
 
