@@ -77,6 +77,8 @@ fn the_readme_deploy_without_a_cluster_walk_through_runs_as_written() {
         "Hello, 127.0.78.3!",
         "No changes: the deployment is up to date",
         "Logs written to './hello.web.0-",
+        "says 'Hello, 127.0.78.2!'",
+        "1\tdone\t",
     ] {
         assert!(
             stdout.contains(expected),
