@@ -282,8 +282,11 @@ async fn execute(args: &DeployArgs, mode: Mode) -> Result<String, Failure> {
         Mode::Plan => {
             let task = u64::from(std::process::id());
             let events = Arc::new(TaskOutput::new(Box::new(std::io::stderr()), task));
-            let engine = (config.engine(&name, events, args.parallel_azs, cpis.config)).await?;
-            let report = (engine.prepare(&request).await)
+            let engine = config.engine(&name, events.clone(), args.parallel_azs, cpis.config);
+            let prepared = engine.await?.prepare(&request).await;
+            // The report (or the error) starts on a line of its own on a terminal.
+            events.end_line();
+            let report = prepared
                 .map_err(|e| match fix_hint(&e) {
                     Some(hint) => format!("{e}\n\n{hint}"),
                     None => e.to_string(),
@@ -510,6 +513,11 @@ impl TaskOutput {
     pub(super) fn error(&self, message: &str) {
         // BOSH's code for an error it has no more specific code for.
         kubosh_engine::task_error(self, 100, message);
+    }
+
+    /// Ends the last event's line, without the task's ending (`plan`).
+    pub(super) fn end_line(&self) {
+        let _ = self.renderer().end_line();
     }
 
     /// Ends the task's output: its start, finish, duration and `state`.

@@ -394,6 +394,15 @@ impl<W: Write> CliRenderer<W> {
         self.out.flush()
     }
 
+    /// Ends the last event's line (events start their own lines), for output that goes on
+    /// without [`CliRenderer::finish`] (`kubosh plan`'s report).
+    pub fn end_line(&mut self) -> std::io::Result<()> {
+        if self.span.is_some() {
+            self.out.write_all(b"\n")?;
+        }
+        self.out.flush()
+    }
+
     /// Says the task ended in `state` (`done`, `error`, `cancelled`): its start, finish and
     /// duration when it had events, then the state.
     pub fn finish(&mut self, state: &str) -> std::io::Result<()> {
@@ -550,6 +559,18 @@ mod tests {
         assert_eq!(
             String::from_utf8(quiet.into_inner()).unwrap(),
             "Task 7. Done\n"
+        );
+        // Ending the line without ending the task (`kubosh plan`): only after an event.
+        let mut plan = CliRenderer::new(Vec::new(), 9);
+        plan.end_line().unwrap();
+        let mut stage = Stage::new("Preparing deployment", vec![], 1);
+        let (task, started) = stage.start("Rendering templates", 0);
+        plan.render(&started).unwrap();
+        plan.render(&stage.finish(&task, 1)).unwrap();
+        plan.end_line().unwrap();
+        assert_eq!(
+            String::from_utf8(plan.into_inner()).unwrap(),
+            "\n\nTask 9 | 00:00:00 | Preparing deployment: Rendering templates (00:00:01)\n"
         );
     }
 
