@@ -11,6 +11,7 @@ mod dev;
 mod input;
 mod instances;
 mod interpolate;
+mod kubectl_plugin;
 mod logs;
 mod nats_pki;
 mod out;
@@ -129,6 +130,10 @@ struct CrdArgs {
 
 /// Entry point of the `kubosh` binary.
 pub fn main() -> ExitCode {
+    if kubectl_plugin::invoked_as_plugin() {
+        init_logging(LogFormat::Text, "warn");
+        return kubectl_plugin::main();
+    }
     let cli = Cli::parse();
     // `kubosh up` polls an apiserver that is starting: the client's errors while it does are
     // expected, and the demo prints its own progress.

@@ -23,6 +23,7 @@ mod deploy_local;
 mod director_world;
 #[path = "../../crates/kube/tests/kube/helm.rs"]
 mod helm;
+mod kubectl_plugin;
 mod nats_confinement;
 mod readme;
 mod real_agent;
