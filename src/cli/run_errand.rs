@@ -1,14 +1,18 @@
-//! `kubosh run-errand`: `bosh run-errand` for errands colocated on the instances of a
-//! deployment made with `kubosh deploy` (a job with `bin/run` on a service instance group):
-//! the task, then bosh-cli's summary of each instance's exit code, stdout and stderr; the
-//! command fails (exit 1) when an errand did, as bosh-cli does.
+//! `kubosh run-errand`: `bosh run-errand` for deployments made with `kubosh deploy`. An
+//! errand colocated on instances (a job with `bin/run` on a service instance group) runs on
+//! them; an instance group with `lifecycle: errand` gets its VMs for the run (the deploy's
+//! inputs are needed for that: `--manifest` and the flags `kubosh deploy` takes) and loses
+//! them after it unless `--keep-alive`. The task, then bosh-cli's summary of each instance's
+//! exit code, stdout and stderr; the command fails (exit 1) when an errand did, as bosh-cli
+//! does.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 
-use super::deploy::{Failure, Task, end};
+use super::deploy::{DeployArgs, Failure, Task, end, read_request};
+use super::input::DocumentArgs;
 use super::out;
 use super::table::stdout_is_tty;
 use kubosh_director::DirectorConfig;
@@ -27,6 +31,50 @@ pub struct RunErrandArgs {
     /// Only on these instances: `GROUP`, `GROUP/INDEX` or `GROUP/ID` (repeatable).
     #[arg(long = "instance", value_name = "GROUP[/ID]")]
     pub instances: Vec<String>,
+    /// Keep an errand instance group's VMs after the run.
+    #[arg(long = "keep-alive")]
+    pub keep_alive: bool,
+    /// The deployment manifest: needed to run an instance group with `lifecycle: errand`
+    /// (its VMs are deployed for the run), with the inputs `kubosh deploy` takes.
+    #[arg(long, value_name = "PATH")]
+    pub manifest: Option<PathBuf>,
+    #[command(flatten)]
+    pub input: DocumentArgs,
+    /// As `kubosh deploy --vars-store`.
+    #[arg(long = "vars-store", value_name = "PATH")]
+    pub vars_store: Option<PathBuf>,
+    /// As `kubosh deploy --cloud-config` (repeatable).
+    #[arg(long = "cloud-config", value_name = "PATH")]
+    pub cloud_config: Vec<PathBuf>,
+    /// As `kubosh deploy --runtime-config` (repeatable).
+    #[arg(long = "runtime-config", value_name = "PATH")]
+    pub runtime_configs: Vec<PathBuf>,
+    /// As `kubosh deploy --release` (repeatable).
+    #[arg(long = "release", value_name = "TGZ")]
+    pub releases: Vec<PathBuf>,
+    /// As `kubosh deploy --stemcell` (repeatable).
+    #[arg(long = "stemcell", value_name = "TGZ")]
+    pub stemcells: Vec<PathBuf>,
+}
+
+impl RunErrandArgs {
+    /// The deploy the errand group's VMs come from, when a manifest is given.
+    fn deploy_args(&self) -> Option<DeployArgs> {
+        Some(DeployArgs {
+            director: self.director.clone(),
+            manifest: self.manifest.clone()?,
+            input: self.input.clone(),
+            vars_store: self.vars_store.clone(),
+            cloud_config: self.cloud_config.clone(),
+            runtime_configs: self.runtime_configs.clone(),
+            cpi_configs: Vec::new(),
+            releases: self.releases.clone(),
+            stemcells: self.stemcells.clone(),
+            recreate: false,
+            fix: false,
+            parallel_azs: false,
+        })
+    }
 }
 
 /// Runs `kubosh run-errand`.
@@ -45,16 +93,34 @@ async fn run_errand(args: &RunErrandArgs) -> Result<(String, ExitCode), Failure>
     if !config.deployment_dir(name).is_dir() {
         return Err(format!("Deployment '{name}' doesn't exist").into());
     }
+    // With the deploy's inputs, the errand may be an instance group of its own.
+    let request = match args.deploy_args() {
+        Some(deploy) => {
+            let (manifest_name, request, _) = read_request(&deploy, &config, true)?;
+            if manifest_name != *name {
+                let other = format!("the manifest is deployment '{manifest_name}', not '{name}'");
+                return Err(other.into());
+            }
+            let lifecycle = (request.manifest().instance_groups.iter())
+                .any(|g| g.name == args.errand && g.is_errand());
+            lifecycle.then_some(request)
+        }
+        None => None,
+    };
     let cpis = config.saved_cpi_config()?;
     out::progress(format_args!("Using deployment '{name}'\n\n"));
     let doing = format!("Running errand '{}'", args.errand);
-    let task = Task::start(
-        &config,
-        &doing,
-        &format!("run errand {}", args.errand),
-        Some(name),
-    )?;
+    let description = format!("run errand {}", args.errand);
+    let task = Task::start(&config, &doing, &description, Some(name))?;
     let engine = task.engine(&config, name, false, cpis).await?;
+    if let Some(request) = request {
+        let ran = engine
+            .run_lifecycle_errand(&request, &args.errand, args.keep_alive)
+            .await;
+        let outcomes = task.continues(ran.map_err(|e| e.to_string()))?;
+        task.end(Ok::<(), String>(()))?;
+        return summarized(&args.errand, &outcomes);
+    }
     let mut chosen = Vec::new();
     let slugs: Vec<Option<&str>> = match args.instances.is_empty() {
         true => vec![None],
@@ -77,7 +143,12 @@ async fn run_errand(args: &RunErrandArgs) -> Result<(String, ExitCode), Failure>
     let ran = engine.run_errand(name, &args.errand, chosen).await;
     let outcomes = task.continues(ran.map_err(|e| e.to_string()))?;
     task.end(Ok::<(), String>(()))?;
-    let summary = summary(&outcomes, stdout_is_tty());
+    summarized(&args.errand, &outcomes)
+}
+
+/// The summary, and success only when every run exited 0 (bosh-cli's errors otherwise).
+fn summarized(errand: &str, outcomes: &[ErrandOutcome]) -> Result<(String, ExitCode), Failure> {
+    let summary = summary(outcomes, stdout_is_tty());
     let failed = outcomes.iter().rev().find(|o| o.exit_code != 0);
     match failed {
         None => Ok((format!("\n{summary}\nSucceeded\n"), ExitCode::SUCCESS)),
@@ -89,8 +160,8 @@ async fn run_errand(args: &RunErrandArgs) -> Result<(String, ExitCode), Failure>
                 "completed with error"
             };
             Err(Failure::Task(format!(
-                "Errand '{}' {how} (exit code {})\n\nExit code 1\n",
-                args.errand, o.exit_code
+                "Errand '{errand}' {how} (exit code {})\n\nExit code 1\n",
+                o.exit_code
             )))
         }
     }

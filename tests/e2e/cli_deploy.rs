@@ -50,6 +50,21 @@ fn manifest(port: u16) -> Value {
                      {"name": "smoke-test", "release": "hello",
                       "consumes": {"greeters": {"from": "web_greeter"}}}],
         }));
+    // The same errand as an instance group of its own: VMs only while it runs.
+    manifest["instance_groups"]
+        .as_array_mut()
+        .expect("instance groups")
+        .push(json!({
+            "name": "smoke",
+            "lifecycle": "errand",
+            "instances": 1,
+            "azs": ["z1"],
+            "vm_type": "small",
+            "stemcell": "default",
+            "networks": [{"name": "default"}],
+            "jobs": [{"name": "smoke-test", "release": "hello",
+                      "consumes": {"greeters": {"from": "web_greeter"}}}],
+        }));
     manifest
 }
 
@@ -303,6 +318,53 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
         assert!(stdout.contains(&said), "no {said:?} in:\n{stdout}");
     }
     assert!(stdout.trim_end().ends_with("Succeeded"), "{stdout}");
+
+    // The errand group: its VM made for the run (the deploy's inputs given), the errand run
+    // on it, the VM deleted after; nothing else changes.
+    let vms_before = kubosh_cloud::local::inventory(&w.cloud())
+        .unwrap()
+        .vms
+        .len();
+    let mut lifecycle = std::process::Command::new(crate::director_world::KUBOSH);
+    lifecycle
+        .args([
+            "run-errand",
+            "-d",
+            &w.path("director.yml"),
+            "hello",
+            "smoke",
+        ])
+        .args(["--manifest", &w.path("manifest.yml")])
+        .args(["--cloud-config", &w.path("cloud-config.yml")])
+        .args(["--release", &w.path("hello.tgz")])
+        .args(["--stemcell", &w.path("stemcell.tgz")])
+        .args(["-v", "web_greeting=Hello"]);
+    let (ok, stdout, stderr) = w.output(lifecycle);
+    assert!(ok, "run-errand smoke failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "Creating missing vms: smoke/",
+        "Running errand: smoke/",
+        "Deleting errand instances: smoke/",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
+    }
+    let says = stdout.matches(" says 'Hello, ").count();
+    assert_eq!(says, 2, "both web instances asked:\n{stdout}");
+    assert!(!stdout.contains("Updating instance web"), "{stdout}");
+    let after = w.state().await;
+    assert!(
+        after.instances.values().all(|i| i.group != "smoke"),
+        "the errand VM stays"
+    );
+    assert_eq!(
+        kubosh_cloud::local::inventory(&w.cloud())
+            .unwrap()
+            .vms
+            .len(),
+        vms_before,
+        "the errand's VM is deleted"
+    );
+    let calls = w.calls();
 
     // The task history: `tasks` lists the deploys (newest first), `task N` prints the first
     // deploy's task again exactly as the deploy printed it.

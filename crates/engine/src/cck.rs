@@ -339,6 +339,7 @@ impl Engine {
         if let Some(request) = request.filter(|_| !recreate.is_empty()) {
             let request = DeployRequest {
                 recreate_instances: recreate,
+                errands: Default::default(),
                 ..request.clone()
             };
             self.deploy(&request).await?;

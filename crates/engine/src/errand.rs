@@ -2,14 +2,16 @@
 //! `bin/run` placed on a service instance group runs on each of its instances that the
 //! caller chose (the agent's `run_errand <job>`), one `Running errand` stage task per
 //! instance, in parallel, and each instance's exit code, stdout and stderr come back; a
-//! non-zero exit code is a result, not a failure of the task. Instance groups with
-//! `lifecycle: errand` (VMs made for the run) are not run by this engine yet.
+//! non-zero exit code is a result, not a failure of the task. An instance group with
+//! `lifecycle: errand` has no VMs between runs: [`Engine::run_lifecycle_errand`] brings
+//! its instances up with a deploy (VMs made and jobs applied through the deploy's
+//! crash-safe path), runs the errand on them, and deletes them again unless kept alive.
 
 use futures::StreamExt;
 
 use crate::progress::StageRun;
 use crate::state::InstanceRecord;
-use crate::{Engine, EngineError};
+use crate::{DeployRequest, Engine, EngineError};
 
 /// One instance's run of an errand.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,5 +86,58 @@ impl Engine {
             outcomes.push(outcome?);
         }
         Ok(outcomes)
+    }
+
+    /// `bosh run-errand` of `request`'s instance group `group`, which has `lifecycle:
+    /// errand`: its instances deployed (the request with `group` among its `errands`), the
+    /// errand (the group's first job's `bin/run`) run on each, then, unless `keep_alive`,
+    /// the instances deleted (`Deleting errand instances`) and their addresses released,
+    /// also when the errand could not run.
+    pub async fn run_lifecycle_errand(
+        &self,
+        request: &DeployRequest,
+        group: &str,
+        keep_alive: bool,
+    ) -> Result<Vec<ErrandOutcome>, EngineError> {
+        let name = request.name().to_string();
+        let job = (request.manifest().instance_groups.iter())
+            .find(|g| g.name == group && g.is_errand())
+            .and_then(|g| g.jobs.first())
+            .map(|j| j.name.clone())
+            .ok_or_else(|| EngineError::NoSuchErrand {
+                deployment: name.clone(),
+                errand: group.to_string(),
+            })?;
+        let mut with_errand = request.clone();
+        with_errand.errands.insert(group.to_string());
+        self.deploy(&with_errand).await?;
+        let ran = match self.instances_named(&name, Some(group)).await {
+            Ok(instances) => self.run_errand(&name, &job, instances).await,
+            Err(e) => Err(e),
+        };
+        if !keep_alive {
+            self.delete_errand_instances(&name, group).await?;
+        }
+        ran
+    }
+
+    /// Deletes the instances of errand group `group` (under the deployment's lock) and
+    /// releases their addresses.
+    async fn delete_errand_instances(&self, name: &str, group: &str) -> Result<(), EngineError> {
+        self.under_deployment_lock(name, "delete errand instances", |engine| async move {
+            let state = engine.store.load().await?;
+            let records: Vec<InstanceRecord> = (state.instances.values())
+                .filter(|r| r.group == group)
+                .cloned()
+                .collect();
+            engine
+                .delete_instances("Deleting errand instances", records)
+                .await?;
+            let left = engine.store.load().await?;
+            engine
+                .release_unused_ips(name, left.instances.values().collect())
+                .await
+        })
+        .await
     }
 }

@@ -207,6 +207,9 @@ pub struct DeployRequest {
     /// Instances (by uuid) to give a new VM on their disks, whether their agents answer or
     /// not (cck's `recreate_vm`).
     pub recreate_instances: std::collections::BTreeSet<String>,
+    /// Instance groups with `lifecycle: errand` whose instances this deploy brings up (the
+    /// VMs `run-errand` runs them on); every other errand group has none.
+    pub errands: std::collections::BTreeSet<String>,
 }
 
 impl DeployRequest {
@@ -219,6 +222,7 @@ impl DeployRequest {
             requests: Requests::default(),
             action: None,
             recreate_instances: Default::default(),
+            errands: Default::default(),
         }
     }
 

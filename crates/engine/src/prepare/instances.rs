@@ -48,13 +48,15 @@ pub struct Planned {
     pub swap: bool,
 }
 
-/// Places every group; the planned instances and the uuids of obsolete instances (those
-/// of groups no longer in the manifest included).
+/// Places every group (an errand group's instances only when `errands` names it); the
+/// planned instances and the uuids of obsolete instances (those of groups no longer in the
+/// manifest included).
 pub(crate) fn place_all(
     cloud: &CloudConfig,
     groups: &[GroupSpec],
     state: &DeploymentState,
     observed: &BTreeMap<String, Observed>,
+    errands: &BTreeSet<String>,
 ) -> Result<(Vec<Planned>, Vec<String>), EngineError> {
     let existing: Vec<&InstanceRecord> = state.instances.values().collect();
     let mut planned = Vec::new();
@@ -63,7 +65,11 @@ pub(crate) fn place_all(
     for (gi, group) in groups.iter().enumerate() {
         let demand = GroupDemand {
             name: group.name.clone(),
-            instances: if group.errand { 0 } else { group.instances },
+            instances: if group.errand && !errands.contains(&group.name) {
+                0
+            } else {
+                group.instances
+            },
             azs: group.azs.clone(),
             static_ip_azs: static_ip_azs(cloud, group)?,
             migrated_from: group.migrated_from.clone(),

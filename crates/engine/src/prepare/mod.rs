@@ -284,8 +284,13 @@ impl Engine {
             ..
         } = &resolved;
         let state = observation.state.clone();
-        let (mut planned, obsolete) =
-            instances::place_all(cloud, groups, &state, &observation.observed)?;
+        let (mut planned, obsolete) = instances::place_all(
+            cloud,
+            groups,
+            &state,
+            &observation.observed,
+            &request.errands,
+        )?;
         instances::disks_stay_in_their_clouds(&planned, &self.named_clouds)?;
         // Whose VM is replaced create-swap-delete decides who gets new addresses: the
         // changes that decide it need neither addresses nor packages.
@@ -339,6 +344,13 @@ impl Engine {
     /// links from share (a provider that scaled out makes its consumers out of date).
     pub(crate) fn inputs_digest(&self, request: &DeployRequest, links: &LinkTable) -> String {
         let mut digest = request.inputs_digest();
+        // A deploy that brings errand VMs up is never the deploy before it.
+        if !request.errands.is_empty() {
+            let errands: Vec<&str> = request.errands.iter().map(String::as_str).collect();
+            digest = kubosh_base::digest::sha256_hex(
+                format!("{digest}\nerrands {}", errands.join(",")).as_bytes(),
+            );
+        }
         if !links.deployments.is_empty() {
             digest = kubosh_base::digest::sha256_hex(
                 format!("{digest}\nlinks {}", links.digest()).as_bytes(),
