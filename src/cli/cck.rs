@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::deploy::{DeployArgs, Failure, TaskOutput, end, read_request, task_failed};
+use super::deploy::{DeployArgs, Failure, TaskOutput, read_request, run_command, task_failed};
 use kubosh_director::DirectorConfig;
 use kubosh_engine::cck::{Problem, Resolution};
 
@@ -40,19 +40,15 @@ fn parse_resolution(text: &str) -> Result<Resolution, String> {
 
 /// Runs `kubosh cck`.
 pub fn run(args: &CckArgs) -> ExitCode {
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
-        .and_then(|runtime| runtime.block_on(cck(args)));
-    end(result.map(|(text, clean)| {
+    run_command(async {
+        let (text, clean) = cck(args).await?;
         let code = if clean {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
         };
-        (text, code)
-    }))
+        Ok((text, code))
+    })
 }
 
 /// The text to print last, and whether the deployment ends without unresolved problems.

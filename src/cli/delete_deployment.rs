@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::deploy::{Failure, Task, end};
+use super::deploy::{Failure, Task, run_command};
 use super::out;
 use kubosh_director::DirectorConfig;
 use kubosh_engine::delete::DiskDisposal;
@@ -42,13 +42,8 @@ pub struct CleanUpArgs {
     pub all: bool,
 }
 
-fn run_async<F: std::future::Future<Output = Result<String, Failure>>>(work: F) -> ExitCode {
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
-        .and_then(|runtime| runtime.block_on(work));
-    end(result.map(|text| (text, ExitCode::SUCCESS)))
+fn run_async(work: impl std::future::Future<Output = Result<String, Failure>>) -> ExitCode {
+    run_command(async { work.await.map(|text| (text, ExitCode::SUCCESS)) })
 }
 
 /// Runs `kubosh delete-deployment`.

@@ -101,12 +101,24 @@ pub fn run_plan(args: &DeployArgs) -> ExitCode {
 }
 
 fn run(args: &DeployArgs, mode: Mode) -> ExitCode {
+    run_command(async {
+        execute(args, mode)
+            .await
+            .map(|text| (text, ExitCode::SUCCESS))
+    })
+}
+
+/// Runs a director command's `work` (its last text and exit code) on a runtime of its own,
+/// and ends as [`end`] does.
+pub(super) fn run_command(
+    work: impl std::future::Future<Output = Result<(String, ExitCode), Failure>>,
+) -> ExitCode {
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
-        .and_then(|runtime| runtime.block_on(execute(args, mode)));
-    end(result.map(|text| (text, ExitCode::SUCCESS)))
+        .and_then(|runtime| runtime.block_on(work));
+    end(result)
 }
 
 /// Prints how a command ended, and its exit code: its last text on stdout, a refusal's

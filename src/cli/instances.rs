@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::deploy::{Failure, end};
+use super::deploy::{Failure, run_command};
 use super::table::{Table, stdout_is_tty};
 use kubosh_bosh::agent::protocol::{DiskVitals, MemVitals, Process, Vitals};
 use kubosh_director::DirectorConfig;
@@ -43,12 +43,7 @@ pub struct InstancesArgs {
 
 /// Runs `kubosh instances`.
 pub fn run(args: &InstancesArgs) -> ExitCode {
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
-        .and_then(|runtime| runtime.block_on(instances(args)));
-    end(result.map(|text| (text, ExitCode::SUCCESS)))
+    run_command(async { instances(args).await.map(|text| (text, ExitCode::SUCCESS)) })
 }
 
 async fn instances(args: &InstancesArgs) -> Result<String, Failure> {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::deploy::{Failure, Task, end};
+use super::deploy::{Failure, Task, run_command};
 use super::out;
 use kubosh_director::DirectorConfig;
 use kubosh_engine::logs::LogsRequest;
@@ -42,12 +42,7 @@ pub struct LogsArgs {
 
 /// Runs `kubosh logs`.
 pub fn run(args: &LogsArgs) -> ExitCode {
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
-        .and_then(|runtime| runtime.block_on(logs(args)));
-    end(result.map(|text| (text, ExitCode::SUCCESS)))
+    run_command(async { logs(args).await.map(|text| (text, ExitCode::SUCCESS)) })
 }
 
 async fn logs(args: &LogsArgs) -> Result<String, Failure> {

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::deploy::{DeployArgs, Failure, Task, end, read_request};
+use super::deploy::{DeployArgs, Failure, Task, read_request, run_command};
 use super::input::DocumentArgs;
 use super::out;
 use super::table::stdout_is_tty;
@@ -79,12 +79,7 @@ impl RunErrandArgs {
 
 /// Runs `kubosh run-errand`.
 pub fn run(args: &RunErrandArgs) -> ExitCode {
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Refused(format!("cannot start the runtime: {e}")))
-        .and_then(|runtime| runtime.block_on(run_errand(args)));
-    end(result)
+    run_command(run_errand(args))
 }
 
 async fn run_errand(args: &RunErrandArgs) -> Result<(String, ExitCode), Failure> {

@@ -369,13 +369,8 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     // The task history: `tasks` lists the deploys (newest first), `task N` prints the first
     // deploy's task again exactly as the deploy printed it.
     let kubosh_out = |args: &[&str]| {
-        let out = std::process::Command::new(crate::director_world::KUBOSH)
-            .args(args)
-            .args(["-d", &w.path("director.yml")])
-            .output()
-            .unwrap();
-        let (stdout, stderr) = crate::director_world::text(&out);
-        assert!(out.status.success(), "{args:?} failed:\n{stdout}\n{stderr}");
+        let (ok, stdout, stderr) = w.output(w.director_command(args));
+        assert!(ok, "{args:?} failed:\n{stdout}\n{stderr}");
         stdout
     };
     let listed = kubosh_out(&["tasks"]);

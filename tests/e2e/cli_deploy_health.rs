@@ -232,8 +232,7 @@ async fn a_dead_agent_fails_a_deploy_once_and_fix_or_cck_recreate_it_on_its_disk
 
     // `kubosh delete-deployment`: the VMs go, the disks stay as orphaned disks; `clean-up`
     // keeps them while they are young, `clean-up --all` deletes them; nothing is left.
-    let director = w.path("director.yml");
-    let kubosh = |args: &[&str]| w.output(kubosh_command(&director, args));
+    let kubosh = |args: &[&str]| w.output(w.director_command(args));
     let (ok, stdout, stderr) = kubosh(&["delete-deployment", "hello"]);
     assert!(ok, "delete-deployment failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("Using deployment 'hello'"), "{stdout}");
@@ -272,13 +271,6 @@ async fn a_dead_agent_fails_a_deploy_once_and_fix_or_cck_recreate_it_on_its_disk
     // As bosh-cli: deleting a deployment the director does not have succeeds.
     let (ok, stdout, stderr) = kubosh(&["delete-deployment", "never-deployed"]);
     assert!(ok, "{stdout}\n{stderr}");
-}
-
-/// `kubosh <args...> -d director.yml`.
-fn kubosh_command(director: &str, args: &[&str]) -> std::process::Command {
-    let mut command = std::process::Command::new(crate::director_world::KUBOSH);
-    command.args(args).args(["-d", director]);
-    command
 }
 
 /// The local cloud's calls, by method, in order.

@@ -279,6 +279,14 @@ impl World {
         c
     }
 
+    /// `kubosh <args...> -d director.yml`: the director's commands that take no manifest
+    /// (`instances`, `logs`, `run-errand`, `tasks`, `delete-deployment`, ...).
+    pub fn director_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(KUBOSH);
+        c.args(args).args(["-d", &self.path("director.yml")]);
+        c
+    }
+
     /// Runs a command built by [`World::command`]: success, stdout, stderr. The CA key never
     /// appears in any output.
     pub fn output(&self, mut command: Command) -> (bool, String, String) {

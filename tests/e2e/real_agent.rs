@@ -472,15 +472,7 @@ async fn deployed_left_alone_updated_scaled_and_removed(w: &World, driver: &Driv
 /// the smoke test finds no web instance answering and fails, which is what it should say),
 /// and its `fetch_logs` tarball arrives through the blobstore.
 fn day_two_on_the_real_agent(w: &World) {
-    let kubosh = |args: &[&str]| {
-        let out = std::process::Command::new(crate::director_world::KUBOSH)
-            .args(args)
-            .args(["-d", &w.path("director.yml")])
-            .output()
-            .unwrap();
-        let (stdout, stderr) = crate::director_world::text(&out);
-        (out.status.success(), stdout, stderr)
-    };
+    let kubosh = |args: &[&str]| w.output(w.director_command(args));
     let (ok, stdout, stderr) = kubosh(&["run-errand", "hello", "smoke-test"]);
     assert!(!ok, "{stdout}\n{stderr}");
     assert!(
