@@ -92,7 +92,7 @@ impl Engine {
     /// errand`: its instances deployed (the request with `group` among its `errands`), the
     /// errand (the group's first job's `bin/run`) run on each, then, unless `keep_alive`,
     /// the instances deleted (`Deleting errand instances`) and their addresses released,
-    /// also when the errand could not run.
+    /// also when their deploy failed or the errand could not run.
     pub async fn run_lifecycle_errand(
         &self,
         request: &DeployRequest,
@@ -110,9 +110,12 @@ impl Engine {
             })?;
         let mut with_errand = request.clone();
         with_errand.errands.insert(group.to_string());
-        self.deploy(&with_errand).await?;
-        let ran = match self.instances_named(&name, Some(group)).await {
-            Ok(instances) => self.run_errand(&name, &job, instances).await,
+        // Whatever of the deploy happened, the errand's VMs go again (unless kept alive).
+        let ran = match self.deploy(&with_errand).await {
+            Ok(_) => match self.instances_named(&name, Some(group)).await {
+                Ok(instances) => self.run_errand(&name, &job, instances).await,
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         if !keep_alive {
