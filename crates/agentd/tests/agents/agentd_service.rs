@@ -207,8 +207,8 @@ async fn ping_info_unknown_methods_and_argument_errors() {
     );
     // Actions kubosh does not implement answer as an old agent would.
     assert_eq!(
-        vm.send("run_errand", json!([])).await,
-        exception("unknown message run_errand")
+        vm.send("ssh", json!([])).await,
+        exception("unknown message ssh")
     );
     // Synchronous: the runner's words, wrapped by the dispatcher.
     assert_eq!(

@@ -100,7 +100,7 @@ async fn a_release_from_a_file_url_becomes_ready_and_stays_without_refetching() 
     );
     assert_eq!(reason(&status.conditions, "Stalled").0, "False");
     let jobs: Vec<&str> = status.jobs.iter().map(|j| j.name.as_str()).collect();
-    assert_eq!(jobs, ["hello"]);
+    assert_eq!(jobs, ["hello", "smoke-test"]);
     let mut packages: Vec<&str> = status.packages.iter().map(|p| p.name.as_str()).collect();
     packages.sort();
     assert_eq!(packages, ["hello-server", "libhello"]);
