@@ -9,17 +9,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 
 use super::deploy::{Failure, Task, run_command};
 use super::out;
 use kubosh_director::DirectorConfig;
-use kubosh_engine::delete::DiskDisposal;
-
-/// How long an orphaned disk is kept: the Director's `max_orphaned_age_in_days`, 5 days.
-pub const ORPHANED_DISK_MAX_AGE: Duration = Duration::from_secs(5 * 24 * 3600);
+use kubosh_engine::delete::{DiskDisposal, ORPHANED_DISK_MAX_AGE};
 
 /// Arguments of `kubosh delete-deployment`.
 #[derive(Debug, Args)]

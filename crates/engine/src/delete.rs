@@ -7,6 +7,11 @@ use super::progress::{self, StageRun};
 use super::{Engine, EngineError};
 use crate::state::{InstanceRecord, Write};
 
+/// How long orphaned disks are kept by default: the Director's `max_orphaned_age_in_days`,
+/// 5 days.
+pub const ORPHANED_DISK_MAX_AGE: std::time::Duration =
+    std::time::Duration::from_secs(5 * 24 * 3600);
+
 /// What happens to persistent disks when their deployment is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskDisposal {

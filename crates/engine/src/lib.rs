@@ -303,6 +303,19 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// `GROUP` or `GROUP/ID` (`ID` an index or a uuid), as bosh-cli's instance slugs read;
+    /// `None` when the group or the id is empty.
+    pub fn parse(slug: &str) -> Option<Scope> {
+        let (group, instance) = match slug.split_once('/') {
+            Some((group, id)) => (group, Some(id)),
+            None => (slug, None),
+        };
+        (!group.is_empty() && !instance.is_some_and(str::is_empty)).then(|| Scope {
+            group: group.to_string(),
+            instance: instance.map(str::to_string),
+        })
+    }
+
     /// Whether the instance is in scope.
     pub fn contains(&self, record: &crate::state::InstanceRecord) -> bool {
         record.group == self.group

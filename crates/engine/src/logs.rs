@@ -10,7 +10,7 @@ use kubosh_base::digest::MultiDigest;
 
 use crate::progress::StageRun;
 use crate::state::InstanceRecord;
-use crate::{Engine, EngineError};
+use crate::{Engine, EngineError, Scope};
 
 /// Which logs an agent packs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,23 +41,19 @@ impl Engine {
         name: &str,
         asked: Option<&str>,
     ) -> Result<Vec<InstanceRecord>, EngineError> {
-        let state = self.store.load().await?;
-        let (group, id) = match asked {
-            None => (None, None),
-            Some(slug) => match slug.split_once('/') {
-                Some((group, id)) => (Some(group), Some(id)),
-                None => (Some(slug), None),
-            },
+        let no_such = || EngineError::NoSuchInstance {
+            deployment: name.to_string(),
+            asked: asked.unwrap_or("*").to_string(),
         };
+        let scope = asked
+            .map(|slug| Scope::parse(slug).ok_or_else(no_such))
+            .transpose()?;
+        let state = self.store.load().await?;
         let mut chosen: Vec<InstanceRecord> = (state.instances.into_values())
-            .filter(|r| group.is_none_or(|g| r.group == g))
-            .filter(|r| id.is_none_or(|id| r.uuid == id || r.index.to_string() == id))
+            .filter(|r| scope.as_ref().is_none_or(|s| s.contains(r)))
             .collect();
         if chosen.is_empty() {
-            return Err(EngineError::NoSuchInstance {
-                deployment: name.to_string(),
-                asked: asked.unwrap_or("*").to_string(),
-            });
+            return Err(no_such());
         }
         chosen.sort_by(|a, b| (a.group.as_str(), a.index).cmp(&(b.group.as_str(), b.index)));
         Ok(chosen)

@@ -196,19 +196,7 @@ pub fn parse_action(text: &str) -> Result<Requested, String> {
     };
     let scope = match rest {
         [] => None,
-        [target] => {
-            let (group, instance) = match target.split_once('/') {
-                Some((g, i)) => (g, Some(i)),
-                None => (*target, None),
-            };
-            if group.is_empty() || instance.is_some_and(str::is_empty) {
-                return Err(usage());
-            }
-            Some(Scope {
-                group: group.to_string(),
-                instance: instance.map(str::to_string),
-            })
-        }
+        [target] => Some(Scope::parse(target).ok_or_else(usage)?),
         _ => return Err(usage()),
     };
     Ok(Requested::Instance(action, scope))

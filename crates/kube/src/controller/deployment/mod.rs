@@ -104,8 +104,7 @@ pub struct DeploymentContext {
     pub left_behind: Arc<crate::left_behind::LeftBehind>,
 }
 
-/// How long orphaned disks are kept by default (the Director's `max_orphaned_age_in_days`).
-pub const ORPHANED_DISK_MAX_AGE: Duration = Duration::from_secs(5 * 24 * 3600);
+pub use kubosh_engine::delete::ORPHANED_DISK_MAX_AGE;
 
 impl DeploymentContext {
     /// A context with at most `max_deploys` deploys at once.
