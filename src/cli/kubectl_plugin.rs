@@ -8,12 +8,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use super::out::out;
+use super::out::{self, out};
 use super::table::{Table, stdout_is_tty};
-use kubosh_kube::api::{Instance, ProcessState, labels};
+use kubosh_engine::errand::ErrandOutcome;
+use kubosh_kube::api::{
+    ErrandPhase, ErrandRun, ErrandRunSpec, ErrandRunStatus, Instance, ProcessState, labels,
+};
 
 /// The plugin's name: `kubectl` finds `kubectl-bosh` on `PATH` for `kubectl bosh`.
 pub const PLUGIN: &str = "kubectl-bosh";
@@ -46,6 +50,30 @@ enum PluginCommand {
         #[arg(long)]
         tty: bool,
     },
+    /// `bosh run-errand`: creates an `ErrandRun` of the Deployment's errand and follows it
+    /// to its end; exits 1 when the errand failed, as bosh-cli does.
+    RunErrand(RunErrand),
+}
+
+/// `kubectl bosh run-errand DEPLOYMENT ERRAND`.
+#[derive(Debug, clap::Args)]
+struct RunErrand {
+    /// The Deployment.
+    deployment: String,
+    /// The errand: an instance group with `lifecycle: errand`, or a colocated job.
+    errand: String,
+    /// Only on these instances: `GROUP`, `GROUP/INDEX` or `GROUP/ID` (repeatable).
+    #[arg(long = "instance", value_name = "GROUP[/ID]")]
+    instances: Vec<String>,
+    /// Keep an errand instance group's VMs after the run.
+    #[arg(long = "keep-alive")]
+    keep_alive: bool,
+    /// Run only when the deployment changed since the errand last succeeded.
+    #[arg(long = "when-changed")]
+    when_changed: bool,
+    /// Print for a terminal (title, header, count) even when stdout is not one.
+    #[arg(long)]
+    tty: bool,
 }
 
 /// Whether the binary was started as the kubectl plugin.
@@ -66,9 +94,15 @@ pub fn main() -> ExitCode {
         .map_err(|e| format!("cannot start the runtime: {e}"))
         .and_then(|runtime| runtime.block_on(run(&plugin)));
     match result {
-        Ok(text) => {
-            out!("{text}");
-            ExitCode::SUCCESS
+        Ok(Done { stdout, failure }) => {
+            out!("{stdout}");
+            match failure {
+                None => ExitCode::SUCCESS,
+                Some(message) => {
+                    eprintln!("{message}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -77,7 +111,22 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(plugin: &Plugin) -> Result<String, String> {
+/// What a command that ran prints: its output, and why it failed when it did.
+struct Done {
+    stdout: String,
+    failure: Option<String>,
+}
+
+impl From<String> for Done {
+    fn from(stdout: String) -> Done {
+        Done {
+            stdout,
+            failure: None,
+        }
+    }
+}
+
+async fn run(plugin: &Plugin) -> Result<Done, String> {
     let options = KubeConfigOptions {
         context: plugin.context.clone(),
         ..KubeConfigOptions::default()
@@ -103,9 +152,103 @@ async fn run(plugin: &Plugin) -> Result<String, String> {
             let list = (api.list(&ListParams::default().labels(&selector)).await).map_err(|e| {
                 format!("listing the instances of '{deployment}' in '{namespace}': {e}")
             })?;
-            Ok(instances_table(deployment, &list.items).render(*tty || stdout_is_tty()))
+            Ok(instances_table(deployment, &list.items)
+                .render(*tty || stdout_is_tty())
+                .into())
         }
+        PluginCommand::RunErrand(args) => run_errand(client, &namespace, args).await,
     }
+}
+
+/// Creates the `ErrandRun`, says how it waits and runs (stderr), and prints bosh-cli's
+/// summary once it ended.
+async fn run_errand(
+    client: kube::Client,
+    namespace: &str,
+    args: &RunErrand,
+) -> Result<Done, String> {
+    use futures::TryStreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<ErrandRun> = Api::namespaced(client, namespace);
+    let mut run = ErrandRun::new(
+        "",
+        ErrandRunSpec {
+            deployment: args.deployment.clone(),
+            errand: args.errand.clone(),
+            instances: args.instances.clone(),
+            keep_alive: args.keep_alive,
+            when_changed: args.when_changed,
+        },
+    );
+    run.metadata.name = None;
+    run.metadata.generate_name = Some(format!("{}-{}-", args.deployment, args.errand));
+    let created = (api.create(&PostParams::default(), &run).await)
+        .map_err(|e| format!("creating an ErrandRun in '{namespace}': {e}"))?;
+    let name = created.name_any();
+    out::progress(format_args!(
+        "Using deployment '{}'\n\nErrandRun '{name}' created\n",
+        args.deployment
+    ));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut changes = std::pin::pin!(watcher(api, config).applied_objects());
+    let mut said = String::new();
+    let ended = loop {
+        let Some(run) =
+            (changes.try_next().await).map_err(|e| format!("watching ErrandRun '{name}': {e}"))?
+        else {
+            return Err(format!("the watch of ErrandRun '{name}' ended"));
+        };
+        let Some(status) = run.status else { continue };
+        if status.phase.is_some_and(|p| p.is_final()) {
+            break status;
+        }
+        let now = (status.conditions.iter())
+            .find(|c| c.type_ == "Reconciling" && c.status == "True")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        if !now.is_empty() && now != said {
+            out::progress(format_args!("{now}\n"));
+            said = now;
+        }
+    };
+    errand_done(&args.errand, &ended, args.tty || stdout_is_tty())
+}
+
+/// bosh-cli's summary of an ended run, and its error when the errand failed or could not
+/// run.
+fn errand_done(errand: &str, status: &ErrandRunStatus, tty: bool) -> Result<Done, String> {
+    let ready = (status.conditions.iter()).find(|c| c.type_ == "Ready");
+    let message = ready.map(|c| c.message.clone()).unwrap_or_default();
+    let outcomes: Vec<ErrandOutcome> = (status.instances.iter())
+        .map(|r| {
+            let (group, id) = r.instance.split_once('/').unwrap_or((&r.instance, ""));
+            ErrandOutcome {
+                group: group.to_string(),
+                id: id.to_string(),
+                exit_code: r.exit_code,
+                stdout: r.stdout.clone(),
+                stderr: r.stderr.clone(),
+            }
+        })
+        .collect();
+    if outcomes.is_empty() {
+        // Skipped, or it never ran: the condition says why.
+        return Ok(match status.phase {
+            Some(ErrandPhase::Succeeded) => Done::from(format!("\n{message}\n\nSucceeded\n")),
+            _ => Done {
+                stdout: String::new(),
+                failure: Some(message),
+            },
+        });
+    }
+    let summary = super::run_errand::summary(&outcomes, tty);
+    Ok(match super::run_errand::failure(errand, &outcomes) {
+        None => Done::from(format!("\n{summary}\nSucceeded\n")),
+        Some(failure) => Done {
+            stdout: format!("\n{summary}"),
+            failure: Some(failure),
+        },
+    })
 }
 
 /// The instances as `bosh instances` prints them (without `--ps`, `--vitals`).

@@ -116,25 +116,11 @@ async fn run_errand(args: &RunErrandArgs) -> Result<(String, ExitCode), Failure>
         task.end(Ok::<(), String>(()))?;
         return summarized(&args.errand, &outcomes);
     }
-    let mut chosen = Vec::new();
-    let slugs: Vec<Option<&str>> = match args.instances.is_empty() {
-        true => vec![None],
-        false => args.instances.iter().map(|s| Some(s.as_str())).collect(),
-    };
-    for slug in slugs {
-        let found = engine
-            .instances_named(name, slug)
-            .await
-            .map_err(|e| e.to_string());
-        for record in task.continues(found)? {
-            if !chosen
-                .iter()
-                .any(|c: &kubosh_engine::state::InstanceRecord| c.uuid == record.uuid)
-            {
-                chosen.push(record);
-            }
-        }
-    }
+    let found = engine
+        .instances_selected(name, &args.instances)
+        .await
+        .map_err(|e| e.to_string());
+    let chosen = task.continues(found)?;
     let ran = engine.run_errand(name, &args.errand, chosen).await;
     let outcomes = task.continues(ran.map_err(|e| e.to_string()))?;
     task.end(Ok::<(), String>(()))?;
@@ -144,27 +130,33 @@ async fn run_errand(args: &RunErrandArgs) -> Result<(String, ExitCode), Failure>
 /// The summary, and success only when every run exited 0 (bosh-cli's errors otherwise).
 fn summarized(errand: &str, outcomes: &[ErrandOutcome]) -> Result<(String, ExitCode), Failure> {
     let summary = summary(outcomes, stdout_is_tty());
-    let failed = outcomes.iter().rev().find(|o| o.exit_code != 0);
-    match failed {
+    match failure(errand, outcomes) {
         None => Ok((format!("\n{summary}\nSucceeded\n"), ExitCode::SUCCESS)),
-        Some(o) => {
+        Some(error) => {
             out::progress(format_args!("\n{summary}"));
-            let how = if o.exit_code > 128 {
-                "was canceled"
-            } else {
-                "completed with error"
-            };
-            Err(Failure::Task(format!(
-                "Errand '{errand}' {how} (exit code {})\n\nExit code 1\n",
-                o.exit_code
-            )))
+            Err(Failure::Task(format!("{error}\n\nExit code 1\n")))
         }
     }
 }
 
+/// bosh-cli's error when a run did not exit 0: `Errand 'E' completed with error (exit code
+/// N)` (of the last such run), or `was canceled` when it was killed by a signal.
+pub(super) fn failure(errand: &str, outcomes: &[ErrandOutcome]) -> Option<String> {
+    let failed = outcomes.iter().rev().find(|o| o.exit_code != 0)?;
+    let how = if failed.exit_code > 128 {
+        "was canceled"
+    } else {
+        "completed with error"
+    };
+    Some(format!(
+        "Errand '{errand}' {how} (exit code {})",
+        failed.exit_code
+    ))
+}
+
 /// bosh-cli's errand summary (a transposed table): `Instance`, `Exit Code`, `Stdout`,
 /// `Stderr` for each run, then the count; for a pipe, the values only.
-fn summary(outcomes: &[ErrandOutcome], tty: bool) -> String {
+pub(super) fn summary(outcomes: &[ErrandOutcome], tty: bool) -> String {
     let mut sorted: Vec<&ErrandOutcome> = outcomes.iter().collect();
     sorted.sort_by(|a, b| (&a.group, &a.id).cmp(&(&b.group, &b.id)));
     let mut out = String::new();

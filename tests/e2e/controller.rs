@@ -52,11 +52,16 @@ pub(crate) fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
 /// waits on) say of `deployment` as the API server holds it: `(argo status, kstatus status)`,
 /// both computed by their upstream code (`gitops-health`, built by tools/testbins.sh).
 pub(crate) fn gitops_verdicts(deployment: &Deployment) -> (String, String) {
+    gitops_verdicts_of(deployment, "Deployment")
+}
+
+/// [`gitops_verdicts`] of `object`, a kubosh resource of kind `kind`.
+pub(crate) fn gitops_verdicts_of<K: serde::Serialize>(object: &K, kind: &str) -> (String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("deployment.json");
-    std::fs::write(&file, serde_json::to_vec(deployment).unwrap()).unwrap();
+    let file = dir.path().join("object.json");
+    std::fs::write(&file, serde_json::to_vec(object).unwrap()).unwrap();
     let check = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy/argocd/kubosh.io/Deployment/health.lua");
+        .join(format!("deploy/argocd/kubosh.io/{kind}/health.lua"));
     let tool = kubosh_devenv::binary("gitops-health").expect("gitops-health is built");
     let run = |args: &[&std::ffi::OsStr]| {
         let out = Command::new(&tool).args(args).output().unwrap();
@@ -329,17 +334,7 @@ pub(crate) async fn wait_for(
             return d;
         }
         if start.elapsed() > limit {
-            let log =
-                std::fs::read_to_string(w.dir.path().join("controller.log")).unwrap_or_default();
-            let tail: String = log
-                .lines()
-                .rev()
-                .take(60)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n");
+            let tail = w.controller_log_tail();
             panic!(
                 "deployment {name} not there after {limit:?}: {}\ncontroller log:\n{tail}",
                 serde_json::to_string_pretty(&d.status).unwrap()

@@ -344,6 +344,14 @@ impl World {
         assert!(answer["error"].is_null(), "{answer}");
     }
 
+    /// The last 60 lines of the controllers' log (`controller.log`), for a failure message.
+    pub fn controller_log_tail(&self) -> String {
+        let log =
+            std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+
     /// The host path of a VM's `/var/vcap`.
     pub fn vm_root(&self, vm_cid: &str) -> PathBuf {
         self.cloud().join("vms").join(vm_cid).join("root")

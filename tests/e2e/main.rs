@@ -21,6 +21,7 @@ mod crash_safety;
 mod create_env;
 mod deploy_local;
 mod director_world;
+mod errands;
 #[path = "../../crates/kube/tests/kube/helm.rs"]
 mod helm;
 mod kubectl_plugin;

@@ -91,7 +91,7 @@ pub enum EngineError {
     /// No instance of the deployment has the errand's job (the Director's "Errand 'x'
     /// doesn't exist").
     #[error(
-        "Errand '{errand}' doesn't exist in deployment '{deployment}': no instance has a job of that name (kubosh runs errands colocated on instances; instance groups with lifecycle: errand are not run yet)"
+        "Errand '{errand}' doesn't exist in deployment '{deployment}': neither an instance group with lifecycle: errand nor a job of an instance has that name"
     )]
     NoSuchErrand {
         /// The deployment.

@@ -59,6 +59,27 @@ impl Engine {
         Ok(chosen)
     }
 
+    /// The instances any of `slugs` names ([`Engine::instances_named`] each, in order, each
+    /// instance once); all of them when `slugs` is empty.
+    pub async fn instances_selected(
+        &self,
+        name: &str,
+        slugs: &[String],
+    ) -> Result<Vec<InstanceRecord>, EngineError> {
+        if slugs.is_empty() {
+            return self.instances_named(name, None).await;
+        }
+        let mut chosen: Vec<InstanceRecord> = Vec::new();
+        for slug in slugs {
+            for record in self.instances_named(name, Some(slug)).await? {
+                if !chosen.iter().any(|c| c.uuid == record.uuid) {
+                    chosen.push(record);
+                }
+            }
+        }
+        Ok(chosen)
+    }
+
     /// Fetches the logs of `instances` into `dir` (`<group>.<uuid>.tgz` each), one
     /// `Fetching logs for ...` stage per instance, as the Director's task shows them.
     pub async fn fetch_logs(

@@ -11,6 +11,7 @@
 //! | [`Instance`]      | `instances`        | `binst` | kubosh     | one VM slot of a deployment      |
 //! | [`Disk`]          | `disks`            | `bdisk` | kubosh     | a persistent disk, maybe orphaned|
 //! | [`CompiledPackage`]| `compiledpackages`| `bcp`   | kubosh     | a compiled-package cache entry   |
+//! | [`ErrandRun`]     | `errandruns`       | `berr`  | you        | one run of a deployment's errand |
 //!
 //! All are namespaced and in the category `bosh` (`kubectl get bosh` lists them all). Our own
 //! fields are camelCase, as Kubernetes has it; the BOSH documents embedded in them (the
@@ -34,6 +35,7 @@ pub mod condition;
 mod cpi_config;
 mod deployment;
 mod disk;
+mod errand_run;
 mod instance;
 mod release;
 mod runtime_config;
@@ -52,6 +54,9 @@ pub use deployment::{
     TaskState, TaskSummary, VarsKeyRef, VarsSource,
 };
 pub use disk::{Disk, DiskSpec};
+pub use errand_run::{
+    ErrandInstanceResult, ErrandPhase, ErrandRun, ErrandRunSpec, ErrandRunStatus,
+};
 pub use instance::{
     Instance, InstanceNetwork, InstanceSpec, InstanceState, InstanceStatus, Process, ProcessState,
     RECORD_ANNOTATION,
@@ -144,6 +149,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         finish(Instance::crd(), &none),
         finish(Disk::crd(), &none),
         finish(CompiledPackage::crd(), &none),
+        finish(ErrandRun::crd(), &none),
     ]
 }
 

@@ -25,7 +25,7 @@ use super::deployment::{self, DeploymentContext};
 use super::disk;
 use super::health::{self, HealthWatch};
 use crate::api::{
-    CloudConfig, CpiConfig, Deployment, Disk, Instance, Release, RuntimeConfig, Stemcell,
+    CloudConfig, CpiConfig, Deployment, Disk, ErrandRun, Instance, Release, RuntimeConfig, Stemcell,
 };
 
 /// How many reconciles of one kind run at once.
@@ -179,6 +179,14 @@ pub async fn run(
                 tracing::debug!(error = %e, "stemcell reconcile");
             }
         });
+    let errand_loop = errand_run_controller(
+        &client,
+        &scope,
+        &watch,
+        &config,
+        deployments.clone(),
+        shutdown.clone(),
+    );
     let disk_loop = Controller::new(scope.api::<Disk>(&client), watch)
         .with_config(config)
         .graceful_shutdown_on(shutdown.clone())
@@ -213,9 +221,56 @@ pub async fn run(
         release_loop,
         stemcell_loop,
         disk_loop,
+        errand_loop,
         health_loop,
         synced
     );
+}
+
+/// The `ErrandRun` controller, woken by changes of the deployments runs wait for.
+fn errand_run_controller<S>(
+    client: &kube::Client,
+    scope: &Scope,
+    watch: &watcher::Config,
+    config: &Config,
+    deployments: Arc<DeploymentContext>,
+    shutdown: S,
+) -> impl Future<Output = ()> + use<S>
+where
+    S: Future<Output = ()> + Send + Sync + Clone + 'static,
+{
+    use crate::controller::deployment::errand_run;
+    let controller = Controller::new(scope.api::<ErrandRun>(client), watch.clone());
+    let runs = controller.store();
+    controller
+        .watches(
+            scope.api::<Deployment>(client),
+            watch.clone(),
+            move |d: Deployment| {
+                (runs.state().into_iter())
+                    .filter(|r| r.namespace() == d.namespace() && r.spec.deployment == d.name_any())
+                    .filter(|r| {
+                        !(r.status.as_ref()).is_some_and(|s| s.phase.is_some_and(|p| p.is_final()))
+                    })
+                    .map(|r| ObjectRef::from_obj(&*r))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .with_config(config.clone())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |r, ctx| async move {
+                let metrics = ctx.metrics.clone();
+                timed(&metrics, "errandrun", errand_run::reconcile(r, ctx)).await
+            },
+            errand_run::error_policy,
+            deployments,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "errand run reconcile");
+            }
+        })
 }
 
 /// The watch mapper of an input every deployment of its namespace may use (a `Release`, a

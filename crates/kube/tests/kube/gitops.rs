@@ -279,3 +279,36 @@ async fn live_objects_read_back_from_the_api_server_are_judged_like_the_fixtures
         }
     }
 }
+
+/// The `ErrandRun` check (`deploy/argocd/kubosh.io/ErrandRun`): Argo CD's evaluation passes
+/// its tests (one per fixture) and kstatus agrees on each fixture: a hook Argo CD and Flux
+/// both wait on while it runs, and that fails the sync when the errand failed.
+#[test]
+fn an_errand_runs_health_is_progressing_while_it_runs_and_healthy_or_degraded_after() {
+    let dir = check_dir().join("../ErrandRun");
+    let out = gitops_health(&["argo-test".as_ref(), dir.as_os_str()]);
+    let files: Vec<PathBuf> = std::fs::read_dir(dir.join("testdata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        out.contains(&format!("PASS {} test(s)", files.len())),
+        "{out}"
+    );
+    let mut args: Vec<std::ffi::OsString> = vec!["kstatus".into(), "-o".into(), "json".into()];
+    args.extend(files.iter().map(Into::into));
+    let kstatus: Vec<Verdict> = (gitops_health(&args).lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (file, verdict) in files.iter().zip(kstatus) {
+        let stem = file.file_stem().unwrap().to_string_lossy();
+        let want = match stem.split('_').next().unwrap() {
+            "healthy" => "Current",
+            "degraded" => "Failed",
+            // Before kubosh wrote anything, kstatus calls it Current (see KSTATUS).
+            _ if stem == "progressing_noStatus" => "Current",
+            _ => "InProgress",
+        };
+        assert_eq!(verdict.status, want, "{stem}: {verdict:?}");
+    }
+}

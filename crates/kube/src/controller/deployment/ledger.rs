@@ -56,6 +56,16 @@ impl InputsKey {
     }
 }
 
+impl InputsKey {
+    /// The key as one SHA-256 hex text (what an `ErrandRun` keeps of the deployment it ran
+    /// on, for `whenChanged`).
+    pub(super) fn fingerprint(&self) -> String {
+        use sha2::Digest as _;
+        let text = serde_json::json!([self.digest, self.blobs, self.links]).to_string();
+        kubosh_base::digest::to_hex(&sha2::Sha256::digest(text.as_bytes()))
+    }
+}
+
 /// What one deploy attempt was for: a generation of the spec with its inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Attempt {
@@ -102,11 +112,15 @@ pub(super) enum TaskKind {
     Deploy,
     /// Deleting the deployment (its finalizer).
     Delete,
+    /// Running one of its errands (an `ErrandRun`).
+    Errand,
 }
 
 /// A running task: what it does, its token, and why it was cancelled (when it was).
 struct Running {
     kind: TaskKind,
+    /// The uid of the `ErrandRun` an errand task runs.
+    errand_run: Option<String>,
     token: CancellationToken,
     cancelled_because: Option<&'static str>,
 }
@@ -177,6 +191,7 @@ impl Ledger {
         let token = parent.child_token();
         let entry = Running {
             kind,
+            errand_run: None,
             token: token.clone(),
             cancelled_because: None,
         };
@@ -190,6 +205,27 @@ impl Ledger {
         Some(token)
     }
 
+    /// [`Ledger::start`] of the errand task of `ErrandRun` `run` on deployment `uid`.
+    pub(super) fn start_errand(
+        &self,
+        uid: &str,
+        run: &str,
+        parent: &CancellationToken,
+    ) -> Option<CancellationToken> {
+        let token = self.start(uid, TaskKind::Errand, parent)?;
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = running.get_mut(uid) {
+            entry.errand_run = Some(run.to_string());
+        }
+        Some(token)
+    }
+
+    /// Whether the task of `ErrandRun` `run` runs in this process.
+    pub(super) fn runs_errand(&self, run: &str) -> bool {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        (running.values()).any(|r| r.errand_run.as_deref() == Some(run))
+    }
+
     /// Instances of `uid` cannot be repaired `because`: whether that is news (not what was
     /// last told since a task last started).
     pub(super) fn repair_blocked(&self, uid: &str, because: &str) -> bool {
@@ -197,11 +233,11 @@ impl Ledger {
         told.insert(uid.to_string(), because.to_string()).as_deref() != Some(because)
     }
 
-    /// Asks the deploy running on `uid`, if any, to start no new step, `because` (said in
-    /// its status); a deletion always runs to its end.
+    /// Asks the deploy or errand running on `uid`, if any, to start no new step, `because`
+    /// (said in its status); a deletion always runs to its end.
     pub(super) fn cancel_deploy(&self, uid: &str, because: &'static str) {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(r) = running.get_mut(uid).filter(|r| r.kind == TaskKind::Deploy) {
+        if let Some(r) = running.get_mut(uid).filter(|r| r.kind != TaskKind::Delete) {
             r.cancelled_because.get_or_insert(because);
             r.token.cancel();
         }

@@ -9,6 +9,7 @@
 //! - `materialise`: the engine's request from the inputs (releases by reference, stemcells
 //!   extracted).
 //! - `deletion`: the finalizer's cleanup, a tracked deletion task.
+//! - `errand_run`: the `ErrandRun` reconciler; an errand runs as a task of its deployment.
 //! - `ledger`: what this process knows of each deployment (running task, last outcome).
 //! - `input_changes`: which namespaces' watched inputs changed, shared reads of them.
 //! - `report`: status writes (the kstatus trio) and Events.
@@ -21,6 +22,7 @@ mod apply;
 mod cck_task;
 mod deletion;
 mod deploy_task;
+pub mod errand_run;
 mod input_changes;
 mod instances;
 mod ledger;
