@@ -153,6 +153,12 @@ impl Ended {
         let answers = out.matches("$ curl http://127.0.77.").count();
         assert_eq!(answers, 2, "{context}");
         assert!(out.contains("Hello, 127.0.77."), "{context}");
+        // The example's errand ran as an ErrandRun: its VM asked both web instances.
+        assert!(
+            out.contains("Errand 'smoke-tests' completed successfully on 1 instance(s)"),
+            "{context}"
+        );
+        assert_eq!(out.matches(":8080 says 'Hello, ").count(), 2, "{context}");
         assert!(
             out.contains(&format!(
                 "export KUBECONFIG={}",

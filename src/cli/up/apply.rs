@@ -11,7 +11,7 @@ use kubosh_devenv::demo::{Artifact, DemoLayout};
 use super::{DEPLOYMENT, Say};
 
 /// The examples the demo applies as they are.
-fn examples_dir() -> PathBuf {
+pub(super) fn examples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/local")
 }
 

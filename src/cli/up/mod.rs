@@ -4,14 +4,15 @@
 //! permissions, a local blobstore, the local cloud (`kubosh cpi`, whose VMs are `kubosh
 //! agent` processes) and `kubosh controller`; then the example release and a stemcell
 //! built, `examples/local/` applied with `kubectl apply --server-side`, the deploy followed
-//! until the `hello` deployment is Ready and its job answers on its port, and the result
-//! printed. It runs until Ctrl-C (SIGINT or SIGTERM), or with `--exit-when-ready` until
+//! until the `hello` deployment is Ready and its job answers on its port, its errand
+//! `smoke-tests` run (an `ErrandRun`), and the result printed. It runs until Ctrl-C (SIGINT or SIGTERM), or with `--exit-when-ready` until
 //! then, and stops everything it started. While it runs it looks after what it started: a
 //! controller that exits is started again, etcd, kube-apiserver or nats-server ending stops
 //! the run. The stack itself is `kubosh_devenv::demo`; this
 //! module applies, follows and prints.
 
 mod apply;
+mod errand;
 mod progress;
 mod report;
 
@@ -314,10 +315,12 @@ async fn converge(
     let cp = stack
         .control_plane()
         .ok_or("the control plane is not running")?;
+    let errand = errand::run_smoke_tests(cp, &client, NAMESPACE, args.timeout, say).await?;
     Ok(report::Report::new(
         cp,
         NAMESPACE,
         converged,
+        errand,
         stack.ports().metrics,
     ))
 }

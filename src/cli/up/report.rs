@@ -6,6 +6,7 @@ use kubosh_devenv::ControlPlane;
 use kubosh_devenv::demo::DemoLayout;
 
 use super::apply::kubectl;
+use super::errand::ErrandReport;
 use super::progress::Converged;
 
 /// The final report.
@@ -13,6 +14,7 @@ pub(super) struct Report {
     namespace: String,
     table: String,
     converged: Converged,
+    errand: ErrandReport,
     metrics_port: u16,
 }
 
@@ -22,6 +24,7 @@ impl Report {
         cp: &ControlPlane,
         namespace: &str,
         converged: Converged,
+        errand: ErrandReport,
         metrics_port: u16,
     ) -> Report {
         let table = kubectl(cp, &["get", "boshdeployments,instances", "-n", namespace])
@@ -30,6 +33,7 @@ impl Report {
             namespace: namespace.to_string(),
             table,
             converged,
+            errand,
             metrics_port,
         }
     }
@@ -57,8 +61,22 @@ impl Report {
                 text.push('\n');
             }
         }
+        let errand = &self.errand;
         text.push_str(&format!(
-            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n\nThe controller's metrics: curl http://127.0.0.1:{}/metrics\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
+            "\n$ kubectl create -f examples/local/smoke-tests.yaml      # the errand: {}\n{}\n",
+            errand.name, errand.message
+        ));
+        for (instance, said) in &errand.outputs {
+            text.push_str(&format!("{instance}:\n"));
+            for line in said.lines() {
+                text.push_str(&format!("  {line}\n"));
+            }
+        }
+        if !errand.succeeded {
+            text.push_str("The errand failed: `kubectl describe errandrun` tells more.\n");
+        }
+        text.push_str(&format!(
+            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n  kubectl get errandruns\nRun the errand again: kubectl create -f examples/local/smoke-tests.yaml, or kubectl bosh run-errand hello smoke-tests\n  (kubectl bosh is kubosh as kubectl-bosh on PATH: ln -s \"$(command -v kubosh)\" ~/.local/bin/kubectl-bosh)\n\nThe controller's metrics: curl http://127.0.0.1:{}/metrics\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
             self.namespace,
             layout.kubeconfig().display(),
             self.metrics_port,
