@@ -77,6 +77,11 @@ pub struct ControllerArgs {
     /// How far back instances that went down count towards a meltdown: `10m`.
     #[arg(long = "meltdown-window", default_value = "10m", value_parser = humantime::parse_duration)]
     pub meltdown_window: std::time::Duration,
+    /// How often each instance's agent is asked for its processes and vitals, kept in the
+    /// `Instance`'s status (`kubectl bosh instances --ps --vitals`): one agent request and
+    /// at most one status write per instance each time; `0s`: never.
+    #[arg(long = "instance-details-interval", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub instance_details_interval: std::time::Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); empty: nowhere.
     #[arg(long = "metrics-bind-address", default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
@@ -120,6 +125,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
             percent: args.meltdown_percent,
             window: args.meltdown_window,
         },
+        details_interval: Some(args.instance_details_interval).filter(|d| !d.is_zero()),
         metrics_bind_address: Some(args.metrics_bind_address.clone()).filter(|a| !a.is_empty()),
         work_dir: config.state_dir.join("controller"),
     };

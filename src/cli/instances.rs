@@ -24,6 +24,17 @@ pub struct InstancesArgs {
     pub director: PathBuf,
     /// The deployment; without it, every deployment of the director.
     pub name: Option<String>,
+    #[command(flatten)]
+    pub shown: Shown,
+    /// Print for a terminal (title, header, count) even when stdout is not one.
+    #[arg(long)]
+    pub tty: bool,
+}
+
+/// What `bosh instances` shows besides each instance: its processes (`--ps`), the vitals,
+/// the details, only what is not running (`--failing`).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct Shown {
     /// Show each instance's processes.
     #[arg(short = 'p', long = "ps")]
     pub processes: bool,
@@ -36,9 +47,6 @@ pub struct InstancesArgs {
     /// Show only instances (and processes) that are not running.
     #[arg(long)]
     pub failing: bool,
-    /// Print for a terminal (title, header, count) even when stdout is not one.
-    #[arg(long)]
-    pub tty: bool,
 }
 
 /// Runs `kubosh instances`.
@@ -63,7 +71,7 @@ async fn instances(args: &InstancesArgs) -> Result<String, Failure> {
         if !out.is_empty() && tty {
             out.push('\n');
         }
-        out.push_str(&table(&name, &infos, args).render(tty));
+        out.push_str(&table(&name, &infos, &args.shown).render(tty));
     }
     if tty {
         out.push_str("\nSucceeded\n");
@@ -72,7 +80,7 @@ async fn instances(args: &InstancesArgs) -> Result<String, Failure> {
 }
 
 /// The deployment's table, with the columns `args` ask for.
-fn table(name: &str, infos: &[InstanceInfo], args: &InstancesArgs) -> Table {
+pub(super) fn table(name: &str, infos: &[InstanceInfo], args: &Shown) -> Table {
     let columns = Columns(args);
     let mut sections = Vec::new();
     for info in infos {
@@ -99,9 +107,11 @@ fn table(name: &str, infos: &[InstanceInfo], args: &InstancesArgs) -> Table {
 }
 
 /// bosh-cli's `VMInfo.InstanceState`: the agent's state, but nothing for a running
-/// instance whose processes are not listed.
+/// instance whose processes are not listed (when its agent said so: an `Instance` whose
+/// details were not read yet has no vitals either, and shows its state).
 fn instance_state(info: &InstanceInfo) -> &str {
-    if info.process_state != "running" || !info.processes.is_empty() {
+    let details_read = info.vitals.is_some();
+    if info.process_state != "running" || !info.processes.is_empty() || !details_read {
         &info.process_state
     } else {
         ""
@@ -113,7 +123,7 @@ fn is_running(info: &InstanceInfo) -> bool {
 }
 
 /// Which columns, in bosh-cli's order (`InstanceTable.AsValues`).
-struct Columns<'a>(&'a InstancesArgs);
+struct Columns<'a>(&'a Shown);
 
 impl Columns<'_> {
     fn header(&self) -> Vec<String> {

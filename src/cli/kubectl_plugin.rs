@@ -12,11 +12,14 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use super::instances::Shown;
 use super::out::{self, out};
-use super::table::{Table, stdout_is_tty};
+use super::table::stdout_is_tty;
 use kubosh_engine::errand::ErrandOutcome;
+use kubosh_engine::instances::InstanceInfo;
 use kubosh_kube::api::{
-    ErrandPhase, ErrandRun, ErrandRunSpec, ErrandRunStatus, Instance, ProcessState, labels,
+    ErrandPhase, ErrandRun, ErrandRunSpec, ErrandRunStatus, Instance, InstanceState, ProcessState,
+    labels,
 };
 
 /// The plugin's name: `kubectl` finds `kubectl-bosh` on `PATH` for `kubectl bosh`.
@@ -42,10 +45,13 @@ struct Plugin {
 #[derive(Debug, Subcommand)]
 enum PluginCommand {
     /// `bosh instances`: each instance of a Deployment with its process state, AZ and
-    /// addresses, from its `Instance` resources.
+    /// addresses, from its `Instance` resources; with `--ps` and `--vitals` what its agent
+    /// last said (refreshed by the controller every `--instance-details-interval`).
     Instances {
         /// The Deployment.
         deployment: String,
+        #[command(flatten)]
+        shown: Shown,
         /// Print for a terminal (title, header, count) even when stdout is not one.
         #[arg(long)]
         tty: bool,
@@ -146,13 +152,18 @@ async fn run(plugin: &Plugin) -> Result<Done, String> {
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
     match &plugin.command {
-        PluginCommand::Instances { deployment, tty } => {
+        PluginCommand::Instances {
+            deployment,
+            shown,
+            tty,
+        } => {
             let api: Api<Instance> = Api::namespaced(client, &namespace);
             let selector = format!("{}={deployment}", labels::DEPLOYMENT);
             let list = (api.list(&ListParams::default().labels(&selector)).await).map_err(|e| {
                 format!("listing the instances of '{deployment}' in '{namespace}': {e}")
             })?;
-            Ok(instances_table(deployment, &list.items)
+            let infos: Vec<InstanceInfo> = list.items.iter().map(instance_info).collect();
+            Ok(super::instances::table(deployment, &infos, shown)
                 .render(*tty || stdout_is_tty())
                 .into())
         }
@@ -251,30 +262,33 @@ fn errand_done(errand: &str, status: &ErrandRunStatus, tty: bool) -> Result<Done
     })
 }
 
-/// The instances as `bosh instances` prints them (without `--ps`, `--vitals`).
-fn instances_table(deployment: &str, instances: &[Instance]) -> Table {
-    let sections = (instances.iter())
-        .map(|i| {
-            let state = i.status.as_ref().and_then(|s| s.process_state.as_ref());
-            let ips: Vec<&str> = (i.spec.networks.iter())
-                .filter_map(|n| n.ip.as_deref())
-                .collect();
-            vec![vec![
-                format!("{}/{}", i.spec.instance_group, i.spec.id),
-                state.map(process_state).unwrap_or_default().to_string(),
-                i.spec.az.clone().unwrap_or_default(),
-                ips.join("\n"),
-                deployment.to_string(),
-            ]]
-        })
-        .collect();
-    let header = ["Instance", "Process State", "AZ", "IPs", "Deployment"];
-    Table {
-        title: format!("Deployment '{deployment}'"),
-        content: "instances".into(),
-        header: header.map(String::from).to_vec(),
-        sections,
-        sort: true,
+/// An `Instance` resource as `bosh instances` describes an instance.
+fn instance_info(i: &Instance) -> InstanceInfo {
+    let status = i.status.as_ref();
+    let state = status.and_then(|s| s.process_state.as_ref());
+    InstanceInfo {
+        group: i.spec.instance_group.clone(),
+        id: i.spec.id.clone(),
+        index: u64::try_from(i.spec.index).unwrap_or_default(),
+        az: i.spec.az.clone(),
+        ips: (i.spec.networks.iter())
+            .filter_map(|n| n.ip.clone())
+            .collect(),
+        bootstrap: i.spec.bootstrap,
+        state: match i.spec.state {
+            InstanceState::Started => "started",
+            InstanceState::Stopped => "stopped",
+            InstanceState::Detached => "detached",
+        }
+        .to_string(),
+        vm_cid: i.spec.vm_cid.clone(),
+        agent_id: i.spec.agent_id.clone(),
+        disk_cids: i.spec.disk_cids.clone(),
+        process_state: state.map(process_state).unwrap_or_default().to_string(),
+        processes: (status.iter().flat_map(|s| &s.processes))
+            .map(|p| p.to_wire())
+            .collect(),
+        vitals: status.and_then(|s| s.vitals.as_ref()).map(|v| v.to_wire()),
     }
 }
 

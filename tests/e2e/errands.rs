@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::controller::{
     apply_deployment, apply_inputs, control_plane, deployment_object, gitops_verdicts_of, kubectl,
-    ready_at, start_replica, stored_state,
+    ready_at, start_replica_with, stored_state,
 };
 use crate::director_world::{KUBOSH, World, hello_deployment, text};
 use kubosh_kube::api::{Deployment, ErrandPhase, ErrandRun, Instance, labels};
@@ -97,7 +97,14 @@ async fn errands_run_through_kubectl_bosh_and_as_errand_runs_applied_with_kubect
     let ns = "errands-e2e";
     cp.create_namespace(ns).await.unwrap();
     let client = cp.client().await.unwrap();
-    let _controller = start_replica(&w, cp, ns, "errands");
+    // Each instance's processes and vitals every 2 s (default 2 min).
+    let _controller = start_replica_with(
+        &w,
+        cp,
+        ns,
+        "errands",
+        &["--instance-details-interval", "2s"],
+    );
     apply_inputs(&client, ns, &w).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let runs: Api<ErrandRun> = Api::namespaced(client.clone(), ns);
@@ -109,6 +116,50 @@ async fn errands_run_through_kubectl_bosh_and_as_errand_runs_applied_with_kubect
     .await;
     ready_at(&deployments, "hello", &w, generation).await;
     let kubeconfig = cp.kubeconfig_path();
+
+    // Processes and vitals: in each Instance's status within the interval (and the time
+    // its agents take to answer), printed as bosh-cli prints them and by `-o wide`.
+    let instances: Api<Instance> = Api::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    loop {
+        let listed = instances.list(&ListParams::default()).await.unwrap().items;
+        let detailed = listed.iter().filter(|i| {
+            i.status.as_ref().is_some_and(|s| {
+                s.processes
+                    .iter()
+                    .any(|p| p.name == "hello" && p.state == "running")
+                    && s.vitals.as_ref().is_some_and(|v| v.load.len() == 3)
+            })
+        });
+        if listed.len() == 3 && detailed.count() == 3 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no processes and vitals: {:#?}",
+            listed.iter().map(|i| &i.status).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (ok, stdout, stderr) = kubectl_bosh(
+        kubeconfig,
+        ns,
+        &["instances", "hello", "--ps", "--vitals", "--tty"],
+    );
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("Process State"), "{stdout}");
+    assert!(stdout.contains("(1m, 5m, 15m)"), "{stdout}");
+    let process_rows =
+        (stdout.lines()).filter(|l| l.split_whitespace().take(3).eq(["~", "hello", "running"]));
+    assert_eq!(
+        process_rows.count(),
+        3,
+        "one hello process per instance:\n{stdout}"
+    );
+    assert!(stdout.contains("0d "), "uptimes:\n{stdout}");
+    let wide = kubectl(cp, &["get", "instances", "-n", ns, "-o", "wide"]);
+    let header = wide.lines().next().unwrap_or_default();
+    assert!(header.contains("LOAD") && header.contains("MEM%"), "{wide}");
 
     // Colocated on api: it asks both web instances; bosh-cli's summary, success.
     let (ok, stdout, stderr) = kubectl_bosh(kubeconfig, ns, &["run-errand", "hello", "smoke-test"]);
@@ -150,7 +201,6 @@ async fn errands_run_through_kubectl_bosh_and_as_errand_runs_applied_with_kubect
     );
     let state = stored_state(&client, ns, "hello").await;
     assert!(state.instances.values().all(|i| i.group != "smoke"));
-    let instances: Api<Instance> = Api::namespaced(client.clone(), ns);
     let smoke = format!("{}=smoke", labels::INSTANCE_GROUP);
     let left = instances
         .list(&ListParams::default().labels(&smoke))

@@ -47,6 +47,17 @@ pub struct InstanceInfo {
     pub vitals: Option<Vitals>,
 }
 
+/// What an agent says of its jobs and machine (`get_state ["full"]`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentDetails {
+    /// Its jobs' state taken together (`running`, `failing`, ...).
+    pub process_state: String,
+    /// Its processes.
+    pub processes: Vec<Process>,
+    /// Its machine's vitals.
+    pub vitals: Option<Vitals>,
+}
+
 /// The Director's process state for an agent that did not answer.
 pub const UNRESPONSIVE_AGENT: &str = "unresponsive agent";
 
@@ -64,6 +75,27 @@ impl Engine {
             .buffered(self.config.get_state_concurrency.max(1))
             .collect()
             .await)
+    }
+
+    /// What agent `agent_id` (of instance `instance`) says of its processes and machine,
+    /// asked once for at most [`crate::cck::SCAN_TIMEOUT`]; `None` when it does not answer
+    /// or its heartbeats prove it silent (then it is not asked).
+    pub async fn agent_details(&self, agent_id: &str, instance: &str) -> Option<AgentDetails> {
+        if self.proven_silent(agent_id) {
+            return None;
+        }
+        let options = ClientOptions {
+            timeout: crate::cck::SCAN_TIMEOUT,
+            get_state_retries: 0,
+            ..self.config.agent_options.clone()
+        };
+        let agent = self.agent(agent_id, instance).with_options(options);
+        let state = agent.get_state(true).await.ok()?;
+        Some(AgentDetails {
+            process_state: state.job_state.as_str().to_string(),
+            processes: state.processes.unwrap_or_default(),
+            vitals: state.vitals,
+        })
     }
 
     async fn info(&self, record: InstanceRecord) -> InstanceInfo {
@@ -85,23 +117,14 @@ impl Engine {
         let Some(vm) = &record.vm else {
             return info;
         };
-        let options = ClientOptions {
-            timeout: crate::cck::SCAN_TIMEOUT,
-            get_state_retries: 0,
-            ..self.config.agent_options.clone()
-        };
-        let agent = self
-            .agent(&vm.agent_id, &record.display_name())
-            .with_options(options);
-        let answer = match self.proven_silent(&vm.agent_id) {
-            true => None,
-            false => agent.get_state(true).await.ok(),
-        };
-        match answer {
-            Some(state) => {
-                info.process_state = state.job_state.as_str().to_string();
-                info.processes = state.processes.unwrap_or_default();
-                info.vitals = state.vitals;
+        match self
+            .agent_details(&vm.agent_id, &record.display_name())
+            .await
+        {
+            Some(details) => {
+                info.process_state = details.process_state;
+                info.processes = details.processes;
+                info.vitals = details.vitals;
             }
             None => info.process_state = UNRESPONSIVE_AGENT.to_string(),
         }

@@ -76,6 +76,11 @@ impl LeftBehind {
         }
     }
 
+    /// Every `Instance` the watch has now (slimmed: no managed fields, no record).
+    pub(crate) fn watched_instances(&self) -> Vec<std::sync::Arc<Instance>> {
+        self.watched.state()
+    }
+
     /// Keeps what a deploy of deployment `uid` left (replacing anything older).
     pub(crate) fn leave(&self, uid: &str, instances: Vec<LeftInstance>) {
         let mut left = self.left.lock().unwrap_or_else(PoisonError::into_inner);

@@ -64,6 +64,34 @@ use serde::{Deserialize, Serialize};
         type_ = "boolean",
         json_path = ".spec.bootstrap",
         priority = 1
+    ),
+    printcolumn(
+        name = "Load",
+        type_ = "string",
+        description = "1-minute load average (status.vitals)",
+        json_path = ".status.vitals.load[0]",
+        priority = 1
+    ),
+    printcolumn(
+        name = "CPU%",
+        type_ = "string",
+        description = "CPU time in user space, in percent",
+        json_path = ".status.vitals.cpuUser",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Mem%",
+        type_ = "string",
+        description = "Memory used, in percent",
+        json_path = ".status.vitals.memoryPercent",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Disk%",
+        type_ = "string",
+        description = "Persistent disk used, in percent",
+        json_path = ".status.vitals.disks[?(@.name==\"persistent\")].percent",
+        priority = 1
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -157,10 +185,16 @@ pub struct InstanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_state: Option<ProcessState>,
 
-    /// Each monitored process, as `bosh instances --ps` shows it.
+    /// Each monitored process, as `bosh instances --ps` shows it (refreshed on the
+    /// controller's `--instance-details-interval`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub processes: Vec<Process>,
+
+    /// The machine's vitals, as `bosh instances --vitals` shows them (refreshed with the
+    /// processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vitals: Option<InstanceVitals>,
 
     /// When the agent last reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,12 +216,239 @@ pub enum ProcessState {
     Unknown,
 }
 
-/// One monitored process of an instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// One monitored process of an instance, as its agent last said (`bosh instances --ps`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Process {
     /// Process name (from the jobs' monit files).
     pub name: String,
-    /// Its state.
-    pub state: ProcessState,
+    /// The agent's word for its state: `running`, `failing`, `starting`, `stopped`, ...
+    pub state: String,
+    /// How long it has run, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uptime_seconds: Option<u64>,
+    /// Its CPU use, in percent (`"0.3"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<String>,
+    /// Its resident memory, in KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_kb: Option<u64>,
+    /// Its resident memory, in percent of the machine's (`"1.2"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_percent: Option<String>,
+}
+
+/// The machine's vitals, as its agent last said (`bosh instances --vitals`). Percentages
+/// and load averages are decimal strings, as the agent sends them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceVitals {
+    /// The 1, 5 and 15 minute load averages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load: Vec<String>,
+    /// CPU time in user space, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_user: Option<String>,
+    /// CPU time in the kernel, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_sys: Option<String>,
+    /// CPU time waiting for I/O, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait: Option<String>,
+    /// Memory used, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_percent: Option<String>,
+    /// Memory used, in KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_kb: Option<u64>,
+    /// Swap used, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap_percent: Option<String>,
+    /// Swap used, in KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap_kb: Option<u64>,
+    /// The machine's uptime, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uptime_seconds: Option<u64>,
+    /// Each disk's use (`system`, `ephemeral`, `persistent`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub disks: Vec<DiskUsage>,
+}
+
+/// One disk's use.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskUsage {
+    /// `system`, `ephemeral` or `persistent`.
+    pub name: String,
+    /// Space used, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<String>,
+    /// Inodes used, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode_percent: Option<String>,
+}
+
+mod agent_words {
+    //! The status's processes and vitals from the agent's words (`get_state ["full"]`) and
+    //! back (for `kubectl bosh instances`, which prints them as bosh-cli does).
+
+    use kubosh_bosh::agent::protocol::{
+        self as wire, CpuVitals, DiskVitals, MemVitals, ProcessCpu, ProcessMem, ProcessUptime,
+        UptimeVitals,
+    };
+    use serde_json::Number;
+
+    use super::{DiskUsage, InstanceVitals, Process};
+
+    /// A wire number as text (`0.3`), as the agent sent it.
+    fn text(n: Option<&Number>) -> Option<String> {
+        n.map(Number::to_string)
+    }
+
+    /// A text back to a wire number.
+    fn number(s: Option<&String>) -> Option<Number> {
+        let parsed = s?.parse::<f64>().ok()?;
+        Number::from_f64(parsed)
+    }
+
+    impl From<&wire::Process> for Process {
+        fn from(p: &wire::Process) -> Process {
+            let mem = p.mem.as_ref();
+            Process {
+                name: p.name.clone(),
+                state: p.state.clone(),
+                uptime_seconds: (p.uptime.as_ref())
+                    .and_then(|u| u.secs.as_ref())
+                    .and_then(|n| n.as_f64())
+                    .map(|s| s as u64),
+                cpu_percent: text(p.cpu.as_ref().and_then(|c| c.total.as_ref())),
+                memory_kb: (mem.and_then(|m| m.kb.as_ref()))
+                    .and_then(|n| n.as_f64())
+                    .map(|kb| kb as u64),
+                memory_percent: text(mem.and_then(|m| m.percent.as_ref())),
+            }
+        }
+    }
+
+    impl Process {
+        /// The process in the agent's words.
+        pub fn to_wire(&self) -> wire::Process {
+            wire::Process {
+                name: self.name.clone(),
+                state: self.state.clone(),
+                uptime: (self.uptime_seconds).map(|s| ProcessUptime {
+                    secs: Some(s.into()),
+                }),
+                mem: (self.memory_kb.is_some() || self.memory_percent.is_some()).then(|| {
+                    ProcessMem {
+                        kb: self.memory_kb.map(Number::from),
+                        percent: number(self.memory_percent.as_ref()),
+                    }
+                }),
+                cpu: (self.cpu_percent.as_ref()).map(|c| ProcessCpu {
+                    total: number(Some(c)),
+                }),
+                extra: serde_json::Map::new(),
+            }
+        }
+    }
+
+    impl From<&wire::Vitals> for InstanceVitals {
+        fn from(v: &wire::Vitals) -> InstanceVitals {
+            let cpu = v.cpu.as_ref();
+            let kb = |m: Option<&MemVitals>| m.and_then(|m| m.kb.as_deref()?.parse().ok());
+            InstanceVitals {
+                load: v.load.clone().unwrap_or_default(),
+                cpu_user: cpu.and_then(|c| c.user.clone()),
+                cpu_sys: cpu.and_then(|c| c.sys.clone()),
+                cpu_wait: cpu.and_then(|c| c.wait.clone()),
+                memory_percent: v.mem.as_ref().and_then(|m| m.percent.clone()),
+                memory_kb: kb(v.mem.as_ref()),
+                swap_percent: v.swap.as_ref().and_then(|m| m.percent.clone()),
+                swap_kb: kb(v.swap.as_ref()),
+                uptime_seconds: v.uptime.as_ref().and_then(|u| u.secs),
+                disks: (v.disk.iter().flatten())
+                    .map(|(name, d)| DiskUsage {
+                        name: name.clone(),
+                        percent: d.percent.clone(),
+                        inode_percent: d.inode_percent.clone(),
+                    })
+                    .collect(),
+            }
+        }
+    }
+
+    impl InstanceVitals {
+        /// The vitals in the agent's words.
+        pub fn to_wire(&self) -> wire::Vitals {
+            let memory = |percent: &Option<String>, kb: Option<u64>| {
+                (percent.is_some() || kb.is_some()).then(|| MemVitals {
+                    kb: kb.map(|kb| kb.to_string()),
+                    percent: percent.clone(),
+                })
+            };
+            let cpu = CpuVitals {
+                sys: self.cpu_sys.clone(),
+                user: self.cpu_user.clone(),
+                wait: self.cpu_wait.clone(),
+            };
+            let any_cpu = cpu.sys.is_some() || cpu.user.is_some() || cpu.wait.is_some();
+            wire::Vitals {
+                cpu: any_cpu.then_some(cpu),
+                disk: (!self.disks.is_empty()).then(|| {
+                    (self.disks.iter())
+                        .map(|d| {
+                            let usage = DiskVitals {
+                                inode_percent: d.inode_percent.clone(),
+                                percent: d.percent.clone(),
+                            };
+                            (d.name.clone(), usage)
+                        })
+                        .collect()
+                }),
+                load: (!self.load.is_empty()).then(|| self.load.clone()),
+                mem: memory(&self.memory_percent, self.memory_kb),
+                swap: memory(&self.swap_percent, self.swap_kb),
+                uptime: self.uptime_seconds.map(|s| UptimeVitals { secs: Some(s) }),
+                extra: serde_json::Map::new(),
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_agents_words_survive_the_status() {
+            let process: wire::Process = serde_json::from_value(serde_json::json!({
+                "name": "hello", "state": "running", "uptime": {"secs": 3725},
+                "mem": {"kb": 2048, "percent": 0.4}, "cpu": {"total": 1.5}
+            }))
+            .unwrap();
+            let status = Process::from(&process);
+            assert_eq!(status.cpu_percent.as_deref(), Some("1.5"));
+            assert_eq!(status.memory_kb, Some(2048));
+            let back = status.to_wire();
+            assert_eq!(back.uptime, process.uptime);
+            assert_eq!(back.cpu, process.cpu);
+            assert_eq!(
+                back.mem.as_ref().and_then(|m| m.percent.clone()),
+                process.mem.as_ref().and_then(|m| m.percent.clone())
+            );
+            let vitals: wire::Vitals = serde_json::from_value(serde_json::json!({
+                "cpu": {"sys": "1.0", "user": "2.5", "wait": "0.1"},
+                "disk": {"system": {"percent": "41", "inode_percent": "12"},
+                         "ephemeral": {"percent": "3", "inode_percent": "1"}},
+                "load": ["0.05", "0.10", "0.20"],
+                "mem": {"kb": "1048576", "percent": "12"},
+                "swap": {"kb": "0", "percent": "0"},
+                "uptime": {"secs": 93784}
+            }))
+            .unwrap();
+            assert_eq!(InstanceVitals::from(&vitals).to_wire(), vitals);
+        }
+    }
 }

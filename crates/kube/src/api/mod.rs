@@ -58,8 +58,8 @@ pub use errand_run::{
     ErrandInstanceResult, ErrandPhase, ErrandRun, ErrandRunSpec, ErrandRunStatus,
 };
 pub use instance::{
-    Instance, InstanceNetwork, InstanceSpec, InstanceState, InstanceStatus, Process, ProcessState,
-    RECORD_ANNOTATION,
+    DiskUsage, Instance, InstanceNetwork, InstanceSpec, InstanceState, InstanceStatus,
+    InstanceVitals, Process, ProcessState, RECORD_ANNOTATION,
 };
 pub use release::{Release, ReleaseItem, ReleaseSpec, ReleaseStatus, StemcellVersion};
 pub use runtime_config::{RuntimeConfig, RuntimeConfigSpec};

@@ -5,7 +5,8 @@
 //! - [`artifacts`] reconciles `Release` and `Stemcell` resources (download, verify, store in
 //!   the blobstore) and tells a deployment what it still waits for.
 //! - [`fetch`] downloads `http(s)://` and `file://` URLs with optional Secret credentials.
-//! - [`deployment`] reconciles `Deployment`s: deploys, actions, deletion.
+//! - [`deployment`] reconciles `Deployment`s (deploys, actions, deletion) and `ErrandRun`s.
+//! - [`details`] keeps each `Instance`'s processes and vitals, refreshed on a schedule.
 //! - [`disk`] deletes orphaned `Disk`s once expired or when their resource is deleted.
 //! - [`events`] publishes Events with both the events.k8s.io and the core/v1 timestamps.
 //! - [`health`] follows the agents' heartbeats into each `Instance`'s state between deploys;
@@ -19,6 +20,7 @@ pub mod artifacts;
 pub mod backoff;
 pub mod cpis;
 pub mod deployment;
+pub mod details;
 pub mod disk;
 pub mod events;
 pub use kubosh_artifacts::fetch;

@@ -203,6 +203,14 @@ pub async fn run(
                 tracing::debug!(error = %e, "disk reconcile");
             }
         });
+    let details_loop = {
+        let (ctx, shutdown) = (deployments.clone(), shutdown.clone());
+        async move {
+            if let Some(interval) = ctx.details_interval {
+                super::details::run(ctx, interval, shutdown).await;
+            }
+        }
+    };
     let health_loop = health::run(
         deployments.clone(),
         scope.api::<Instance>(&client),
@@ -222,6 +230,7 @@ pub async fn run(
         stemcell_loop,
         disk_loop,
         errand_loop,
+        details_loop,
         health_loop,
         synced
     );

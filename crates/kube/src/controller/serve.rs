@@ -65,6 +65,8 @@ pub struct ServeOptions {
     pub resurrection: bool,
     /// When resurrection stops for a deployment.
     pub meltdown: MeltdownPolicy,
+    /// How often each instance's processes and vitals are refreshed (`None`: never).
+    pub details_interval: Option<Duration>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); `None`: nowhere.
     pub metrics_bind_address: Option<String>,
     /// Scratch space: release tarballs, extracted stemcells, downloads.
@@ -281,6 +283,7 @@ async fn lead(
     deployments.metrics = metrics.clone();
     deployments.readiness = readiness.clone();
     deployments.orphaned_disk_max_age = options.orphaned_disk_max_age;
+    deployments.details_interval = options.details_interval;
     deployments.resurrection = Arc::new(
         Resurrection::new(options.resurrection, options.meltdown)
             .with_settle(super::health::check_every(options.agent_timeout)),

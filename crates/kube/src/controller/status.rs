@@ -139,7 +139,8 @@ pub enum Overwrite {
 }
 
 /// Writes `instance`'s process state and its `Ready` condition (`ready`, `reason`) for its
-/// generation, keeping the rest of its status (server-side apply, field manager `kubosh`).
+/// generation, keeping the rest of its status but the processes and vitals (server-side
+/// apply, field manager `kubosh`).
 pub async fn write_instance_state(
     client: &kube::Client,
     instance: &crate::api::Instance,
@@ -149,9 +150,13 @@ pub async fn write_instance_state(
     overwrite: Overwrite,
 ) -> Result<(), kube::Error> {
     let generation = instance.metadata.generation;
+    // The processes and vitals are the details refresh's (its own field manager): left out,
+    // so this write never brings back an older copy of them.
     let mut next = crate::api::InstanceStatus {
         observed_generation: generation,
         process_state: Some(state),
+        processes: Vec::new(),
+        vitals: None,
         ..instance.status.clone().unwrap_or_default()
     };
     set_condition(

@@ -104,6 +104,8 @@ pub struct DeploymentContext {
     /// What each deployment's last deploy left of its instance records, and the health
     /// watch's cache of `Instance`s it is checked against.
     pub left_behind: Arc<crate::left_behind::LeftBehind>,
+    /// How often each instance's processes and vitals are refreshed (`None`: never).
+    pub details_interval: Option<Duration>,
 }
 
 pub use kubosh_engine::delete::ORPHANED_DISK_MAX_AGE;
@@ -135,6 +137,7 @@ impl DeploymentContext {
             cloud_maker: Arc::new(kubosh_engine::clouds::NoCpiTypes),
             releases: Arc::default(),
             left_behind: Arc::default(),
+            details_interval: Some(super::details::DEFAULT_INTERVAL),
         }
     }
 
