@@ -1157,7 +1157,7 @@ async fn run_size(n: usize, m: usize, settings: &Settings) -> Row {
         namespace: settings.one_namespace.then(|| ONE_NAMESPACE.into()),
     };
     let health = Some(HealthWatch::new(heartbeats.clone(), settings.agent_timeout));
-    let controller = tokio::spawn(run(deployments, artifacts, scope, health, stop));
+    let controller = tokio::spawn(run(Arc::new(deployments), artifacts, scope, health, stop));
 
     // The inputs in every namespace, Ready before any deployment is applied.
     for (k, namespace) in distinct.iter().enumerate() {

@@ -21,6 +21,7 @@ use kubosh_engine::{AgentHealth, Engine, NoEvents};
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::resurrection::MeltdownPolicy;
 use kubosh_kube::controller::serve::{EdgeError, Edges, ServeOptions};
+use kubosh_kube::ops_api::OpsApiOptions;
 
 /// Arguments of `kubosh controller`.
 #[derive(Debug, Args)]
@@ -82,6 +83,17 @@ pub struct ControllerArgs {
     /// at most one status write per instance each time; `0s`: never.
     #[arg(long = "instance-details-interval", default_value = "2m", value_parser = humantime::parse_duration)]
     pub instance_details_interval: std::time::Duration,
+    /// Where the ops API (`kubectl bosh logs`, `kubectl bosh ssh`; an extension API server
+    /// behind kube-apiserver's aggregation layer, reached only by its front proxy) is
+    /// served while this process leads, e.g. `0.0.0.0:8443`; empty: nowhere.
+    #[arg(long = "ops-api-bind-address", default_value = "")]
+    pub ops_api_bind_address: String,
+    /// The ops API's serving certificate (PEM), for the `APIService`'s `caBundle`.
+    #[arg(long = "ops-api-tls-cert-file", value_name = "PATH")]
+    pub ops_api_cert: Option<PathBuf>,
+    /// The ops API's private key (PEM).
+    #[arg(long = "ops-api-tls-private-key-file", value_name = "PATH")]
+    pub ops_api_key: Option<PathBuf>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); empty: nowhere.
     #[arg(long = "metrics-bind-address", default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
@@ -126,6 +138,7 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
             window: args.meltdown_window,
         },
         details_interval: Some(args.instance_details_interval).filter(|d| !d.is_zero()),
+        ops_api: ops_api(args)?,
         metrics_bind_address: Some(args.metrics_bind_address.clone()).filter(|a| !a.is_empty()),
         work_dir: config.state_dir.join("controller"),
     };
@@ -133,6 +146,22 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
     kubosh_kube::controller::serve::serve(&options, &edges, super::signals::stop_requested())
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The ops API's options, when it is asked for (then with its certificate and key).
+fn ops_api(args: &ControllerArgs) -> Result<Option<OpsApiOptions>, String> {
+    if args.ops_api_bind_address.is_empty() {
+        return Ok(None);
+    }
+    let read = |flag: &str, path: &Option<PathBuf>| match path {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display())),
+        None => Err(format!("--ops-api-bind-address needs {flag}")),
+    };
+    Ok(Some(OpsApiOptions {
+        bind_address: args.ops_api_bind_address.clone(),
+        cert_pem: read("--ops-api-tls-cert-file", &args.ops_api_cert)?,
+        key_pem: read("--ops-api-tls-private-key-file", &args.ops_api_key)?,
+    }))
 }
 
 /// The edges of the director configuration file.

@@ -56,6 +56,14 @@ enum PluginCommand {
         #[arg(long)]
         tty: bool,
     },
+    /// `bosh logs`: each chosen instance's logs as a tarball (one instance's, or a bundle
+    /// of them), through the controller's ops API (RBAC: `get` on `boshdeployments/logs`
+    /// in `ops.kubosh.io`).
+    Logs(super::kubectl_ops::LogsArgs),
+    /// `bosh ssh`: a session on an instance (on the local cloud, a shell in its VM's
+    /// directory), or `-c` a command on each chosen instance, with a one-time user and key
+    /// (RBAC: `create` on `boshdeployments/ssh` in `ops.kubosh.io`).
+    Ssh(super::kubectl_ops::SshArgs),
     /// `bosh run-errand`: creates an `ErrandRun` of the Deployment's errand and follows it
     /// to its end; exits 1 when the errand failed, as bosh-cli does.
     RunErrand(RunErrand),
@@ -168,6 +176,16 @@ async fn run(plugin: &Plugin) -> Result<Done, String> {
                 .into())
         }
         PluginCommand::RunErrand(args) => run_errand(client, &namespace, args).await,
+        PluginCommand::Logs(args) => {
+            (super::kubectl_ops::logs(client, &namespace, args).await).map(Done::from)
+        }
+        PluginCommand::Ssh(args) => {
+            let failure = super::kubectl_ops::ssh(client, &namespace, args).await?;
+            Ok(Done {
+                stdout: String::new(),
+                failure,
+            })
+        }
     }
 }
 

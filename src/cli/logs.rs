@@ -66,22 +66,15 @@ async fn logs(args: &LogsArgs) -> Result<String, Failure> {
     let engine = task.engine(&config, name, false, cpis).await?;
     let chosen = engine.instances_named(name, args.instance.as_deref()).await;
     let chosen = task.continues(chosen.map_err(|e| e.to_string()))?;
-    let single = chosen.len() == 1;
     let fetched = engine.fetch_logs(chosen, &request, scratch.path()).await;
     let fetched = task.continues(fetched.map_err(|e| e.to_string()))?;
     task.end(Ok::<(), String>(()))?;
 
-    let time = timestamp();
-    let mut prefix = name.clone();
-    if let Some(slug) = &args.instance {
-        prefix.push('.');
-        prefix.push_str(&slug.replace('/', "."));
-    }
-    let path = args.dir.join(format!("{prefix}-{time}.tgz"));
-    let written = match (single, fetched.first()) {
-        (true, Some(one)) => std::fs::rename(&one.path, &path),
-        _ => bundle(&fetched, &time).and_then(|bytes| std::fs::write(&path, bytes)),
-    };
+    let time = kubosh_engine::logs::download_stamp();
+    let path = args
+        .dir
+        .join(archive_name(name, args.instance.as_deref(), &time));
+    let written = kubosh_engine::logs::write_archive(&fetched, &time, &path);
     written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(format!(
         "\nLogs written to '{}'\n\nSucceeded\n",
@@ -89,34 +82,12 @@ async fn logs(args: &LogsArgs) -> Result<String, Failure> {
     ))
 }
 
-/// Several instances' tarballs in one, as the Director bundles them.
-fn bundle(fetched: &[kubosh_engine::logs::FetchedLogs], time: &str) -> std::io::Result<Vec<u8>> {
-    let mut tar = kubosh_core::release::tarball::TarWriter::new();
-    for logs in fetched {
-        let bytes = std::fs::read(&logs.path)?;
-        let i = &logs.instance;
-        tar.file(
-            &format!("./{}.{}.{time}.tgz", i.group, i.uuid),
-            &bytes,
-            false,
-        )?;
+/// bosh-cli's name of a logs download: `<deployment>[.<group>[.<id>]]-<time>.tgz`.
+pub(super) fn archive_name(deployment: &str, slug: Option<&str>, time: &str) -> String {
+    let mut prefix = deployment.to_string();
+    if let Some(slug) = slug {
+        prefix.push('.');
+        prefix.push_str(&slug.replace('/', "."));
     }
-    tar.finish(false)
-}
-
-/// Now as bosh-cli stamps downloads (`20060102-150405-999999999`, UTC here).
-fn timestamp() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs();
-    let (y, m, d) = kubosh_base::civil::civil_from_days((secs / 86_400) as i64);
-    let rest = secs % 86_400;
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{:09}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        now.subsec_nanos()
-    )
+    format!("{prefix}-{time}.tgz")
 }

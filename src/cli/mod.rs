@@ -11,6 +11,7 @@ mod dev;
 mod input;
 mod instances;
 mod interpolate;
+mod kubectl_ops;
 mod kubectl_plugin;
 mod logs;
 mod nats_pki;

@@ -26,6 +26,7 @@ mod errands;
 mod helm;
 mod kubectl_plugin;
 mod nats_confinement;
+mod ops_api;
 mod readme;
 mod real_agent;
 mod release;

@@ -38,6 +38,7 @@ mod proc;
 pub mod scripts;
 pub mod service;
 pub mod settings;
+mod ssh;
 pub mod supervisor;
 pub mod tasks;
 pub mod vitals;

@@ -327,7 +327,6 @@ impl Inner {
                 | Method::AddDynamicDisk
                 | Method::RemoveDynamicDisk
                 | Method::BundleLogs
-                | Method::Ssh
                 | Method::RemoveFile
         )
     }
@@ -406,6 +405,11 @@ impl Inner {
             Method::UpdateSettings => self.update_settings(arg(&args, 0, 1)?),
             Method::UploadBlob => self.upload_blob(&args).await,
             Method::FetchLogs => self.fetch_logs(&args).await,
+            Method::Ssh => {
+                let networks = lock(&self.settings).networks.clone();
+                let host_root = std::env::var_os(super::ssh::VM_ROOT_ENV).map(PathBuf::from);
+                super::ssh::ssh(self.layout.base(), host_root.as_deref(), &networks, &args)
+            }
             Method::DeleteArpEntries => {
                 // `{"ips": [...]}`; there is no ARP cache to clear on a local VM.
                 let _: Map<String, Value> = arg(&args, 0, 1)?;

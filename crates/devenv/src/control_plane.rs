@@ -206,6 +206,7 @@ impl ControlPlane {
             Some(existing) => existing,
             None => write_credentials(d)?,
         };
+        ensure_front_proxy(d)?;
 
         let ControlPlanePorts {
             etcd_client: client_port,
@@ -254,6 +255,18 @@ impl ControlPlane {
             "--disable-admission-plugins=ServiceAccount".into(),
             "--allow-privileged=true".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
+        ]);
+        // The aggregation layer: requests to an APIService (kubosh's ops API) are proxied to
+        // its endpoints with the front-proxy client certificate and the user in headers.
+        api_cmd.args([
+            format!("--requestheader-client-ca-file={}", p("front-proxy-ca.crt")),
+            format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+            "--requestheader-username-headers=X-Remote-User".into(),
+            "--requestheader-group-headers=X-Remote-Group".into(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+            format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
+            format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
+            "--enable-aggregator-routing=true".into(),
         ]);
         let apiserver = spawn_logged(api_cmd, &d.join("kube-apiserver.log"))?;
 
@@ -473,6 +486,33 @@ fn read_credentials(dir: &Path) -> Option<Credentials> {
         admin_token: token_of("kubosh-admin")?,
         operator_token: token_of("kubosh-operator")?,
     })
+}
+
+/// The common name of the certificate kube-apiserver proxies aggregated requests with.
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
+/// Writes the front-proxy CA and kube-apiserver's client certificate of it into `dir`,
+/// unless they are there (a state directory from before they existed gets them).
+fn ensure_front_proxy(dir: &Path) -> Result<(), ControlPlaneError> {
+    let names = [
+        "pki/front-proxy-ca.crt",
+        "pki/front-proxy-client.crt",
+        "pki/front-proxy-client.key",
+    ];
+    if names.iter().all(|f| dir.join(f).is_file()) {
+        return Ok(());
+    }
+    let ca = Ca::new("kubosh-front-proxy-ca")?;
+    let client = ca.issue(&Leaf {
+        common_name: FRONT_PROXY_CLIENT,
+        client: true,
+        ..Leaf::default()
+    })?;
+    let contents = [ca.cert_pem(), client.cert_pem, client.key_pem];
+    for (name, content) in names.iter().zip(contents) {
+        write_private(&dir.join(name), &content)?;
+    }
+    Ok(())
 }
 
 /// Generates a CA, the apiserver's serving certificate, a service-account signing key and

@@ -25,7 +25,7 @@ pub use director::{DirectorError, DirectorSettings, LocalDirector, NatsPki, kubo
 pub use http::{http_get, http_request};
 pub use logs::{CapturedLogs, captured_logs};
 pub use nats::{BoshNats, BoshNatsError, ClientPem, NatsError, NatsServer, NatsTls};
-pub use process::{ManagedChild, free_port, spawn_logged, spawn_tied};
+pub use process::{ManagedChild, free_port, host_address, spawn_logged, spawn_tied};
 pub use releases::{
     ExampleReleaseError, build_example_release, example_release, example_release_dir,
     local_stemcell_options, write_create_env_artifacts, write_local_stemcell,

@@ -125,3 +125,18 @@ impl Drop for ManagedChild {
 pub fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
+
+/// This machine's address on its default route (not loopback): where kube-apiserver can
+/// reach a process of this machine through an EndpointSlice, which refuses loopback
+/// addresses. `None` without such a route.
+pub fn host_address() -> Option<std::net::IpAddr> {
+    // Connecting a UDP socket sends nothing; it only picks the route and its source.
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    ["192.0.2.1:9", "10.255.255.254:9", "198.51.100.1:9"]
+        .iter()
+        .find_map(|target| {
+            socket.connect(target).ok()?;
+            let ip = socket.local_addr().ok()?.ip();
+            (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+        })
+}

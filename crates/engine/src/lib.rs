@@ -29,6 +29,7 @@ mod recover;
 mod resources;
 mod snapshot;
 pub mod source;
+pub mod ssh;
 pub mod state;
 mod swap;
 mod templates;

@@ -128,3 +128,40 @@ impl Engine {
         Ok(fetched)
     }
 }
+
+/// Writes `fetched` to `path` as `bosh logs` hands them over: one instance's tarball as it
+/// is, several in one tarball holding `<group>.<uuid>.<time>.tgz` each (as the Director
+/// bundles a group's logs), `time` being the download's stamp.
+pub fn write_archive(fetched: &[FetchedLogs], time: &str, path: &Path) -> std::io::Result<()> {
+    if let [one] = fetched {
+        return std::fs::rename(&one.path, path);
+    }
+    let mut tar = kubosh_core::release::tarball::TarWriter::new();
+    for logs in fetched {
+        let bytes = std::fs::read(&logs.path)?;
+        let i = &logs.instance;
+        tar.file(
+            &format!("./{}.{}.{time}.tgz", i.group, i.uuid),
+            &bytes,
+            false,
+        )?;
+    }
+    std::fs::write(path, tar.finish(false)?)
+}
+
+/// Now as bosh-cli stamps downloads (`20060102-150405-999999999`, UTC here).
+pub fn download_stamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs();
+    let (y, m, d) = kubosh_base::civil::civil_from_days((secs / 86_400) as i64);
+    let rest = secs % 86_400;
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{:09}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        now.subsec_nanos()
+    )
+}

@@ -1,7 +1,8 @@
 //! The Kubernetes layer: the API types and CRDs ([`api`]), the reconcilers
 //! ([`controller`]), Lease locks ([`lock`]), the engine's state in the apiserver ([`state`],
-//! [`registry`]), the last deployed spec ([`deployed_spec`]) and Secret-backed variables
-//! ([`variables`]).
+//! [`registry`]), the last deployed spec ([`deployed_spec`]), Secret-backed variables
+//! ([`variables`]) and the ops API behind kube-apiserver's aggregation layer ([`ops_api`]:
+//! logs and ssh).
 
 pub mod api;
 pub mod client;
@@ -11,6 +12,7 @@ pub mod left_behind;
 pub mod lock;
 pub mod metrics;
 pub mod names;
+pub mod ops_api;
 pub mod registry;
 pub mod state;
 pub mod variables;

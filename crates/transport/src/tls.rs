@@ -1,5 +1,7 @@
 //! TLS for the agent transports: PEM loading, rustls client configurations, and the
-//! bosh-agent's extra server check (certificate CN must match `*.nats.bosh-internal`).
+//! bosh-agent's extra server check (certificate CN must match `*.nats.bosh-internal`); and
+//! a server that only a client of a CA (and of some names) may reach: the controller's ops
+//! API, reached only by kube-apiserver's front proxy.
 
 use std::sync::{Arc, LazyLock};
 
@@ -8,7 +10,12 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{
+    ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
 
 /// A TLS setting could not be built. Never contains key material.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -146,6 +153,94 @@ pub fn server_config(
         .map_err(|e| TlsError::Config(e.to_string()))?;
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
+}
+
+/// [`server_config`] that requires a client certificate issued by `client_ca_pem` and,
+/// when `allowed_names` is not empty, with one of them as its common name (kube-apiserver's
+/// `--requestheader-client-ca-file` and `--requestheader-allowed-names`, which an
+/// extension API server checks the front proxy against).
+pub fn server_config_for_clients_of(
+    cert_pem: &str,
+    key_pem: &str,
+    client_ca_pem: &str,
+    allowed_names: Vec<String>,
+) -> Result<ServerConfig, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| TlsError::NoServerCert)?;
+    if certs.is_empty() {
+        return Err(TlsError::NoServerCert);
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| TlsError::BadServerKey)?;
+    let roots = Arc::new(root_store(client_ca_pem)?);
+    let inner = WebPkiClientVerifier::builder_with_provider(roots, provider())
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let verifier = Arc::new(NamedClientVerifier {
+        inner,
+        allowed_names,
+    });
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// WebPKI client verification followed by a check of the client's common name.
+#[derive(Debug)]
+struct NamedClientVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    allowed_names: Vec<String>,
+}
+
+impl ClientCertVerifier for NamedClientVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = (self.inner).verify_client_cert(end_entity, intermediates, now)?;
+        let cn = common_name(end_entity).unwrap_or_default();
+        if self.allowed_names.is_empty() || self.allowed_names.contains(&cn) {
+            Ok(verified)
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// Standard WebPKI verification (chain to the CA, validity, server name) followed by

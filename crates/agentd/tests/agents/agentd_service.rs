@@ -207,8 +207,8 @@ async fn ping_info_unknown_methods_and_argument_errors() {
     );
     // Actions kubosh does not implement answer as an old agent would.
     assert_eq!(
-        vm.send("ssh", json!([])).await,
-        exception("unknown message ssh")
+        vm.send("bundle_logs", json!([{}])).await,
+        exception("unknown message bundle_logs")
     );
     // Synchronous: the runner's words, wrapped by the dispatcher.
     assert_eq!(

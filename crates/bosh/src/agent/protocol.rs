@@ -1082,6 +1082,32 @@ pub enum SshCommand {
     },
 }
 
+/// A user name `ssh setup` may create: `[a-z_][a-z0-9_-]*`, what `useradd` takes (and
+/// nothing a cleanup's regular expression would read as more than the name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshUser(String);
+
+impl SshUser {
+    /// `name`, if it is one.
+    pub fn new(name: &str) -> Option<SshUser> {
+        let mut chars = name.chars();
+        let first = chars.next()?;
+        let valid = (first.is_ascii_lowercase() || first == '_')
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        valid.then(|| SshUser(name.to_string()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The `user_regex` of its cleanup: `^<user>`, as bosh-cli asks.
+    pub fn cleanup_regex(&self) -> String {
+        format!("^{}", self.0)
+    }
+}
+
 impl SshCommand {
     /// The positional arguments.
     pub fn arguments(&self) -> Vec<Value> {
@@ -1113,6 +1139,11 @@ pub struct SshResult {
     /// The host key (setup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_public_key: Option<String>,
+    /// kubosh's agent only (bosh-agent never sends it): the VM's base directory on its
+    /// host, for a VM that is a directory of its host (the local cloud), where a session is a
+    /// shell rather than `ssh`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_root: Option<String>,
 }
 
 #[cfg(test)]

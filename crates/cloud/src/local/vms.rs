@@ -87,6 +87,9 @@ impl Local {
             .collect();
         env.push(("KUBOSH_VM_CID".into(), record.cid.clone()));
         env.push(("KUBOSH_AGENT_ID".into(), record.agent_id.clone()));
+        // Where the VM is on its host (inside, the agent may see its root as /var/vcap): a
+        // session of `kubectl bosh ssh` on it is a shell there.
+        env.push(("KUBOSH_VM_ROOT".into(), paths.root().display().to_string()));
         let agent = process::spawn_detached(&argv, &env, &paths.root(), &paths.log())?;
         if faults::start_frozen(&self.store) {
             process::freeze_group(&agent, true);

@@ -137,14 +137,13 @@ fn artifact_error<K: Resource + ResourceExt, E: std::fmt::Display>(
 /// Runs the controllers (and the health watch, with `health`) until `shutdown` completes
 /// (then in-flight reconciles finish).
 pub async fn run(
-    deployments: DeploymentContext,
+    deployments: Arc<DeploymentContext>,
     artifacts: ArtifactContext,
     scope: Scope,
     health: Option<HealthWatch>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = deployments.client.clone();
-    let deployments = Arc::new(deployments);
     let config = Config::default().concurrency(CONCURRENCY);
     let watch = watcher::Config::default().any_semantic();
 

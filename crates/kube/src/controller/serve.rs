@@ -67,6 +67,9 @@ pub struct ServeOptions {
     pub meltdown: MeltdownPolicy,
     /// How often each instance's processes and vitals are refreshed (`None`: never).
     pub details_interval: Option<Duration>,
+    /// The ops API (`kubectl bosh logs`, `ssh`), served while this process leads (`None`:
+    /// not served).
+    pub ops_api: Option<crate::ops_api::OpsApiOptions>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); `None`: nowhere.
     pub metrics_bind_address: Option<String>,
     /// Scratch space: release tarballs, extracted stemcells, downloads.
@@ -152,6 +155,9 @@ pub enum ServeError {
     /// An edge could not be wired.
     #[error("{0}")]
     Edges(EdgeError),
+    /// The ops API cannot be served.
+    #[error(transparent)]
+    OpsApi(#[from] crate::ops_api::OpsApiError),
     /// Another replica leads now: this one stopped (its supervisor restarts it as a standby).
     #[error("lost the leadership: stopped")]
     LostLeadership,
@@ -307,6 +313,12 @@ async fn lead(
     });
     let scope = Scope {
         namespace: options.namespace.clone(),
+    };
+    let deployments = Arc::new(deployments);
+    // The leader serves it: a standby holds no connection to the agents.
+    let _ops_api = match &options.ops_api {
+        Some(ops) => Some(crate::ops_api::serve(ops, deployments.clone()).await?),
+        None => None,
     };
     tracing::info!(namespace = ?scope.namespace, "kubosh controller started");
     run(deployments, artifacts, scope, health, stop).await;

@@ -1,0 +1,244 @@
+//! The ops API: what `kubectl bosh logs` and `kubectl bosh ssh` ask of a deployment, served
+//! by the leading controller as an extension API server behind kube-apiserver's aggregation
+//! layer (an `APIService` for [`GROUP`]/[`VERSION`]), so every byte travels through the
+//! Kubernetes API, authenticated and authorised as `kubectl logs` is for a pod:
+//!
+//! ```text
+//! kubectl bosh ──TLS, the user's credentials──▶ kube-apiserver ── authenticates the user,
+//!   authorises the verb on boshdeployments/<subresource> in ops.kubosh.io (RBAC), proxies
+//!   ──TLS, front-proxy client certificate + X-Remote-User/Group──▶ controller (this server:
+//!   accepts only the front proxy's certificate, asks kube-apiserver again with a
+//!   SubjectAccessReview) ── NATS ──▶ agents (fetch_logs, ssh) ── blobstore ──▶ controller
+//!   ── the same way back ──▶ kubectl bosh
+//! ```
+//!
+//! The port accepts no other client: the handshake requires a certificate of kube-apiserver's
+//! requestheader CA with one of its allowed names (`kube-system/
+//! extension-apiserver-authentication`), so it adds no unauthenticated entry.
+//!
+//! | Request | RBAC (group `ops.kubosh.io`) |
+//! |---------|------------------------------|
+//! | `GET .../namespaces/N/boshdeployments/D/logs?instance=G[/ID]&job=J&only=GLOB&agent=true` | `get` `boshdeployments/logs` |
+//! | `POST .../namespaces/N/boshdeployments/D/ssh` | `create` `boshdeployments/ssh` |
+
+mod auth;
+mod discovery;
+mod logs;
+pub mod register;
+mod ssh;
+
+use std::sync::Arc;
+
+use http::{Method, Response, StatusCode};
+use hyper::body::Incoming;
+use kubosh_transport::https_server::{self, Body, HttpsServer, Routes};
+
+pub use auth::{RequestHeaderAuth, User};
+pub use ssh::{SshHostAnswer, SshHosts, SshRequest};
+
+use crate::controller::deployment::DeploymentContext;
+
+/// The API group of the ops API.
+pub const GROUP: &str = "ops.kubosh.io";
+/// Its version.
+pub const VERSION: &str = "v1alpha1";
+/// The resource whose subresources it serves.
+pub const RESOURCE: &str = "boshdeployments";
+
+/// How the ops API is served.
+#[derive(Debug, Clone)]
+pub struct OpsApiOptions {
+    /// Where it listens, e.g. `0.0.0.0:8443`.
+    pub bind_address: String,
+    /// Its serving certificate (PEM; the `APIService`'s `caBundle` signs it).
+    pub cert_pem: String,
+    /// Its private key (PEM).
+    pub key_pem: String,
+}
+
+/// Why the ops API cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsApiError {
+    /// kube-apiserver's requestheader configuration cannot be read.
+    #[error("cannot read kube-system/extension-apiserver-authentication: {0}")]
+    RequestHeader(String),
+    /// The TLS configuration was refused.
+    #[error("ops API TLS: {0}")]
+    Tls(#[from] kubosh_transport::tls::TlsError),
+    /// The port cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Serves the ops API with `ctx` (the leader's) until the returned server is dropped.
+pub async fn serve(
+    options: &OpsApiOptions,
+    ctx: Arc<DeploymentContext>,
+) -> Result<HttpsServer, OpsApiError> {
+    let auth = RequestHeaderAuth::read(&ctx.client).await?;
+    let tls = kubosh_transport::tls::server_config_for_clients_of(
+        &options.cert_pem,
+        &options.key_pem,
+        &auth.client_ca_pem,
+        auth.allowed_names.clone(),
+    )?;
+    let listener = tokio::net::TcpListener::bind(&options.bind_address)
+        .await
+        .map_err(|source| OpsApiError::Listen {
+            addr: options.bind_address.clone(),
+            source,
+        })?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let routes = Arc::new(OpsApi { ctx, auth });
+    HttpsServer::spawn(listener, acceptor, routes, "ops-api").map_err(|source| {
+        OpsApiError::Listen {
+            addr: options.bind_address.clone(),
+            source,
+        }
+    })
+}
+
+/// The ops API's routes.
+struct OpsApi {
+    ctx: Arc<DeploymentContext>,
+    auth: RequestHeaderAuth,
+}
+
+/// A request for a subresource of one deployment.
+struct Target {
+    namespace: String,
+    deployment: String,
+    subresource: String,
+}
+
+impl Target {
+    /// `/apis/ops.kubosh.io/v1alpha1/namespaces/N/boshdeployments/D/S`.
+    fn of(path: &str) -> Option<Target> {
+        let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/namespaces/"))?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            [namespace, RESOURCE, deployment, subresource]
+                if !namespace.is_empty() && !deployment.is_empty() =>
+            {
+                Some(Target {
+                    namespace: namespace.to_string(),
+                    deployment: deployment.to_string(),
+                    subresource: subresource.to_string(),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Routes for OpsApi {
+    async fn route(&self, req: hyper::Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        if let Some(found) = discovery::answer(req.method(), &path) {
+            return found;
+        }
+        let Some(target) = Target::of(&path) else {
+            return status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("no route {path}"),
+            );
+        };
+        let Some(user) = self.auth.user(req.headers()) else {
+            return status(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "no user in the request",
+            );
+        };
+        let verb = match (req.method(), target.subresource.as_str()) {
+            (&Method::GET, "logs") => "get",
+            (&Method::POST, "ssh") => "create",
+            _ => {
+                return status(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "MethodNotAllowed",
+                    &format!("{} is not served on {}", req.method(), target.subresource),
+                );
+            }
+        };
+        match auth::allowed(&self.ctx.client, &user, verb, &target).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return status(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    &format!(
+                        "{} cannot {verb} {RESOURCE}/{} of '{}' in namespace '{}'",
+                        user.name, target.subresource, target.deployment, target.namespace
+                    ),
+                );
+            }
+            Err(e) => {
+                return status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ServiceUnavailable",
+                    &format!("cannot check the request's authorization: {e}"),
+                );
+            }
+        }
+        match target.subresource.as_str() {
+            "logs" => logs::serve(&self.ctx, &target, req.uri().query().unwrap_or("")).await,
+            _ => ssh::serve(&self.ctx, &target, req).await,
+        }
+    }
+}
+
+/// A Kubernetes `Status` answer (what kubectl prints as the error).
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    https_server::full(code, "application/json", body.to_string())
+}
+
+/// Query parameters, decoded, in order.
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_deployments_subresource_is_a_target() {
+        let t =
+            Target::of("/apis/ops.kubosh.io/v1alpha1/namespaces/bosh/boshdeployments/hello/logs")
+                .unwrap();
+        assert_eq!(
+            (
+                t.namespace.as_str(),
+                t.deployment.as_str(),
+                t.subresource.as_str()
+            ),
+            ("bosh", "hello", "logs")
+        );
+        for path in [
+            "/apis/ops.kubosh.io/v1alpha1/namespaces/bosh/boshdeployments/hello",
+            "/apis/ops.kubosh.io/v1alpha1/namespaces//boshdeployments/hello/logs",
+            "/apis/ops.kubosh.io/v1alpha1/namespaces/bosh/instances/hello/logs",
+            "/apis/kubosh.io/v1alpha1/namespaces/bosh/boshdeployments/hello/logs",
+        ] {
+            assert!(Target::of(path).is_none(), "{path}");
+        }
+    }
+}
