@@ -21,7 +21,7 @@ use kubosh_engine::{AgentHealth, Engine, NoEvents};
 use kubosh_kube::client::RequestBudget;
 use kubosh_kube::controller::resurrection::MeltdownPolicy;
 use kubosh_kube::controller::serve::{EdgeError, Edges, ServeOptions};
-use kubosh_kube::ops_api::OpsApiOptions;
+use kubosh_kube::ops_api::{Certificate, OpsApiOptions};
 
 /// Arguments of `kubosh controller`.
 #[derive(Debug, Args)]
@@ -88,12 +88,19 @@ pub struct ControllerArgs {
     /// served while this process leads, e.g. `0.0.0.0:8443`; empty: nowhere.
     #[arg(long = "ops-api-bind-address", default_value = "")]
     pub ops_api_bind_address: String,
-    /// The ops API's serving certificate (PEM), for the `APIService`'s `caBundle`.
+    /// The ops API's serving certificate (PEM), for the `APIService`'s `caBundle`; without
+    /// it (and its key), the leader makes one for `--ops-api-service` and writes its CA
+    /// into the `APIService`.
     #[arg(long = "ops-api-tls-cert-file", value_name = "PATH")]
     pub ops_api_cert: Option<PathBuf>,
     /// The ops API's private key (PEM).
     #[arg(long = "ops-api-tls-private-key-file", value_name = "PATH")]
     pub ops_api_key: Option<PathBuf>,
+    /// The Service in front of the ops API, `NAMESPACE/NAME`: the name its self-made
+    /// certificate is for. In a Pod (`CONTROLLER_POD_NAME`, `POD_NAMESPACE`), the leader
+    /// labels its Pod `kubosh.io/ops-api=serving`, which the Service selects.
+    #[arg(long = "ops-api-service", value_name = "NAMESPACE/NAME")]
+    pub ops_api_service: Option<String>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP); empty: nowhere.
     #[arg(long = "metrics-bind-address", default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
@@ -148,19 +155,47 @@ async fn serve(args: &ControllerArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// The ops API's options, when it is asked for (then with its certificate and key).
+/// The ops API's options, when it is asked for.
 fn ops_api(args: &ControllerArgs) -> Result<Option<OpsApiOptions>, String> {
     if args.ops_api_bind_address.is_empty() {
         return Ok(None);
     }
-    let read = |flag: &str, path: &Option<PathBuf>| match path {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display())),
-        None => Err(format!("--ops-api-bind-address needs {flag}")),
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let certificate = match (&args.ops_api_cert, &args.ops_api_key, &args.ops_api_service) {
+        (Some(cert), Some(key), _) => Certificate::Files {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        },
+        (None, None, Some(service)) => match service.split_once('/') {
+            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+                Certificate::SelfSigned {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                }
+            }
+            _ => return Err(format!("--ops-api-service '{service}': NAMESPACE/NAME")),
+        },
+        _ => {
+            return Err("--ops-api-bind-address needs --ops-api-tls-cert-file with \
+                        --ops-api-tls-private-key-file, or --ops-api-service"
+                .into());
+        }
+    };
+    let pod = match (
+        std::env::var("POD_NAMESPACE"),
+        std::env::var("CONTROLLER_POD_NAME"),
+    ) {
+        (Ok(namespace), Ok(name)) if !namespace.is_empty() && !name.is_empty() => {
+            Some((namespace, name))
+        }
+        _ => None,
     };
     Ok(Some(OpsApiOptions {
         bind_address: args.ops_api_bind_address.clone(),
-        cert_pem: read("--ops-api-tls-cert-file", &args.ops_api_cert)?,
-        key_pem: read("--ops-api-tls-private-key-file", &args.ops_api_key)?,
+        certificate,
+        pod,
     }))
 }
 

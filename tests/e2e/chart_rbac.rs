@@ -52,8 +52,12 @@ async fn install(
     watched: Option<&str>,
 ) -> Install {
     cp.create_namespace(release_ns).await.unwrap();
-    let set = watched.map(|ns| format!("watchNamespace={ns}"));
-    let rendered = helm::render(release, release_ns, &Vec::from_iter(set.as_deref()));
+    // The ops API's APIService is cluster-wide and this control plane is shared: its RBAC
+    // is left to the ops API's own test.
+    let mut set = vec!["opsApi.enabled=false".to_string()];
+    set.extend(watched.map(|ns| format!("watchNamespace={ns}")));
+    let set: Vec<&str> = set.iter().map(String::as_str).collect();
+    let rendered = helm::render(release, release_ns, &set);
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     helm::succeeds(
         "kubectl",

@@ -19,7 +19,6 @@ use crate::controller::{
     start_replica_with, stored_state,
 };
 use crate::director_world::{KUBOSH, World, hello_deployment, text};
-use kubosh_base::pki::{Ca, Leaf};
 use kubosh_kube::api::Deployment;
 use kubosh_kube::ops_api::register;
 
@@ -104,22 +103,11 @@ async fn logs_and_ssh_go_through_the_kubernetes_api_and_rbac_decides() {
     cp.create_namespace(ns).await.unwrap();
     let client = cp.client().await.unwrap();
 
-    // The ops API's serving certificate, for the name kube-apiserver checks.
-    let ca = Ca::new("kubosh-ops-ca").unwrap();
-    let dns = register::service_dns_name(ns);
-    let serving = ca
-        .issue(&Leaf {
-            common_name: "kubosh-ops",
-            alternative_names: &[&dns],
-            server: true,
-            ..Leaf::default()
-        })
-        .unwrap();
-    let (cert, key) = (w.dir.path().join("ops.crt"), w.dir.path().join("ops.key"));
-    std::fs::write(&cert, &serving.cert_pem).unwrap();
-    std::fs::write(&key, &serving.key_pem).unwrap();
+    // The controller makes its serving certificate for the Service's name and writes its
+    // CA into the APIService (created here before it, or after: it keeps trying).
     let port = kubosh_devenv::free_port().unwrap();
     let bind = format!("0.0.0.0:{port}");
+    let service = format!("{ns}/{}", register::SERVICE);
     let _controller = start_replica_with(
         &w,
         cp,
@@ -128,24 +116,15 @@ async fn logs_and_ssh_go_through_the_kubernetes_api_and_rbac_decides() {
         &[
             "--ops-api-bind-address",
             &bind,
-            "--ops-api-tls-cert-file",
-            cert.to_str().unwrap(),
-            "--ops-api-tls-private-key-file",
-            key.to_str().unwrap(),
+            "--ops-api-service",
+            &service,
         ],
     );
     let address = kubosh_devenv::host_address().expect("an address on the default route");
     let _registered = Registered(cp);
-    register::register_local(
-        &client,
-        ns,
-        address,
-        port,
-        &ca.cert_pem(),
-        Duration::from_secs(90),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\ncontroller log:\n{}", w.controller_log_tail()));
+    register::register_local(&client, ns, address, port, None, Duration::from_secs(90))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\ncontroller log:\n{}", w.controller_log_tail()));
 
     apply_inputs(&client, ns, &w).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);

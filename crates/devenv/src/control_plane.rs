@@ -256,18 +256,7 @@ impl ControlPlane {
             "--allow-privileged=true".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
         ]);
-        // The aggregation layer: requests to an APIService (kubosh's ops API) are proxied to
-        // its endpoints with the front-proxy client certificate and the user in headers.
-        api_cmd.args([
-            format!("--requestheader-client-ca-file={}", p("front-proxy-ca.crt")),
-            format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
-            "--requestheader-username-headers=X-Remote-User".into(),
-            "--requestheader-group-headers=X-Remote-Group".into(),
-            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
-            format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
-            format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
-            "--enable-aggregator-routing=true".into(),
-        ]);
+        api_cmd.args(aggregation_flags(&pki));
         let apiserver = spawn_logged(api_cmd, &d.join("kube-apiserver.log"))?;
 
         let server = format!("https://127.0.0.1:{api_port}");
@@ -486,6 +475,22 @@ fn read_credentials(dir: &Path) -> Option<Credentials> {
         admin_token: token_of("kubosh-admin")?,
         operator_token: token_of("kubosh-operator")?,
     })
+}
+
+/// The aggregation layer: requests to an APIService (kubosh's ops API) are proxied to its
+/// endpoints with the front-proxy client certificate (in `pki`) and the user in headers.
+fn aggregation_flags(pki: &Path) -> Vec<String> {
+    let p = |n: &str| pki.join(n).display().to_string();
+    vec![
+        format!("--requestheader-client-ca-file={}", p("front-proxy-ca.crt")),
+        format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+        "--requestheader-username-headers=X-Remote-User".into(),
+        "--requestheader-group-headers=X-Remote-Group".into(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+        format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
+        format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
+        "--enable-aggregator-routing=true".into(),
+    ]
 }
 
 /// The common name of the certificate kube-apiserver proxies aggregated requests with.

@@ -191,6 +191,13 @@ pub async fn serve(
         .await
         .map_err(ServeError::ClusterConfig)?;
     let client = crate::client::client(kube_config, options.budget).map_err(ServeError::Client)?;
+    // A restarted process is not the leader yet: its Pod must not draw the ops API's
+    // requests (the label outlives the process).
+    if let Some((namespace, pod)) = options.ops_api.as_ref().and_then(|o| o.pod.as_ref())
+        && let Err(e) = crate::ops_api::label_pod(&client, namespace, pod, false).await
+    {
+        tracing::warn!(error = %e, "cannot take the ops API's label off this Pod");
+    }
     let identity = options.identity();
     let shutdown = shutdown.boxed().shared();
 

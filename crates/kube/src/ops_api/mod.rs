@@ -28,6 +28,7 @@ pub mod register;
 mod ssh;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Method, Response, StatusCode};
 use hyper::body::Incoming;
@@ -50,10 +51,41 @@ pub const RESOURCE: &str = "boshdeployments";
 pub struct OpsApiOptions {
     /// Where it listens, e.g. `0.0.0.0:8443`.
     pub bind_address: String,
-    /// Its serving certificate (PEM; the `APIService`'s `caBundle` signs it).
-    pub cert_pem: String,
-    /// Its private key (PEM).
-    pub key_pem: String,
+    /// Its serving certificate.
+    pub certificate: Certificate,
+    /// The Pod this process runs in (`namespace`, `name`): labelled
+    /// [`SERVING_LABEL`]` = serving` while it serves, so the Service in front of the
+    /// replicas sends requests to the leader only.
+    pub pod: Option<(String, String)>,
+}
+
+/// Where the ops API's serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum Certificate {
+    /// Given (PEM): the `APIService`'s `caBundle` is the operator's to set.
+    Files {
+        /// The certificate chain.
+        cert_pem: String,
+        /// Its private key.
+        key_pem: String,
+    },
+    /// Made by the serving process for the Service `namespace/name` (the name
+    /// kube-apiserver checks), its CA written into the `APIService`'s `caBundle` once the
+    /// server listens (a new leader makes a new one).
+    SelfSigned {
+        /// The Service's namespace.
+        namespace: String,
+        /// The Service's name.
+        name: String,
+    },
+}
+
+/// The label of the Pod that serves the ops API (the leader's).
+pub const SERVING_LABEL: &str = "kubosh.io/ops-api";
+
+/// The `APIService`'s name.
+pub fn api_service_name() -> String {
+    format!("{VERSION}.{GROUP}")
 }
 
 /// Why the ops API cannot be served.
@@ -62,6 +94,12 @@ pub enum OpsApiError {
     /// kube-apiserver's requestheader configuration cannot be read.
     #[error("cannot read kube-system/extension-apiserver-authentication: {0}")]
     RequestHeader(String),
+    /// The serving certificate could not be made.
+    #[error("ops API certificate: {0}")]
+    Certificate(String),
+    /// The `APIService` or the Pod could not be told.
+    #[error("ops API: {0}")]
+    Registration(String),
     /// The TLS configuration was refused.
     #[error("ops API TLS: {0}")]
     Tls(#[from] kubosh_transport::tls::TlsError),
@@ -81,9 +119,16 @@ pub async fn serve(
     ctx: Arc<DeploymentContext>,
 ) -> Result<HttpsServer, OpsApiError> {
     let auth = RequestHeaderAuth::read(&ctx.client).await?;
+    let (cert_pem, key_pem, made_ca) = match &options.certificate {
+        Certificate::Files { cert_pem, key_pem } => (cert_pem.clone(), key_pem.clone(), None),
+        Certificate::SelfSigned { namespace, name } => {
+            let made = self_signed(&format!("{name}.{namespace}.svc"))?;
+            (made.1.cert_pem, made.1.key_pem, Some(made.0))
+        }
+    };
     let tls = kubosh_transport::tls::server_config_for_clients_of(
-        &options.cert_pem,
-        &options.key_pem,
+        &cert_pem,
+        &key_pem,
         &auth.client_ca_pem,
         auth.allowed_names.clone(),
     )?;
@@ -94,13 +139,93 @@ pub async fn serve(
             source,
         })?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let client = ctx.client.clone();
+    let cancel = ctx.cancel.clone();
     let routes = Arc::new(OpsApi { ctx, auth });
-    HttpsServer::spawn(listener, acceptor, routes, "ops-api").map_err(|source| {
+    let server = HttpsServer::spawn(listener, acceptor, routes, "ops-api").map_err(|source| {
         OpsApiError::Listen {
             addr: options.bind_address.clone(),
             source,
         }
-    })
+    })?;
+    // Told in the background until it works: an installer may create the APIService after
+    // the controller starts (Helm applies APIServices last).
+    let pod = options.pod.clone();
+    tokio::spawn(async move {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            let told = async {
+                if let Some(ca_pem) = &made_ca {
+                    trust(&client, ca_pem).await?;
+                }
+                if let Some((namespace, pod)) = &pod {
+                    label_pod(&client, namespace, pod, true).await?;
+                }
+                Ok::<(), OpsApiError>(())
+            };
+            match told.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?wait, "the ops API is not reachable yet")
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = cancel.cancelled() => return,
+            }
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
+    });
+    Ok(server)
+}
+
+/// A CA and a serving certificate of it for `dns_name`.
+fn self_signed(dns_name: &str) -> Result<(String, kubosh_base::pki::CertifiedKey), OpsApiError> {
+    use kubosh_base::pki::{Ca, Leaf};
+    let failed = |e: kubosh_base::pki::PkiError| OpsApiError::Certificate(e.to_string());
+    let ca = Ca::new("kubosh-ops-api-ca").map_err(failed)?;
+    let leaf = ca
+        .issue(&Leaf {
+            common_name: dns_name,
+            alternative_names: &[dns_name],
+            server: true,
+            ..Leaf::default()
+        })
+        .map_err(failed)?;
+    Ok((ca.cert_pem(), leaf))
+}
+
+/// Writes `ca_pem` as the `APIService`'s `caBundle` (a merge patch: the rest is the
+/// installer's).
+async fn trust(client: &kube::Client, ca_pem: &str) -> Result<(), OpsApiError> {
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<APIService> = Api::all(client.clone());
+    let bundle = k8s_openapi::ByteString(ca_pem.as_bytes().to_vec());
+    let patch = serde_json::json!({"spec": {"caBundle": bundle}});
+    let name = api_service_name();
+    (api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await)
+        .map_err(|e| OpsApiError::Registration(format!("APIService {name}: {e}")))?;
+    Ok(())
+}
+
+/// Sets (or removes) [`SERVING_LABEL`] on Pod `namespace/pod`.
+pub async fn label_pod(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    serving: bool,
+) -> Result<(), OpsApiError> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let value = serving.then_some("serving");
+    let patch = serde_json::json!({"metadata": {"labels": {SERVING_LABEL: value}}});
+    (api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await)
+        .map_err(|e| OpsApiError::Registration(format!("Pod {namespace}/{pod}: {e}")))?;
+    Ok(())
 }
 
 /// The ops API's routes.

@@ -29,17 +29,63 @@ pub fn service_dns_name(namespace: &str) -> String {
 }
 
 /// Registers the ops API served at `address:port` under `namespace`'s Service
-/// [`SERVICE`], its certificate signed by `ca_pem`, and waits (at most `within`) until
-/// kube-apiserver says it is available.
+/// [`SERVICE`], its certificate signed by `ca_pem` (`None`: the controller makes its own and
+/// writes its CA into the `APIService`), and waits (at most `within`) until kube-apiserver
+/// says it is available.
 pub async fn register_local(
     client: &kube::Client,
     namespace: &str,
     address: IpAddr,
     port: u16,
-    ca_pem: &str,
+    ca_pem: Option<&str>,
     within: Duration,
 ) -> Result<(), String> {
     let apply = PatchParams::apply("kubosh").force();
+    let (service, endpoints, slice, api_service) = objects(namespace, address, port, ca_pem);
+    let failed = |what: &str, e: kube::Error| format!("cannot register the ops API ({what}): {e}");
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    (services
+        .patch(SERVICE, &apply, &Patch::Apply(&service))
+        .await)
+        .map_err(|e| failed("Service", e))?;
+    let eps: Api<Endpoints> = Api::namespaced(client.clone(), namespace);
+    (eps.patch(SERVICE, &apply, &Patch::Apply(&endpoints)).await)
+        .map_err(|e| failed("Endpoints", e))?;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    (slices.patch(SERVICE, &apply, &Patch::Apply(&slice)).await)
+        .map_err(|e| failed("EndpointSlice", e))?;
+    let api_services: Api<APIService> = Api::all(client.clone());
+    let name = super::api_service_name();
+    (api_services
+        .patch(&name, &apply, &Patch::Apply(&api_service))
+        .await)
+        .map_err(|e| failed("APIService", e))?;
+    let deadline = Instant::now() + within;
+    loop {
+        let current = (api_services.get(&name).await).map_err(|e| failed("APIService", e))?;
+        let available = (current.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
+        if available.is_some_and(|c| c.status == "True") {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let why = available
+                .and_then(|c| c.message.clone())
+                .unwrap_or_default();
+            return Err(format!("the APIService {name} is not available: {why}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The Service, its Endpoints and EndpointSlice at `address:port`, and the APIService.
+fn objects(
+    namespace: &str,
+    address: IpAddr,
+    port: u16,
+    ca_pem: Option<&str>,
+) -> (Service, Endpoints, EndpointSlice, APIService) {
     let meta = |name: &str| ObjectMeta {
         name: Some(name.to_string()),
         namespace: Some(namespace.to_string()),
@@ -97,7 +143,7 @@ pub async fn register_local(
     };
     let api_service = APIService {
         metadata: ObjectMeta {
-            name: Some(format!("{VERSION}.{GROUP}")),
+            name: Some(super::api_service_name()),
             ..ObjectMeta::default()
         },
         spec: Some(APIServiceSpec {
@@ -108,46 +154,12 @@ pub async fn register_local(
                 name: Some(SERVICE.into()),
                 port: Some(443),
             }),
-            ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+            ca_bundle: ca_pem.map(|pem| ByteString(pem.as_bytes().to_vec())),
             group_priority_minimum: 1000,
             version_priority: 15,
             insecure_skip_tls_verify: None,
         }),
         ..APIService::default()
     };
-    let failed = |what: &str, e: kube::Error| format!("cannot register the ops API ({what}): {e}");
-    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-    (services
-        .patch(SERVICE, &apply, &Patch::Apply(&service))
-        .await)
-        .map_err(|e| failed("Service", e))?;
-    let eps: Api<Endpoints> = Api::namespaced(client.clone(), namespace);
-    (eps.patch(SERVICE, &apply, &Patch::Apply(&endpoints)).await)
-        .map_err(|e| failed("Endpoints", e))?;
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
-    (slices.patch(SERVICE, &apply, &Patch::Apply(&slice)).await)
-        .map_err(|e| failed("EndpointSlice", e))?;
-    let api_services: Api<APIService> = Api::all(client.clone());
-    let name = format!("{VERSION}.{GROUP}");
-    (api_services
-        .patch(&name, &apply, &Patch::Apply(&api_service))
-        .await)
-        .map_err(|e| failed("APIService", e))?;
-    let deadline = Instant::now() + within;
-    loop {
-        let current = (api_services.get(&name).await).map_err(|e| failed("APIService", e))?;
-        let available = (current.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
-        if available.is_some_and(|c| c.status == "True") {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let why = available
-                .and_then(|c| c.message.clone())
-                .unwrap_or_default();
-            return Err(format!("the APIService {name} is not available: {why}"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    (service, endpoints, slice, api_service)
 }

@@ -64,8 +64,13 @@ async fn the_rendered_chart_is_accepted_by_the_apiserver_under_restricted_pod_se
     let release_ns = restricted_namespace("chart-sys").await;
     let watched = support::namespace("chart-watched").await;
     let cases = [
-        // One namespace: Roles there and in the release namespace, nothing cluster-wide.
-        vec![format!("watchNamespace={watched}")],
+        // One namespace, without the ops API (its APIService and its delegated
+        // authorization are cluster-wide by nature): Roles there and in the release
+        // namespace, nothing cluster-wide.
+        vec![
+            format!("watchNamespace={watched}"),
+            "opsApi.enabled=false".into(),
+        ],
         // All namespaces, with every optional object.
         vec![
             "podDisruptionBudget.enabled=true".to_string(),
@@ -88,6 +93,7 @@ async fn the_rendered_chart_is_accepted_by_the_apiserver_under_restricted_pod_se
             assert!(kinds.contains(&"ClusterRole"), "{kinds:?}");
             assert!(kinds.contains(&"PodDisruptionBudget"), "{kinds:?}");
             assert!(kinds.contains(&"PersistentVolumeClaim"), "{kinds:?}");
+            assert!(kinds.contains(&"APIService"), "{kinds:?}");
         }
         let warnings = server_dry_run(&["-f", "-"], Some(&rendered)).await;
         assert!(
