@@ -64,6 +64,26 @@ enum PluginCommand {
     /// directory), or `-c` a command on each chosen instance, with a one-time user and key
     /// (RBAC: `create` on `boshdeployments/ssh` in `ops.kubosh.io`).
     Ssh(super::kubectl_ops::SshArgs),
+    /// `bosh tasks`: the tasks the controller kept (deploys, actions, repairs, scans,
+    /// deletions, errand runs), newest first.
+    Tasks {
+        /// Only this Deployment's tasks.
+        deployment: Option<String>,
+        /// How many of the newest tasks to show.
+        #[arg(short = 'r', long, default_value_t = 30)]
+        recent: usize,
+        /// Print for a terminal (header, count) even when stdout is not one.
+        #[arg(long)]
+        tty: bool,
+    },
+    /// `bosh task ID`: a task's output replayed from its kept event log.
+    Task {
+        /// The task's id (`kubectl bosh tasks`, or a Deployment's `status.lastTask.id`).
+        id: String,
+        /// The raw event log (one JSON object per line), as the Director keeps it.
+        #[arg(long)]
+        event: bool,
+    },
     /// `bosh run-errand`: creates an `ErrandRun` of the Deployment's errand and follows it
     /// to its end; exits 1 when the errand failed, as bosh-cli does.
     RunErrand(RunErrand),
@@ -176,6 +196,46 @@ async fn run(plugin: &Plugin) -> Result<Done, String> {
                 .into())
         }
         PluginCommand::RunErrand(args) => run_errand(client, &namespace, args).await,
+        PluginCommand::Tasks {
+            deployment,
+            recent,
+            tty,
+        } => {
+            let kept = kubosh_kube::task_history::list(&client, &namespace, deployment.as_deref())
+                .await
+                .map_err(|e| format!("listing the tasks in '{namespace}': {e}"))?;
+            let rows = kept
+                .into_iter()
+                .take(*recent)
+                .map(|t| super::tasks::TaskRow {
+                    id: t.id,
+                    state: t.state,
+                    started_at: t.started_at,
+                    finished_at: Some(t.finished_at),
+                    deployment: t.deployment,
+                    description: t.description,
+                });
+            let tty = *tty || stdout_is_tty();
+            let mut text = super::tasks::tasks_table(rows).render(tty);
+            if tty {
+                text.push_str("\nSucceeded\n");
+            }
+            Ok(text.into())
+        }
+        PluginCommand::Task { id, event } => {
+            let kept = kubosh_kube::task_history::read(&client, &namespace, id)
+                .await
+                .map_err(|e| format!("reading task '{id}' in '{namespace}': {e}"))?;
+            let Some((task, lines)) = kept else {
+                return Err(format!(
+                    "Task '{id}' is not kept in namespace '{namespace}'"
+                ));
+            };
+            Ok(Done {
+                stdout: super::tasks::task_output(&task.id, &task.state, &lines, *event),
+                failure: super::tasks::task_failure(&task.id, &task.state),
+            })
+        }
         PluginCommand::Logs(args) => {
             (super::kubectl_ops::logs(client, &namespace, args).await).map(Done::from)
         }

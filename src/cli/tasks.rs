@@ -49,39 +49,18 @@ pub fn run_tasks(args: &TasksArgs) -> ExitCode {
         Ok(config) => config,
         Err(e) => return fail(&e.to_string()),
     };
-    let rows: Vec<Vec<Vec<String>>> = (tasks::list(&config.tasks_dir()).into_iter())
+    let rows = (tasks::list(&config.tasks_dir()).into_iter())
         .filter(|t| args.deployment.is_none() || t.deployment == args.deployment)
         .take(args.recent)
-        .map(|t| {
-            vec![vec![
-                t.id.to_string(),
-                t.state.clone(),
-                full_time_text(t.started_at),
-                t.finished_at.map(full_time_text).unwrap_or_default(),
-                String::new(),
-                t.deployment.clone().unwrap_or_default(),
-                t.description.clone(),
-                String::new(),
-            ]]
-        })
-        .collect();
-    let header = [
-        "ID",
-        "State",
-        "Started At",
-        "Finished At",
-        "User",
-        "Deployment",
-        "Description",
-        "Result",
-    ];
-    let table = Table {
-        title: String::new(),
-        content: "tasks".into(),
-        header: header.map(String::from).to_vec(),
-        sections: rows,
-        sort: false,
-    };
+        .map(|t| TaskRow {
+            id: t.id.to_string(),
+            state: t.state,
+            started_at: t.started_at,
+            finished_at: t.finished_at,
+            deployment: t.deployment.unwrap_or_default(),
+            description: t.description,
+        });
+    let table = tasks_table(rows);
     let tty = args.tty || stdout_is_tty();
     out!("{}", table.render(tty));
     if tty {
@@ -100,31 +79,87 @@ pub fn run_task(args: &TaskArgs) -> ExitCode {
         Ok(task) => task,
         Err(e) => return fail(&e),
     };
-    if args.event {
-        for line in &lines {
-            out!("{line}\n");
-        }
+    out!(
+        "{}",
+        task_output(&record.id.to_string(), &record.state, &lines, args.event)
+    );
+    match task_failure(&record.id.to_string(), &record.state) {
+        None => ExitCode::SUCCESS,
+        Some(message) => fail(&message),
+    }
+}
+
+/// One row of `bosh tasks`.
+pub(super) struct TaskRow {
+    pub id: String,
+    pub state: String,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub deployment: String,
+    pub description: String,
+}
+
+/// bosh-cli's tasks table.
+pub(super) fn tasks_table(rows: impl Iterator<Item = TaskRow>) -> Table {
+    let rows = rows
+        .map(|t| {
+            vec![vec![
+                t.id,
+                t.state,
+                full_time_text(t.started_at),
+                t.finished_at.map(full_time_text).unwrap_or_default(),
+                String::new(),
+                t.deployment,
+                t.description,
+                String::new(),
+            ]]
+        })
+        .collect();
+    let header = [
+        "ID",
+        "State",
+        "Started At",
+        "Finished At",
+        "User",
+        "Deployment",
+        "Description",
+        "Result",
+    ];
+    Table {
+        title: String::new(),
+        content: "tasks".into(),
+        header: header.map(String::from).to_vec(),
+        sections: rows,
+        sort: false,
+    }
+}
+
+/// What `bosh task ID` prints of task `id` that ended in `state` with the event log
+/// `lines`: the log itself (`--event`), or its output replayed as the task printed it; then
+/// `Succeeded` when it did.
+pub(super) fn task_output(id: &str, state: &str, lines: &[String], event: bool) -> String {
+    let mut text = if event {
+        lines.iter().map(|l| format!("{l}\n")).collect()
     } else {
-        let mut renderer = CliRenderer::new(Vec::new(), record.id);
+        let mut renderer = CliRenderer::new(Vec::new(), id);
         let _ = renderer.start();
-        for line in &lines {
+        for line in lines {
             if let Ok(event) = serde_json::from_str::<EventLine>(line) {
                 let _ = renderer.render(&event);
             }
         }
-        let _ = renderer.finish(&record.state);
-        out!("{}", String::from_utf8_lossy(&renderer.into_inner()));
+        let _ = renderer.finish(state);
+        String::from_utf8_lossy(&renderer.into_inner()).into_owned()
+    };
+    if state == "done" {
+        text.push_str("\nSucceeded\n");
     }
-    match record.state.as_str() {
-        "done" => {
-            out!("\nSucceeded\n");
-            ExitCode::SUCCESS
-        }
-        state => fail(&format!(
-            "Expected task '{}' to succeed but state is '{state}'",
-            record.id
-        )),
-    }
+    text
+}
+
+/// bosh-cli's error for a task that did not succeed.
+pub(super) fn task_failure(id: &str, state: &str) -> Option<String> {
+    (state != "done").then(|| format!("Expected task '{id}' to succeed but state is '{state}'"))
 }
 
 fn fail(message: &str) -> ExitCode {

@@ -295,5 +295,37 @@ async fn errands_run_through_kubectl_bosh_and_as_errand_runs_applied_with_kubect
         stderr.contains("Errand 'nope' doesn't exist in deployment 'hello'"),
         "{stderr}"
     );
-    ready_at(&deployments, "hello", &w, generation).await;
+    let deployed = ready_at(&deployments, "hello", &w, generation).await;
+
+    // The task history outlives the Events (deleted here, as their one-hour TTL would):
+    // each task is listed, and the update's output replays as it ran.
+    kubectl(cp, &["delete", "events", "--all", "-n", ns]);
+    let (ok, tasks, stderr) = kubectl_bosh(kubeconfig, ns, &["tasks", "hello", "--tty"]);
+    assert!(ok, "{tasks}\n{stderr}");
+    for description in [
+        "create deployment",
+        "update deployment",
+        "run errand smoke-test (ErrandRun hello-smoke-test-",
+        "run errand smoke (ErrandRun ",
+    ] {
+        assert!(
+            tasks.contains(description),
+            "no {description:?} in:\n{tasks}"
+        );
+    }
+    let update = deployed.status.unwrap().last_task.unwrap().id;
+    let (ok, replayed, stderr) = kubectl_bosh(kubeconfig, ns, &["task", &update]);
+    assert!(ok, "{replayed}\n{stderr}");
+    assert!(
+        replayed.starts_with(&format!("Task {update}")),
+        "{replayed}"
+    );
+    assert!(replayed.contains("Updating instance api"), "{replayed}");
+    assert!(replayed.ends_with("\nSucceeded\n"), "{replayed}");
+    let (ok, events, _) = kubectl_bosh(kubeconfig, ns, &["task", &update, "--event"]);
+    assert!(ok);
+    assert!(
+        events.lines().next().is_some_and(|l| l.starts_with('{')),
+        "{events}"
+    );
 }

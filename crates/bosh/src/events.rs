@@ -289,7 +289,7 @@ fn key_of(e: &StageEvent) -> TaskKey {
 /// duration and state.
 pub struct CliRenderer<W: Write> {
     out: W,
-    task_id: u64,
+    task_id: String,
     /// When each stage task was first seen (what a finished one's duration counts from).
     began: HashMap<TaskKey, i64>,
     /// The task whose line was printed last, to finish it in place.
@@ -299,11 +299,12 @@ pub struct CliRenderer<W: Write> {
 }
 
 impl<W: Write> CliRenderer<W> {
-    /// A renderer for task `task_id` writing to `out`.
-    pub fn new(out: W, task_id: u64) -> CliRenderer<W> {
+    /// A renderer for task `task_id` (a number for the Director and `kubosh`'s commands,
+    /// the controller's own ids otherwise) writing to `out`.
+    pub fn new(out: W, task_id: impl std::fmt::Display) -> CliRenderer<W> {
         CliRenderer {
             out,
-            task_id,
+            task_id: task_id.to_string(),
             began: HashMap::new(),
             last: None,
             span: None,
@@ -323,7 +324,7 @@ impl<W: Write> CliRenderer<W> {
 
     /// Prints one event.
     pub fn render(&mut self, line: &EventLine) -> std::io::Result<()> {
-        let id = self.task_id;
+        let id = self.task_id.clone();
         let time = match line {
             EventLine::Stage(e) => e.time,
             EventLine::Notice(n) => n.time,
@@ -406,7 +407,7 @@ impl<W: Write> CliRenderer<W> {
     /// Says the task ended in `state` (`done`, `error`, `cancelled`): its start, finish and
     /// duration when it had events, then the state.
     pub fn finish(&mut self, state: &str) -> std::io::Result<()> {
-        let id = self.task_id;
+        let id = self.task_id.clone();
         match self.span {
             Some((first, last)) => write!(
                 self.out,

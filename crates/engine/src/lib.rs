@@ -57,7 +57,7 @@ pub use error::{DiskInOtherCloud, Disposition, EngineError, PlanError, Unanswere
 pub use kubosh_artifacts::render::TemplateRenderer;
 pub use prepare::{DeployPlan, GroupPlan, PlanSummary};
 pub use progress::{
-    EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents, error as task_error,
+    EventLog, EventSink, InstanceName, Lost, Milestone, NoEvents, error as task_error, warning_line,
 };
 
 /// Produces the env entries a new VM's agent needs to reach the message bus (its NATS client

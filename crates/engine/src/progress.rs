@@ -320,7 +320,7 @@ pub fn warn(sink: &dyn EventSink, message: impl Into<String>) {
 }
 
 /// A warning line of the event log.
-fn warning_line(message: String) -> EventLine {
+pub fn warning_line(message: String) -> EventLine {
     EventLine::Notice(NoticeEvent {
         time: now(),
         kind: "warning".into(),

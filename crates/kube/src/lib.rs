@@ -15,4 +15,5 @@ pub mod names;
 pub mod ops_api;
 pub mod registry;
 pub mod state;
+pub mod task_history;
 pub mod variables;

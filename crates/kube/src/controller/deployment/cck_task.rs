@@ -17,10 +17,11 @@ use super::super::status;
 use super::DeploymentContext;
 use super::deploy_task::{DeployResult, acknowledge_requests, task_id};
 use super::materialise::request_of;
-use super::report::{clip, now, publish, write_status};
+use super::report::{clip, keep_history, now, publish, write_status};
 use crate::api::condition::RECONCILING;
 use crate::api::{Deployment, DeploymentStatus, ProblemStatus, TaskState, TaskSummary};
 use crate::state::KubeStore;
+use crate::task_history::TaskRecorder;
 use kubosh_engine::cck::{Problem, Resolution};
 use kubosh_engine::{CancellationToken, Engine};
 
@@ -90,8 +91,13 @@ pub(super) async fn run(ctx: &DeploymentContext, task: CckTask) -> DeployResult 
         &name,
         deployment.controller_owner_ref(&()),
     ));
-    let progress = Arc::new(DeployProgress::new());
-    let mut engine = ctx.engine(store.clone(), &namespace, progress, task.cancel.clone());
+    let recorder = Arc::new(TaskRecorder::new(Arc::new(DeployProgress::new())));
+    let mut engine = ctx.engine(
+        store.clone(),
+        &namespace,
+        recorder.clone(),
+        task.cancel.clone(),
+    );
     engine.named_clouds = task.inputs.named_clouds.clone();
     let started = std::time::Instant::now();
     let result = scan_or_resolve(ctx, &engine, &name, &task).await;
@@ -121,6 +127,9 @@ pub(super) async fn run(ctx: &DeploymentContext, task: CckTask) -> DeployResult 
         Some(before) => status::set_condition(&mut status.conditions, before),
         None => status.conditions.retain(|c| c.type_ != RECONCILING),
     }
+    let summary = status.last_task.as_ref();
+    let secrets = &task.inputs.secrets;
+    keep_history(ctx, deployment, summary, &recorder, secrets, true).await;
     acknowledge_requests(ctx, deployment, &store, status, task.pending, ended).await;
     ended
 }

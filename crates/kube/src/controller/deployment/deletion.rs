@@ -17,12 +17,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::super::progress::DeployProgress;
+use super::deploy_task::task_id;
 use super::ledger::{Outcome, TaskKind};
-use super::report::{publish, reasons, set_trio, write_status};
+use super::report::{keep_history, now, publish, reasons, set_trio, write_status};
 use super::{DeploymentContext, DeploymentError};
-use crate::api::{DeletionPolicy, Deployment, DeploymentStatus};
+use crate::api::{DeletionPolicy, Deployment, DeploymentStatus, TaskState, TaskSummary};
 use crate::deployed_spec::DeployedSpec;
 use crate::state::KubeStore;
+use crate::task_history::TaskRecorder;
 use kubosh_engine::CancellationToken;
 use kubosh_engine::delete::DiskDisposal;
 
@@ -136,12 +138,16 @@ async fn run_delete(
     // No owner: disks kept as orphans outlive the resource (ownerReferences would let the
     // garbage collector drop their records and leak them in the cloud).
     let store = Arc::new(KubeStore::new(ctx.client.clone(), &namespace, &name, None));
-    let mut engine = ctx.engine(
-        store.clone(),
-        &namespace,
-        Arc::new(DeployProgress::new()),
-        cancel,
-    );
+    let recorder = TaskRecorder::new(Arc::new(DeployProgress::new()));
+    let recorder = Arc::new(recorder);
+    let mut task = TaskSummary {
+        id: task_id(),
+        state: TaskState::Processing,
+        description: "delete deployment".into(),
+        started: Some(now()),
+        ..TaskSummary::default()
+    };
+    let mut engine = ctx.engine(store.clone(), &namespace, recorder.clone(), cancel);
     engine.named_clouds = ctx.named_clouds(&namespace).await?;
     // The state `ConfigMap` and the deployed spec have no owner: they go with the
     // deletion's success.
@@ -155,6 +161,16 @@ async fn run_delete(
         Ok::<_, String>(report)
     }
     .await;
+    task.finished = Some(now());
+    task.state = match &deleted {
+        Ok(_) => TaskState::Succeeded,
+        Err(e) => {
+            task.error = Some(e.clone());
+            TaskState::Failed
+        }
+    };
+    // Not owned: it would go with the deployment it tells of.
+    keep_history(ctx, deployment, Some(&task), &recorder, &[], false).await;
     match deleted {
         Ok(report) => {
             let note = format!(

@@ -18,10 +18,11 @@ use super::DeploymentContext;
 use super::instances::{count_instances, write_instance_statuses};
 use super::ledger::{Attempt, Outcome};
 use super::materialise::{MaterialiseError, request_of};
-use super::report::{clip, now, publish, reasons, set_trio, write_status};
+use super::report::{clip, keep_history, now, publish, reasons, set_trio, write_status};
 use super::task_progress::ProgressWriter;
 use crate::api::{Deployment, DeploymentStatus, TaskState, TaskSummary};
 use crate::state::KubeStore;
+use crate::task_history::TaskRecorder;
 use kubosh_core::plan::changes::Requests;
 use kubosh_engine::deploy::DeployReport;
 use kubosh_engine::{
@@ -231,7 +232,8 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         )
         .reusing(ctx.left_behind.clone(), &uid),
     );
-    let mut engine = ctx.engine(store.clone(), &namespace, progress.clone(), cancel);
+    let recorder = Arc::new(TaskRecorder::new(progress.clone()));
+    let mut engine = ctx.engine(store.clone(), &namespace, recorder.clone(), cancel);
     engine.named_clouds = inputs.named_clouds.clone();
     let status = Arc::new(tokio::sync::Mutex::new(status));
     let inputs = Arc::new(inputs);
@@ -284,6 +286,8 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         }
         None => conclude(ctx, deployment, &inputs, status, attempt, result, elapsed).await,
     };
+    let task = status.last_task.as_ref();
+    keep_history(ctx, deployment, task, &recorder, &inputs.secrets, true).await;
     acknowledge_requests(ctx, deployment, &store, status, pending, ended).await;
     ended
 }

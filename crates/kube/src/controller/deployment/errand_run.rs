@@ -23,14 +23,17 @@ use super::super::inputs::{self, Inputs};
 use super::super::progress::DeployProgress;
 use super::super::status;
 use super::DeploymentContext;
+use super::deploy_task::task_id;
 use super::ledger::InputsKey;
 use super::materialise::request_of;
-use super::report::{clip, now};
+use super::report::{clip, keep_history, now};
 use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{
     Deployment, ErrandInstanceResult, ErrandPhase, ErrandRun, ErrandRunStatus, TaskState,
+    TaskSummary,
 };
 use crate::state::KubeStore;
+use crate::task_history::TaskRecorder;
 use kubosh_engine::CancellationToken;
 use kubosh_engine::errand::ErrandOutcome;
 
@@ -95,7 +98,7 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     if status.phase == Some(ErrandPhase::Running) {
-        conclude(&ctx, &run, status, Ended::Interrupted).await?;
+        let _ = conclude(&ctx, &run, status, Ended::Interrupted).await?;
         return Ok(Action::await_change());
     }
     let namespace = run.namespace().unwrap_or_default();
@@ -114,7 +117,7 @@ pub async fn reconcile(
             return Ok(Action::requeue(WAIT_POLL));
         }
         Some(Ok(refused)) => {
-            conclude(&ctx, &run, status, Ended::Failed(refused)).await?;
+            let _ = conclude(&ctx, &run, status, Ended::Failed(refused)).await?;
             return Ok(Action::await_change());
         }
         None => {}
@@ -236,10 +239,28 @@ async fn run_task(
         tracing::warn!(error = %e, "cannot write the errand run's status");
     }
     publish(ctx, run, EventType::Normal, "ErrandStarted", message).await;
-    let ended = errand(ctx, run, deployment, &mut status, &cancel).await;
-    if let Err(e) = conclude(ctx, run, status, ended).await {
-        tracing::warn!(error = %e, "cannot write the errand run's end");
+    let recorder = Arc::new(TaskRecorder::new(Arc::new(DeployProgress::new())));
+    let mut task = TaskSummary {
+        id: task_id(),
+        state: TaskState::Processing,
+        description: format!(
+            "run errand {} (ErrandRun {})",
+            run.spec.errand,
+            run.name_any()
+        ),
+        started: Some(now()),
+        ..TaskSummary::default()
+    };
+    let ended = errand(ctx, run, deployment, &mut status, (&cancel, &recorder)).await;
+    task.finished = Some(now());
+    match conclude(ctx, run, status, ended).await {
+        Ok(ended) => {
+            task.state = ended.0;
+            task.error = ended.1;
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot write the errand run's end"),
     }
+    keep_history(ctx, deployment, Some(&task), &recorder, &[], true).await;
 }
 
 /// The run itself: the deployment's inputs read (for a `lifecycle: errand` group, for
@@ -249,7 +270,7 @@ async fn errand(
     run: &ErrandRun,
     deployment: &Deployment,
     status: &mut ErrandRunStatus,
-    cancel: &CancellationToken,
+    (cancel, recorder): (&CancellationToken, &Arc<TaskRecorder>),
 ) -> Ended {
     let namespace = deployment.namespace().unwrap_or_default();
     let name = deployment.name_any();
@@ -274,8 +295,7 @@ async fn errand(
             &deployment.uid().unwrap_or_default(),
         ),
     );
-    let progress = Arc::new(DeployProgress::new());
-    let mut engine = ctx.engine(store.clone(), &namespace, progress, cancel.clone());
+    let mut engine = ctx.engine(store.clone(), &namespace, recorder.clone(), cancel.clone());
     let lifecycle = inputs.as_ref().filter(|i| {
         (i.documents.document.0.instance_groups.iter()).any(|g| g.name == *errand && g.is_errand())
     });
@@ -353,13 +373,13 @@ async fn succeeded_before(
         .map(|(_, name)| name)
 }
 
-/// Writes how the run ended and publishes it.
+/// Writes how the run ended and publishes it; the state and error of its task.
 async fn conclude(
     ctx: &DeploymentContext,
     run: &ErrandRun,
     mut status: ErrandRunStatus,
     ended: Ended,
-) -> Result<(), kube::Error> {
+) -> Result<(TaskState, Option<String>), kube::Error> {
     let errand = &run.spec.errand;
     status.finished = Some(now());
     let (phase, reason, message) = match ended {
@@ -421,8 +441,11 @@ async fn conclude(
         true => (EventType::Normal, "ErrandSucceeded"),
         false => (EventType::Warning, "ErrandFailed"),
     };
-    publish(ctx, run, kind, event, message).await;
-    Ok(())
+    publish(ctx, run, kind, event, message.clone()).await;
+    Ok(match succeeded {
+        true => (TaskState::Succeeded, None),
+        false => (TaskState::Failed, Some(message)),
+    })
 }
 
 /// Each instance's run as the status keeps it: sorted, its output's tails within

@@ -45,7 +45,6 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
 use super::inputs;
-use super::progress::DeployProgress;
 use crate::api::Deployment;
 use crate::lock::{LeaseLocks, Process};
 use crate::registry::KubeRegistries;
@@ -203,7 +202,7 @@ impl DeploymentContext {
         &self,
         store: Arc<KubeStore>,
         namespace: &str,
-        events: Arc<DeployProgress>,
+        events: Arc<dyn kubosh_engine::EventSink>,
         cancel: CancellationToken,
     ) -> Engine {
         let locks = self.locks(namespace);

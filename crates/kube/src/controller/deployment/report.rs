@@ -98,3 +98,48 @@ pub(super) fn now() -> Time {
     let ts = k8s_openapi::jiff::Timestamp::now();
     Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
 }
+
+/// Keeps `task` (as the status summarises it) with the log `recorder` kept, owned by the
+/// deployment (`owned`; a deletion's is not, or it would go with the deployment), scrubbed
+/// of `secrets`.
+pub(super) async fn keep_history(
+    ctx: &DeploymentContext,
+    deployment: &Deployment,
+    task: Option<&crate::api::TaskSummary>,
+    recorder: &crate::task_history::TaskRecorder,
+    secrets: &[String],
+    owned: bool,
+) {
+    use crate::api::TaskState;
+    let Some(task) = task else { return };
+    let seconds = |t: Option<&Time>| t.map_or(0, |t| t.0.as_second());
+    let entry = crate::task_history::TaskEntry {
+        id: task.id.clone(),
+        description: task.description.clone(),
+        deployment: kube::ResourceExt::name_any(deployment),
+        state: match task.state {
+            TaskState::Succeeded => "done",
+            TaskState::Failed => "error",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Queued => "queued",
+            TaskState::Processing => "processing",
+        }
+        .into(),
+        started_at: seconds(task.started.as_ref()),
+        finished_at: seconds(task.finished.as_ref()),
+        error: task.error.clone(),
+    };
+    let owner = owned
+        .then(|| deployment.controller_owner_ref(&()))
+        .flatten();
+    let namespace = kube::ResourceExt::namespace(deployment).unwrap_or_default();
+    crate::task_history::keep(
+        &ctx.client,
+        &namespace,
+        owner,
+        &entry,
+        &recorder.log(),
+        secrets,
+    )
+    .await;
+}
