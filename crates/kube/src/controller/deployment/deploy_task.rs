@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
 
 use super::super::inputs::Inputs;
 use super::super::progress::DeployProgress;
@@ -223,15 +223,7 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
     let status = starting_status(ctx, deployment, quiet, &announcement).await;
     let progress = Arc::new(DeployProgress::new());
     let uid = deployment.uid().unwrap_or_default();
-    let store = Arc::new(
-        KubeStore::new(
-            ctx.client.clone(),
-            &namespace,
-            &deployment.name_any(),
-            deployment.controller_owner_ref(&()),
-        )
-        .reusing(ctx.left_behind.clone(), &uid),
-    );
+    let store = ctx.deploy_store(deployment);
     let recorder = Arc::new(TaskRecorder::new(progress.clone()));
     let mut engine = ctx.engine(store.clone(), &namespace, recorder.clone(), cancel);
     engine.named_clouds = inputs.named_clouds.clone();

@@ -32,7 +32,6 @@ use crate::api::{
     Deployment, ErrandInstanceResult, ErrandPhase, ErrandRun, ErrandRunStatus, TaskState,
     TaskSummary,
 };
-use crate::state::KubeStore;
 use crate::task_history::TaskRecorder;
 use kubosh_engine::CancellationToken;
 use kubosh_engine::errand::ErrandOutcome;
@@ -283,18 +282,7 @@ async fn errand(
     {
         return Ended::Skipped(earlier);
     }
-    let store = Arc::new(
-        KubeStore::new(
-            ctx.client.clone(),
-            &namespace,
-            &name,
-            deployment.controller_owner_ref(&()),
-        )
-        .reusing(
-            ctx.left_behind.clone(),
-            &deployment.uid().unwrap_or_default(),
-        ),
-    );
+    let store = ctx.deploy_store(deployment);
     let mut engine = ctx.engine(store.clone(), &namespace, recorder.clone(), cancel.clone());
     let lifecycle = inputs.as_ref().filter(|i| {
         (i.documents.document.0.instance_groups.iter()).any(|g| g.name == *errand && g.is_errand())

@@ -196,6 +196,19 @@ impl DeploymentContext {
         }
     }
 
+    /// The store of a task that deploys `deployment` (its records owned by it), starting
+    /// from what its last deploy left and leaving its own for the next.
+    pub(crate) fn deploy_store(&self, deployment: &Deployment) -> Arc<KubeStore> {
+        let store = KubeStore::new(
+            self.client.clone(),
+            &deployment.namespace().unwrap_or_default(),
+            &deployment.name_any(),
+            kube::Resource::controller_owner_ref(deployment, &()),
+        );
+        let uid = deployment.uid().unwrap_or_default();
+        Arc::new(store.reusing(self.left_behind.clone(), &uid))
+    }
+
     /// The engine of one task on deployment `name`: its own store, locks, progress and
     /// cancellation.
     pub(crate) fn engine(
