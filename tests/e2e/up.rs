@@ -159,6 +159,11 @@ impl Ended {
             "{context}"
         );
         assert_eq!(out.matches(":8080 says 'Hello, ").count(), 2, "{context}");
+        // Its ops API is registered with kube-apiserver (kubectl bosh logs, ssh).
+        assert!(
+            out.contains("the ops API (kubectl bosh logs, ssh) is served at"),
+            "{context}"
+        );
         assert!(
             out.contains(&format!(
                 "export KUBECONFIG={}",

@@ -240,7 +240,7 @@ impl Supervisor {
             log.display()
         ));
         stack
-            .start_controller(NAMESPACE)
+            .start_controller(NAMESPACE, &ops_api_args(stack))
             .map_err(|e| format!("cannot start kubosh controller again: {e}"))
     }
 }
@@ -292,12 +292,13 @@ async fn converge(
     }
     let controller_started = std::time::SystemTime::now();
     stack
-        .start_controller(NAMESPACE)
+        .start_controller(NAMESPACE, &ops_api_args(stack))
         .map_err(|e| e.to_string())?;
     say.line(&format!(
         "started kubosh controller (namespace {NAMESPACE}; log: {})",
         layout.controller_log().display()
     ));
+    register_ops_api(&client, stack.ports().ops_api, say).await;
     let cp = stack
         .control_plane()
         .ok_or("the control plane is not running")?;
@@ -323,6 +324,35 @@ async fn converge(
         errand,
         stack.ports().metrics,
     ))
+}
+
+/// The controller's ops API arguments: served on every address (kube-apiserver reaches it at
+/// this machine's address), its certificate made for the Service `register_local` creates.
+fn ops_api_args(stack: &Stack) -> Vec<String> {
+    use kubosh_kube::ops_api::register::SERVICE;
+    vec![
+        "--ops-api-bind-address".into(),
+        format!("0.0.0.0:{}", stack.ports().ops_api),
+        "--ops-api-service".into(),
+        format!("{NAMESPACE}/{SERVICE}"),
+    ]
+}
+
+/// Registers the controller's ops API with kube-apiserver (`kubectl bosh logs`, `ssh`); a
+/// failure only says so: the demo runs without them.
+async fn register_ops_api(client: &kube::Client, port: u16, say: Say) {
+    use kubosh_kube::ops_api::register::register_local;
+    let Some(address) = kubosh_devenv::host_address() else {
+        say.line("no address on a default route: kubectl bosh logs and ssh are not available");
+        return;
+    };
+    let within = Duration::from_secs(60);
+    match register_local(client, NAMESPACE, address, port, None, within).await {
+        Ok(()) => say.line(&format!(
+            "the ops API (kubectl bosh logs, ssh) is served at {address}:{port}"
+        )),
+        Err(e) => say.line(&format!("kubectl bosh logs and ssh are not available: {e}")),
+    }
 }
 
 /// What the example needs on this machine besides kubosh: `ruby` renders job templates

@@ -76,7 +76,7 @@ impl Report {
             text.push_str("The errand failed: `kubectl describe errandrun` tells more.\n");
         }
         text.push_str(&format!(
-            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n  kubectl get errandruns\nRun the errand again: kubectl create -f examples/local/smoke-tests.yaml, or kubectl bosh run-errand hello smoke-tests\n  (kubectl bosh is kubosh as kubectl-bosh on PATH: ln -s \"$(command -v kubosh)\" ~/.local/bin/kubectl-bosh)\n\nThe controller's metrics: curl http://127.0.0.1:{}/metrics\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
+            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n  kubectl get errandruns\nRun the errand again: kubectl create -f examples/local/smoke-tests.yaml, or kubectl bosh run-errand hello smoke-tests\nLogs and a shell: kubectl bosh logs hello web/0, kubectl bosh ssh hello web/0\n  (kubectl bosh is kubosh as kubectl-bosh on PATH: ln -s \"$(command -v kubosh)\" ~/.local/bin/kubectl-bosh)\n\nThe controller's metrics: curl http://127.0.0.1:{}/metrics\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
             self.namespace,
             layout.kubeconfig().display(),
             self.metrics_port,

@@ -27,6 +27,11 @@ pub struct DemoPorts {
     /// the example's jobs listen on.
     #[serde(default)]
     pub metrics: u16,
+    /// The controller's ops API (`kubectl bosh logs`, `ssh`), on every address so
+    /// kube-apiserver reaches it at this machine's address (0 in a file of a run before it
+    /// had one: then a fresh one).
+    #[serde(default)]
+    pub ops_api: u16,
 }
 
 /// Why the ports could not be chosen.
@@ -68,6 +73,7 @@ impl DemoPorts {
             last.map(|l| l.etcd_peer),
             last.map(|l| l.apiserver),
             last.map(|l| l.metrics),
+            last.map(|l| l.ops_api),
         ];
         for port in previous {
             let port = match port.filter(|&p| is_free(p) && !chosen.contains(&p)) {
@@ -82,6 +88,7 @@ impl DemoPorts {
             etcd_peer: chosen[2],
             apiserver: chosen[3],
             metrics: chosen[4],
+            ops_api: chosen[5],
         };
         let json = serde_json::to_vec_pretty(&ports).map_err(|e| failed(e.into()))?;
         std::fs::write(file, json).map_err(failed)?;
@@ -104,13 +111,14 @@ impl DemoPorts {
     }
 
     /// All of them, for checks that nothing listens any more.
-    pub fn all(&self) -> [u16; 5] {
+    pub fn all(&self) -> [u16; 6] {
         [
             self.etcd_client,
             self.etcd_peer,
             self.apiserver,
             self.nats,
             self.metrics,
+            self.ops_api,
         ]
     }
 }
@@ -126,5 +134,5 @@ fn fresh(taken: &[u16]) -> io::Result<u16> {
 }
 
 fn is_free(port: u16) -> bool {
-    TcpListener::bind(("127.0.0.1", port)).is_ok()
+    TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("0.0.0.0", port)).is_ok()
 }

@@ -170,10 +170,11 @@ impl Stack {
         Ok(stack)
     }
 
-    /// Starts `kubosh controller` for `namespace` with the director's configuration, its log
-    /// (`$KUBOSH_LOG`, else `info`) appended to the state directory's `controller.log`. Its identity is fixed, so a
-    /// controller of the next run takes over the last one's Lease and locks at once.
-    pub fn start_controller(&mut self, namespace: &str) -> Result<(), DemoError> {
+    /// Starts `kubosh controller` for `namespace` with the director's configuration and
+    /// `more` arguments, its log (`$KUBOSH_LOG`, else `info`) appended to the state
+    /// directory's `controller.log`. Its identity is fixed, so a controller of the next run
+    /// takes over the last one's Lease and locks at once.
+    pub fn start_controller(&mut self, namespace: &str, more: &[String]) -> Result<(), DemoError> {
         let mut cmd = Command::new(&self.kubosh);
         cmd.arg("controller")
             .arg("-d")
@@ -181,6 +182,7 @@ impl Stack {
             .args(["-n", namespace, "--identity", "kubosh-up"])
             .arg("--metrics-bind-address")
             .arg(format!("127.0.0.1:{}", self.ports.metrics))
+            .args(more)
             .env("KUBECONFIG", self.layout.kubeconfig())
             .env(
                 "KUBOSH_LOG",
