@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use futures::AsyncReadExt as _;
+use kubosh_base::pki::RsaKey;
+use kubosh_bosh::agent::protocol::SshUser;
+use kubosh_engine::ssh::SshHost;
 use kubosh_kube::ops_api::{GROUP, RESOURCE, VERSION};
 use serde_json::json;
 
@@ -127,8 +130,8 @@ pub(super) async fn ssh(
     namespace: &str,
     args: &SshArgs,
 ) -> Result<Option<String>, String> {
-    let key = kubosh_base::pki::RsaKey::generate(2048).map_err(|e| e.to_string())?;
-    let user = format!("bosh_{}", kubosh_base::ids::random_hex(7));
+    let (user, key) = one_time_user()?;
+    let user = user.as_str().to_string();
     let uri = path(namespace, &args.deployment, "ssh");
     let post = |body: serde_json::Value| {
         http::Request::post(uri.clone())
@@ -143,6 +146,14 @@ pub(super) async fn ssh(
     let answer = client.request_text(setup).await.map_err(refused)?;
     let hosts: kubosh_kube::ops_api::SshHosts =
         serde_json::from_str(&answer).map_err(|e| format!("the ops API answered: {e}"))?;
+    let hosts: Vec<SshHost> = (hosts.hosts.into_iter())
+        .map(|h| SshHost {
+            instance: h.instance,
+            ip: h.ip,
+            host_public_key: h.host_public_key,
+            local_root: h.local_root,
+        })
+        .collect();
     let ran = sessions(&hosts, &user, &key, args.command.as_deref());
     let cleanup = post(json!({"command": "cleanup", "instance": args.instance, "user": user}))?;
     if let Err(e) = client.request_text(cleanup).await {
@@ -154,17 +165,25 @@ pub(super) async fn ssh(
     ran
 }
 
+/// A one-time user name (`bosh_` and random hex, as bosh-cli makes them) and its key pair.
+pub(super) fn one_time_user() -> Result<(SshUser, RsaKey), String> {
+    let name = format!("bosh_{}", kubosh_base::ids::random_hex(7));
+    let user = SshUser::new(&name).ok_or_else(|| format!("'{name}' is not a user name"))?;
+    let key = RsaKey::generate(2048).map_err(|e| e.to_string())?;
+    Ok((user, key))
+}
+
 /// Runs the sessions; why one failed, if one did.
-fn sessions(
-    hosts: &kubosh_kube::ops_api::SshHosts,
+pub(super) fn sessions(
+    hosts: &[SshHost],
     user: &str,
-    key: &kubosh_base::pki::RsaKey,
+    key: &RsaKey,
     command: Option<&str>,
 ) -> Result<Option<String>, String> {
-    if command.is_none() && hosts.hosts.len() != 1 {
+    if command.is_none() && hosts.len() != 1 {
         return Err(format!(
             "Interactive SSH only works for a single host at a time ({} instances chosen): give GROUP/INDEX, or -c",
-            hosts.hosts.len()
+            hosts.len()
         ));
     }
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -172,8 +191,8 @@ fn sessions(
     let pem = key.private_pkcs1_pem().map_err(|e| e.to_string())?;
     write_private(&key_file, &pem).map_err(|e| e.to_string())?;
     let mut failed = None;
-    for host in &hosts.hosts {
-        if command.is_some() && hosts.hosts.len() > 1 {
+    for host in hosts {
+        if command.is_some() && hosts.len() > 1 {
             out::progress(format_args!("{}:\n", host.instance));
         }
         let status = match host.local_root.as_deref().filter(|r| Path::new(r).is_dir()) {
@@ -203,7 +222,7 @@ fn local_shell(root: &str, command: Option<&str>) -> std::io::Result<std::proces
 
 /// `ssh` to the instance with the one-time key, its host key pinned when the agent said it.
 fn remote_shell(
-    host: &kubosh_kube::ops_api::SshHostAnswer,
+    host: &SshHost,
     user: &str,
     key_file: &Path,
     scratch: &Path,

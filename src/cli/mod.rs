@@ -19,6 +19,7 @@ mod out;
 mod release;
 mod run_errand;
 mod signals;
+mod ssh;
 mod stemcell;
 mod table;
 mod tasks;
@@ -89,6 +90,9 @@ enum Command {
     /// `bosh run-errand`: runs an errand colocated on a deployment's instances (a job with
     /// `bin/run`), prints each instance's exit code, stdout and stderr.
     RunErrand(run_errand::RunErrandArgs),
+    /// `bosh ssh`: a session on an instance (on the local cloud, a shell in its VM's
+    /// directory), or `-c` a command on each chosen instance, with a one-time user and key.
+    Ssh(ssh::SshArgs),
     /// `bosh tasks --recent`: the director's newest tasks, from its task history.
     Tasks(tasks::TasksArgs),
     /// `bosh task ID`: a task's output, replayed from its event log (`--event`: the log).
@@ -160,6 +164,7 @@ pub fn main() -> ExitCode {
         Command::Instances(args) => instances::run(&args),
         Command::Logs(args) => logs::run(&args),
         Command::RunErrand(args) => run_errand::run(&args),
+        Command::Ssh(args) => ssh::run(&args),
         Command::Tasks(args) => tasks::run_tasks(&args),
         Command::Task(args) => tasks::run_task(&args),
         Command::Controller(args) => controller::run_controller(&args),

@@ -291,6 +291,21 @@ async fn plan_and_deploy_run_the_engine_as_a_command() {
     }
     assert_eq!(w.calls(), calls, "logs called the cloud");
 
+    // `kubosh ssh` on the local cloud: `-c` runs in the VM's directory with the one-time
+    // user set up there, removed after; no cloud call.
+    let (ok, stdout, stderr) =
+        w.output(w.director_command(&["ssh", "hello", "web/0", "-c", "pwd; ls bosh_ssh"]));
+    assert!(ok, "ssh failed:\n{stdout}\n{stderr}");
+    let state = w.state().await;
+    let web0 = (state.instances.values())
+        .find(|i| i.group == "web" && i.index == 0)
+        .unwrap();
+    let root = std::fs::canonicalize(w.vm_root(&web0.vm.as_ref().unwrap().cid)).unwrap();
+    assert!(stdout.contains(&root.display().to_string()), "{stdout}");
+    assert!(stdout.contains("bosh_"), "{stdout}");
+    assert_eq!(std::fs::read_dir(root.join("bosh_ssh")).unwrap().count(), 0);
+    assert_eq!(w.calls(), calls, "ssh called the cloud");
+
     // `kubosh run-errand`: the colocated errand on api asks both web instances; each says
     // hello; bosh-cli's summary, exit 0.
     let errand = |w: &World| {

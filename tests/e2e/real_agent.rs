@@ -467,10 +467,11 @@ async fn deployed_left_alone_updated_scaled_and_removed(w: &World, driver: &Driv
     );
 }
 
-/// `kubosh run-errand` and `kubosh logs` against the real bosh-agent: its `run_errand`
-/// answers the errand's exit code and output (the dummy platform starts no job process, so
-/// the smoke test finds no web instance answering and fails, which is what it should say),
-/// and its `fetch_logs` tarball arrives through the blobstore.
+/// `kubosh run-errand`, `kubosh logs` and `kubosh ssh` against the real bosh-agent: its
+/// `run_errand` answers the errand's exit code and output (the dummy platform starts no job
+/// process, so the smoke test finds no web instance answering and fails, which is what it
+/// should say), its `fetch_logs` tarball arrives through the blobstore, and its `ssh` sets a
+/// one-time user up and cleans it up.
 fn day_two_on_the_real_agent(w: &World) {
     let kubosh = |args: &[&str]| w.output(w.director_command(args));
     let (ok, stdout, stderr) = kubosh(&["run-errand", "hello", "smoke-test"]);
@@ -504,6 +505,14 @@ fn day_two_on_the_real_agent(w: &World) {
         archive.entries().unwrap().all(|e| e.is_ok()),
         "a readable tarball"
     );
+    // `ssh`: the real agent sets the one-time user up and answers its address and host key
+    // (the dummy platform's); no sshd runs there, so the session itself fails to connect,
+    // and the user is cleaned up after.
+    let (ok, stdout, stderr) = kubosh(&["ssh", "hello", "web/0", "-c", "true"]);
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(stderr.contains("Running SSH on web/"), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("Action Failed"), "{stderr}");
+    assert!(!stderr.contains("was not removed"), "{stderr}");
 }
 
 /// Reboots a VM through the CPI (`reboot_vm`), as `bosh cck` does.
