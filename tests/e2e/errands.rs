@@ -5,7 +5,6 @@
 //! Argo CD and kstatus give a PostSync hook. Real kube-apiserver, nats-server, local cloud,
 //! kubosh agents, the real kubectl finding the plugin on PATH.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -15,7 +14,7 @@ use crate::controller::{
     apply_deployment, apply_inputs, control_plane, deployment_object, gitops_verdicts_of, kubectl,
     ready_at, start_replica_with, stored_state,
 };
-use crate::director_world::{KUBOSH, World, hello_deployment, text};
+use crate::director_world::{World, hello_deployment};
 use kubosh_kube::api::{Deployment, ErrandPhase, ErrandRun, Instance, labels};
 
 /// `hello` (two `web` instances greeting "Hello"), an `api` instance with the smoke test
@@ -41,26 +40,9 @@ fn manifest(port: u16, expect: &str) -> Value {
     manifest
 }
 
-/// `kubectl bosh <args>` in `ns`, the plugin being the kubosh binary on PATH: whether it
-/// succeeded, stdout, stderr.
+/// `kubectl bosh <args>` in `ns` as the admin.
 fn kubectl_bosh(kubeconfig: &std::path::Path, ns: &str, args: &[&str]) -> (bool, String, String) {
-    let plugins = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(KUBOSH, plugins.path().join("kubectl-bosh")).unwrap();
-    let path = format!(
-        "{}:{}",
-        plugins.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new(kubosh_devenv::binary("kubectl").unwrap())
-        .arg("bosh")
-        .args(args)
-        .args(["-n", ns])
-        .env("KUBECONFIG", kubeconfig)
-        .env("PATH", &path)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&out);
-    (out.status.success(), stdout, stderr)
+    crate::kubectl_plugin::kubectl_bosh(kubeconfig, None, ns, args)
 }
 
 /// Waits (at most 300 s) until `ErrandRun` `name` ended; it.

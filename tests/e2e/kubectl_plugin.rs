@@ -11,6 +11,42 @@ use kubosh_kube::api::{
 use crate::controller::control_plane;
 use crate::director_world::{KUBOSH, text};
 
+/// The plugin as `kubectl-bosh` on a `PATH` (a symlink to the kubosh binary in the
+/// directory returned, which must live as long as the `PATH` is used).
+pub(crate) fn plugin_on_path() -> (tempfile::TempDir, String) {
+    let plugins = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(KUBOSH, plugins.path().join("kubectl-bosh")).unwrap();
+    let path = format!(
+        "{}:{}",
+        plugins.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (plugins, path)
+}
+
+/// `kubectl bosh <args> -n <ns>` with `kubeconfig` (as its `context`, when given), the
+/// plugin on `PATH`: success, stdout, stderr.
+pub(crate) fn kubectl_bosh(
+    kubeconfig: &std::path::Path,
+    context: Option<&str>,
+    ns: &str,
+    args: &[&str],
+) -> (bool, String, String) {
+    let (_plugins, path) = plugin_on_path();
+    let mut kubectl = Command::new(kubosh_devenv::binary("kubectl").unwrap());
+    kubectl.arg("bosh").args(args).args(["-n", ns]);
+    if let Some(context) = context {
+        kubectl.args(["--context", context]);
+    }
+    let out = kubectl
+        .env("KUBECONFIG", kubeconfig)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    (out.status.success(), stdout, stderr)
+}
+
 fn instance(deployment: &str, group: &str, index: i32, ip: &str) -> Instance {
     let mut i = Instance::new(
         &format!("{deployment}-{group}-{index}"),
@@ -61,14 +97,7 @@ async fn kubectl_bosh_instances_lists_a_deployments_instances() {
             .await
             .unwrap();
     }
-    // The plugin is `kubectl-bosh` on PATH: here a symlink to the kubosh binary.
-    let plugins = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(KUBOSH, plugins.path().join("kubectl-bosh")).unwrap();
-    let path = format!(
-        "{}:{}",
-        plugins.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let (_plugins, path) = plugin_on_path();
     let kubectl = kubosh_devenv::binary("kubectl").unwrap();
     let run = |args: &[&str]| {
         let out = Command::new(&kubectl)

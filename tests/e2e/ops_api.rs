@@ -18,7 +18,7 @@ use crate::controller::{
     apply_deployment, apply_inputs, control_plane, deployment_object, kubectl, ready_at,
     start_replica_with, stored_state,
 };
-use crate::director_world::{KUBOSH, World, hello_deployment, text};
+use crate::director_world::{World, hello_deployment};
 use kubosh_kube::api::Deployment;
 use kubosh_kube::ops_api::register;
 
@@ -29,23 +29,7 @@ fn kubectl_bosh(
     ns: &str,
     args: &[&str],
 ) -> (bool, String, String) {
-    let plugins = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(KUBOSH, plugins.path().join("kubectl-bosh")).unwrap();
-    let path = format!(
-        "{}:{}",
-        plugins.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new(kubosh_devenv::binary("kubectl").unwrap())
-        .arg("bosh")
-        .args(args)
-        .args(["--context", context, "-n", ns])
-        .env("KUBECONFIG", kubeconfig)
-        .env("PATH", &path)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&out);
-    (out.status.success(), stdout, stderr)
+    crate::kubectl_plugin::kubectl_bosh(kubeconfig, Some(context), ns, args)
 }
 
 /// The entries of a `.tgz`.

@@ -135,14 +135,7 @@ pub fn server_config(
     key_pem: &str,
     alpn: &[&[u8]],
 ) -> Result<ServerConfig, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| TlsError::NoServerCert)?;
-    if certs.is_empty() {
-        return Err(TlsError::NoServerCert);
-    }
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| TlsError::BadServerKey)?;
+    let (certs, key) = server_identity(cert_pem, key_pem)?;
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
@@ -165,14 +158,7 @@ pub fn server_config_for_clients_of(
     client_ca_pem: &str,
     allowed_names: Vec<String>,
 ) -> Result<ServerConfig, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| TlsError::NoServerCert)?;
-    if certs.is_empty() {
-        return Err(TlsError::NoServerCert);
-    }
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| TlsError::BadServerKey)?;
+    let (certs, key) = server_identity(cert_pem, key_pem)?;
     let roots = Arc::new(root_store(client_ca_pem)?);
     let inner = WebPkiClientVerifier::builder_with_provider(roots, provider())
         .build()
@@ -189,6 +175,22 @@ pub fn server_config_for_clients_of(
         .map_err(|e| TlsError::Config(e.to_string()))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// A server's certificate chain and key from PEM (their content never in an error).
+fn server_identity(
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| TlsError::NoServerCert)?;
+    if certs.is_empty() {
+        return Err(TlsError::NoServerCert);
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| TlsError::BadServerKey)?;
+    Ok((certs, key))
 }
 
 /// WebPKI client verification followed by a check of the client's common name.

@@ -49,6 +49,31 @@ pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) {
     }
 }
 
+/// Sets the kstatus trio (`Ready`, `Reconciling`, `Stalled`: each its value, reason and
+/// message) in `conditions` for `generation`, messages clipped to what a condition holds.
+pub fn set_trio(
+    conditions: &mut Vec<Condition>,
+    generation: Option<i64>,
+    ready: (bool, &str, &str),
+    reconciling: (bool, &str, &str),
+    stalled: (bool, &str, &str),
+) {
+    for (kind, (value, reason, message)) in [
+        (READY, ready),
+        (RECONCILING, reconciling),
+        (STALLED, stalled),
+    ] {
+        let message = kubosh_base::secret::excerpt(message, MAX_MESSAGE);
+        set_condition(
+            conditions,
+            condition(kind, value, reason, &message, generation),
+        );
+    }
+}
+
+/// Longest condition message kubosh writes (the apiserver allows 32 KiB).
+pub const MAX_MESSAGE: usize = 4096;
+
 /// The kstatus trio for a finished reconcile: Ready, or Stalled with `reason`.
 pub fn outcome(
     conditions: &mut Vec<Condition>,

@@ -6,15 +6,11 @@
 use std::sync::Arc;
 
 use http::{Response, StatusCode};
-use kube::api::Api;
 use kubosh_engine::logs::{LogsRequest, write_archive};
 use kubosh_transport::https_server::{self, Body};
 
-use super::{Target, query_pairs, status};
-use crate::api::Deployment;
+use super::{Failure, Target, deployment_instances, query_pairs, status};
 use crate::controller::deployment::DeploymentContext;
-use crate::controller::progress::DeployProgress;
-use crate::state::KubeStore;
 
 /// Query parameters: `instance` (`GROUP`, `GROUP/INDEX`, `GROUP/ID`), `job` and `only`
 /// (repeatable), `agent=true`.
@@ -57,34 +53,13 @@ pub(super) async fn serve(
     }
 }
 
-type Failure = (StatusCode, &'static str, String);
-
 async fn fetch(
     ctx: &Arc<DeploymentContext>,
     target: &Target,
     asked: &Asked,
 ) -> Result<Response<Body>, Failure> {
-    let (namespace, name) = (&target.namespace, &target.deployment);
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
     let unavailable = |e: String| (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", e);
-    if (deployments.get_opt(name).await)
-        .map_err(|e| unavailable(e.to_string()))?
-        .is_none()
-    {
-        let message = format!("boshdeployments.kubosh.io \"{name}\" not found");
-        return Err((StatusCode::NOT_FOUND, "NotFound", message));
-    }
-    let store = Arc::new(KubeStore::new(ctx.client.clone(), namespace, name, None));
-    let engine = ctx.engine(
-        store,
-        namespace,
-        Arc::new(DeployProgress::new()),
-        ctx.cancel.child_token(),
-    );
-    let chosen = (engine
-        .instances_named(name, asked.instance.as_deref())
-        .await)
-        .map_err(|e| (StatusCode::NOT_FOUND, "NotFound", e.to_string()))?;
+    let (engine, chosen) = deployment_instances(ctx, target, asked.instance.as_deref()).await?;
     let scratch_dir = ctx.work_dir.join("logs");
     let scratch = std::fs::create_dir_all(&scratch_dir)
         .and_then(|()| tempfile::tempdir_in(&scratch_dir))

@@ -319,6 +319,45 @@ impl Routes for OpsApi {
     }
 }
 
+/// Why a request failed: its HTTP status, reason and message.
+type Failure = (StatusCode, &'static str, String);
+
+/// The engine of a read-only request on `target`'s deployment, and the instances `slug`
+/// names (all when `None`); a missing deployment or instance is `404 Not Found`.
+async fn deployment_instances(
+    ctx: &Arc<DeploymentContext>,
+    target: &Target,
+    slug: Option<&str>,
+) -> Result<
+    (
+        kubosh_engine::Engine,
+        Vec<kubosh_engine::state::InstanceRecord>,
+    ),
+    Failure,
+> {
+    use kube::api::Api;
+    let (namespace, name) = (&target.namespace, &target.deployment);
+    let deployments: Api<crate::api::Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    let unavailable = |e: String| (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", e);
+    if (deployments.get_opt(name).await)
+        .map_err(|e| unavailable(e.to_string()))?
+        .is_none()
+    {
+        let message = format!("boshdeployments.kubosh.io \"{name}\" not found");
+        return Err((StatusCode::NOT_FOUND, "NotFound", message));
+    }
+    let store = crate::state::KubeStore::new(ctx.client.clone(), namespace, name, None);
+    let engine = ctx.engine(
+        Arc::new(store),
+        namespace,
+        Arc::new(kubosh_engine::NoEvents),
+        ctx.cancel.child_token(),
+    );
+    let chosen = (engine.instances_named(name, slug).await)
+        .map_err(|e| (StatusCode::NOT_FOUND, "NotFound", e.to_string()))?;
+    Ok((engine, chosen))
+}
+
 /// A Kubernetes `Status` answer (what kubectl prints as the error).
 fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
     let body = serde_json::json!({

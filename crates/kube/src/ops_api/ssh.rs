@@ -10,16 +10,12 @@ use std::sync::Arc;
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Incoming;
-use kube::api::Api;
 use kubosh_bosh::agent::protocol::SshUser;
 use kubosh_transport::https_server::{self, Body};
 use serde::{Deserialize, Serialize};
 
-use super::{Target, status};
-use crate::api::Deployment;
+use super::{Failure, Target, deployment_instances, status};
 use crate::controller::deployment::DeploymentContext;
-use crate::controller::progress::DeployProgress;
-use crate::state::KubeStore;
 
 /// The largest request body read.
 const MAX_BODY: usize = 64 * 1024;
@@ -64,8 +60,6 @@ pub struct SshHostAnswer {
     pub local_root: Option<String>,
 }
 
-type Failure = (StatusCode, &'static str, String);
-
 /// Answers an ssh request for `target` (authorised already).
 pub(super) async fn serve(
     ctx: &Arc<DeploymentContext>,
@@ -95,27 +89,7 @@ async fn answer(
             asked.user
         ))
     })?;
-    let (namespace, name) = (&target.namespace, &target.deployment);
-    let unavailable = |e: String| (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", e);
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    if (deployments.get_opt(name).await)
-        .map_err(|e| unavailable(e.to_string()))?
-        .is_none()
-    {
-        let message = format!("boshdeployments.kubosh.io \"{name}\" not found");
-        return Err((StatusCode::NOT_FOUND, "NotFound", message));
-    }
-    let store = Arc::new(KubeStore::new(ctx.client.clone(), namespace, name, None));
-    let engine = ctx.engine(
-        store,
-        namespace,
-        Arc::new(DeployProgress::new()),
-        ctx.cancel.child_token(),
-    );
-    let chosen = (engine
-        .instances_named(name, asked.instance.as_deref())
-        .await)
-        .map_err(|e| (StatusCode::NOT_FOUND, "NotFound", e.to_string()))?;
+    let (engine, chosen) = deployment_instances(ctx, target, asked.instance.as_deref()).await?;
     let failed = |e: kubosh_engine::EngineError| {
         (
             StatusCode::INTERNAL_SERVER_ERROR,

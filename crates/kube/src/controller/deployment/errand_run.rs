@@ -26,8 +26,8 @@ use super::DeploymentContext;
 use super::deploy_task::task_id;
 use super::ledger::InputsKey;
 use super::materialise::request_of;
-use super::report::{clip, keep_history, now};
-use crate::api::condition::{READY, RECONCILING, STALLED};
+use super::report::{keep_history, now};
+use crate::api::condition::{READY, RECONCILING};
 use crate::api::{
     Deployment, ErrandInstanceResult, ErrandPhase, ErrandRun, ErrandRunStatus, TaskState,
     TaskSummary,
@@ -473,16 +473,13 @@ fn set_trio(
     stalled: (bool, &str, &str),
 ) {
     status.observed_generation = generation;
-    for (kind, (value, reason, message)) in [
-        (READY, ready),
-        (RECONCILING, reconciling),
-        (STALLED, stalled),
-    ] {
-        status::set_condition(
-            &mut status.conditions,
-            status::condition(kind, value, reason, &clip(message), generation),
-        );
-    }
+    status::set_trio(
+        &mut status.conditions,
+        generation,
+        ready,
+        reconciling,
+        stalled,
+    );
 }
 
 /// Publishes an Event regarding the run.

@@ -9,7 +9,6 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 
 use super::super::status;
 use super::DeploymentContext;
-use crate::api::condition::{READY, RECONCILING, STALLED};
 use crate::api::{Deployment, DeploymentStatus};
 
 /// Condition reasons of a `Deployment`.
@@ -25,15 +24,12 @@ pub(crate) mod reasons {
     pub const INTERRUPTED: &str = "Interrupted";
 }
 
-/// Longest condition message kubosh writes (the apiserver allows 32 KiB).
-const MAX_MESSAGE: usize = 4096;
-
 /// `message` cut to what a condition holds.
 pub(super) fn clip(message: &str) -> String {
-    kubosh_base::secret::excerpt(message, MAX_MESSAGE)
+    kubosh_base::secret::excerpt(message, status::MAX_MESSAGE)
 }
 
-/// Sets the kstatus trio in one go.
+/// Sets the kstatus trio of a `Deployment` in one go.
 pub(crate) fn set_trio(
     status: &mut DeploymentStatus,
     generation: Option<i64>,
@@ -42,16 +38,13 @@ pub(crate) fn set_trio(
     stalled: (bool, &str, &str),
 ) {
     status.observed_generation = generation;
-    for (kind, (value, reason, message)) in [
-        (READY, ready),
-        (RECONCILING, reconciling),
-        (STALLED, stalled),
-    ] {
-        status::set_condition(
-            &mut status.conditions,
-            status::condition(kind, value, reason, &clip(message), generation),
-        );
-    }
+    status::set_trio(
+        &mut status.conditions,
+        generation,
+        ready,
+        reconciling,
+        stalled,
+    );
 }
 
 /// Writes `status` as the deployment's whole status.
