@@ -81,8 +81,11 @@ enum PluginCommand {
         /// The task's id (`kubectl bosh tasks`, or a Deployment's `status.lastTask.id`).
         id: String,
         /// The raw event log (one JSON object per line), as the Director keeps it.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "debug")]
         event: bool,
+        /// The controller's debug log of the task (its log lines, debug level included).
+        #[arg(long)]
+        debug: bool,
     },
     /// `bosh run-errand`: creates an `ErrandRun` of the Deployment's errand and follows it
     /// to its end; exits 1 when the errand failed, as bosh-cli does.
@@ -222,17 +225,22 @@ async fn run(plugin: &Plugin) -> Result<Done, String> {
             }
             Ok(text.into())
         }
-        PluginCommand::Task { id, event } => {
+        PluginCommand::Task { id, event, debug } => {
             let kept = kubosh_kube::task_history::read(&client, &namespace, id)
                 .await
                 .map_err(|e| format!("reading task '{id}' in '{namespace}': {e}"))?;
-            let Some((task, lines)) = kept else {
+            let Some(kept) = kept else {
                 return Err(format!(
                     "Task '{id}' is not kept in namespace '{namespace}'"
                 ));
             };
+            let task = &kept.entry;
+            let stdout = match debug {
+                true => kept.debug.clone(),
+                false => super::tasks::task_output(&task.id, &task.state, &kept.events, *event),
+            };
             Ok(Done {
-                stdout: super::tasks::task_output(&task.id, &task.state, &lines, *event),
+                stdout,
                 failure: super::tasks::task_failure(&task.id, &task.state),
             })
         }

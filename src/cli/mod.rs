@@ -136,7 +136,7 @@ struct CrdArgs {
 /// Entry point of the `kubosh` binary.
 pub fn main() -> ExitCode {
     if kubectl_plugin::invoked_as_plugin() {
-        init_logging(LogFormat::Text, "warn");
+        init_logging(LogFormat::Text, "warn", false);
         return kubectl_plugin::main();
     }
     let cli = Cli::parse();
@@ -148,6 +148,7 @@ pub fn main() -> ExitCode {
             Command::Up(_) => "warn,kube_client=off",
             _ => "warn",
         },
+        matches!(cli.command, Command::Controller(_)),
     );
     match cli.command {
         Command::Up(args) => up::run(&args),
@@ -215,19 +216,30 @@ fn crd(args: &CrdArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 /// Logs go to stderr, filtered by `KUBOSH_LOG` (e.g. `KUBOSH_LOG=kubosh=debug`), else by
 /// `default` (warnings), as text or JSON lines. stdout stays reserved for command output (a
-/// CPI's JSON response, YAML).
-fn init_logging(format: LogFormat, default: &str) {
+/// CPI's JSON response, YAML). With `task_debug` (the controller), each task's debug log is
+/// kept as well, whatever the filter lets through ([`kubosh_kube::task_history`]).
+fn init_logging(format: LogFormat, default: &str, task_debug: bool) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("KUBOSH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let lines = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => lines.try_init(),
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
+        LogFormat::Text => lines.boxed(),
         LogFormat::Json => lines
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .try_init(),
+            .boxed(),
     };
+    let debug = task_debug.then(|| {
+        let kubosh =
+            tracing_subscriber::filter::Targets::new().with_target("kubosh", tracing::Level::DEBUG);
+        kubosh_kube::task_history::TaskDebugLayer.with_filter(kubosh)
+    });
+    let _ = tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(debug)
+        .try_init();
 }

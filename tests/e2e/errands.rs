@@ -310,4 +310,13 @@ async fn errands_run_through_kubectl_bosh_and_as_errand_runs_applied_with_kubect
         events.lines().next().is_some_and(|l| l.starts_with('{')),
         "{events}"
     );
+    // Its debug log: the controller's own lines of the task, debug level included (the
+    // controller logs at info), such as each agent request.
+    let (ok, debug, _) = kubectl_bosh(kubeconfig, ns, &["task", &update, "--debug"]);
+    assert!(ok);
+    assert!(
+        debug.contains("DEBUG kubosh_transport::agent::client: SENT"),
+        "{debug}"
+    );
+    assert!(debug.contains("method=\"apply\""), "{debug}");
 }

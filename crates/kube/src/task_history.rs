@@ -8,8 +8,12 @@
 //! stops growing at [`MAX_EVENT_BYTES`] (before compression; an object holds 1 MiB). The
 //! log is scrubbed of the deployment's secrets before it is written. Best effort: a task
 //! never fails because its history could not be written.
+//!
+//! Each task also keeps its debug log (`kubectl bosh task ID --debug`, the Director's
+//! debug log's counterpart): the controller's log lines, debug level included, of the task's
+//! span ([`TaskRecorder::span`]), caught by [`TaskDebugLayer`], bounded and scrubbed alike.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read as _, Write as _};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -34,6 +38,20 @@ pub const MAX_EVENT_BYTES: usize = 4 << 20;
 const RECORD_KEY: &str = "task.json";
 /// The ConfigMap key of its gzipped event log.
 const EVENTS_KEY: &str = "event.gz";
+/// The ConfigMap key of its gzipped debug log.
+const DEBUG_KEY: &str = "debug.gz";
+/// The most bytes of one task's debug log (uncompressed; the oldest lines go first).
+pub const MAX_DEBUG_BYTES: usize = 2 << 20;
+
+/// A task's debug log, shared by its recorder and the layer.
+type DebugLog = Arc<Mutex<Vec<u8>>>;
+
+/// The debug logs of the running tasks, by the key their span carries.
+static DEBUG_LOGS: std::sync::LazyLock<Mutex<HashMap<String, DebugLog>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// The span field naming the task a span's events belong to.
+const TASK_FIELD: &str = "kubosh_task";
 
 /// What the history says of one task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,19 +74,44 @@ pub struct TaskEntry {
     pub error: Option<String>,
 }
 
-/// An event sink that keeps the log of a task while passing every event on to `inner`.
+/// An event sink that keeps the log of a task while passing every event on to `inner`, and
+/// the task's debug log.
 pub struct TaskRecorder {
     inner: Arc<dyn EventSink>,
     log: Mutex<Vec<u8>>,
+    key: String,
+    debug: DebugLog,
+}
+
+impl Drop for TaskRecorder {
+    fn drop(&mut self) {
+        (DEBUG_LOGS.lock().unwrap_or_else(PoisonError::into_inner)).remove(&self.key);
+    }
 }
 
 impl TaskRecorder {
     /// A recorder in front of `inner`.
     pub fn new(inner: Arc<dyn EventSink>) -> TaskRecorder {
+        let key = kubosh_base::ids::uuid_v4();
+        let debug = Arc::new(Mutex::new(Vec::new()));
+        (DEBUG_LOGS.lock().unwrap_or_else(PoisonError::into_inner))
+            .insert(key.clone(), debug.clone());
         TaskRecorder {
             inner,
             log: Mutex::new(Vec::new()),
+            key,
+            debug,
         }
+    }
+
+    /// The span to run the task in: what is logged inside it is its debug log.
+    pub fn span(&self) -> tracing::Span {
+        tracing::info_span!("task", kubosh_task = %self.key)
+    }
+
+    /// The debug log so far.
+    pub fn debug_log(&self) -> Vec<u8> {
+        (self.debug.lock().unwrap_or_else(PoisonError::into_inner)).clone()
     }
 
     fn record(&self, line: &EventLine) {
@@ -117,10 +160,10 @@ pub async fn keep(
     namespace: &str,
     owner: Option<OwnerReference>,
     entry: &TaskEntry,
-    log: &[u8],
+    (log, debug): (&[u8], &[u8]),
     secrets: &[String],
 ) {
-    if let Err(e) = write(client, namespace, owner, entry, log, secrets).await {
+    if let Err(e) = write(client, namespace, owner, entry, (log, debug), secrets).await {
         tracing::warn!(task = %entry.id, error = %e, "cannot keep the task's history");
     }
 }
@@ -130,15 +173,14 @@ async fn write(
     namespace: &str,
     owner: Option<OwnerReference>,
     entry: &TaskEntry,
-    log: &[u8],
+    (log, debug): (&[u8], &[u8]),
     secrets: &[String],
 ) -> Result<(), kube::Error> {
-    let text = kubosh_base::secret::scrub(&String::from_utf8_lossy(log), secrets);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    let gzipped = gz
-        .write_all(text.as_bytes())
-        .and_then(|()| gz.finish())
-        .unwrap_or_default();
+    let gzipped = |bytes: &[u8]| {
+        let text = kubosh_base::secret::scrub(&String::from_utf8_lossy(bytes), secrets);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        (gz.write_all(text.as_bytes()).and_then(|()| gz.finish())).unwrap_or_default()
+    };
     let name = config_map_name(&entry.deployment, &entry.id);
     let map = ConfigMap {
         metadata: ObjectMeta {
@@ -155,10 +197,10 @@ async fn write(
             RECORD_KEY.to_string(),
             serde_json::to_string(entry).unwrap_or_default(),
         )])),
-        binary_data: Some(BTreeMap::from([(
-            EVENTS_KEY.to_string(),
-            ByteString(gzipped),
-        )])),
+        binary_data: Some(BTreeMap::from([
+            (EVENTS_KEY.to_string(), ByteString(gzipped(log))),
+            (DEBUG_KEY.to_string(), ByteString(gzipped(debug))),
+        ])),
         ..ConfigMap::default()
     };
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
@@ -191,12 +233,23 @@ pub async fn list(
     Ok(entries)
 }
 
-/// Task `id` of `namespace` with its event log lines; `None` when it is not kept.
+/// A kept task: what it was, its event log lines and its debug log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptTask {
+    /// What the task was.
+    pub entry: TaskEntry,
+    /// The Director's event log, one JSON object per line.
+    pub events: Vec<String>,
+    /// The controller's log lines of the task.
+    pub debug: String,
+}
+
+/// Task `id` of `namespace`; `None` when it is not kept.
 pub async fn read(
     client: &kube::Client,
     namespace: &str,
     id: &str,
-) -> Result<Option<(TaskEntry, Vec<String>)>, kube::Error> {
+) -> Result<Option<KeptTask>, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let selector = format!("{TASK_LABEL}={id}");
     let maps = api.list(&ListParams::default().labels(&selector)).await?;
@@ -209,11 +262,127 @@ pub async fn read(
     let Some(entry) = entry else {
         return Ok(None);
     };
-    let mut text = String::new();
-    if let Some(gz) = map.binary_data.as_ref().and_then(|b| b.get(EVENTS_KEY)) {
-        let _ = flate2::read::GzDecoder::new(gz.0.as_slice()).read_to_string(&mut text);
+    let gunzipped = |key: &str| {
+        let mut text = String::new();
+        if let Some(gz) = map.binary_data.as_ref().and_then(|b| b.get(key)) {
+            let _ = flate2::read::GzDecoder::new(gz.0.as_slice()).read_to_string(&mut text);
+        }
+        text
+    };
+    Ok(Some(KeptTask {
+        entry,
+        events: gunzipped(EVENTS_KEY).lines().map(String::from).collect(),
+        debug: gunzipped(DEBUG_KEY),
+    }))
+}
+
+/// The tracing layer that keeps each running task's debug log: every event inside a span
+/// with the field `kubosh_task` (a [`TaskRecorder::span`]) goes, formatted as a log line,
+/// into that task's log. Installed by `kubosh controller` with its own filter (debug for
+/// kubosh's crates), beside the process's log.
+pub struct TaskDebugLayer;
+
+/// The task key a span carries.
+struct TaskKey(String);
+
+impl<S> tracing_subscriber::Layer<S> for TaskDebugLayer
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut found = FieldText::of(TASK_FIELD);
+        attrs.record(&mut found);
+        if let (Some(key), Some(span)) = (found.value, ctx.span(id)) {
+            span.extensions_mut().insert(TaskKey(key));
+        }
     }
-    Ok(Some((entry, text.lines().map(String::from).collect())))
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let Some(scope) = ctx.event_scope(event) else {
+            return;
+        };
+        let key = scope
+            .into_iter()
+            .find_map(|span| span.extensions().get::<TaskKey>().map(|k| k.0.clone()));
+        let Some(key) = key else { return };
+        let buffer = (DEBUG_LOGS.lock().unwrap_or_else(PoisonError::into_inner))
+            .get(&key)
+            .cloned();
+        let Some(buffer) = buffer else { return };
+        let mut line = FieldText::all();
+        event.record(&mut line);
+        let meta = event.metadata();
+        let text = format!(
+            "{} {:>5} {}: {}\n",
+            k8s_openapi::jiff::Timestamp::now(),
+            meta.level(),
+            meta.target(),
+            line.text
+        );
+        let mut log = buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        log.extend_from_slice(text.as_bytes());
+        if log.len() > MAX_DEBUG_BYTES {
+            // The oldest lines go (from a line's start on).
+            let cut = log.len() - MAX_DEBUG_BYTES;
+            let from =
+                (log[cut..].iter().position(|b| *b == b'\n')).map_or(log.len(), |p| cut + p + 1);
+            log.drain(..from);
+        }
+    }
+}
+
+/// A field's text (or all fields as `message k=v ...`) of a span or event.
+struct FieldText {
+    only: Option<&'static str>,
+    value: Option<String>,
+    text: String,
+}
+
+impl FieldText {
+    fn of(field: &'static str) -> FieldText {
+        FieldText {
+            only: Some(field),
+            value: None,
+            text: String::new(),
+        }
+    }
+
+    fn all() -> FieldText {
+        FieldText {
+            only: None,
+            value: None,
+            text: String::new(),
+        }
+    }
+}
+
+impl tracing::field::Visit for FieldText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match self.only {
+            Some(only) if field.name() == only => self.value = Some(format!("{value:?}")),
+            Some(_) => {}
+            None if field.name() == "message" => {
+                let message = format!("{value:?}");
+                self.text.insert_str(0, &message);
+            }
+            None => {
+                use std::fmt::Write as _;
+                let _ = write!(self.text, " {}={value:?}", field.name());
+            }
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match self.only {
+            Some(only) if field.name() == only => self.value = Some(value.to_string()),
+            _ => self.record_debug(field, &value),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
+use tracing::Instrument as _;
 
 use super::super::inputs::Inputs;
 use super::super::progress::DeployProgress;
@@ -100,7 +101,9 @@ pub(super) async fn run(ctx: &DeploymentContext, task: CckTask) -> DeployResult 
     );
     engine.named_clouds = task.inputs.named_clouds.clone();
     let started = std::time::Instant::now();
-    let result = scan_or_resolve(ctx, &engine, &name, &task).await;
+    let result = scan_or_resolve(ctx, &engine, &name, &task)
+        .instrument(recorder.span())
+        .await;
     let summary = status.last_task.get_or_insert_with(TaskSummary::default);
     summary.finished = Some(now());
     summary.duration_seconds = i64::try_from(started.elapsed().as_secs()).ok();

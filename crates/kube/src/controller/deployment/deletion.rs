@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use tracing::Instrument as _;
 
 use super::super::progress::DeployProgress;
 use super::deploy_task::task_id;
@@ -160,6 +161,7 @@ async fn run_delete(
             .map_err(|e| e.to_string())?;
         Ok::<_, String>(report)
     }
+    .instrument(recorder.span())
     .await;
     task.finished = Some(now());
     task.state = match &deleted {

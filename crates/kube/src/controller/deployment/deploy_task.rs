@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
+use tracing::Instrument as _;
 
 use super::super::inputs::Inputs;
 use super::super::progress::DeployProgress;
@@ -238,7 +239,9 @@ async fn deploy(ctx: &DeploymentContext, task: DeployTask, started: Instant) -> 
         status.clone(),
         quiet.then(|| announcement.clone()),
     );
-    let result = run_engine(ctx, deployment, &engine, &inputs, &kind).await;
+    let result = run_engine(ctx, deployment, &engine, &inputs, &kind)
+        .instrument(recorder.span())
+        .await;
     // For the next deploy of the deployment, a no-op included.
     store.leave().await;
     let announced = writer.stop(ctx, deployment).await;

@@ -18,6 +18,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Resource, ResourceExt};
+use tracing::Instrument as _;
 
 use super::super::inputs::{self, Inputs};
 use super::super::progress::DeployProgress;
@@ -250,7 +251,9 @@ async fn run_task(
         started: Some(now()),
         ..TaskSummary::default()
     };
-    let ended = errand(ctx, run, deployment, &mut status, (&cancel, &recorder)).await;
+    let ended = errand(ctx, run, deployment, &mut status, (&cancel, &recorder))
+        .instrument(recorder.span())
+        .await;
     task.finished = Some(now());
     match conclude(ctx, run, status, ended).await {
         Ok(ended) => {

@@ -131,7 +131,7 @@ pub(super) async fn keep_history(
         &namespace,
         owner,
         &entry,
-        &recorder.log(),
+        (&recorder.log(), &recorder.debug_log()),
         secrets,
     )
     .await;
