@@ -10,7 +10,11 @@
 //! duration is the engine's (and the simulation's) CPU. For each size it prints:
 //!
 //! - fresh deploy and update (a property of every group changed): virtual duration ÷ the
-//!   lower bound — `rollout_lower_bound` over the rollout the engine plans, each instance's
+//!   physical bound (`÷phys`, `physical_lower_bound` over the same rollout: every VM made at
+//!   once, a group's packages ready after a worker's VM and the package graph's critical
+//!   path, disks made meanwhile, post-deploy everywhere at once after the rollout; nothing of
+//!   the engine's own), and ÷ the Director's schedule (`÷Dir`) — `rollout_lower_bound` over
+//!   the rollout the engine plans, each instance's
 //!   `Tᵢ` the sum of the latencies of the calls its update must make, plus the stage terms
 //!   for compilation (one worker's `create_vm`, then `compile_lower_bound` of the package
 //!   graph on the cloud config's workers) and missing VMs (`phase_lower_bound` of one
@@ -42,11 +46,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bound::{Calls, rollout_bound};
+use bound::{Calls, planned_rollout, rollout_bound};
 use knobs::{apply_latencies, env_number, latencies_from_env};
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
-use kubosh_core::plan::bound::{StageTerms, compile_lower_bound, phase_lower_bound};
+use kubosh_core::plan::bound::{
+    PhysicalTerms, StageTerms, compile_lower_bound, phase_lower_bound, physical_lower_bound,
+};
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_core::plan::rollout::InstanceInput;
@@ -330,17 +336,25 @@ struct Row {
     resurrection: Measured,
 }
 
-/// One deploy: virtual duration, its bound, real time, instances updated.
+/// One deploy: virtual duration, its bounds (the Director's schedule's, the physical one),
+/// real time, instances updated.
 struct Measured {
     virtual_secs: f64,
     bound_secs: f64,
+    physical_secs: f64,
     real_secs: f64,
     updated: usize,
 }
 
 impl Measured {
+    /// Over the Director's schedule (the stages in sequence, the engine's caps).
     fn ratio(&self) -> f64 {
         self.virtual_secs / self.bound_secs.max(f64::MIN_POSITIVE)
+    }
+
+    /// Over the physical bound (`plan::bound::physical_lower_bound`).
+    fn physical_ratio(&self) -> f64 {
+        self.virtual_secs / self.physical_secs.max(f64::MIN_POSITIVE)
     }
 
     fn cpu_ms_per_instance(&self) -> f64 {
@@ -401,9 +415,32 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             |group| timing.first_update(disk_of.get(group).copied().unwrap_or(false)),
             stages,
         );
+        // Physically: every VM (and a worker per package) made at once, a group's
+        // packages ready after a worker's VM and the package graph's critical path, its
+        // disks made meanwhile, post-deploy everywhere at once after the rollout.
+        let rollout = planned_rollout(&fresh_manifest, true, &rollout_instances(&state, &|_| true));
+        let packages_ready = compile_term(release, timing, usize::MAX);
+        let physical = physical_lower_bound(
+            &rollout,
+            |group: &String| {
+                let disk = disk_of.get(group.as_str()).copied().unwrap_or(false);
+                let made_meanwhile = if disk {
+                    timing.calls.ms("create_disk")
+                } else {
+                    0
+                };
+                timing.first_update(disk) - made_meanwhile
+            },
+            |_| packages_ready,
+            PhysicalTerms {
+                vm: timing.calls.missing_vm(),
+                post_deploy: timing.calls.ms("run_script"),
+            },
+        );
         let fresh = Measured {
             virtual_secs,
             bound_secs: bound as f64 / 1000.0,
+            physical_secs: physical as f64 / 1000.0,
             real_secs,
             updated: report.updated.len(),
         };
@@ -427,9 +464,24 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
                 ..StageTerms::default()
             },
         );
+        let rollout = planned_rollout(
+            &changed_manifest,
+            false,
+            &rollout_instances(&world.store.snapshot(), &|_| true),
+        );
+        let physical = physical_lower_bound(
+            &rollout,
+            |_: &String| timing.update_in_place(),
+            |_| 0,
+            PhysicalTerms {
+                vm: 0,
+                post_deploy: timing.calls.ms("run_script"),
+            },
+        );
         let update = Measured {
             virtual_secs,
             bound_secs: bound as f64 / 1000.0,
+            physical_secs: physical as f64 / 1000.0,
             real_secs,
             updated: report.updated.len(),
         };
@@ -514,24 +566,37 @@ async fn resurrect(
         dead.len(),
         "every dead instance is recreated"
     );
+    let recreate = |group: &str| {
+        timing
+            .calls
+            .recreate(disk_of.get(group).copied().unwrap_or(false))
+    };
+    let dead_ones = rollout_instances(&state, &|uuid| dead.contains(uuid));
     let bound = DETECTION.0
         + rollout_bound(
             manifest,
             false,
-            &rollout_instances(&state, &|uuid| dead.contains(uuid)),
-            |group| {
-                timing
-                    .calls
-                    .recreate(disk_of.get(group).copied().unwrap_or(false))
-            },
+            &dead_ones,
+            recreate,
             StageTerms {
                 post_deploy: timing.calls.post_deploy(state.instances.len()),
                 ..StageTerms::default()
             },
         );
+    let physical = DETECTION.0
+        + physical_lower_bound(
+            &planned_rollout(manifest, false, &dead_ones),
+            |group: &String| recreate(group),
+            |_| 0,
+            PhysicalTerms {
+                vm: 0,
+                post_deploy: timing.calls.ms("run_script"),
+            },
+        );
     Measured {
         virtual_secs: virtual_secs + (DETECTION.0 + DETECTION.1) as f64 / 1000.0,
         bound_secs: bound as f64 / 1000.0,
+        physical_secs: physical as f64 / 1000.0,
         real_secs,
         updated: report.updated.len(),
     }
@@ -573,34 +638,39 @@ fn main() {
             .join("; ")
     );
     println!(
-        "{:>9} | {:>26} | {:>26} | {:>8} | {:>16} | {:>22}",
+        "{:>9} | {:>35} | {:>35} | {:>8} | {:>16} | {:>31}",
         "", "fresh deploy", "update (property)", "plan", "no-op redeploy", "1 % of agents die"
     );
     println!(
-        "{:>9} | {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} | {:>8} | {:>8} {:>7} | {:>4} {:>8} {:>8}",
+        "{:>9} | {:>8} {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8} | {:>8} | {:>8} {:>7} | {:>4} {:>8} {:>8} {:>8}",
         "instances",
         "virtual",
-        "÷bound",
+        "÷phys",
+        "÷Dir",
         "ms/inst",
         "virtual",
-        "÷bound",
+        "÷phys",
+        "÷Dir",
         "ms/inst",
         "real",
         "real",
         "calls",
         "dead",
         "virtual",
-        "÷bound"
+        "÷phys",
+        "÷Dir"
     );
     for n in sizes {
         let row = run_size(n, &release, &timing);
         println!(
-            "{:>9} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.0}s {:>8.3} {:>8.2} | {:>7.2}s | {:>6.0}ms {:>7} | {:>4} {:>7.0}s {:>8.3}",
+            "{:>9} | {:>7.0}s {:>8.3} {:>8.3} {:>8.2} | {:>7.0}s {:>8.3} {:>8.3} {:>8.2} | {:>7.2}s | {:>6.0}ms {:>7} | {:>4} {:>7.0}s {:>8.3} {:>8.3}",
             row.instances,
             row.fresh.virtual_secs,
+            row.fresh.physical_ratio(),
             row.fresh.ratio(),
             row.fresh.cpu_ms_per_instance(),
             row.update.virtual_secs,
+            row.update.physical_ratio(),
             row.update.ratio(),
             row.update.cpu_ms_per_instance(),
             row.plan_secs,
@@ -608,12 +678,15 @@ fn main() {
             format!("{} ({})", row.noop_calls, row.noop_calls_without_health),
             row.resurrection.updated,
             row.resurrection.virtual_secs,
+            row.resurrection.physical_ratio(),
             row.resurrection.ratio(),
         );
     }
     println!(
-        "\nvirtual: the deploy's duration on the simulated clock; ÷bound: that over \
-         plan::bound's lower bound; ms/inst: real time per instance updated; plan: \
+        "\nvirtual: the deploy's duration on the simulated clock; ÷phys: that over \
+         plan::bound's physical lower bound (real dependencies, the user's constraints, the \
+         cloud's limits, nothing of the engine's); ÷Dir: over the Director's schedule \
+         (plan::bound::rollout_lower_bound: stages in sequence, the engine's caps); ms/inst: real time per instance updated; plan: \
          Engine::plan of the update; no-op calls: with heartbeats (without); 1 % of agents \
          die: from their death (agent timeout 60 s + two of the health watch's 5 s checks) to the \
          resurrector's deploy's end, over the agent timeout + the rollout of their recreates."

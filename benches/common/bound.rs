@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use kubosh_core::manifest::Update;
 use kubosh_core::plan::bound::{StageTerms, phase_lower_bound, rollout_lower_bound};
-use kubosh_core::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
+use kubosh_core::plan::rollout::{
+    GroupInput, InstanceInput, Rollout, RolloutOptions, plan_rollout,
+};
 use kubosh_engine::EngineConfig;
 use serde_json::{Value, json};
 
@@ -79,6 +81,18 @@ pub fn rollout_bound(
     duration: impl Fn(&str) -> u64,
     stages: StageTerms,
 ) -> u64 {
+    let rollout = planned_rollout(manifest, initial_deploy, instances);
+    rollout_lower_bound(&rollout, |group: &String| duration(group), stages)
+}
+
+/// The rollout the engine plans for `instances` (keyed by their group) under `manifest`'s
+/// `update` blocks.
+#[allow(dead_code)] // The deploy bench's physical bound; the controller bench has none.
+pub fn planned_rollout(
+    manifest: &Value,
+    initial_deploy: bool,
+    instances: &[InstanceInput<String>],
+) -> Rollout<String> {
     let base: Update =
         serde_json::from_value(manifest["update"].clone()).expect("the deployment's update");
     let groups: Vec<GroupInput<String>> = manifest["instance_groups"]
@@ -100,6 +114,5 @@ pub fn rollout_bound(
             }
         })
         .collect();
-    let rollout = plan_rollout(groups, RolloutOptions::default());
-    rollout_lower_bound(&rollout, |group: &String| duration(group), stages)
+    plan_rollout(groups, RolloutOptions::default())
 }

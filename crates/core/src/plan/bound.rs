@@ -113,6 +113,48 @@ pub fn rollout_lower_bound<K>(
     .fold(0, u64::saturating_add)
 }
 
+/// What a deploy's physical lower bound knows besides its rollout (issue 29): what no
+/// schedule could beat given only the real dependencies (a VM exists before its agent is
+/// used; a worker's VM exists before it compiles; a group's packages are compiled before its
+/// instances are updated), the user's constraints (the rollout: canaries, `max_in_flight`,
+/// `serial`, AZ order) and the cloud's declared limits (none here: every VM may be made at
+/// once), and nothing of the engine's own (no stage barriers, no concurrency caps, no
+/// preparation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhysicalTerms {
+    /// How long a VM takes to exist and answer (0 when none is made: an update).
+    pub vm: u64,
+    /// The longest post-deploy script: BOSH runs `post-deploy` only once every instance is
+    /// updated, on every instance at once.
+    pub post_deploy: u64,
+}
+
+/// The physical lower bound (see [`PhysicalTerms`]): runs one after another; in a serial
+/// run each group starts when the one before ended and its packages are ready, in a
+/// parallel run every group starts with the run or when its packages are ready; each group
+/// takes at least its [`group_lower_bound`]; then post-deploy. `packages_ready` gives, by
+/// group name, when its packages can be compiled at the earliest (a worker's VM, then the
+/// critical path of its package graph with a worker per package: `terms.vm +
+/// critical_path`; 0 when nothing is compiled); a group's instances cannot start before
+/// their VMs exist either (`terms.vm`).
+pub fn physical_lower_bound<K>(
+    rollout: &Rollout<K>,
+    duration: impl Fn(&K) -> u64,
+    packages_ready: impl Fn(&str) -> u64,
+    terms: PhysicalTerms,
+) -> u64 {
+    let ready = |g: &GroupRollout<K>| packages_ready(&g.name).max(terms.vm);
+    let mut end = 0u64;
+    for run in &rollout.runs {
+        let start = end;
+        for group in run.groups.iter().filter(|g| !g.phases.is_empty()) {
+            let begins = ready(group).max(if run.serial { end } else { start });
+            end = end.max(begins.saturating_add(group_lower_bound(group, &duration)));
+        }
+    }
+    end.saturating_add(terms.post_deploy)
+}
+
 /// For each task, the longest chain of durations from it to a task nothing depends on, its
 /// own duration included (the critical-path priority). `depends_on[i]` lists the tasks task
 /// `i` waits for.
@@ -187,6 +229,63 @@ mod tests {
     use super::*;
     use crate::manifest::{Quantity, Update};
     use crate::plan::rollout::{GroupInput, InstanceInput, RolloutOptions, plan_rollout};
+
+    /// A rollout of `groups` (name, instances, serial), one AZ each, canaries 1,
+    /// `max_in_flight` 2.
+    fn rollout_of(groups: &[(&str, usize, bool)]) -> Rollout<String> {
+        let inputs: Vec<GroupInput<String>> = (groups.iter())
+            .map(|(name, n, serial)| GroupInput {
+                name: name.to_string(),
+                update: Update {
+                    canaries: Some(Quantity::Count(1)),
+                    max_in_flight: Some(Quantity::Count(2)),
+                    serial: Some(*serial),
+                    ..Update::default()
+                },
+                initial_deploy: false,
+                instances: (0..*n)
+                    .map(|i| InstanceInput {
+                        key: format!("{name}/{i}"),
+                        az: None,
+                        bootstrap: i == 0,
+                        sort_key: format!("{name}/{i:04}"),
+                        changed: true,
+                    })
+                    .collect(),
+            })
+            .collect();
+        plan_rollout(inputs, RolloutOptions::default())
+    }
+
+    #[test]
+    fn the_physical_bound_overlaps_what_only_the_engine_orders() {
+        let terms = PhysicalTerms {
+            vm: 30,
+            post_deploy: 1,
+        };
+        // One group of 5: canary 10, then 4 two at a time: 10 + 20; its packages ready at
+        // 30 + 60 (a worker's VM, then the chain): 90 + 30 + 1.
+        let one = rollout_of(&[("web", 5, true)]);
+        assert_eq!(physical_lower_bound(&one, |_| 10, |_| 90, terms), 121);
+        // Nothing to compile: the VMs (30) are the wait.
+        assert_eq!(physical_lower_bound(&one, |_| 10, |_| 0, terms), 61);
+        // Two serial groups: the second waits for the first (and for its packages).
+        let serial = rollout_of(&[("a", 1, true), ("b", 1, true)]);
+        let ready = |g: &str| if g == "a" { 40 } else { 100 };
+        assert_eq!(physical_lower_bound(&serial, |_| 10, ready, terms), 111);
+        assert_eq!(physical_lower_bound(&serial, |_| 10, |_| 0, terms), 51);
+        // The same not serial: both start when ready.
+        let parallel = rollout_of(&[("a", 1, false), ("b", 1, false)]);
+        assert_eq!(physical_lower_bound(&parallel, |_| 10, ready, terms), 111);
+        assert_eq!(physical_lower_bound(&parallel, |_| 10, |_| 0, terms), 41);
+        // An update makes no VM and compiles nothing: the rollout alone.
+        let update = PhysicalTerms::default();
+        assert_eq!(physical_lower_bound(&one, |_| 10, |_| 0, update), 30);
+        assert_eq!(
+            physical_lower_bound(&one, |_| 10, |_| 0, update),
+            rollout_lower_bound(&one, |_: &String| 10, StageTerms::default())
+        );
+    }
 
     #[test]
     fn phase_bound_is_the_longest_item_or_the_spread() {
