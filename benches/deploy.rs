@@ -434,7 +434,9 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             |_| packages_ready,
             PhysicalTerms {
                 vm: timing.calls.missing_vm(),
+                vms: total + release.packages.len(),
                 post_deploy: timing.calls.ms("run_script"),
+                ..PhysicalTerms::default()
             },
         );
         let fresh = Measured {
@@ -474,8 +476,8 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             |_: &String| timing.update_in_place(),
             |_| 0,
             PhysicalTerms {
-                vm: 0,
                 post_deploy: timing.calls.ms("run_script"),
+                ..PhysicalTerms::default()
             },
         );
         let update = Measured {
@@ -589,8 +591,8 @@ async fn resurrect(
             |group: &String| recreate(group),
             |_| 0,
             PhysicalTerms {
-                vm: 0,
                 post_deploy: timing.calls.ms("run_script"),
+                ..PhysicalTerms::default()
             },
         );
     Measured {

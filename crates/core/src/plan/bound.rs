@@ -124,9 +124,38 @@ pub fn rollout_lower_bound<K>(
 pub struct PhysicalTerms {
     /// How long a VM takes to exist and answer (0 when none is made: an update).
     pub vm: u64,
+    /// How many VMs are made (instances and compilation workers).
+    pub vms: usize,
+    /// The cloud's declared limit on VMs made at once, if it has one.
+    pub vm_concurrency: Option<usize>,
+    /// The cloud's declared limit on `create_vm` calls started per 1,000 time units (per
+    /// second for milliseconds), if it has one.
+    pub vm_rate: Option<u64>,
     /// The longest post-deploy script: BOSH runs `post-deploy` only once every instance is
     /// updated, on every instance at once.
     pub post_deploy: u64,
+}
+
+impl PhysicalTerms {
+    /// When the last of the VMs exists at the earliest under the cloud's limits: `⌈n/c⌉`
+    /// rounds of `vm` at concurrency `c`; the `n`-th call started no sooner than `(n−1)/r`.
+    fn last_vm(&self) -> u64 {
+        if self.vms == 0 {
+            return 0;
+        }
+        let n = u64::try_from(self.vms).unwrap_or(u64::MAX);
+        let rounds = match self.vm_concurrency {
+            Some(c) => n.div_ceil(u64::try_from(c.max(1)).unwrap_or(u64::MAX)),
+            None => 1,
+        };
+        let started = match self.vm_rate {
+            Some(r) => (n - 1).saturating_mul(1000).div_ceil(r.max(1)),
+            None => 0,
+        };
+        rounds
+            .saturating_mul(self.vm)
+            .max(started.saturating_add(self.vm))
+    }
 }
 
 /// The physical lower bound (see [`PhysicalTerms`]): runs one after another; in a serial
@@ -136,7 +165,8 @@ pub struct PhysicalTerms {
 /// group name, when its packages can be compiled at the earliest (a worker's VM, then the
 /// critical path of its package graph with a worker per package: `terms.vm +
 /// critical_path`; 0 when nothing is compiled); a group's instances cannot start before
-/// their VMs exist either (`terms.vm`).
+/// their VMs exist either (`terms.vm`), and under a cloud limit the last VM exists no sooner
+/// than the limit lets `terms.vms` VMs be made, its instance updated after it.
 pub fn physical_lower_bound<K>(
     rollout: &Rollout<K>,
     duration: impl Fn(&K) -> u64,
@@ -145,14 +175,25 @@ pub fn physical_lower_bound<K>(
 ) -> u64 {
     let ready = |g: &GroupRollout<K>| packages_ready(&g.name).max(terms.vm);
     let mut end = 0u64;
+    let mut shortest = u64::MAX;
     for run in &rollout.runs {
         let start = end;
         for group in run.groups.iter().filter(|g| !g.phases.is_empty()) {
             let begins = ready(group).max(if run.serial { end } else { start });
             end = end.max(begins.saturating_add(group_lower_bound(group, &duration)));
+            let steps = group
+                .phases
+                .iter()
+                .flat_map(|p| p.canaries.iter().chain(&p.rest));
+            shortest = steps.map(|s| duration(&s.key)).fold(shortest, u64::min);
         }
     }
-    end.saturating_add(terms.post_deploy)
+    // Under the cloud's limits the last VM comes late, and its instance is updated after.
+    let last_instance = match shortest {
+        u64::MAX => 0,
+        t => terms.last_vm().saturating_add(t),
+    };
+    end.max(last_instance).saturating_add(terms.post_deploy)
 }
 
 /// For each task, the longest chain of durations from it to a task nothing depends on, its
@@ -261,7 +302,9 @@ mod tests {
     fn the_physical_bound_overlaps_what_only_the_engine_orders() {
         let terms = PhysicalTerms {
             vm: 30,
+            vms: 6,
             post_deploy: 1,
+            ..PhysicalTerms::default()
         };
         // One group of 5: canary 10, then 4 two at a time: 10 + 20; its packages ready at
         // 30 + 60 (a worker's VM, then the chain): 90 + 30 + 1.
@@ -278,6 +321,18 @@ mod tests {
         let parallel = rollout_of(&[("a", 1, false), ("b", 1, false)]);
         assert_eq!(physical_lower_bound(&parallel, |_| 10, ready, terms), 111);
         assert_eq!(physical_lower_bound(&parallel, |_| 10, |_| 0, terms), 41);
+        // A cloud that makes 2 VMs at a time: the 6th exists at 90, its instance ends at 100.
+        let limited = PhysicalTerms {
+            vm_concurrency: Some(2),
+            ..terms
+        };
+        assert_eq!(physical_lower_bound(&one, |_| 10, |_| 0, limited), 101);
+        // ... or starts one create_vm every 20 units (50 per 1,000): the 6th at 100.
+        let paced = PhysicalTerms {
+            vm_rate: Some(50),
+            ..terms
+        };
+        assert_eq!(physical_lower_bound(&one, |_| 10, |_| 0, paced), 141);
         // An update makes no VM and compiles nothing: the rollout alone.
         let update = PhysicalTerms::default();
         assert_eq!(physical_lower_bound(&one, |_| 10, |_| 0, update), 30);
