@@ -1,16 +1,14 @@
 //! Registering a controller process that runs outside the cluster (`kubosh up`, tests) with
-//! kube-apiserver's aggregation layer: a Service without selector, the EndpointSlice (and
-//! Endpoints) naming the process's address, and the `APIService` of the ops API trusting
-//! the CA of its serving certificate. In a cluster the chart does the same with a Service
+//! kube-apiserver's aggregation layer: a Service without selector, the EndpointSlice naming
+//! the process's address (what the aggregator routes by), and the `APIService` of the ops
+//! API trusting the CA of its serving certificate. In a cluster the chart does the same with a Service
 //! selecting the controller's Pods.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
@@ -41,16 +39,13 @@ pub async fn register_local(
     within: Duration,
 ) -> Result<(), String> {
     let apply = PatchParams::apply("kubosh").force();
-    let (service, endpoints, slice, api_service) = objects(namespace, address, port, ca_pem);
+    let (service, slice, api_service) = objects(namespace, address, port, ca_pem);
     let failed = |what: &str, e: kube::Error| format!("cannot register the ops API ({what}): {e}");
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     (services
         .patch(SERVICE, &apply, &Patch::Apply(&service))
         .await)
         .map_err(|e| failed("Service", e))?;
-    let eps: Api<Endpoints> = Api::namespaced(client.clone(), namespace);
-    (eps.patch(SERVICE, &apply, &Patch::Apply(&endpoints)).await)
-        .map_err(|e| failed("Endpoints", e))?;
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     (slices.patch(SERVICE, &apply, &Patch::Apply(&slice)).await)
         .map_err(|e| failed("EndpointSlice", e))?;
@@ -79,13 +74,13 @@ pub async fn register_local(
     }
 }
 
-/// The Service, its Endpoints and EndpointSlice at `address:port`, and the APIService.
+/// The Service, its EndpointSlice at `address:port`, and the APIService.
 fn objects(
     namespace: &str,
     address: IpAddr,
     port: u16,
     ca_pem: Option<&str>,
-) -> (Service, Endpoints, EndpointSlice, APIService) {
+) -> (Service, EndpointSlice, APIService) {
     let meta = |name: &str| ObjectMeta {
         name: Some(name.to_string()),
         namespace: Some(namespace.to_string()),
@@ -105,21 +100,6 @@ fn objects(
         ..Service::default()
     };
     let port = i32::from(port);
-    let endpoints = Endpoints {
-        metadata: meta(SERVICE),
-        subsets: Some(vec![EndpointSubset {
-            addresses: Some(vec![EndpointAddress {
-                ip: address.to_string(),
-                ..EndpointAddress::default()
-            }]),
-            ports: Some(vec![EndpointPort {
-                name: Some("https".into()),
-                port,
-                ..EndpointPort::default()
-            }]),
-            ..EndpointSubset::default()
-        }]),
-    };
     let mut slice_meta = meta(SERVICE);
     slice_meta.labels = Some(
         [(
@@ -161,5 +141,5 @@ fn objects(
         }),
         ..APIService::default()
     };
-    (service, endpoints, slice, api_service)
+    (service, slice, api_service)
 }

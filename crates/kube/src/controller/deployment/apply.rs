@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::super::inputs::{self, Inputs, Unready};
+use super::super::inputs::{Inputs, Unready};
 use super::super::requests::{ActionRequest, Handled, Pending, Requested};
 use super::super::status;
 use super::deploy_task::{self, DeployTask};
@@ -169,12 +169,7 @@ async fn repair_from_deployed(
     };
     let mut deployed = Deployment::clone(deployment);
     deployed.spec = spec;
-    let watched = (ctx.inputs)
-        .watched(&ctx.client, &namespace, counter)
-        .await
-        .map_err(inputs::InputError::Kube)?;
-    let gathered = inputs::gather(&ctx.client, &deployed, &watched, ctx.cloud_maker.as_ref()).await;
-    let inputs = match gathered {
+    let inputs = match ctx.gather_inputs(&deployed, counter).await {
         Ok(Ok(inputs)) => inputs,
         Ok(Err(unready)) => {
             let why = format!(
@@ -275,15 +270,7 @@ async fn read_inputs(
     counter: u64,
     status: &DeploymentStatus,
 ) -> Result<Result<Inputs, Unready>, DeploymentError> {
-    let namespace = deployment.namespace().unwrap_or_default();
-    let read = async {
-        let watched = (ctx.inputs)
-            .watched(&ctx.client, &namespace, counter)
-            .await
-            .map_err(inputs::InputError::Kube)?;
-        inputs::gather(&ctx.client, deployment, &watched, ctx.cloud_maker.as_ref()).await
-    };
-    match read.await {
+    match ctx.gather_inputs(deployment, counter).await {
         Ok(gathered) => Ok(gathered),
         Err(e) => {
             let message = format!("cannot read the deployment's inputs: {e}");

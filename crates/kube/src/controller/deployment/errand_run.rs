@@ -20,7 +20,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Resource, ResourceExt};
 use tracing::Instrument as _;
 
-use super::super::inputs::{self, Inputs};
+use super::super::inputs::Inputs;
 use super::super::progress::DeployProgress;
 use super::super::status;
 use super::DeploymentContext;
@@ -103,15 +103,15 @@ pub async fn reconcile(
     }
     let namespace = run.namespace().unwrap_or_default();
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
-    let deployment = api.get_opt(&run.spec.deployment).await?;
-    let busy = match &deployment {
-        None => Some(Err(format!(
+    let Some(deployment) = api.get_opt(&run.spec.deployment).await? else {
+        let missing = format!(
             "waiting for Deployment '{}' in namespace '{namespace}'",
             run.spec.deployment
-        ))),
-        Some(d) => busy(&ctx, d),
+        );
+        wait(&ctx, &run, status, &missing).await?;
+        return Ok(Action::requeue(WAIT_POLL));
     };
-    match busy {
+    match busy(&ctx, &deployment) {
         Some(Err(waiting)) => {
             wait(&ctx, &run, status, &waiting).await?;
             return Ok(Action::requeue(WAIT_POLL));
@@ -122,9 +122,6 @@ pub async fn reconcile(
         }
         None => {}
     }
-    let Some(deployment) = deployment else {
-        return Ok(Action::requeue(WAIT_POLL));
-    };
     let deployment_uid = deployment.uid().unwrap_or_default();
     let Some(cancel) = ctx.ledger.start_errand(&deployment_uid, &uid, &ctx.cancel) else {
         return Ok(Action::requeue(TASK_RUNNING_POLL));
@@ -330,13 +327,10 @@ async fn errand(
 /// The deployment's inputs as a deploy would read them now; `None` when they cannot be
 /// read or do not validate (a colocated errand runs all the same).
 async fn read_inputs(ctx: &DeploymentContext, deployment: &Deployment) -> Option<Inputs> {
-    let namespace = deployment.namespace().unwrap_or_default();
-    let counter = ctx.inputs.counter(&namespace);
-    let watched = (ctx.inputs.watched(&ctx.client, &namespace, counter).await).ok()?;
-    match inputs::gather(&ctx.client, deployment, &watched, ctx.cloud_maker.as_ref()).await {
-        Ok(Ok(inputs)) => Some(inputs),
-        _ => None,
-    }
+    let counter = ctx
+        .inputs
+        .counter(&deployment.namespace().unwrap_or_default());
+    ctx.gather_inputs(deployment, counter).await.ok()?.ok()
 }
 
 /// The name of an earlier `ErrandRun` of the same errand, instances and deployment that

@@ -196,6 +196,27 @@ impl DeploymentContext {
         }
     }
 
+    /// What `deployment` deploys (or why it cannot yet), read with the watched inputs of its
+    /// namespace as of its change `counter`.
+    pub(crate) async fn gather_inputs(
+        &self,
+        deployment: &Deployment,
+        counter: u64,
+    ) -> Result<Result<inputs::Inputs, inputs::Unready>, inputs::InputError> {
+        let namespace = deployment.namespace().unwrap_or_default();
+        let watched = (self.inputs)
+            .watched(&self.client, &namespace, counter)
+            .await
+            .map_err(inputs::InputError::Kube)?;
+        inputs::gather(
+            &self.client,
+            deployment,
+            &watched,
+            self.cloud_maker.as_ref(),
+        )
+        .await
+    }
+
     /// The store of a task that deploys `deployment` (its records owned by it), starting
     /// from what its last deploy left and leaving its own for the next.
     pub(crate) fn deploy_store(&self, deployment: &Deployment) -> Arc<KubeStore> {
