@@ -248,7 +248,7 @@ async fn run_task(
         started: Some(now()),
         ..TaskSummary::default()
     };
-    let ended = errand(ctx, run, deployment, &mut status, (&cancel, &recorder))
+    let (ended, secrets) = errand(ctx, run, deployment, &mut status, (&cancel, &recorder))
         .instrument(recorder.span())
         .await;
     task.finished = Some(now());
@@ -259,18 +259,19 @@ async fn run_task(
         }
         Err(e) => tracing::warn!(error = %e, "cannot write the errand run's end"),
     }
-    keep_history(ctx, deployment, Some(&task), &recorder, &[], true).await;
+    keep_history(ctx, deployment, Some(&task), &recorder, &secrets, true).await;
 }
 
 /// The run itself: the deployment's inputs read (for a `lifecycle: errand` group, for
-/// `whenChanged`, and for the secrets to scrub), then the engine's errand.
+/// `whenChanged`, and for the secrets to scrub), then the engine's errand; how it ended,
+/// and the secrets to scrub from its logs.
 async fn errand(
     ctx: &DeploymentContext,
     run: &ErrandRun,
     deployment: &Deployment,
     status: &mut ErrandRunStatus,
     (cancel, recorder): (&CancellationToken, &Arc<TaskRecorder>),
-) -> Ended {
+) -> (Ended, Vec<String>) {
     let namespace = deployment.namespace().unwrap_or_default();
     let name = deployment.name_any();
     let errand = &run.spec.errand;
@@ -280,7 +281,7 @@ async fn errand(
         && let Some(digest) = &status.deployment_digest
         && let Some(earlier) = succeeded_before(ctx, run, digest).await
     {
-        return Ended::Skipped(earlier);
+        return (Ended::Skipped(earlier), Vec::new());
     }
     let store = ctx.deploy_store(deployment);
     let mut engine = ctx.engine(store.clone(), &namespace, recorder.clone(), cancel.clone());
@@ -309,7 +310,7 @@ async fn errand(
     };
     // For the next deploy of the deployment (errand VMs made or deleted).
     store.leave().await;
-    match ran {
+    let ended = match ran {
         Ok(outcomes) => Ended::Ran(
             (outcomes.into_iter())
                 .map(|o| ErrandOutcome {
@@ -321,7 +322,8 @@ async fn errand(
         ),
         Err(_) if cancel.is_cancelled() => Ended::Interrupted,
         Err(e) => Ended::Failed(scrub(&e)),
-    }
+    };
+    (ended, inputs.map(|i| i.secrets).unwrap_or_default())
 }
 
 /// The deployment's inputs as a deploy would read them now; `None` when they cannot be
