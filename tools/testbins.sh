@@ -2,6 +2,8 @@
 # Build (once per version) the binaries the integration tests need, from package
 # registries only (Go module proxy; no GitHub/GCS release downloads):
 #   kube-apiserver, kubectl  - tools/k8s-testbins (k8s.io/kubernetes module)
+#   kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+#                            - the same, for the dev cluster's node
 #   helm                     - go install helm.sh/helm/v4/cmd/helm
 #   nats-server              - go install github.com/nats-io/nats-server/v2
 #   bosh                     - go install github.com/cloudfoundry/bosh-cli/v7 (the real
@@ -88,7 +90,8 @@ has() { # has NAME: 0 if $out/NAME exists and reports the wanted version
 	local f="$out/$1" v
 	[[ -x $f ]] || return 1
 	case $1 in
-	kube-apiserver) v=$("$f" --version 2>/dev/null) && [[ $v == "Kubernetes v${K8S_VERSION}" ]] ;;
+	kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kube-proxy)
+		v=$("$f" --version 2>/dev/null) && [[ $v == "Kubernetes v${K8S_VERSION}" ]] ;;
 	kubectl) v=$("$f" version --client 2>/dev/null) && [[ $v == *"Client Version: v${K8S_VERSION}"* ]] ;;
 	helm) v=$("$f" version --template '{{.Version}}' 2>/dev/null) && [[ $v == "v${HELM_VERSION}" ]] ;;
 	nats-server) v=$("$f" --version 2>/dev/null) && [[ $v == "nats-server: v${NATS_VERSION}" ]] ;;
@@ -98,7 +101,7 @@ has() { # has NAME: 0 if $out/NAME exists and reports the wanted version
 	*) return 1 ;;
 	esac
 }
-all=(kube-apiserver kubectl helm nats-server bosh bosh-agent gitops-health)
+all=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm nats-server bosh bosh-agent gitops-health)
 missing() { local b; for b in "${all[@]}"; do has "$b" || echo "$b"; done; }
 
 todo=$(missing)
@@ -138,7 +141,7 @@ trap 'rm -rf "$tmp"' EXIT
 total_start=$(date +%s)
 
 k8s=()
-for b in $todo; do [[ $b == kube-apiserver || $b == kubectl ]] && k8s+=("$b"); done
+for b in $todo; do [[ $b == kube* ]] && k8s+=("$b"); done
 if [[ ${#k8s[@]} -gt 0 ]]; then
 	"$here/k8s-testbins/build.sh" "$out" "${k8s[@]}"
 fi

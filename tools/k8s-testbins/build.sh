@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and kubectl from the Go module proxy (no release downloads).
+# Build kube-apiserver, kubectl and the node's binaries (kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy) from the Go module proxy (no release downloads).
 #
-#   build.sh DEST_DIR [kube-apiserver] [kubectl]   build into DEST_DIR (default: both)
+#   build.sh DEST_DIR [BINARY...]                  build into DEST_DIR (default: all of cmd/)
 #   build.sh --update                              rewrite go.mod/go.sum for $K8S_VERSION
 #
 # K8S_VERSION (x.y.z) defaults to the k8s.io/kubernetes version required by go.mod.
@@ -24,9 +25,9 @@ die() { log "ERROR: $*"; exit 1; }
 update=0
 if [[ ${1:-} == --update ]]; then update=1; shift; fi
 if [[ $update == 0 ]]; then
-	[[ $# -ge 1 ]] || die "usage: $0 DEST_DIR [kube-apiserver] [kubectl] | $0 --update"
+	[[ $# -ge 1 ]] || die "usage: $0 DEST_DIR [BINARY...] | $0 --update"
 	dest=$1; shift
-	bins=("$@"); [[ ${#bins[@]} -gt 0 ]] || bins=(kube-apiserver kubectl)
+	bins=("$@"); [[ ${#bins[@]} -gt 0 ]] || bins=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
 fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GO111MODULE=on
