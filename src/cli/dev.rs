@@ -12,7 +12,13 @@ use kubosh_devenv::ControlPlane;
 pub enum DevCommand {
     /// Start etcd + kube-apiserver with kubosh's CRDs installed; print a kubeconfig path and
     /// run until Ctrl-C.
-    Cluster,
+    Cluster {
+        /// Add a node that runs Pods: kube-controller-manager, kube-scheduler, containerd, a
+        /// kubelet and kube-proxy in a network namespace of its own, with the images of
+        /// `tools/images.sh` imported (needs root; one node per machine).
+        #[arg(long)]
+        node: bool,
+    },
 }
 
 /// Runs a `kubosh dev` command.
@@ -25,13 +31,18 @@ pub fn run(command: &DevCommand) -> ExitCode {
         }
     };
     match command {
-        DevCommand::Cluster => runtime.block_on(cluster()),
+        DevCommand::Cluster { node } => runtime.block_on(cluster(*node)),
     }
 }
 
-async fn cluster() -> ExitCode {
+async fn cluster(node: bool) -> ExitCode {
     let started = std::time::Instant::now();
-    let cp = match ControlPlane::start().await {
+    let cp = if node {
+        ControlPlane::start_with_node().await
+    } else {
+        ControlPlane::start().await
+    };
+    let cp = match cp {
         Ok(cp) => cp,
         Err(e) => {
             eprintln!("kubosh dev cluster: {e}");
@@ -48,16 +59,20 @@ async fn cluster() -> ExitCode {
         cp.server(),
         started.elapsed().as_secs_f64()
     );
+    if let Some(node) = cp.node() {
+        outln!(
+            "node {} ready; its logs and state are in {}",
+            kubosh_devenv::NODE_NAME,
+            node.dir().display()
+        );
+    }
     outln!("export KUBECONFIG={}", cp.kubeconfig_path().display());
     outln!("contexts: admin (system:masters), operator (no rights until RBAC grants them)");
     outln!(
         "try: kubectl --kubeconfig {} get boshdeployments -A",
         cp.kubeconfig_path().display()
     );
-    outln!(
-        "Ctrl-C stops etcd and kube-apiserver and removes {}",
-        cp.dir().display()
-    );
+    outln!("Ctrl-C stops everything and removes {}", cp.dir().display());
     let _ = tokio::signal::ctrl_c().await;
     ExitCode::SUCCESS
 }

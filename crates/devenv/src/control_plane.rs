@@ -15,6 +15,7 @@ use kube::{Client, Config};
 
 use super::bins::{BinError, binary};
 use super::files;
+use super::node::{self, ControlPlaneAccess, Node, NodeError};
 use super::process::{self, ManagedChild, free_port};
 use kubosh_base::pki::{Ca, Leaf, PkiError, key_pair_pem};
 
@@ -44,6 +45,9 @@ pub enum ControlPlaneError {
     /// The kubeconfig could not be loaded.
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    /// The node could not be started.
+    #[error("node: {0}")]
+    Node(#[from] NodeError),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
@@ -53,7 +57,8 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneErr
 
 /// A running etcd + kube-apiserver. Stopped when dropped.
 pub struct ControlPlane {
-    // Field order is drop order: the apiserver stops before etcd.
+    // Field order is drop order: the node goes first, the apiserver stops before etcd.
+    node: Option<Node>,
     apiserver: ManagedChild,
     etcd: ManagedChild,
     server: String,
@@ -163,9 +168,34 @@ impl ControlPlane {
             .await
     }
 
+    /// The control plane of this process with a node (see [`ControlPlane::start_with_node`]),
+    /// started on first use with `crds` installed; later calls share it. The node is torn
+    /// down when the process exits.
+    pub async fn shared_with_node(
+        crds: impl FnOnce() -> Vec<CustomResourceDefinition>,
+    ) -> Result<&'static ControlPlane, ControlPlaneError> {
+        static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+        extern "C" fn tear_down_shared_node() {
+            if let Some(node) = SHARED.get().and_then(|cp| cp.node.as_ref()) {
+                node::teardown(node.dir());
+            }
+        }
+        SHARED
+            .get_or_try_init(|| async {
+                let cp = ControlPlane::start_with_node().await?;
+                cp.install_crds(&crds()).await?;
+                // SAFETY: registers a plain function; it runs once, at exit.
+                unsafe { libc::atexit(tear_down_shared_node) };
+                Ok(cp)
+            })
+            .await
+    }
+
     /// Removes the temporary directories of control planes whose process is gone (a test
-    /// binary's shared one, a killed run's); [`ControlPlane::start`] does it first.
+    /// binary's shared one, a killed run's), and tears down a node whose process is gone;
+    /// [`ControlPlane::start`] does it first.
     pub fn remove_abandoned() {
+        node::remove_abandoned();
         remove_abandoned(&std::env::temp_dir());
     }
 
@@ -183,9 +213,50 @@ impl ControlPlane {
                 .map_err(io("write the owner file"))?;
         }
         let ports = ControlPlanePorts::free().map_err(io("find free ports"))?;
-        let mut cp = ControlPlane::start_in(temporary.path(), ports).await?;
+        let mut cp =
+            ControlPlane::start_serving(temporary.path(), ports, Serving::Loopback).await?;
         cp._temporary = Some(temporary);
         Ok(cp)
+    }
+
+    /// Starts a control plane as [`ControlPlane::start`] does, serving Pods too, and a node
+    /// for it (kube-controller-manager, kube-scheduler, containerd, a kubelet, kube-proxy;
+    /// see [`Node`]), with the images in `KUBOSH_IMAGE_DIR` (`tools/images.sh`; every
+    /// `*.tar` there) imported. Waits until the node is Ready. Needs root.
+    pub async fn start_with_node() -> Result<ControlPlane, ControlPlaneError> {
+        let parent = std::env::temp_dir();
+        Self::remove_abandoned();
+        let temporary = tempfile::Builder::new()
+            .prefix(TEMPORARY_PREFIX)
+            .tempdir_in(&parent)
+            .map_err(io("create temp dir"))?;
+        if let Some(owner) = process_identity(std::process::id()) {
+            std::fs::write(temporary.path().join(OWNER_FILE), owner)
+                .map_err(io("write the owner file"))?;
+        }
+        let ports = ControlPlanePorts::free().map_err(io("find free ports"))?;
+        let mut cp = ControlPlane::start_serving(temporary.path(), ports, Serving::Pods).await?;
+        cp._temporary = Some(temporary);
+        let credentials = read_credentials(&cp.dir).ok_or_else(|| {
+            ControlPlaneError::Kubeconfig("the control plane's credentials are missing".into())
+        })?;
+        let pki = cp.dir.join("pki");
+        let access = ControlPlaneAccess {
+            apiserver_port: ports.apiserver,
+            ca_pem: &credentials.ca_pem,
+            admin_token: &credentials.admin_token,
+            service_account_key: &pki.join("sa.key"),
+            kubelet_client_ca: &pki.join("kubelet-client-ca.crt"),
+        };
+        let images = image_archives();
+        let node = Node::start(&cp.dir.join("node"), &access, cp.client().await?, &images).await?;
+        cp.node = Some(node);
+        Ok(cp)
+    }
+
+    /// The node, for a control plane started with one.
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
     }
 
     /// Starts etcd and kube-apiserver on `ports` with everything in `dir`, which outlives
@@ -197,6 +268,14 @@ impl ControlPlane {
         dir: &Path,
         ports: ControlPlanePorts,
     ) -> Result<ControlPlane, ControlPlaneError> {
+        Self::start_serving(dir, ports, Serving::Loopback).await
+    }
+
+    async fn start_serving(
+        dir: &Path,
+        ports: ControlPlanePorts,
+        serving: Serving,
+    ) -> Result<ControlPlane, ControlPlaneError> {
         let etcd_bin = binary("etcd")?;
         let apiserver_bin = binary("kube-apiserver")?;
         let d = dir;
@@ -207,6 +286,7 @@ impl ControlPlane {
             None => write_credentials(d)?,
         };
         ensure_front_proxy(d)?;
+        ensure_kubelet_client(d)?;
 
         let ControlPlanePorts {
             etcd_client: client_port,
@@ -239,10 +319,7 @@ impl ControlPlane {
         let mut api_cmd = Command::new(&apiserver_bin);
         api_cmd.args([
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
             format!("--secure-port={api_port}"),
-            "--advertise-address=127.0.0.1".into(),
-            "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={}", pki.display()),
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
@@ -252,10 +329,12 @@ impl ControlPlane {
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--authorization-mode=RBAC".into(),
-            "--disable-admission-plugins=ServiceAccount".into(),
             "--allow-privileged=true".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            format!("--service-cluster-ip-range={}", node::SERVICE_CIDR),
+            format!("--kubelet-client-certificate={}", p("kubelet-client.crt")),
+            format!("--kubelet-client-key={}", p("kubelet-client.key")),
         ]);
+        api_cmd.args(serving.flags());
         api_cmd.args(aggregation_flags(&pki));
         let apiserver = spawn_logged(api_cmd, &d.join("kube-apiserver.log"))?;
 
@@ -273,6 +352,7 @@ impl ControlPlane {
             ),
         )?;
         let cp = ControlPlane {
+            node: None,
             apiserver,
             etcd,
             server,
@@ -477,6 +557,64 @@ fn read_credentials(dir: &Path) -> Option<Credentials> {
     })
 }
 
+/// Whom kube-apiserver serves.
+#[derive(Debug, Clone, Copy)]
+enum Serving {
+    /// Processes of this machine only (loopback), with no node: the `kubernetes` Service
+    /// has no endpoints and Pods get no ServiceAccount token (no controller makes the
+    /// `default` accounts the admission plugin wants).
+    Loopback,
+    /// Pods of the node too: every address, the `kubernetes` Service pointing at the host's
+    /// side of the node's link, ServiceAccount tokens mounted into Pods.
+    Pods,
+}
+
+impl Serving {
+    fn flags(self) -> Vec<String> {
+        match self {
+            Serving::Loopback => vec![
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+            ],
+            Serving::Pods => vec![
+                "--bind-address=0.0.0.0".into(),
+                format!("--advertise-address={}", node::HOST_SIDE_ADDRESS),
+                "--endpoint-reconciler-type=lease".into(),
+                // The node's name resolves nowhere; its address does.
+                "--kubelet-preferred-address-types=InternalIP".into(),
+            ],
+        }
+    }
+}
+
+/// The image archives a node imports: the `*.tar` links in `KUBOSH_IMAGE_DIR`, else in
+/// `~/.cache/kubosh/images` (tools/images.sh links each image's current archive there, beside
+/// the versioned files).
+fn image_archives() -> Vec<PathBuf> {
+    let dir = std::env::var_os("KUBOSH_IMAGE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let cache = std::env::var_os("KUBOSH_CACHE")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kubosh"))
+                })?;
+            Some(cache.join("images"))
+        });
+    let Some(Ok(entries)) = dir.map(std::fs::read_dir) else {
+        return Vec::new();
+    };
+    let mut archives: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tar") && p.is_symlink())
+        .collect();
+    archives.sort();
+    archives
+}
+
 /// The aggregation layer: requests to an APIService (kubosh's ops API) are proxied to its
 /// endpoints with the front-proxy client certificate (in `pki`) and the user in headers.
 fn aggregation_flags(pki: &Path) -> Vec<String> {
@@ -520,17 +658,48 @@ fn ensure_front_proxy(dir: &Path) -> Result<(), ControlPlaneError> {
     Ok(())
 }
 
+/// Writes the CA the kubelet trusts for kube-apiserver's client certificate (logs, exec) and
+/// that certificate (group `system:masters`) into `dir`, unless they are there.
+fn ensure_kubelet_client(dir: &Path) -> Result<(), ControlPlaneError> {
+    let names = [
+        "pki/kubelet-client-ca.crt",
+        "pki/kubelet-client.crt",
+        "pki/kubelet-client.key",
+    ];
+    if names.iter().all(|f| dir.join(f).is_file()) {
+        return Ok(());
+    }
+    let ca = Ca::new("kubosh-kubelet-client-ca")?;
+    let client = ca.issue(&Leaf {
+        common_name: "kube-apiserver-kubelet-client",
+        organizations: &["system:masters"],
+        client: true,
+        ..Leaf::default()
+    })?;
+    let contents = [ca.cert_pem(), client.cert_pem, client.key_pem];
+    for (name, content) in names.iter().zip(contents) {
+        write_private(&dir.join(name), &content)?;
+    }
+    Ok(())
+}
+
 /// Generates a CA, the apiserver's serving certificate, a service-account signing key and
 /// the identities' tokens, and writes them into `dir` (see [`CREDENTIAL_FILES`]).
 fn write_credentials(dir: &Path) -> Result<Credentials, ControlPlaneError> {
     let ca = Ca::new("kubosh-test-ca")?;
     let serving = ca.issue(&Leaf {
         common_name: "kube-apiserver",
+        // The loopback names, and those Pods use: the `kubernetes` Service's name and IP,
+        // the address a node reaches it on.
         alternative_names: &[
             "localhost",
             "127.0.0.1",
             "kubernetes",
+            "kubernetes.default",
             "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "10.0.0.1",
+            node::HOST_SIDE_ADDRESS,
         ],
         server: true,
         ..Leaf::default()
@@ -573,7 +742,7 @@ fn spawn_logged(cmd: Command, log: &Path) -> Result<ManagedChild, ControlPlaneEr
 
 /// A kubeconfig with one user and one context of its name per `(name, token)`, the first
 /// current.
-fn kubeconfig_yaml(server: &str, ca_pem: &str, users: &[(&str, &str)]) -> String {
+pub(crate) fn kubeconfig_yaml(server: &str, ca_pem: &str, users: &[(&str, &str)]) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let mut yaml = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: kubosh-test\n  cluster:\n    \

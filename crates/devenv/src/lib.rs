@@ -15,6 +15,7 @@ mod files;
 mod http;
 mod logs;
 mod nats;
+mod node;
 mod process;
 mod releases;
 mod s3;
@@ -25,6 +26,7 @@ pub use director::{DirectorError, DirectorSettings, LocalDirector, NatsPki, kubo
 pub use http::{http_get, http_request};
 pub use logs::{CapturedLogs, captured_logs};
 pub use nats::{BoshNats, BoshNatsError, ClientPem, NatsError, NatsServer, NatsTls};
+pub use node::{HOST_SIDE_ADDRESS as NODE_HOST_SIDE_ADDRESS, NODE_NAME, Node, NodeError};
 pub use process::{ManagedChild, free_port, host_address, spawn_logged, spawn_tied};
 pub use releases::{
     ExampleReleaseError, build_example_release, example_release, example_release_dir,
