@@ -60,7 +60,9 @@ given one, or kubosh's local cloud. */}}
 {{- define "kubosh.cpiFiles" -}}
 {{- $files := deepCopy .Values.cpi.config -}}
 {{- if and (not .Values.cpi.command) (not (hasKey $files "cpi.yml")) -}}
-{{- $local := dict "state_dir" "/var/lib/kubosh/state/cloud" "mbus" .Values.nats.url "blobstore" (dict "provider" "local" "options" (dict "blobstore_path" "/var/lib/kubosh/blobs")) -}}
+{{- /* Each VM's agent mounts its directory on /var/vcap, where releases' scripts look, in a user namespace of its own (see the container's seccomp profile). */ -}}
+{{- $agent := dict "command" (list "{kubosh}" "agent" "--bind-base" "{root}" "-b" "/var/vcap" "-C" "{agent_config}") -}}
+{{- $local := dict "state_dir" "/var/lib/kubosh/state/cloud" "mbus" .Values.nats.url "blobstore" (dict "provider" "local" "options" (dict "blobstore_path" "/var/lib/kubosh/blobs")) "agent" $agent -}}
 {{- $_ := set $files "cpi.yml" (toYaml (merge (deepCopy .Values.cpi.localCloud.settings) $local)) -}}
 {{- end -}}
 {{- toYaml $files -}}

@@ -63,6 +63,9 @@ fn helm_lint_passes_in_both_rbac_modes() {
 async fn the_rendered_chart_is_accepted_by_the_apiserver_under_restricted_pod_security() {
     let release_ns = restricted_namespace("chart-sys").await;
     let watched = support::namespace("chart-watched").await;
+    // A real CPI: the local cloud's VMs (processes in the Pod) need user namespaces, which
+    // the restricted standard's seccomp profile forbids (below).
+    let cpi = "cpi.command={/var/vcap/packages/aws_cpi/bin/aws_cpi}";
     let cases = [
         // One namespace, without the ops API (its APIService and its delegated
         // authorization are cluster-wide by nature): Roles there and in the release
@@ -70,9 +73,11 @@ async fn the_rendered_chart_is_accepted_by_the_apiserver_under_restricted_pod_se
         vec![
             format!("watchNamespace={watched}"),
             "opsApi.enabled=false".into(),
+            cpi.into(),
         ],
         // All namespaces, with every optional object.
         vec![
+            cpi.to_string(),
             "podDisruptionBudget.enabled=true".to_string(),
             "blobstore.persistence.enabled=true".into(),
             "cpi.credentialsSecret=cpi-creds".into(),
@@ -101,6 +106,17 @@ async fn the_rendered_chart_is_accepted_by_the_apiserver_under_restricted_pod_se
             "the pod template breaks the restricted Pod Security Standard:\n{warnings}"
         );
     }
+    // The local cloud (the default): only its seccomp profile is outside the standard.
+    let rendered = render("kubosh-local", &release_ns, &[]);
+    let warnings = server_dry_run(&["-f", "-"], Some(&rendered)).await;
+    let violations: Vec<&str> = (warnings.lines())
+        .filter(|l| l.contains("PodSecurity"))
+        .collect();
+    assert_eq!(violations.len(), 1, "{warnings}");
+    assert!(
+        violations[0].contains("seccompProfile") && violations[0].contains("Unconfined"),
+        "{warnings}"
+    );
 }
 
 #[test]
