@@ -28,6 +28,10 @@ pub struct NatsPkiArgs {
     pub port: u16,
 }
 
+/// The per-agent authorization file's first content (no agent yet), for a nats-server whose
+/// users the director keeps (`nats.authorization`).
+const AUTHORIZATION_SEED: &str = "authorization.json";
+
 /// Runs the command.
 pub fn run(args: &NatsPkiArgs) -> ExitCode {
     match write(args) {
@@ -44,7 +48,7 @@ pub fn run(args: &NatsPkiArgs) -> ExitCode {
 
 /// Writes the files; the text that tells what was written and how to use it.
 fn write(args: &NatsPkiArgs) -> Result<String, String> {
-    let taken: Vec<String> = (NatsPki::FILES.iter())
+    let taken: Vec<String> = (NatsPki::FILES.iter().chain([&AUTHORIZATION_SEED]))
         .map(|name| args.dir.join(name))
         .filter(|path| path.exists())
         .map(|path| path.display().to_string())
@@ -59,6 +63,10 @@ fn write(args: &NatsPkiArgs) -> Result<String, String> {
     let hosts: Vec<&str> = args.hosts.iter().map(String::as_str).collect();
     let pki = NatsPki::generate_for(&hosts).map_err(|e| e.to_string())?;
     pki.write_into(&args.dir).map_err(|e| e.to_string())?;
+    let seed = pki.authorization_seed().map_err(|e| e.to_string())?;
+    let seed_path = args.dir.join(AUTHORIZATION_SEED);
+    std::fs::write(&seed_path, format!("{seed:#}\n"))
+        .map_err(|e| format!("{}: {e}", seed_path.display()))?;
     let dir =
         std::fs::canonicalize(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
     Ok(instructions(&dir, hosts[0], args.port))
@@ -72,7 +80,7 @@ fn instructions(dir: &Path, host: &str, port: u16) -> String {
         Err(_) => host.to_string(),
     };
     format!(
-        r#"Wrote {files} into {dir} (the keys readable by their owner only).
+        r#"Wrote {files} and {seed} into {dir} (the keys readable by their owner only).
 
 nats-server's configuration (mutual TLS: agents and the director present certificates the CA signed):
 
@@ -93,8 +101,15 @@ nats:
   ca_private_key_path: {ca_key}
   director_certificate_path: {director_crt}
   director_private_key_path: {director_key}
+
+To confine each agent to its own subjects (BOSH's production permissions): nats-server with
+`verify_and_map: true` instead of `verify: true` and `include "authorization.json"` (a copy
+of {seed}, in its configuration's directory, that the director may write), and the
+director's `nats.authorization.file` naming that copy (examples/cluster/nats.yaml does it in
+a cluster).
 "#,
         files = NatsPki::FILES.join(", "),
+        seed = AUTHORIZATION_SEED,
         dir = dir.display(),
         nats_crt = file("nats.crt"),
         nats_key = file("nats.key"),

@@ -447,6 +447,16 @@ async fn nats_pki_writes_what_a_real_nats_server_and_the_director_use() {
         &std::fs::metadata(pki.join("ca.key")).unwrap().permissions(),
     );
     assert_eq!(key_mode & 0o077, 0, "the CA key is its owner's only");
+    // The confined server's first authorization file: the director (by its certificate's
+    // subject) and the health monitor, no agent yet.
+    let seed = std::fs::read_to_string(pki.join("authorization.json")).unwrap();
+    let seed: serde_json::Value = serde_json::from_str(&seed).unwrap();
+    let users = seed["authorization"]["users"].as_array().unwrap();
+    let director_subject =
+        kubosh_base::pki::subject_dn(&setting("director_certificate_path")).unwrap();
+    assert_eq!(users.len(), 2, "{seed}");
+    assert_eq!(users[0]["user"], director_subject.as_str());
+    assert_eq!(users[1]["user"], "CN=default.hm.bosh-internal");
 
     let server = kubosh_devenv::NatsServer::start(None, tls_block).unwrap();
     let url = format!("tls://127.0.0.1:{}", server.port());

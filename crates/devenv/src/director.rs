@@ -143,6 +143,18 @@ impl NatsPki {
         self.write_into(&dir.join("pki"))
     }
 
+    /// The authorization file nats-server starts with: the director's and the health
+    /// monitor's users (`CN=default.hm.bosh-internal`, the identity the director's CA issues
+    /// it) and no agent yet; the director adds each agent as it creates its VM.
+    pub fn authorization_seed(&self) -> Result<serde_json::Value, DirectorError> {
+        let director = kubosh_base::pki::subject_dn(&self.director.cert_pem)?;
+        Ok(kubosh_bosh::agent::nats_auth::authorization(
+            &director,
+            "CN=default.hm.bosh-internal",
+            &[],
+        )?)
+    }
+
     /// Writes the PKI's files ([`NatsPki::FILES`]) into `pki`, which is created.
     pub fn write_into(&self, pki: &Path) -> Result<(), DirectorError> {
         create_dir(pki)?;
@@ -341,13 +353,7 @@ impl LocalDirector {
         create_dir(&nats)?;
         let authorization = self.authorization_file();
         if !authorization.is_file() {
-            let director = kubosh_base::pki::subject_dn(&pki.director.cert_pem)?;
-            let seed = kubosh_bosh::agent::nats_auth::authorization(
-                &director,
-                "CN=default.hm.bosh-internal",
-                &[],
-            )?;
-            write_json(&authorization, &seed)?;
+            write_json(&authorization, &pki.authorization_seed()?)?;
         }
         let pki_file = |name: &str| self.dir.join("pki").join(name);
         // `include` is relative to the configuration's directory (even an absolute-looking
