@@ -9,10 +9,15 @@ started=$SECONDS
 
 # System packages the tests use (Debian). Only installs what is missing.
 need_pkgs=()
-for pair in "openssl:openssl" "ssh-keygen:openssh-client" "curl:curl" "git:git" "cc:build-essential" "ruby:ruby"; do
+# The dev cluster's node (tests/cluster): containerd, runc, CNI plugins, iptables, conntrack,
+# nsenter and ip; its images are built with buildah from mmdebstrap's Debian (tools/images.sh).
+for pair in "openssl:openssl" "ssh-keygen:openssh-client" "curl:curl" "git:git" "cc:build-essential" "ruby:ruby" \
+  "containerd:containerd" "runc:runc" "iptables:iptables" "conntrack:conntrack" "nsenter:util-linux" "ip:iproute2" \
+  "buildah:buildah" "mmdebstrap:mmdebstrap"; do
   cmd=${pair%%:*} pkg=${pair#*:}
-  command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+  command -v "$cmd" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
+[[ -x /usr/lib/cni/bridge ]] || need_pkgs+=(containernetworking-plugins)
 # python3 -m venv, for the S3-compatible test server (moto, installed by tools/testbins.sh).
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if ((${#need_pkgs[@]})); then
@@ -33,6 +38,15 @@ if [[ -x tools/testbins.sh ]]; then
   export KUBOSH_BIN_DIR
   step "binaries in $KUBOSH_BIN_DIR"
 fi
+
+# The images the dev cluster's node runs: the repository's Dockerfile built with buildah,
+# NATS, CoreDNS and the Pod sandbox, as OCI archives under ~/.cache/kubosh/images.
+step "images (tools/images.sh)"
+# The image's kubosh is a dev build here (the Dockerfile's CARGO_PROFILE): a release build
+# would take ten of the budget's minutes.
+KUBOSH_IMAGE_DIR=$(KUBOSH_IMAGE_PROFILE=dev tools/images.sh | tail -n 1)
+export KUBOSH_IMAGE_DIR
+step "images in $KUBOSH_IMAGE_DIR ($((SECONDS - started)) s so far)"
 
 # A clean clone builds everything once: incremental caches would only double the disk used
 # (the workspace links about 17 test binaries).

@@ -1,0 +1,457 @@
+//! README's "Install on a cluster", step by step with the real `kubosh`, `kubectl` and
+//! `helm`: the director's NATS in the cluster (examples/cluster/nats.yaml: mutual TLS,
+//! per-agent authorization on a shared volume, its config reloader), `helm install` of
+//! charts/kubosh with the image the Dockerfile built, the example CloudConfig, Release,
+//! Stemcell and Deployment applied and seen `Ready` with the controller running in its Pod,
+//! an instance's logs fetched through the ops API (`kubectl bosh logs`); then the Deployment
+//! deleted and its owned objects garbage-collected, and `helm uninstall` leaving no
+//! controller object behind.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use kubosh_devenv::{ControlPlane, ManagedChild, NODE_NAME};
+
+use crate::{cluster, diagnosis, eventually, kubectl, root, run};
+
+const RELEASE_NS: &str = "kubosh-system";
+const BOSH_NS: &str = "bosh";
+
+/// `helm template kubosh charts/kubosh -n kubosh-system --set ...`.
+pub fn render_chart(set: &[&str]) -> String {
+    let mut args = vec![
+        "template",
+        "kubosh",
+        "charts/kubosh",
+        "--namespace",
+        RELEASE_NS,
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    let path = kubosh_devenv::binary("helm").unwrap();
+    let out = Command::new(path)
+        .args(&args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `kubosh ARGS` (the binary under test), which must succeed.
+fn kubosh(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubosh"))
+        .args(args)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "kubosh {args:?}:\n{stdout}\n{stderr}");
+    stdout
+}
+
+/// The NATS a director needs, in the cluster: its certificates (`kubosh nats-pki`), the
+/// Secrets and the seed the manifest names, a ReadWriteMany claim for the authorization
+/// file (here a hostPath volume on the node; a cluster's storage class elsewhere), then
+/// examples/cluster/nats.yaml, rolled out.
+fn install_nats(cp: &ControlPlane, pki: &Path) {
+    let pki_dir = pki.display().to_string();
+    kubosh(&[
+        "nats-pki",
+        "--dir",
+        &pki_dir,
+        "--host",
+        "nats.kubosh-system.svc",
+    ]);
+    let file = |name: &str| format!("--from-file={}", pki.join(name).display());
+    kubectl(
+        cp,
+        &[
+            "-n",
+            RELEASE_NS,
+            "create",
+            "secret",
+            "generic",
+            "nats-tls",
+            &file("ca.crt"),
+            &file("nats.crt"),
+            &file("nats.key"),
+        ],
+    );
+    kubectl(
+        cp,
+        &[
+            "-n",
+            RELEASE_NS,
+            "create",
+            "configmap",
+            "nats-authorization-seed",
+            &file("authorization.json"),
+        ],
+    );
+    kubectl(
+        cp,
+        &[
+            "-n",
+            RELEASE_NS,
+            "create",
+            "secret",
+            "generic",
+            "kubosh-nats",
+            &file("ca.crt"),
+            &file("ca.key"),
+            &file("director.crt"),
+            &file("director.key"),
+        ],
+    );
+    let node_dir = cp.node().expect("a node").dir();
+    let volume = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": "nats-authorization"},
+                "spec": {
+                    "capacity": {"storage": "10Mi"},
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "claimRef": {"namespace": RELEASE_NS, "name": "nats-authorization"},
+                    "hostPath": {
+                        "path": node_dir.join("volumes/nats-authorization").display().to_string(),
+                        "type": "DirectoryOrCreate",
+                    },
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "nats-authorization", "namespace": RELEASE_NS},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "volumeName": "nats-authorization",
+                    "resources": {"requests": {"storage": "10Mi"}},
+                },
+            },
+        ],
+    });
+    apply_json(cp, &volume);
+    kubectl(cp, &["apply", "-f", "examples/cluster/nats.yaml"]);
+    kubectl(
+        cp,
+        &[
+            "-n",
+            RELEASE_NS,
+            "rollout",
+            "status",
+            "deploy/nats",
+            "--timeout=180s",
+        ],
+    );
+}
+
+fn apply_json(cp: &ControlPlane, object: &serde_json::Value) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), object.to_string()).unwrap();
+    kubectl(cp, &["apply", "-f", &file.path().display().to_string()]);
+}
+
+/// The example release and stemcell served over HTTP from this machine, at the address the
+/// node's Pods reach it on; the Release and Stemcell objects naming them.
+fn serve_artifacts(dir: &Path) -> (ManagedChild, serde_json::Value) {
+    let release = kubosh_devenv::demo::example_release_artifact(dir).unwrap();
+    let stemcell = kubosh_devenv::demo::local_stemcell_artifact(dir).unwrap();
+    let port = kubosh_devenv::free_port().unwrap();
+    let address = kubosh_devenv::NODE_HOST_SIDE_ADDRESS;
+    let mut server = Command::new("python3");
+    server
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            address,
+            &port.to_string(),
+            "--directory",
+        ])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let server = kubosh_devenv::spawn_tied(server).unwrap();
+    let url = |path: &Path| {
+        format!(
+            "http://{address}:{port}/{}",
+            path.file_name().unwrap().to_string_lossy()
+        )
+    };
+    let objects = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "kubosh.io/v1alpha1",
+                "kind": "Release",
+                "metadata": {"name": "hello-1.0.0", "namespace": BOSH_NS},
+                "spec": {"name": "hello", "version": "1.0.0", "url": url(&release.path), "sha1": release.digest},
+            },
+            {
+                "apiVersion": "kubosh.io/v1alpha1",
+                "kind": "Stemcell",
+                "metadata": {"name": "bosh-kubosh-local-ubuntu-jammy-1.0", "namespace": BOSH_NS},
+                "spec": {
+                    "name": "bosh-kubosh-local-ubuntu-jammy", "version": "1.0",
+                    "url": url(&stemcell.path), "sha1": stemcell.digest,
+                },
+            },
+        ],
+    });
+    (server, objects)
+}
+
+/// Names of the objects of `kind` in `namespace` with an owner reference to `owner_uid`.
+fn owned_by(cp: &ControlPlane, kind: &str, namespace: &str, owner_uid: &str) -> Vec<String> {
+    let list = kubectl(cp, &["get", kind, "-n", namespace, "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    (list["items"].as_array().into_iter().flatten())
+        .filter(|item| {
+            (item["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten())
+            .any(|r| r["uid"] == owner_uid)
+        })
+        .filter_map(|item| Some(item["metadata"]["name"].as_str()?.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_ready() {
+    let cp = cluster().await;
+    let work = tempfile::tempdir().unwrap();
+    kubectl(cp, &["create", "namespace", RELEASE_NS]);
+    install_nats(cp, &work.path().join("pki"));
+
+    // The chart, with the image the Dockerfile built (imported into the node).
+    let (ok, out, err) = run(
+        cp,
+        "helm",
+        &[
+            "install",
+            "kubosh",
+            "charts/kubosh",
+            "--namespace",
+            RELEASE_NS,
+            "--set",
+            "nats.url=nats://nats.kubosh-system.svc:4222",
+            "--set",
+            "nats.authorization.enabled=true",
+            "--set",
+            "nats.authorization.claimName=nats-authorization",
+            "--set",
+            "replicaCount=1",
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+    );
+    assert!(ok, "helm install:\n{out}\n{err}\n{}", diagnosis(cp));
+    let pod = kubectl(
+        cp,
+        &[
+            "get",
+            "pods",
+            "-n",
+            RELEASE_NS,
+            "-l",
+            "app.kubernetes.io/name=kubosh",
+            "-o",
+            "jsonpath={.items[0].metadata.name} {.items[0].spec.nodeName} {.items[0].status.phase}",
+        ],
+    );
+    let pod_name = pod.split(' ').next().unwrap().to_string();
+    assert_eq!(pod, format!("{pod_name} {NODE_NAME} Running"));
+
+    // The example, as `kubosh up` applies it, with the tarballs served over HTTP.
+    kubectl(cp, &["create", "namespace", BOSH_NS]);
+    let (_server, artifacts) = serve_artifacts(&work.path().join("artifacts"));
+    kubectl(
+        cp,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            "examples/local/cloud-config.yaml",
+        ],
+    );
+    apply_json(cp, &artifacts);
+    kubectl(
+        cp,
+        &["apply", "--server-side", "-f", "examples/local/hello.yaml"],
+    );
+    let (ok, out, err) = run(
+        cp,
+        "kubectl",
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "boshdeployment/hello",
+            "-n",
+            BOSH_NS,
+            "--timeout=600s",
+        ],
+    );
+    assert!(ok, "hello Ready:\n{out}\n{err}\n{}", diagnosis(cp));
+    // The leader is the Pod: its Lease names it.
+    let holder = kubectl(
+        cp,
+        &[
+            "get",
+            "lease",
+            "kubosh-controller",
+            "-n",
+            RELEASE_NS,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    assert_eq!(holder, pod_name);
+    let instances = kubectl(cp, &["get", "instances", "-n", BOSH_NS, "-o", "name"]);
+    assert_eq!(instances.lines().count(), 2, "{instances}");
+
+    // Logs through the ops API: kube-apiserver's aggregation layer, the chart's APIService
+    // and Service, the leader's Pod serving it.
+    let logs = work.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubosh"), plugins.join("kubectl-bosh")).unwrap();
+    let out = Command::new(kubosh_devenv::binary("kubectl").unwrap())
+        .args(["bosh", "logs", "hello", "web/0", "-n", BOSH_NS, "--dir"])
+        .arg(&logs)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                plugins.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kubectl bosh logs:\n{said}\n{}",
+        diagnosis(cp)
+    );
+    let tarballs: Vec<_> = std::fs::read_dir(&logs).unwrap().flatten().collect();
+    assert_eq!(tarballs.len(), 1, "{said}");
+    assert!(
+        (tarballs[0].file_name().to_string_lossy()).starts_with("hello.web.0-"),
+        "{said}"
+    );
+
+    // Garbage collection: what the Deployment owns goes with it (kube-controller-manager).
+    let uid = kubectl(
+        cp,
+        &[
+            "get",
+            "boshdeployment",
+            "hello",
+            "-n",
+            BOSH_NS,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    );
+    let owned = owned_by(cp, "configmaps", BOSH_NS, &uid);
+    assert!(
+        !owned.is_empty(),
+        "the deploy's task history is owned by the Deployment"
+    );
+    kubectl(
+        cp,
+        &[
+            "delete",
+            "boshdeployment",
+            "hello",
+            "-n",
+            BOSH_NS,
+            "--timeout=300s",
+        ],
+    );
+    eventually(
+        cp,
+        "the Deployment's owned objects collected",
+        Duration::from_secs(60),
+        || {
+            let left: Vec<String> = ["configmaps", "secrets", "instances"]
+                .iter()
+                .flat_map(|kind| owned_by(cp, kind, BOSH_NS, &uid))
+                .collect();
+            left.is_empty().then_some(())
+        },
+    )
+    .await;
+
+    // `helm uninstall` leaves none of the controller's objects: in its namespace only what
+    // this test made itself is left.
+    let (ok, out, err) = run(
+        cp,
+        "helm",
+        &[
+            "uninstall",
+            "kubosh",
+            "--namespace",
+            RELEASE_NS,
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+    );
+    assert!(ok, "helm uninstall:\n{out}\n{err}");
+    let ours = [
+        "configmap/kube-root-ca.crt",
+        "configmap/nats-authorization-seed",
+        "configmap/nats-config",
+        "secret/kubosh-nats",
+        "secret/nats-tls",
+        "serviceaccount/default",
+        "persistentvolumeclaim/nats-authorization",
+        "service/nats",
+        "deployment.apps/nats",
+    ];
+    eventually(cp, "no kubosh object left", Duration::from_secs(60), || {
+        let left = kubectl(
+            cp,
+            &[
+                "get",
+                "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,secrets,configmaps,leases,persistentvolumeclaims",
+                "-n", RELEASE_NS, "-o", "name",
+            ],
+        );
+        let left: Vec<&str> = (left.lines())
+            .filter(|name| !ours.contains(name) && !name.contains("/nats-"))
+            .collect();
+        let cluster_wide = kubectl(
+            cp,
+            &[
+                "get", "clusterroles,clusterrolebindings,apiservices",
+                "-l", "app.kubernetes.io/instance=kubosh", "-o", "name",
+            ],
+        );
+        (left.is_empty() && cluster_wide.trim().is_empty()).then_some(())
+    })
+    .await;
+}
