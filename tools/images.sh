@@ -145,11 +145,12 @@ if [[ ! -s $out_kubosh ]]; then
 	log "building $kubosh from the Dockerfile (cargo profile $profile, context $context_key) ..."
 	start=$SECONDS
 	build_log="$cache/kubosh-build.log"
-	buildah bud --quiet --pull=never --network=host --layers --build-arg "CARGO_PROFILE=$profile" \
+	buildah bud --quiet --pull=never --network=host --build-arg "CARGO_PROFILE=$profile" \
 		-t "$kubosh" . </dev/null >"$build_log" 2>&1 ||
 		{ tail -n 60 "$build_log" >&2; die "building $kubosh failed (the whole log: $build_log)"; }
 	archive "$kubosh" "$out_kubosh"
-	# Keep the newest context's archive only.
+	# The image it replaced, and the newest context's archive only: each is hundreds of MB.
+	buildah rmi --prune >/dev/null 2>&1 || true
 	find "$cache" -maxdepth 1 -name "kubosh-*.tar" ! -name "$(basename "$out_kubosh")" -delete
 	log "built $kubosh in $((SECONDS - start))s"
 fi
