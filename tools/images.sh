@@ -62,6 +62,19 @@ go_env() {
 	command -v go >/dev/null || die "Go is needed for the NATS and CoreDNS images (as for tools/testbins.sh)"
 	export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GOFLAGS="-modcacherw -buildvcs=false"
 }
+# image_of BASE IMAGE ENTRYPOINT FILE...: IMAGE is BASE with the FILEs in ENTRYPOINT's
+# directory, running ENTRYPOINT (as IMAGE_USER, when set).
+image_of() {
+	local base=$1 image=$2 entrypoint=$3 c dest
+	shift 3
+	dest=$(dirname "$entrypoint")
+	[[ $dest == / ]] || dest="$dest/"
+	c=$(buildah from --pull=never "$base")
+	buildah copy -q "$c" "$@" "$dest" >/dev/null
+	buildah config --entrypoint "[\"$entrypoint\"]" --cmd '' ${IMAGE_USER:+--user "$IMAGE_USER"} "$c"
+	buildah commit -q "$c" "$image" >/dev/null
+	buildah rm "$c" >/dev/null
+}
 has_image() { buildah inspect --type image "$1" >/dev/null 2>&1; }
 # archive IMAGE FILE: writes IMAGE as an OCI archive named IMAGE (what containerd imports).
 archive() {
@@ -126,11 +139,7 @@ if [[ ! -s $out_pause ]]; then
 	log "building $pause ..."
 	work=$(mktemp -d)
 	gcc -static -Os -o "$work/pause" tools/node/pause.c
-	c=$(buildah from scratch)
-	buildah copy -q "$c" "$work/pause" /pause >/dev/null
-	buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
-	buildah commit -q "$c" "$pause" >/dev/null
-	buildah rm "$c" >/dev/null
+	IMAGE_USER=65535:65535 image_of scratch "$pause" /pause "$work/pause"
 	rm -rf "$work"
 	archive "$pause" "$out_pause"
 fi
@@ -168,11 +177,7 @@ if [[ ! -s $out_nats ]]; then
 		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 	[[ -n $dir && -d $dir ]] || die "cannot download github.com/nats-io/nack v${NACK_VERSION}"
 	(cd "$dir" && go build -mod=mod -trimpath -ldflags "-s -w" -o "$work/nats-server-config-reloader" ./cmd/nats-server-config-reloader </dev/null)
-	c=$(buildah from --pull=never "$debian")
-	buildah copy -q "$c" "$work/nats-server" "$work/nats-server-config-reloader" /usr/local/bin/ >/dev/null
-	buildah config --entrypoint '["/usr/local/bin/nats-server"]' --cmd '' "$c"
-	buildah commit -q "$c" "$nats" >/dev/null
-	buildah rm "$c" >/dev/null
+	image_of "$debian" "$nats" /usr/local/bin/nats-server "$work/nats-server" "$work/nats-server-config-reloader"
 	rm -rf "$work"
 	archive "$nats" "$out_nats"
 	log "built $nats in $((SECONDS - start))s"
@@ -188,11 +193,7 @@ if [[ ! -s $out_coredns ]]; then
 	go_env
 	work=$(mktemp -d)
 	(cd "$work" && GOBIN="$work" nice -n 10 go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@v${COREDNS_VERSION}" </dev/null)
-	c=$(buildah from scratch)
-	buildah copy -q "$c" "$work/coredns" /coredns >/dev/null
-	buildah config --entrypoint '["/coredns"]' "$c"
-	buildah commit -q "$c" "$coredns" >/dev/null
-	buildah rm "$c" >/dev/null
+	image_of scratch "$coredns" /coredns "$work/coredns"
 	rm -rf "$work"
 	archive "$coredns" "$out_coredns"
 	log "built $coredns in $((SECONDS - start))s"

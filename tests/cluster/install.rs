@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use kubosh_devenv::{ControlPlane, ManagedChild, NODE_NAME};
 
-use crate::{cluster, diagnosis, eventually, kubectl, root, run};
+use crate::{cluster, diagnosis, eventually, kubectl, root, sh};
 
 const RELEASE_NS: &str = "kubosh-system";
 const BOSH_NS: &str = "bosh";
@@ -63,57 +63,49 @@ fn kubosh(args: &[&str]) -> String {
 /// file (here a hostPath volume on the node; a cluster's storage class elsewhere), then
 /// examples/cluster/nats.yaml, rolled out.
 fn install_nats(cp: &ControlPlane, pki: &Path) {
-    let pki_dir = pki.display().to_string();
+    let pki = pki.display();
     kubosh(&[
         "nats-pki",
         "--dir",
-        &pki_dir,
+        &pki.to_string(),
         "--host",
         "nats.kubosh-system.svc",
     ]);
-    let file = |name: &str| format!("--from-file={}", pki.join(name).display());
-    kubectl(
+    sh(
         cp,
-        &[
-            "-n",
-            RELEASE_NS,
-            "create",
-            "secret",
-            "generic",
-            "nats-tls",
-            &file("ca.crt"),
-            &file("nats.crt"),
-            &file("nats.key"),
-        ],
+        &format!(
+            "kubectl -n {RELEASE_NS} create secret generic nats-tls \
+         --from-file={pki}/ca.crt --from-file={pki}/nats.crt --from-file={pki}/nats.key"
+        ),
     );
-    kubectl(
+    sh(
         cp,
-        &[
-            "-n",
-            RELEASE_NS,
-            "create",
-            "configmap",
-            "nats-authorization-seed",
-            &file("authorization.json"),
-        ],
+        &format!(
+            "kubectl -n {RELEASE_NS} create configmap nats-authorization-seed \
+         --from-file={pki}/authorization.json"
+        ),
     );
-    kubectl(
+    sh(
         cp,
-        &[
-            "-n",
-            RELEASE_NS,
-            "create",
-            "secret",
-            "generic",
-            "kubosh-nats",
-            &file("ca.crt"),
-            &file("ca.key"),
-            &file("director.crt"),
-            &file("director.key"),
-        ],
+        &format!(
+            "kubectl -n {RELEASE_NS} create secret generic kubosh-nats \
+         --from-file={pki}/ca.crt --from-file={pki}/ca.key \
+         --from-file={pki}/director.crt --from-file={pki}/director.key"
+        ),
     );
+    apply_json(cp, &authorization_volume(cp));
+    sh(cp, "kubectl apply -f examples/cluster/nats.yaml");
+    sh(
+        cp,
+        &format!("kubectl -n {RELEASE_NS} rollout status deploy/nats --timeout=180s"),
+    );
+}
+
+/// The ReadWriteMany claim `nats-authorization`: here a hostPath volume on the node (a
+/// cluster's storage class elsewhere).
+fn authorization_volume(cp: &ControlPlane) -> serde_json::Value {
     let node_dir = cp.node().expect("a node").dir();
-    let volume = serde_json::json!({
+    serde_json::json!({
         "apiVersion": "v1",
         "kind": "List",
         "items": [
@@ -144,20 +136,7 @@ fn install_nats(cp: &ControlPlane, pki: &Path) {
                 },
             },
         ],
-    });
-    apply_json(cp, &volume);
-    kubectl(cp, &["apply", "-f", "examples/cluster/nats.yaml"]);
-    kubectl(
-        cp,
-        &[
-            "-n",
-            RELEASE_NS,
-            "rollout",
-            "status",
-            "deploy/nats",
-            "--timeout=180s",
-        ],
-    );
+    })
 }
 
 fn apply_json(cp: &ControlPlane, object: &serde_json::Value) {
@@ -233,37 +212,87 @@ fn owned_by(cp: &ControlPlane, kind: &str, namespace: &str, owner_uid: &str) -> 
         .collect()
 }
 
+/// `kubectl bosh ARGS` with the plugin (this `kubosh`) on `PATH`, which must succeed.
+fn kubectl_bosh(cp: &ControlPlane, plugins: &Path, args: &[&str]) -> String {
+    std::fs::create_dir_all(plugins).unwrap();
+    let link = plugins.join("kubectl-bosh");
+    if !link.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubosh"), &link).unwrap();
+    }
+    let out = Command::new(kubosh_devenv::binary("kubectl").unwrap())
+        .arg("bosh")
+        .args(args)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                plugins.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kubectl bosh {args:?}:\n{said}\n{}",
+        diagnosis(cp)
+    );
+    said
+}
+
+/// What is left in the release namespace and cluster-wide of the release, but for what this
+/// test made itself (NATS, its Secrets and claim).
+fn release_leftovers(cp: &ControlPlane) -> Vec<String> {
+    const OURS: [&str; 9] = [
+        "configmap/kube-root-ca.crt",
+        "configmap/nats-authorization-seed",
+        "configmap/nats-config",
+        "secret/kubosh-nats",
+        "secret/nats-tls",
+        "serviceaccount/default",
+        "persistentvolumeclaim/nats-authorization",
+        "service/nats",
+        "deployment.apps/nats",
+    ];
+    let namespaced = sh(
+        cp,
+        &format!(
+            "kubectl get deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,\
+         secrets,configmaps,leases,persistentvolumeclaims -n {RELEASE_NS} -o name"
+        ),
+    );
+    let cluster_wide = sh(
+        cp,
+        "kubectl get clusterroles,clusterrolebindings,apiservices \
+         -l app.kubernetes.io/instance=kubosh -o name",
+    );
+    (namespaced.lines().chain(cluster_wide.lines()))
+        .filter(|name| !OURS.contains(name) && !name.contains("/nats-"))
+        .map(String::from)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_ready() {
     let cp = cluster().await;
     let work = tempfile::tempdir().unwrap();
-    kubectl(cp, &["create", "namespace", RELEASE_NS]);
+    sh(cp, &format!("kubectl create namespace {RELEASE_NS}"));
     install_nats(cp, &work.path().join("pki"));
 
     // The chart, with the image the Dockerfile built (imported into the node).
-    let (ok, out, err) = run(
+    sh(
         cp,
-        "helm",
-        &[
-            "install",
-            "kubosh",
-            "charts/kubosh",
-            "--namespace",
-            RELEASE_NS,
-            "--set",
-            "nats.url=nats://nats.kubosh-system.svc:4222",
-            "--set",
-            "nats.authorization.enabled=true",
-            "--set",
-            "nats.authorization.claimName=nats-authorization",
-            "--set",
-            "replicaCount=1",
-            "--wait",
-            "--timeout",
-            "3m",
-        ],
+        &format!(
+            "helm install kubosh charts/kubosh -n {RELEASE_NS} \
+         --set nats.url=nats://nats.kubosh-system.svc:4222 \
+         --set nats.authorization.enabled=true \
+         --set nats.authorization.claimName=nats-authorization \
+         --set replicaCount=1 --wait --timeout 3m"
+        ),
     );
-    assert!(ok, "helm install:\n{out}\n{err}\n{}", diagnosis(cp));
     let pod = kubectl(
         cp,
         &[
@@ -281,79 +310,43 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
     assert_eq!(pod, format!("{pod_name} {NODE_NAME} Running"));
 
     // The example, as `kubosh up` applies it, with the tarballs served over HTTP.
-    kubectl(cp, &["create", "namespace", BOSH_NS]);
+    sh(cp, &format!("kubectl create namespace {BOSH_NS}"));
     let (_server, artifacts) = serve_artifacts(&work.path().join("artifacts"));
-    kubectl(
+    sh(
         cp,
-        &[
-            "apply",
-            "--server-side",
-            "-f",
-            "examples/local/cloud-config.yaml",
-        ],
+        "kubectl apply --server-side -f examples/local/cloud-config.yaml",
     );
     apply_json(cp, &artifacts);
-    kubectl(
+    sh(
         cp,
-        &["apply", "--server-side", "-f", "examples/local/hello.yaml"],
+        "kubectl apply --server-side -f examples/local/hello.yaml",
     );
-    let (ok, out, err) = run(
+    sh(
         cp,
-        "kubectl",
-        &[
-            "wait",
-            "--for=condition=Ready",
-            "boshdeployment/hello",
-            "-n",
-            BOSH_NS,
-            "--timeout=600s",
-        ],
+        &format!(
+            "kubectl wait --for=condition=Ready boshdeployment/hello -n {BOSH_NS} --timeout=600s"
+        ),
     );
-    assert!(ok, "hello Ready:\n{out}\n{err}\n{}", diagnosis(cp));
     // The leader is the Pod: its Lease names it.
-    let holder = kubectl(
+    let holder = sh(
         cp,
-        &[
-            "get",
-            "lease",
-            "kubosh-controller",
-            "-n",
-            RELEASE_NS,
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ],
+        &format!(
+            "kubectl get lease kubosh-controller -n {RELEASE_NS} -o jsonpath={{.spec.holderIdentity}}"
+        ),
     );
     assert_eq!(holder, pod_name);
-    let instances = kubectl(cp, &["get", "instances", "-n", BOSH_NS, "-o", "name"]);
+    let instances = sh(cp, &format!("kubectl get instances -n {BOSH_NS} -o name"));
     assert_eq!(instances.lines().count(), 2, "{instances}");
 
     // Logs through the ops API: kube-apiserver's aggregation layer, the chart's APIService
     // and Service, the leader's Pod serving it.
     let logs = work.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let plugins = work.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubosh"), plugins.join("kubectl-bosh")).unwrap();
-    let out = Command::new(kubosh_devenv::binary("kubectl").unwrap())
-        .args(["bosh", "logs", "hello", "web/0", "-n", BOSH_NS, "--dir"])
-        .arg(&logs)
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                plugins.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .output()
-        .unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "kubectl bosh logs:\n{said}\n{}",
-        diagnosis(cp)
+    let logs_arg = logs.display().to_string();
+    let said = kubectl_bosh(
+        cp,
+        &work.path().join("plugins"),
+        &["logs", "hello", "web/0", "-n", BOSH_NS, "--dir", &logs_arg],
     );
     let tarballs: Vec<_> = std::fs::read_dir(&logs).unwrap().flatten().collect();
     assert_eq!(tarballs.len(), 1, "{said}");
@@ -363,33 +356,18 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
     );
 
     // Garbage collection: what the Deployment owns goes with it (kube-controller-manager).
-    let uid = kubectl(
+    let uid = sh(
         cp,
-        &[
-            "get",
-            "boshdeployment",
-            "hello",
-            "-n",
-            BOSH_NS,
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ],
+        &format!("kubectl get boshdeployment hello -n {BOSH_NS} -o jsonpath={{.metadata.uid}}"),
     );
     let owned = owned_by(cp, "configmaps", BOSH_NS, &uid);
     assert!(
         !owned.is_empty(),
         "the deploy's task history is owned by the Deployment"
     );
-    kubectl(
+    sh(
         cp,
-        &[
-            "delete",
-            "boshdeployment",
-            "hello",
-            "-n",
-            BOSH_NS,
-            "--timeout=300s",
-        ],
+        &format!("kubectl delete boshdeployment hello -n {BOSH_NS} --timeout=300s"),
     );
     eventually(
         cp,
@@ -405,53 +383,16 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
     )
     .await;
 
-    // `helm uninstall` leaves none of the controller's objects: in its namespace only what
-    // this test made itself is left.
-    let (ok, out, err) = run(
+    // `helm uninstall` leaves none of the controller's objects.
+    sh(
         cp,
-        "helm",
-        &[
-            "uninstall",
-            "kubosh",
-            "--namespace",
-            RELEASE_NS,
-            "--wait",
-            "--timeout",
-            "2m",
-        ],
+        &format!("helm uninstall kubosh -n {RELEASE_NS} --wait --timeout 2m"),
     );
-    assert!(ok, "helm uninstall:\n{out}\n{err}");
-    let ours = [
-        "configmap/kube-root-ca.crt",
-        "configmap/nats-authorization-seed",
-        "configmap/nats-config",
-        "secret/kubosh-nats",
-        "secret/nats-tls",
-        "serviceaccount/default",
-        "persistentvolumeclaim/nats-authorization",
-        "service/nats",
-        "deployment.apps/nats",
-    ];
-    eventually(cp, "no kubosh object left", Duration::from_secs(60), || {
-        let left = kubectl(
-            cp,
-            &[
-                "get",
-                "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,secrets,configmaps,leases,persistentvolumeclaims",
-                "-n", RELEASE_NS, "-o", "name",
-            ],
-        );
-        let left: Vec<&str> = (left.lines())
-            .filter(|name| !ours.contains(name) && !name.contains("/nats-"))
-            .collect();
-        let cluster_wide = kubectl(
-            cp,
-            &[
-                "get", "clusterroles,clusterrolebindings,apiservices",
-                "-l", "app.kubernetes.io/instance=kubosh", "-o", "name",
-            ],
-        );
-        (left.is_empty() && cluster_wide.trim().is_empty()).then_some(())
-    })
+    eventually(
+        cp,
+        "no object of the release left",
+        Duration::from_secs(60),
+        || release_leftovers(cp).is_empty().then_some(()),
+    )
     .await;
 }

@@ -46,6 +46,17 @@ pub fn run(cp: &ControlPlane, program: &str, args: &[&str]) -> (bool, String, St
     )
 }
 
+/// A command line of `kubectl` or `helm` (words split on whitespace, no quoting), as README
+/// writes it, which must succeed: its stdout.
+pub fn sh(cp: &ControlPlane, line: &str) -> String {
+    let mut words = line.split_whitespace();
+    let program = words.next().expect("a command");
+    let args: Vec<&str> = words.collect();
+    let (ok, out, err) = run(cp, program, &args);
+    assert!(ok, "{line}:\n{out}\n{err}\n{}", diagnosis(cp));
+    out
+}
+
 /// `kubectl ARGS`, which must succeed: its stdout.
 pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     let (ok, out, err) = run(cp, "kubectl", args);

@@ -202,16 +202,7 @@ impl ControlPlane {
     /// Starts etcd and kube-apiserver on free loopback ports, everything in a temporary
     /// directory removed with it, and waits until `/readyz` is ok.
     pub async fn start() -> Result<ControlPlane, ControlPlaneError> {
-        let parent = std::env::temp_dir();
-        Self::remove_abandoned();
-        let temporary = tempfile::Builder::new()
-            .prefix(TEMPORARY_PREFIX)
-            .tempdir_in(&parent)
-            .map_err(io("create temp dir"))?;
-        if let Some(owner) = process_identity(std::process::id()) {
-            std::fs::write(temporary.path().join(OWNER_FILE), owner)
-                .map_err(io("write the owner file"))?;
-        }
+        let temporary = Self::temporary_dir()?;
         let ports = ControlPlanePorts::free().map_err(io("find free ports"))?;
         let mut cp =
             ControlPlane::start_serving(temporary.path(), ports, Serving::Loopback).await?;
@@ -219,21 +210,27 @@ impl ControlPlane {
         Ok(cp)
     }
 
-    /// Starts a control plane as [`ControlPlane::start`] does, serving Pods too, and a node
-    /// for it (kube-controller-manager, kube-scheduler, containerd, a kubelet, kube-proxy;
-    /// see [`Node`]), with the images in `KUBOSH_IMAGE_DIR` (`tools/images.sh`; every
-    /// `*.tar` there) imported. Waits until the node is Ready. Needs root.
-    pub async fn start_with_node() -> Result<ControlPlane, ControlPlaneError> {
-        let parent = std::env::temp_dir();
+    /// A new temporary directory for a control plane, naming this process as its owner,
+    /// once the abandoned ones are removed.
+    fn temporary_dir() -> Result<tempfile::TempDir, ControlPlaneError> {
         Self::remove_abandoned();
         let temporary = tempfile::Builder::new()
             .prefix(TEMPORARY_PREFIX)
-            .tempdir_in(&parent)
+            .tempdir_in(std::env::temp_dir())
             .map_err(io("create temp dir"))?;
         if let Some(owner) = process_identity(std::process::id()) {
             std::fs::write(temporary.path().join(OWNER_FILE), owner)
                 .map_err(io("write the owner file"))?;
         }
+        Ok(temporary)
+    }
+
+    /// Starts a control plane as [`ControlPlane::start`] does, serving Pods too, and a node
+    /// for it (kube-controller-manager, kube-scheduler, containerd, a kubelet, kube-proxy;
+    /// see [`Node`]), with the images in `KUBOSH_IMAGE_DIR` (`tools/images.sh`; every
+    /// `*.tar` there) imported. Waits until the node is Ready. Needs root.
+    pub async fn start_with_node() -> Result<ControlPlane, ControlPlaneError> {
+        let temporary = Self::temporary_dir()?;
         let ports = ControlPlanePorts::free().map_err(io("find free ports"))?;
         let mut cp = ControlPlane::start_serving(temporary.path(), ports, Serving::Pods).await?;
         cp._temporary = Some(temporary);
