@@ -39,15 +39,6 @@ if [[ -x tools/testbins.sh ]]; then
   step "binaries in $KUBOSH_BIN_DIR"
 fi
 
-# The images the dev cluster's node runs: the repository's Dockerfile built with buildah,
-# NATS, CoreDNS and the Pod sandbox, as OCI archives under ~/.cache/kubosh/images.
-step "images (tools/images.sh)"
-# The image's kubosh is a dev build here (the Dockerfile's CARGO_PROFILE): a release build
-# would take ten of the budget's minutes.
-KUBOSH_IMAGE_DIR=$(KUBOSH_IMAGE_PROFILE=dev tools/images.sh | tail -n 1)
-export KUBOSH_IMAGE_DIR
-step "images in $KUBOSH_IMAGE_DIR ($((SECONDS - started)) s so far)"
-
 # A clean clone builds everything once: incremental caches would only double the disk used
 # (the workspace links about 17 test binaries).
 if [[ "${CI:-}" == "true" ]]; then
@@ -63,6 +54,15 @@ python3 tools/long-fns.py
 
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+
+# The images the dev cluster's node runs: the repository's Dockerfile built with buildah,
+# NATS, CoreDNS and the Pod sandbox, as OCI archives under ~/.cache/kubosh/images.
+step "images (tools/images.sh)"
+# The image's kubosh is a dev build here (the Dockerfile's CARGO_PROFILE): a release build
+# would take ten of the budget's minutes.
+KUBOSH_IMAGE_DIR=$(KUBOSH_IMAGE_PROFILE=dev tools/images.sh | tail -n 1)
+export KUBOSH_IMAGE_DIR
+step "images in $KUBOSH_IMAGE_DIR ($((SECONDS - started)) s so far)"
 
 step "cargo test"
 cargo test --locked --workspace --no-fail-fast

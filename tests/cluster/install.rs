@@ -70,6 +70,8 @@ fn install_nats(cp: &ControlPlane, pki: &Path) {
         &pki.to_string(),
         "--host",
         "nats.kubosh-system.svc",
+        "--host",
+        "nats",
     ]);
     sh(
         cp,
@@ -383,6 +385,13 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
     )
     .await;
 
+    // What the controller manages goes first, while it runs to release its finalizers
+    // (the Release's and Stemcell's blobs, the cloud's stemcell).
+    sh(
+        cp,
+        &format!("kubectl delete namespace {BOSH_NS} --timeout=180s"),
+    );
+
     // `helm uninstall` leaves none of the controller's objects.
     sh(
         cp,
@@ -395,4 +404,35 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
         || release_leftovers(cp).is_empty().then_some(()),
     )
     .await;
+
+    // The same objects without Helm (deploy/, the chart rendered with its defaults: two
+    // replicas, the NATS URL nats://nats:4222): both Pods ready, one leads; its Pod deleted,
+    // the other takes over.
+    sh(cp, "kubectl apply -k deploy/");
+    sh(
+        cp,
+        &format!("kubectl -n {RELEASE_NS} rollout status deploy/kubosh --timeout=180s"),
+    );
+    let leader = eventually(cp, "a leader", Duration::from_secs(60), || {
+        let holder = sh(cp, &format!("kubectl get lease kubosh-controller -n {RELEASE_NS} -o jsonpath={{.spec.holderIdentity}}"));
+        (!holder.is_empty()).then_some(holder)
+    })
+    .await;
+    let deleted = std::time::Instant::now();
+    sh(
+        cp,
+        &format!("kubectl delete pod {leader} -n {RELEASE_NS} --wait=false"),
+    );
+    let successor = eventually(cp, "a new leader", Duration::from_secs(60), || {
+        let holder = sh(cp, &format!("kubectl get lease kubosh-controller -n {RELEASE_NS} -o jsonpath={{.spec.holderIdentity}}"));
+        (!holder.is_empty() && holder != leader).then_some(holder)
+    })
+    .await;
+    let handover = deleted.elapsed();
+    eprintln!("leader {leader} deleted: {successor} led {handover:.1?} later");
+    assert!(
+        handover < Duration::from_secs(15),
+        "the standby took {handover:?} to take over"
+    );
+    sh(cp, "kubectl delete -k deploy/ --wait --timeout=180s");
 }

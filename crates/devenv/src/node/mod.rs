@@ -81,8 +81,8 @@ pub enum NodeError {
         source: std::io::Error,
     },
     /// The node did not become Ready in time.
-    #[error("node {NODE_NAME} was not Ready within {0:?}; the kubelet's log is {1}")]
-    NotReady(Duration, PathBuf),
+    #[error("node {NODE_NAME} was not Ready within {0:?}; the end of the kubelet's log:\n{1}")]
+    NotReady(Duration, String),
     /// The Kubernetes client failed.
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
@@ -130,6 +130,20 @@ impl Node {
     ) -> Result<Node, NodeError> {
         preflight()?;
         let lock = take_lock(dir)?;
+        // A node that did not come up leaves nothing behind either (its processes are
+        // stopped as they are dropped).
+        Self::start_locked(dir, access, client, images, lock)
+            .await
+            .inspect_err(|_| teardown(dir))
+    }
+
+    async fn start_locked(
+        dir: &Path,
+        access: &ControlPlaneAccess<'_>,
+        client: kube::Client,
+        images: &[PathBuf],
+        lock: std::fs::File,
+    ) -> Result<Node, NodeError> {
         std::fs::create_dir_all(dir).map_err(io("create the node directory"))?;
         let files = NodeFiles::write(dir, access)?;
         make_network()?;
@@ -140,7 +154,7 @@ impl Node {
                 .arg(&files.containerd_config),
             &dir.join("containerd.log"),
         )?;
-        wait_containerd(&files.containerd_socket).await?;
+        wait_containerd(&files.containerd_socket, &dir.join("containerd.log")).await?;
         for archive in images {
             import(&files.containerd_socket, archive)?;
         }
@@ -255,7 +269,7 @@ impl Node {
             if Instant::now() > deadline {
                 return Err(NodeError::NotReady(
                     READY_WITHIN,
-                    self.dir.join("kubelet.log"),
+                    log_tail(&self.dir.join("kubelet.log")),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -733,6 +747,13 @@ fn unescape_mount_path(path: &str) -> String {
     out + rest
 }
 
+/// The last lines of a log (the node's directory goes with a node that did not start).
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
 /// Imports an OCI image archive (`buildah push IMAGE oci-archive:FILE:IMAGE`) into the
 /// containerd at `socket`, under the name it carries (the Pods' namespace, `k8s.io`).
 fn import(socket: &Path, archive: &Path) -> Result<(), NodeError> {
@@ -746,7 +767,7 @@ fn import(socket: &Path, archive: &Path) -> Result<(), NodeError> {
     )
 }
 
-async fn wait_containerd(socket: &Path) -> Result<(), NodeError> {
+async fn wait_containerd(socket: &Path, log: &Path) -> Result<(), NodeError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let answered = Command::new("ctr")
@@ -761,9 +782,10 @@ async fn wait_containerd(socket: &Path) -> Result<(), NodeError> {
         if Instant::now() > deadline {
             return Err(NodeError::Command {
                 what: "containerd".into(),
-                detail:
-                    "did not answer within 30 s; its log is containerd.log in the node's directory"
-                        .into(),
+                detail: format!(
+                    "did not answer within 30 s; the end of its log:\n{}",
+                    log_tail(log)
+                ),
             });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
