@@ -1033,10 +1033,16 @@ async fn kubectl_apply_deploys_updates_canary_first_and_an_invalid_manifest_stal
     })
     .await;
     assert_eq!(d.status.as_ref().unwrap().instance_groups[0].failing, 0);
-    assert_eq!(
-        state(&instance(1).await),
-        Some(kubosh_kube::api::ProcessState::Running)
-    );
+    // The Instance's own status is a write of its own, after the deployment's count.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while state(&instance(1).await) != Some(kubosh_kube::api::ProcessState::Running) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "web/1 is {:?}, not Running, 30 s after the deployment counted it",
+            state(&instance(1).await)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let d = wait_for(&deployments, "hello", Duration::from_secs(30), &w, is_ready).await;
     assert_eq!(
         vm_of_instance(&instance(1).await),
