@@ -227,8 +227,8 @@ impl ControlPlane {
 
     /// Starts a control plane as [`ControlPlane::start`] does, serving Pods too, and a node
     /// for it (kube-controller-manager, kube-scheduler, containerd, a kubelet, kube-proxy;
-    /// see [`Node`]), with the images in `KUBOSH_IMAGE_DIR` (`tools/images.sh`; every
-    /// `*.tar` there) imported. Waits until the node is Ready. Needs root.
+    /// see [`Node`]), with the images of `KUBOSH_IMAGE_DIR` imported (the `*.tar` links
+    /// tools/images.sh makes there). Waits until the node is Ready. Needs root.
     pub async fn start_with_node() -> Result<ControlPlane, ControlPlaneError> {
         let temporary = Self::temporary_dir()?;
         let ports = ControlPlanePorts::free().map_err(io("find free ports"))?;
