@@ -214,6 +214,26 @@ fn owned_by(cp: &ControlPlane, kind: &str, namespace: &str, owner_uid: &str) -> 
         .collect()
 }
 
+/// The controller's Pod: running on the node (the only one).
+fn controller_pod(cp: &ControlPlane) -> String {
+    let pod = kubectl(
+        cp,
+        &[
+            "get",
+            "pods",
+            "-n",
+            RELEASE_NS,
+            "-l",
+            "app.kubernetes.io/name=kubosh",
+            "-o",
+            "jsonpath={.items[0].metadata.name} {.items[0].spec.nodeName} {.items[0].status.phase}",
+        ],
+    );
+    let name = pod.split(' ').next().unwrap().to_string();
+    assert_eq!(pod, format!("{name} {NODE_NAME} Running"));
+    name
+}
+
 /// `kubectl bosh ARGS` with the plugin (this `kubosh`) on `PATH`, which must succeed.
 fn kubectl_bosh(cp: &ControlPlane, plugins: &Path, args: &[&str]) -> String {
     std::fs::create_dir_all(plugins).unwrap();
@@ -295,21 +315,39 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
          --set replicaCount=1 --wait --timeout 3m"
         ),
     );
-    let pod = kubectl(
+    let first_pod = controller_pod(cp);
+
+    // `helm upgrade` with a changed value rolls the Pod (its environment changes); the new
+    // one is ready, and leads once the old one is gone.
+    sh(
         cp,
-        &[
-            "get",
-            "pods",
-            "-n",
-            RELEASE_NS,
-            "-l",
-            "app.kubernetes.io/name=kubosh",
-            "-o",
-            "jsonpath={.items[0].metadata.name} {.items[0].spec.nodeName} {.items[0].status.phase}",
-        ],
+        &format!(
+            "helm upgrade kubosh charts/kubosh -n {RELEASE_NS} --reuse-values \
+             --set controller.logLevel=debug --wait --timeout 3m"
+        ),
     );
-    let pod_name = pod.split(' ').next().unwrap().to_string();
-    assert_eq!(pod, format!("{pod_name} {NODE_NAME} Running"));
+    let pod_name = eventually(
+        cp,
+        "one controller Pod, a new one",
+        Duration::from_secs(60),
+        || {
+            let pods = sh(
+                cp,
+                &format!(
+                    "kubectl get pods -n {RELEASE_NS} -l app.kubernetes.io/name=kubosh -o name"
+                ),
+            );
+            (pods.lines().count() == 1 && !pods.contains(&first_pod)).then(|| controller_pod(cp))
+        },
+    )
+    .await;
+    let env = sh(
+        cp,
+        &format!(
+            "kubectl get pod {pod_name} -n {RELEASE_NS} -o jsonpath={{.spec.containers[0].env}}"
+        ),
+    );
+    assert!(env.contains("\"debug\""), "{env}");
 
     // The example, as `kubosh up` applies it, with the tarballs served over HTTP.
     sh(cp, &format!("kubectl create namespace {BOSH_NS}"));
