@@ -634,47 +634,57 @@ pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 /// Writes the front-proxy CA and kube-apiserver's client certificate of it into `dir`,
 /// unless they are there (a state directory from before they existed gets them).
 fn ensure_front_proxy(dir: &Path) -> Result<(), ControlPlaneError> {
-    let names = [
-        "pki/front-proxy-ca.crt",
-        "pki/front-proxy-client.crt",
-        "pki/front-proxy-client.key",
-    ];
-    if names.iter().all(|f| dir.join(f).is_file()) {
-        return Ok(());
-    }
-    let ca = Ca::new("kubosh-front-proxy-ca")?;
-    let client = ca.issue(&Leaf {
-        common_name: FRONT_PROXY_CLIENT,
-        client: true,
-        ..Leaf::default()
-    })?;
-    let contents = [ca.cert_pem(), client.cert_pem, client.key_pem];
-    for (name, content) in names.iter().zip(contents) {
-        write_private(&dir.join(name), &content)?;
-    }
-    Ok(())
+    ensure_client_pair(
+        dir,
+        [
+            "pki/front-proxy-ca.crt",
+            "pki/front-proxy-client.crt",
+            "pki/front-proxy-client.key",
+        ],
+        "kubosh-front-proxy-ca",
+        &Leaf {
+            common_name: FRONT_PROXY_CLIENT,
+            client: true,
+            ..Leaf::default()
+        },
+    )
 }
 
 /// Writes the CA the kubelet trusts for kube-apiserver's client certificate (logs, exec) and
 /// that certificate (group `system:masters`) into `dir`, unless they are there.
 fn ensure_kubelet_client(dir: &Path) -> Result<(), ControlPlaneError> {
-    let names = [
-        "pki/kubelet-client-ca.crt",
-        "pki/kubelet-client.crt",
-        "pki/kubelet-client.key",
-    ];
-    if names.iter().all(|f| dir.join(f).is_file()) {
+    ensure_client_pair(
+        dir,
+        [
+            "pki/kubelet-client-ca.crt",
+            "pki/kubelet-client.crt",
+            "pki/kubelet-client.key",
+        ],
+        "kubosh-kubelet-client-ca",
+        &Leaf {
+            common_name: "kube-apiserver-kubelet-client",
+            organizations: &["system:masters"],
+            client: true,
+            ..Leaf::default()
+        },
+    )
+}
+
+/// A CA named `ca_name` and a `client` certificate it issues, written into `dir` as
+/// `files` (the CA's certificate, the client's certificate, its key) unless all are there.
+fn ensure_client_pair(
+    dir: &Path,
+    files: [&str; 3],
+    ca_name: &str,
+    client: &Leaf<'_>,
+) -> Result<(), ControlPlaneError> {
+    if files.iter().all(|f| dir.join(f).is_file()) {
         return Ok(());
     }
-    let ca = Ca::new("kubosh-kubelet-client-ca")?;
-    let client = ca.issue(&Leaf {
-        common_name: "kube-apiserver-kubelet-client",
-        organizations: &["system:masters"],
-        client: true,
-        ..Leaf::default()
-    })?;
+    let ca = Ca::new(ca_name)?;
+    let client = ca.issue(client)?;
     let contents = [ca.cert_pem(), client.cert_pem, client.key_pem];
-    for (name, content) in names.iter().zip(contents) {
+    for (name, content) in files.iter().zip(contents) {
         write_private(&dir.join(name), &content)?;
     }
     Ok(())
