@@ -19,6 +19,14 @@ pub struct BinError {
 /// The directory [`install_bins`] chose for this process, before anything else.
 static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
 
+/// Where the tools' builds are cached (`KUBOSH_CACHE`, else `~/.cache/kubosh`): the binaries
+/// under `bin/`, the node's images under `images/`.
+pub(crate) fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os("KUBOSH_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kubosh")))
+}
+
 /// The directory holding kube-apiserver, kubectl, helm, nats-server, bosh (bosh-cli),
 /// bosh-agent (the real agent), gitops-health (tools/gitops-health) and moto_server (a link
 /// into its venv).
@@ -29,10 +37,7 @@ pub fn bin_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("KUBOSH_BIN_DIR") {
         return Some(PathBuf::from(dir));
     }
-    let cache = std::env::var_os("KUBOSH_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kubosh")))?;
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(cache.join("bin"))
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(cache_dir()?.join("bin"))
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("kube-apiserver").is_file())

@@ -592,14 +592,7 @@ impl Serving {
 fn image_archives() -> Vec<PathBuf> {
     let dir = std::env::var_os("KUBOSH_IMAGE_DIR")
         .map(PathBuf::from)
-        .or_else(|| {
-            let cache = std::env::var_os("KUBOSH_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kubosh"))
-                })?;
-            Some(cache.join("images"))
-        });
+        .or_else(|| Some(super::bins::cache_dir()?.join("images")));
     let Some(Ok(entries)) = dir.map(std::fs::read_dir) else {
         return Vec::new();
     };
