@@ -10,7 +10,7 @@
 use futures::StreamExt;
 
 use crate::progress::StageRun;
-use crate::state::InstanceRecord;
+use crate::state::{DeploymentMeta, InstanceRecord, Write};
 use crate::{DeployRequest, Engine, EngineError};
 
 /// One instance's run of an errand.
@@ -119,14 +119,23 @@ impl Engine {
             Err(e) => Err(e),
         };
         if !keep_alive {
-            self.delete_errand_instances(&name, group).await?;
+            self.delete_errand_instances(request, &with_errand, group)
+                .await?;
         }
         ran
     }
 
     /// Deletes the instances of errand group `group` (under the deployment's lock) and
-    /// releases their addresses.
-    async fn delete_errand_instances(&self, name: &str, group: &str) -> Result<(), EngineError> {
+    /// releases their addresses. The deployment is then as `request` deploys it again: when
+    /// the errand's deploy (`with_errand`) was the last one recorded, `request`'s inputs are
+    /// recorded instead, so the next deploy of the same inputs is a no-op that asks nothing.
+    async fn delete_errand_instances(
+        &self,
+        request: &DeployRequest,
+        with_errand: &DeployRequest,
+        group: &str,
+    ) -> Result<(), EngineError> {
+        let name = request.name();
         self.under_deployment_lock(name, "delete errand instances", |engine| async move {
             let state = engine.store.load().await?;
             let records: Vec<InstanceRecord> = (state.instances.values())
@@ -139,7 +148,17 @@ impl Engine {
             let left = engine.store.load().await?;
             engine
                 .release_unused_ips(name, left.instances.values().collect())
-                .await
+                .await?;
+            let links = engine.consumed_links(request).await?;
+            let errand_inputs = engine.inputs_digest(with_errand, &links);
+            if left.meta.deployed_inputs.as_deref() == Some(errand_inputs.as_str()) {
+                let meta = DeploymentMeta {
+                    deployed_inputs: Some(engine.inputs_digest(request, &links)),
+                    ..left.meta
+                };
+                engine.write(Write::Meta(meta)).await?;
+            }
+            Ok(())
         })
         .await
     }

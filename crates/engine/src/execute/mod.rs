@@ -90,6 +90,7 @@ impl Engine {
             .await?;
         resolved.desire(&mut planned, &packages, request, &self.config);
         let mut report = DeployReport::of(&planned, &obsolete, &state, &packages);
+        report.noop = DeployReport::changes_nothing(&planned, &obsolete, packages.compiled > 0);
         let deployment = request.name();
         self.publish_dns_of_leaving(deployment, &planned, &obsolete, &mut state.meta)
             .await?;

@@ -162,9 +162,11 @@ impl DeployPlan<'_> {
             &self.state,
             &self.compilation.packages,
         );
-        report.noop = report.obsolete.is_empty()
-            && report.to_compile.is_empty()
-            && self.instances.iter().all(|p| p.changes.is_empty());
+        report.noop = DeployReport::changes_nothing(
+            &self.instances,
+            &self.obsolete,
+            !report.to_compile.is_empty(),
+        );
         report
     }
 

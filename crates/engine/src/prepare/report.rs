@@ -71,7 +71,8 @@ impl std::fmt::Display for DeployReport {
 
 impl DeployReport {
     /// What `planned` instances get, the `obsolete` ones (uuids, named from `state`) and the
-    /// packages compiled (or to compile); `noop`, `updated` and `deleted` are the caller's.
+    /// packages compiled (or to compile); `noop`, `updated` and `deleted` are the caller's
+    /// ([`DeployReport::changes_nothing`]).
     pub(crate) fn of(
         planned: &[Planned],
         obsolete: &[String],
@@ -89,6 +90,18 @@ impl DeployReport {
             to_compile: packages.to_compile.clone(),
             ..DeployReport::default()
         }
+    }
+
+    /// Whether a deploy of `planned` changes nothing: no instance to delete (`obsolete`),
+    /// no package to compile (`compiles`), no instance with a change. A deploy that gets
+    /// past the early no-op checks (its inputs' digest differs, say, after an errand) and
+    /// then finds this reports `noop` all the same: it did nothing.
+    pub(crate) fn changes_nothing(
+        planned: &[Planned],
+        obsolete: &[String],
+        compiles: bool,
+    ) -> bool {
+        obsolete.is_empty() && !compiles && planned.iter().all(|p| p.changes.is_empty())
     }
 
     /// A deploy that found nothing to do.
