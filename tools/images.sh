@@ -12,16 +12,19 @@
 #   docker.io/library/nats:<NATS_VERSION>      nats-server and nats-server-config-reloader
 #                                              (github.com/nats-io/nack), built from the Go
 #                                              module proxy, on the Debian base
-#   localhost/kubosh/coredns:<COREDNS_VERSION> the node's cluster DNS (github.com/coredns/coredns)
+#   localhost/kubosh/coredns:<version>         the node's cluster DNS: tools/coredns, CoreDNS
+#                                              (github.com/coredns/coredns) with the five
+#                                              plugins the node's Corefile uses
 #
 # Each image is written as an OCI archive the node's containerd imports. The kubosh image is
-# keyed by a hash of the build context; the others by their versions. Archives present are
-# not built again. Progress goes to stderr; the last stdout line is the archive directory:
+# keyed by a hash of the build context, CoreDNS by its version and source, the others by
+# their versions. Archives present are not built again. Progress goes to stderr; the last
+# stdout line is the archive directory:
 #   KUBOSH_IMAGE_DIR=$(tools/images.sh)
 #
 # Needs root (buildah, mmdebstrap), and the apt packages buildah, mmdebstrap, gcc, libc6-dev
 # (installed when missing); Go for the NATS image (as tools/testbins.sh).
-# Overrides: KUBOSH_CACHE, NATS_VERSION, NACK_VERSION, COREDNS_VERSION, and
+# Overrides: KUBOSH_CACHE, NATS_VERSION, NACK_VERSION, and
 # KUBOSH_IMAGE_PROFILE (the Dockerfile's CARGO_PROFILE: release, or dev for the test
 # command, which builds in a third of the time).
 set -euo pipefail
@@ -189,16 +192,19 @@ if [[ ! -s $out_nats ]]; then
 	log "built $nats in $((SECONDS - start))s"
 fi
 
-# --- the dev node's cluster DNS
-COREDNS_VERSION=${COREDNS_VERSION:-1.15.0}
+# --- the dev node's cluster DNS: tools/coredns (CoreDNS with the five plugins the node's
+# Corefile uses; half the build of all of them), keyed by its version and source
+COREDNS_VERSION=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" { print substr($3, 2) }' tools/coredns/go.mod)
+[[ -n $COREDNS_VERSION ]] || die "cannot read CoreDNS's version from tools/coredns/go.mod"
+COREDNS_SOURCE=$(cat tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go | sha256sum | cut -c1-12)
 coredns="localhost/kubosh/coredns:${COREDNS_VERSION}"
-out_coredns="$cache/coredns-${COREDNS_VERSION}.tar"
+out_coredns="$cache/coredns-${COREDNS_VERSION}-${COREDNS_SOURCE}.tar"
 if [[ ! -s $out_coredns ]]; then
 	log "building $coredns ..."
 	start=$SECONDS
 	go_env
 	work=$(mktemp -d)
-	(cd "$work" && GOBIN="$work" nice -n 10 go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@v${COREDNS_VERSION}" </dev/null)
+	(cd tools/coredns && nice -n 10 go build -mod=readonly -trimpath -ldflags "-s -w" -o "$work/coredns" . </dev/null)
 	image_of scratch "$coredns" /coredns "$work/coredns"
 	rm -rf "$work"
 	archive "$coredns" "$out_coredns"
