@@ -10,8 +10,8 @@ use kubosh_devenv::ControlPlane;
 /// Development helpers.
 #[derive(Debug, Subcommand)]
 pub enum DevCommand {
-    /// Start etcd + kube-apiserver with kubosh's CRDs installed; print a kubeconfig path and
-    /// run until Ctrl-C.
+    /// Start etcd + kube-apiserver with kubosh's CRDs installed and kube-controller-manager's
+    /// garbage collector; print a kubeconfig path and run until Ctrl-C.
     Cluster {
         /// Add a node that runs Pods: kube-controller-manager, kube-scheduler, containerd, a
         /// kubelet and kube-proxy in a network namespace of its own, with the images of
@@ -42,6 +42,10 @@ async fn cluster(node: bool) -> ExitCode {
     } else {
         ControlPlane::start().await
     };
+    let cp = cp.and_then(|mut cp| {
+        cp.start_garbage_collector()?;
+        Ok(cp)
+    });
     let cp = match cp {
         Ok(cp) => cp,
         Err(e) => {

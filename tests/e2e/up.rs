@@ -241,6 +241,67 @@ fn assert_nothing_running(layout: &DemoLayout) {
     }
 }
 
+/// Whether a ConfigMap owned by another goes once its owner is deleted (the demo's garbage
+/// collector), within 30 s; else what is left.
+fn garbage_collected(layout: &DemoLayout) -> Result<(), String> {
+    let kubectl = |args: &[&str], stdin: Option<&str>| -> Result<String, String> {
+        let mut child = Command::new(kubosh_devenv::binary("kubectl").map_err(|e| e.to_string())?)
+            .args(["-n", "default"])
+            .args(args)
+            .env("KUBECONFIG", layout.kubeconfig())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        if let (Some(text), Some(mut input)) = (stdin, child.stdin.take()) {
+            std::io::Write::write_all(&mut input, text.as_bytes()).map_err(|e| e.to_string())?;
+        }
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        match out.status.success() {
+            true => Ok(text),
+            false => Err(format!(
+                "kubectl {args:?}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )),
+        }
+    };
+    kubectl(&["create", "configmap", "gc-owner"], None)?;
+    let uid = kubectl(
+        &[
+            "get",
+            "configmap",
+            "gc-owner",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+        None,
+    )?;
+    let dependent = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "gc-dependent", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "gc-owner", "uid": uid},
+        ]},
+    });
+    kubectl(&["create", "-f", "-"], Some(&dependent.to_string()))?;
+    kubectl(&["delete", "configmap", "gc-owner"], None)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = kubectl(
+            &["get", "configmaps", "--ignore-not-found", "-o", "name"],
+            None,
+        )?;
+        if !left.contains("configmap/gc-dependent") {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("not collected within 30 s: {left}"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// SIGKILL to the `kubosh controller` the demo in `layout` started (found in /proc by its
 /// director configuration, which is this test's own).
 fn kill_controller(layout: &DemoLayout) {
@@ -288,6 +349,7 @@ fn kubosh_up_converges_from_a_clean_state_dir_leaves_nothing_running_and_a_secon
     let metrics = running
         .then(|| http_request("127.0.0.1", ports.metrics, "/metrics"))
         .flatten();
+    let collected = running.then(|| garbage_collected(&layout));
     // A controller killed behind the demo's back is started again.
     let restarted = running && {
         kill_controller(&layout);
@@ -306,6 +368,11 @@ fn kubosh_up_converges_from_a_clean_state_dir_leaves_nothing_running_and_a_secon
         second.stdout
     );
     second.assert_converged(&layout);
+    assert_eq!(
+        collected,
+        Some(Ok(())),
+        "kube-controller-manager's garbage collector runs beside the demo's apiserver"
+    );
     let (status, metrics) = metrics.expect("the controller's /metrics answers");
     assert_eq!(status, 200);
     assert!(metrics.contains("kubosh_leader 1"), "{metrics}");

@@ -57,8 +57,10 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneErr
 
 /// A running etcd + kube-apiserver. Stopped when dropped.
 pub struct ControlPlane {
-    // Field order is drop order: the node goes first, the apiserver stops before etcd.
+    // Field order is drop order: the node and the garbage collector go first, the apiserver
+    // stops before etcd.
     node: Option<Node>,
+    garbage_collector: Option<ManagedChild>,
     apiserver: ManagedChild,
     etcd: ManagedChild,
     server: String,
@@ -350,6 +352,7 @@ impl ControlPlane {
         )?;
         let cp = ControlPlane {
             node: None,
+            garbage_collector: None,
             apiserver,
             etcd,
             server,
@@ -361,9 +364,30 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// Starts kube-controller-manager with two of its controllers, the garbage collector
+    /// and the namespace controller, as a cluster has them: a deleted object's dependents
+    /// (their `ownerReferences`) are deleted, and so is a deleted namespace's content. A
+    /// control plane with a node runs the whole controller manager instead. Its log is
+    /// `kube-controller-manager.log` in [`ControlPlane::dir`].
+    pub fn start_garbage_collector(&mut self) -> Result<(), ControlPlaneError> {
+        if self.garbage_collector.is_some() || self.node.is_some() {
+            return Ok(());
+        }
+        let mut cmd = Command::new(binary("kube-controller-manager")?);
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .arg("--controllers=garbagecollector,namespace");
+        let log = self.dir.join("kube-controller-manager.log");
+        self.garbage_collector = Some(spawn_logged(cmd, &log)?);
+        Ok(())
+    }
+
     /// Stops kube-apiserver, then etcd (SIGTERM, then SIGKILL after a few seconds each);
     /// dropping it does the same.
     pub fn stop(&mut self) {
+        if let Some(mut collector) = self.garbage_collector.take() {
+            collector.stop(Duration::from_secs(10));
+        }
         self.apiserver.stop(Duration::from_secs(10));
         self.etcd.stop(Duration::from_secs(10));
     }

@@ -131,10 +131,13 @@ impl Stack {
             )
         });
         create_private_dir(&layout.control_plane())?;
-        let cp = ControlPlane::start_in(&layout.control_plane(), ports.control_plane()).await?;
+        let mut cp = ControlPlane::start_in(&layout.control_plane(), ports.control_plane()).await?;
         cp.install_crds(crds).await?;
+        // A deleted deployment's owned objects (its Instances, task history, variables) go,
+        // as on a cluster.
+        cp.start_garbage_collector()?;
         say(&format!(
-            "kube-apiserver ready at {} with kubosh's CRDs",
+            "kube-apiserver ready at {} with kubosh's CRDs (kube-controller-manager collects garbage)",
             cp.server()
         ));
         stack.control_plane = Some(cp);
