@@ -18,7 +18,7 @@
 //!   `Tᵢ` the sum of the latencies of the calls its update must make, plus the stage terms
 //!   for compilation (one worker's `create_vm`, then `compile_lower_bound` of the package
 //!   graph on the cloud config's workers) and missing VMs (`phase_lower_bound` of one
-//!   `create_vm` + `set_vm_metadata` per VM at `create_vm_concurrency`), and post-deploy
+//!   `create_vm` + `set_vm_metadata` per VM at the Director's `max_threads`, 32), and post-deploy
 //!   (`phase_lower_bound` of one `run_script` per instance at `get_state_concurrency`, 64,
 //!   the agents the engine asks at once). Target ≤ 1.05;
 //! - real time per instance updated (all of the deploy's CPU, the simulation's included:
@@ -33,9 +33,16 @@
 //!
 //! Latencies (seconds) default to [`DEFAULT_LATENCIES`]; `BENCH_LATENCIES` overrides them
 //! (`create_vm=45,apply=5.5`), `BENCH_WATCH_MIN_MS` the watch times' minimum (1000),
-//! `BENCH_POLL_MS` the engine's `get_task` interval (1000, the Director's),
-//! `BENCH_CREATE_VM_CONCURRENCY` its `create_vm_concurrency` (32) and `BENCH_SIZES` the sizes
-//! (`10,100,1000,10000`).
+//! `BENCH_POLL_MS` the engine's `get_task` interval (1000, the Director's) and `BENCH_SIZES`
+//! the sizes (`10,100,1000,10000`). The engine's cloud is a [`PacedCloud`] with no limit
+//! configured, as a director's is.
+//!
+//! Then a rate-limited cloud (issue 29): a fresh deploy of 1,000 instances on a cloud whose
+//! `create_vm` takes 10 calls a second (bursts of 10) and refuses the rest with EC2's
+//! `RequestLimitExceeded`, as IaaS APIs do; kubosh is not told the limit. It prints the
+//! share of `create_vm` calls refused (target ≤ 5 %), the throughput of "Creating missing
+//! vms" (the instances' calls admitted, first to last) over the limit (target ≥ 90 %), and
+//! the deploy ÷ its physical bound with that limit.
 
 #[path = "common/bound.rs"]
 mod bound;
@@ -50,6 +57,7 @@ use bound::{Calls, planned_rollout, rollout_bound};
 use knobs::{apply_latencies, env_number, latencies_from_env};
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
+use kubosh_cloud::{CloudLimits, PacedCloud, Pacer};
 use kubosh_core::plan::bound::{
     PhysicalTerms, StageTerms, compile_lower_bound, phase_lower_bound, physical_lower_bound,
 };
@@ -93,9 +101,15 @@ struct Timing {
     calls: Calls,
     /// `get_task` polling (`ClientOptions::poll_interval`, the Director's 1 s).
     poll_ms: u64,
-    /// `EngineConfig::create_vm_concurrency`.
-    create_vm_concurrency: usize,
 }
+
+/// The Director's `max_threads`: VMs it creates at once (its schedule's `÷Dir` column).
+const DIRECTOR_MAX_THREADS: usize = 32;
+
+/// The rate-limited cloud's scenario: `create_vm` limited to this many calls a second (bursts
+/// of as many), refused beyond it as EC2 refuses them, `RATE_LIMITED_SIZE` instances.
+const RATE_LIMIT: u32 = 10;
+const RATE_LIMITED_SIZE: usize = 1_000;
 
 impl Timing {
     fn from_env() -> Timing {
@@ -110,10 +124,6 @@ impl Timing {
                 watch_min_ms: env_number("BENCH_WATCH_MIN_MS", 1000),
             },
             poll_ms: env_number("BENCH_POLL_MS", 1000),
-            create_vm_concurrency: env_number(
-                "BENCH_CREATE_VM_CONCURRENCY",
-                EngineConfig::default().create_vm_concurrency,
-            ),
         }
     }
 
@@ -212,6 +222,8 @@ fn manifest(total: usize, greeting: &str, watch_min_ms: u64) -> Value {
 struct World {
     _dir: tempfile::TempDir,
     cloud: Arc<SimCloud>,
+    /// How the engine paces the cloud ([`PacedCloud`]: nothing of its own caps it).
+    pacer: Arc<Pacer>,
     agents: Arc<SimAgents>,
     engine: Engine,
     store: MemoryStore,
@@ -231,8 +243,9 @@ impl World {
         });
         timing.apply_to(&cloud, &agents);
         let store = MemoryStore::new();
+        let pacer = Arc::new(Pacer::new(CloudLimits::default()));
         let engine = Engine {
-            cloud: cloud.clone(),
+            cloud: Arc::new(PacedCloud::new(cloud.clone(), pacer.clone())),
             agents: agents.clone(),
             blobstore,
             renderer: Arc::new(LiteralRenderer),
@@ -245,7 +258,6 @@ impl World {
                     poll_interval: Duration::from_millis(timing.poll_ms),
                     ..ClientOptions::default()
                 },
-                create_vm_concurrency: timing.create_vm_concurrency,
                 ..EngineConfig::default()
             },
             named_clouds: Default::default(),
@@ -262,6 +274,7 @@ impl World {
         World {
             _dir: dir,
             cloud,
+            pacer,
             agents,
             engine,
             store,
@@ -322,6 +335,98 @@ fn compile_term(release: &Release, timing: &Timing, workers: usize) -> u64 {
         .collect();
     timing.calls.missing_vm()
         + compile_lower_bound(&durations, &depends_on, workers).expect("a sound package graph")
+}
+
+/// A fresh deploy's physical bound: every VM (and a worker per package) made at once (or
+/// as fast as `vm_rate`, `create_vm` calls per second, lets), a group's packages ready
+/// after a worker's VM and the package graph's critical path, its disks made meanwhile,
+/// post-deploy everywhere at once after the rollout.
+fn fresh_physical_bound(
+    manifest: &Value,
+    state: &DeploymentState,
+    release: &Release,
+    timing: &Timing,
+    vm_rate: Option<u64>,
+) -> u64 {
+    let disk_of: BTreeMap<&str, bool> = GROUPS
+        .iter()
+        .map(|(name, _, _, disk)| (*name, *disk > 0))
+        .collect();
+    let rollout = planned_rollout(manifest, true, &rollout_instances(state, &|_| true));
+    let packages_ready = compile_term(release, timing, usize::MAX);
+    physical_lower_bound(
+        &rollout,
+        |group: &String| {
+            let disk = disk_of.get(group.as_str()).copied().unwrap_or(false);
+            let made_meanwhile = if disk {
+                timing.calls.ms("create_disk")
+            } else {
+                0
+            };
+            timing.first_update(disk) - made_meanwhile
+        },
+        |_| packages_ready,
+        PhysicalTerms {
+            vm: timing.calls.missing_vm(),
+            vms: state.instances.len() + release.packages.len(),
+            vm_rate: vm_rate.map(|r| r * 1000),
+            post_deploy: timing.calls.ms("run_script"),
+            ..PhysicalTerms::default()
+        },
+    )
+}
+
+/// The rate-limited cloud's fresh deploy: what the pacing did.
+struct RateLimited {
+    instances: usize,
+    virtual_secs: f64,
+    physical_secs: f64,
+    calls: u64,
+    refused: u64,
+    throughput: f64,
+}
+
+fn run_rate_limited(total: usize, release: &Arc<Release>, timing: &Timing) -> RateLimited {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(async {
+        let world = World::new(release.clone(), timing);
+        world
+            .cloud
+            .set_rate_limit("create_vm", f64::from(RATE_LIMIT), RATE_LIMIT);
+        let manifest = manifest(total, "Hello", timing.calls.watch_min_ms);
+        let (virtual_secs, _, report) =
+            measure(&world.engine, &world.request(manifest.clone())).await;
+        assert_eq!(report.updated.len(), total, "every instance is created");
+        let state = world.store.snapshot();
+        let physical = fresh_physical_bound(
+            &manifest,
+            &state,
+            release,
+            timing,
+            Some(u64::from(RATE_LIMIT)),
+        );
+        // The instances' VMs are the last `total` calls admitted (the workers' came first).
+        let admitted = world.cloud.rate_limit_admitted("create_vm");
+        let instances = &admitted[admitted.len().saturating_sub(total)..];
+        let span = match (instances.first(), instances.last()) {
+            (Some(first), Some(last)) => last.duration_since(*first).as_secs_f64(),
+            _ => 0.0,
+        };
+        let stats = world.pacer.stats();
+        let create_vm = stats.get("create_vm").cloned().unwrap_or_default();
+        RateLimited {
+            instances: total,
+            virtual_secs,
+            physical_secs: physical as f64 / 1000.0,
+            calls: create_vm.calls,
+            refused: world.cloud.rate_limited("create_vm"),
+            throughput: (instances.len().saturating_sub(1)) as f64 / span.max(f64::MIN_POSITIVE),
+        }
+    })
 }
 
 /// One size's numbers.
@@ -404,7 +509,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             compile: compile_term(release, timing, 2),
             missing_vms: phase_lower_bound(
                 &vec![timing.calls.missing_vm(); total],
-                timing.create_vm_concurrency,
+                DIRECTOR_MAX_THREADS,
             ),
             post_deploy: timing.calls.post_deploy(total),
         };
@@ -415,30 +520,7 @@ fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
             |group| timing.first_update(disk_of.get(group).copied().unwrap_or(false)),
             stages,
         );
-        // Physically: every VM (and a worker per package) made at once, a group's
-        // packages ready after a worker's VM and the package graph's critical path, its
-        // disks made meanwhile, post-deploy everywhere at once after the rollout.
-        let rollout = planned_rollout(&fresh_manifest, true, &rollout_instances(&state, &|_| true));
-        let packages_ready = compile_term(release, timing, usize::MAX);
-        let physical = physical_lower_bound(
-            &rollout,
-            |group: &String| {
-                let disk = disk_of.get(group.as_str()).copied().unwrap_or(false);
-                let made_meanwhile = if disk {
-                    timing.calls.ms("create_disk")
-                } else {
-                    0
-                };
-                timing.first_update(disk) - made_meanwhile
-            },
-            |_| packages_ready,
-            PhysicalTerms {
-                vm: timing.calls.missing_vm(),
-                vms: total + release.packages.len(),
-                post_deploy: timing.calls.ms("run_script"),
-                ..PhysicalTerms::default()
-            },
-        );
+        let physical = fresh_physical_bound(&fresh_manifest, &state, release, timing, None);
         let fresh = Measured {
             virtual_secs,
             bound_secs: bound as f64 / 1000.0,
@@ -619,12 +701,11 @@ fn main() {
         .map(|(m, ms)| format!("{m} {}s", *ms as f64 / 1000.0))
         .collect();
     println!(
-        "latencies: {}; watch min {} s; get_task every {} s; {} VMs created at once; \
-         canaries 1, max_in_flight 10%",
+        "latencies: {}; watch min {} s; get_task every {} s; the cloud paced by its answers \
+         (no limit configured); canaries 1, max_in_flight 10%",
         latencies.join(", "),
         timing.calls.watch_min_ms as f64 / 1000.0,
         timing.poll_ms as f64 / 1000.0,
-        timing.create_vm_concurrency,
     );
     println!(
         "groups: {}\n",
@@ -684,6 +765,24 @@ fn main() {
             row.resurrection.ratio(),
         );
     }
+    let limited = run_rate_limited(
+        env_number("BENCH_RATE_LIMITED_SIZE", RATE_LIMITED_SIZE as u64) as usize,
+        &release,
+        &timing,
+    );
+    println!(
+        "\nrate-limited cloud (create_vm {RATE_LIMIT}/s, bursts of {RATE_LIMIT}, refused beyond; \
+         kubosh not told): {} instances fresh in {:.0}s virtual, ÷phys {:.3}; {} create_vm \
+         calls, {} refused ({:.1} %); Creating missing vms at {:.2}/s ({:.0} % of the limit)",
+        limited.instances,
+        limited.virtual_secs,
+        limited.virtual_secs / limited.physical_secs.max(f64::MIN_POSITIVE),
+        limited.calls,
+        limited.refused,
+        100.0 * limited.refused as f64 / limited.calls.max(1) as f64,
+        limited.throughput,
+        100.0 * limited.throughput / f64::from(RATE_LIMIT),
+    );
     println!(
         "\nvirtual: the deploy's duration on the simulated clock; ÷phys: that over \
          plan::bound's physical lower bound (real dependencies, the user's constraints, the \

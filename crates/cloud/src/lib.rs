@@ -12,12 +12,16 @@
 //!   results ([`types`]).
 //! - [`ExternalCpi`]: a [`Cloud`] that runs a real CPI executable ([`CpiCommand`]), negotiates
 //!   the API version with `info`, and retries only where that is safe.
+//! - [`PacedCloud`]: any [`Cloud`] paced by what it answers (rate limits, capacity,
+//!   latency) instead of fixed concurrency caps, within the limits configured for it.
 //! - [`local`]: kubosh's own CPI (`kubosh cpi`), a cloud of local processes and directories.
 //!
 //! This module does no Kubernetes.
 
 mod external;
 pub mod local;
+mod paced;
 
 pub use external::{CallObserver, CpiCommand, EnvMode, ExternalCpi, MAX_API_VERSION, RetryPolicy};
 pub use kubosh_bosh::cpi::*;
+pub use paced::{CloudLimits, INITIAL_RATE, Pace, PaceStats, PacedCloud, Pacer};

@@ -98,6 +98,19 @@ pub struct CpiFile {
     pub properties: Option<Secret<Map<String, Value>>>,
     /// A YAML (or JSON) file with more properties, merged over `properties`.
     pub properties_path: Option<String>,
+    /// What the cloud behind it takes, when known (none by default: kubosh learns it from
+    /// the cloud's answers).
+    pub limits: Option<CpiLimitsFile>,
+}
+
+/// `cpi.limits`: limits kubosh keeps to exactly.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpiLimitsFile {
+    /// At most this many `create_vm` calls start per second.
+    pub create_vm_per_second: Option<f64>,
+    /// At most this many CPI calls run at once.
+    pub max_in_flight: Option<usize>,
 }
 
 /// `nats:`. Each PEM is given inline or as `<key>_path`, not both.
@@ -235,6 +248,8 @@ pub struct CpiSettings {
     pub timeout: Duration,
     /// Context properties.
     pub properties: Secret<Map<String, Value>>,
+    /// The limits configured for its cloud.
+    pub limits: kubosh_cloud::CloudLimits,
 }
 
 /// How the director reaches the message bus and signs agents' certificates.
@@ -487,6 +502,25 @@ fn cpi_settings(key: &str, file: CpiFile, base_dir: &Path) -> Result<CpiSettings
         args: args.to_vec(),
         timeout: Duration::from_secs(file.timeout_seconds.unwrap_or(600)),
         properties: Secret::new(properties),
+        limits: cpi_limits(key, file.limits.unwrap_or_default())?,
+    })
+}
+
+/// `<key>.limits`: each a positive number.
+fn cpi_limits(key: &str, file: CpiLimitsFile) -> Result<kubosh_cloud::CloudLimits, KeyError> {
+    if let Some(rate) = file.create_vm_per_second
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        let key = format!("{key}.limits.create_vm_per_second");
+        return Err(key_error(&key, "must be a number above 0"));
+    }
+    if file.max_in_flight == Some(0) {
+        let key = format!("{key}.limits.max_in_flight");
+        return Err(key_error(&key, "must be at least 1"));
+    }
+    Ok(kubosh_cloud::CloudLimits {
+        create_vm_per_second: file.create_vm_per_second,
+        max_in_flight: file.max_in_flight,
     })
 }
 
@@ -903,7 +937,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let base = valid(dir.path());
         // (JSON pointer, new value or None to remove, expected error)
-        let cases: [(&str, Option<Value>, &str); 12] = [
+        let cases: [(&str, Option<Value>, &str); 14] = [
             ("/statedir", Some(json!("x")), "statedir: unknown key"),
             ("/state_dir", None, "state_dir: is required"),
             ("/cpi/command", Some(json!([])), "cpi.command: must name"),
@@ -916,6 +950,16 @@ mod tests {
                 "/cpi/timeout_seconds",
                 Some(json!("ten")),
                 "cpi.timeout_seconds: expected a whole number",
+            ),
+            (
+                "/cpi/limits",
+                Some(json!({"create_vm_per_second": 0})),
+                "cpi.limits.create_vm_per_second: must be a number above 0",
+            ),
+            (
+                "/cpi/limits",
+                Some(json!({"max_in_flight": 0})),
+                "cpi.limits.max_in_flight: must be at least 1",
             ),
             (
                 "/nats/url",

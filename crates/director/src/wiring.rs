@@ -13,7 +13,7 @@ use crate::config::CpiSettings;
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::render::{Renderer, RendererConfig};
 use kubosh_base::pki::{Ca, Leaf};
-use kubosh_cloud::{Cloud, CpiCommand, ExternalCpi};
+use kubosh_cloud::{Cloud, CpiCommand, ExternalCpi, PacedCloud, Pacer};
 use kubosh_core::manifest::{Cpi, CpiConfig};
 use kubosh_engine::agent_access::{AgentAccess, NatsAuthorizationFile};
 use kubosh_engine::clouds::{CloudMaker, NamedClouds};
@@ -130,7 +130,14 @@ impl DirectorConfig {
         );
         Ok(Engine {
             named_clouds: NamedClouds::default(),
-            cloud: external_cpi(cpi, observer.as_ref()),
+            cloud: external_cpi(
+                cpi,
+                observer.as_ref(),
+                Pacer::shared(
+                    &format!("{} cpi", self.state_dir.display()),
+                    self.cpi.limits,
+                ),
+            ),
             agents: Arc::new(transport),
             blobstore: Arc::new(blobstore),
             renderer: Arc::new(renderer),
@@ -292,21 +299,24 @@ impl CloudMaker for InstalledCpis {
         };
         let command =
             (self.config).cpi_command(settings, cpi.properties.clone().unwrap_or_default());
-        Ok(external_cpi(command, self.observer.as_ref()))
+        let key = format!("{} cpi {}", self.config.state_dir.display(), cpi.name);
+        let pacer = Pacer::shared(&key, settings.limits);
+        Ok(external_cpi(command, self.observer.as_ref(), pacer))
     }
 }
 
-/// A CPI run as `command`, each call told to `observer`.
+/// A CPI run as `command`, each call told to `observer`, paced by `pacer` (shared by every
+/// engine of this process that uses the same cloud).
 fn external_cpi(
     command: CpiCommand,
     observer: Option<&Arc<dyn kubosh_cloud::CallObserver>>,
+    pacer: Arc<Pacer>,
 ) -> Arc<dyn Cloud> {
-    match observer {
-        Some(observer) => {
-            Arc::new(ExternalCpi::new(command, DIRECTOR_UUID).with_observer(observer.clone()))
-        }
-        None => Arc::new(ExternalCpi::new(command, DIRECTOR_UUID)),
-    }
+    let cpi = match observer {
+        Some(observer) => ExternalCpi::new(command, DIRECTOR_UUID).with_observer(observer.clone()),
+        None => ExternalCpi::new(command, DIRECTOR_UUID),
+    };
+    Arc::new(PacedCloud::new(Arc::new(cpi), pacer))
 }
 
 /// Each new agent's NATS identity: a client certificate for `<agent_id>.agent.bosh-internal`

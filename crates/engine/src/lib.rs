@@ -83,8 +83,6 @@ pub struct EngineConfig {
     pub agent_env: Option<AgentEnv>,
     /// How many agents are asked for their state at once.
     pub get_state_concurrency: usize,
-    /// How many VMs are created at once in "Creating missing vms".
-    pub create_vm_concurrency: usize,
     /// Update all AZs of a group in one pass (our opt-in; BOSH updates AZ by AZ).
     pub parallel_azs: bool,
     /// The DNS root domain.
@@ -132,7 +130,6 @@ impl Default for EngineConfig {
             agent_wait_timeout: Duration::from_secs(600),
             agent_env: None,
             get_state_concurrency: 64,
-            create_vm_concurrency: 32,
             parallel_azs: false,
             dns_root_domain: "bosh".into(),
             lock_wait: Duration::from_secs(10),

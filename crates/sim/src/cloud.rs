@@ -28,7 +28,23 @@ pub struct SimCloud {
     shared: Arc<Shared>,
     instruments: Mutex<Instruments<CloudEffect>>,
     requests: AtomicU64,
+    rate_limits: Mutex<BTreeMap<String, RateLimit>>,
 }
+
+/// An IaaS API's rate limit on one method, as AWS keeps them: a bucket of `burst` tokens
+/// refilled at `per_second`; a call finding it empty is refused at once.
+#[derive(Debug, Clone)]
+struct RateLimit {
+    per_second: f64,
+    burst: f64,
+    tokens: f64,
+    at: tokio::time::Instant,
+    refused: u64,
+    admitted: Vec<tokio::time::Instant>,
+}
+
+/// What a rate-limited call answers: the AWS CPI's words for EC2's refusal.
+pub const RATE_LIMITED_MESSAGE: &str = "Request limit exceeded. (RequestLimitExceeded)";
 
 impl std::fmt::Debug for SimCloud {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,6 +72,54 @@ impl SimCloud {
             shared,
             instruments: Mutex::new(Instruments::new(record)),
             requests: AtomicU64::new(0),
+            rate_limits: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Limits `method` to `per_second` calls a second with bursts of `burst`, as IaaS APIs
+    /// do: a call beyond it is answered at once with `Bosh::Clouds::CloudError`
+    /// [`RATE_LIMITED_MESSAGE`] and changes nothing.
+    pub fn set_rate_limit(&self, method: &str, per_second: f64, burst: u32) {
+        lock(&self.rate_limits).insert(
+            method.to_string(),
+            RateLimit {
+                per_second,
+                burst: f64::from(burst),
+                tokens: f64::from(burst),
+                at: tokio::time::Instant::now(),
+                refused: 0,
+                admitted: Vec::new(),
+            },
+        );
+    }
+
+    /// How many calls of `method` its rate limit refused.
+    pub fn rate_limited(&self, method: &str) -> u64 {
+        lock(&self.rate_limits).get(method).map_or(0, |l| l.refused)
+    }
+
+    /// When the calls of `method` its rate limit let through came, in order.
+    pub fn rate_limit_admitted(&self, method: &str) -> Vec<tokio::time::Instant> {
+        (lock(&self.rate_limits).get(method)).map_or_else(Vec::new, |l| l.admitted.clone())
+    }
+
+    /// Whether `method`'s rate limit lets a call through now (taking its token).
+    fn admitted(&self, method: &str) -> bool {
+        let mut limits = lock(&self.rate_limits);
+        let Some(limit) = limits.get_mut(method) else {
+            return true;
+        };
+        let now = tokio::time::Instant::now();
+        let refill = now.duration_since(limit.at).as_secs_f64() * limit.per_second;
+        limit.tokens = (limit.tokens + refill).min(limit.burst);
+        limit.at = now;
+        if limit.tokens >= 1.0 {
+            limit.tokens -= 1.0;
+            limit.admitted.push(now);
+            true
+        } else {
+            limit.refused += 1;
+            false
         }
     }
 
@@ -172,6 +236,10 @@ impl SimCloud {
             target: target.to_string(),
             arg: String::new(),
         });
+        if !self.admitted(method) {
+            let refused = (ErrorKind::CloudError, RATE_LIMITED_MESSAGE.to_string());
+            return Err(self.error(method, refused, false));
+        }
         if !entry.latency.is_zero() {
             tokio::time::sleep(entry.latency).await;
         }

@@ -31,7 +31,7 @@ mod world;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use agents::{AgentView, SimAgents};
-pub use cloud::SimCloud;
+pub use cloud::{RATE_LIMITED_MESSAGE, SimCloud};
 pub use instruments::{AgentEffect, AgentFault, Call, CloudEffect, CloudFault, Fault, Side, Step};
 pub use render::LiteralRenderer;
 pub use world::{NewAgents, SimDisk, SimInventory, SimSnapshot, SimStemcell, SimVm};

@@ -211,7 +211,65 @@ pub enum CpiError {
     ApiVersion(String),
 }
 
+/// Why a cloud pushed back on a call it refused: it is called too often, or it has no room
+/// for what was asked. Either way it made nothing, and the same call may succeed later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushback {
+    /// The IaaS API's rate limit (AWS `RequestLimitExceeded`/`Throttling`, GCP
+    /// `rateLimitExceeded`, Azure and HTTP `TooManyRequests`/429).
+    RateLimited,
+    /// No capacity for the VM (AWS `InsufficientInstanceCapacity`, GCP
+    /// `ZONE_RESOURCE_POOL_EXHAUSTED`, Azure `AllocationFailed`).
+    NoCapacity,
+}
+
+/// How IaaS APIs (and the CPIs that pass their errors on) say they are called too often:
+/// matched, case-insensitively, in the error's type and message.
+const RATE_LIMITED: [&str; 9] = [
+    "requestlimitexceeded",
+    "throttl",
+    "rate exceeded",
+    "ratelimitexceeded",
+    "rate limit",
+    "toomanyrequests",
+    "too many requests",
+    "slowdown",
+    "status code: 429",
+];
+
+/// How they say there is no room for the VM.
+const NO_CAPACITY: [&str; 5] = [
+    "insufficientinstancecapacity",
+    "insufficient capacity",
+    "zone_resource_pool_exhausted",
+    "allocationfailed",
+    "capacity not available",
+];
+
 impl CpiError {
+    /// Whether the CPI's answer is a [`Pushback`] (rate limit or capacity) rather than a
+    /// failure of the request itself. Only answers the CPI gave count: a timeout or a
+    /// garbled answer may have made something.
+    pub fn pushback(&self) -> Option<Pushback> {
+        let CpiError::Cloud {
+            error_type,
+            message,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let text = format!("{error_type} {message}").to_ascii_lowercase();
+        let says = |markers: &[&str]| markers.iter().any(|m| text.contains(m));
+        if says(&RATE_LIMITED) {
+            Some(Pushback::RateLimited)
+        } else if says(&NO_CAPACITY) {
+            Some(Pushback::NoCapacity)
+        } else {
+            None
+        }
+    }
+
     /// The error kind when the CPI answered with an error.
     pub fn kind(&self) -> Option<&ErrorKind> {
         match self {
@@ -249,6 +307,73 @@ impl CpiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pushback_is_read_from_the_iaas_words_in_type_or_message() {
+        let answer = |error_type: &str, message: &str| CpiError::Cloud {
+            kind: ErrorKind::classify(error_type, message),
+            error_type: error_type.into(),
+            message: message.into(),
+            ok_to_retry: false,
+            method: "create_vm".into(),
+            request_id: "cpi-100000".into(),
+        };
+        let cases = [
+            (
+                "Bosh::Clouds::CloudError",
+                "Request limit exceeded. (RequestLimitExceeded)",
+                Some(Pushback::RateLimited),
+            ),
+            (
+                "Bosh::Clouds::CloudError",
+                "Throttling: Rate exceeded",
+                Some(Pushback::RateLimited),
+            ),
+            (
+                "Bosh::Clouds::CloudError",
+                "googleapi: Error 403: Rate Limit Exceeded, rateLimitExceeded",
+                Some(Pushback::RateLimited),
+            ),
+            (
+                "Bosh::Clouds::CloudError",
+                "compute.VirtualMachinesClient: StatusCode=429 Code=\"TooManyRequests\"",
+                Some(Pushback::RateLimited),
+            ),
+            (
+                "Bosh::Clouds::VMCreationFailed",
+                "InsufficientInstanceCapacity: We currently do not have sufficient m5.large capacity",
+                Some(Pushback::NoCapacity),
+            ),
+            (
+                "Bosh::Clouds::VMCreationFailed",
+                "ZONE_RESOURCE_POOL_EXHAUSTED",
+                Some(Pushback::NoCapacity),
+            ),
+            (
+                "Bosh::Clouds::CloudError",
+                "Subnet 'subnet-1' has no free address",
+                None,
+            ),
+            ("Bosh::Clouds::CpiError", "Invalid 'instance_type'", None),
+        ];
+        for (error_type, message, expected) in cases {
+            assert_eq!(
+                answer(error_type, message).pushback(),
+                expected,
+                "{message}"
+            );
+        }
+        let timeout = CpiError::Timeout {
+            method: "create_vm".into(),
+            request_id: "cpi-100001".into(),
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(
+            timeout.pushback(),
+            None,
+            "no answer: it may have made the VM"
+        );
+    }
 
     #[test]
     fn kinds_round_trip_and_unknown_types_are_kept() {

@@ -11,6 +11,6 @@ pub mod protocol;
 pub mod types;
 
 pub use cloud::{Cloud, CloudFuture, FIND_DISK, FIND_SNAPSHOT, FIND_STEMCELL, FIND_VM};
-pub use error::{CpiError, ErrorKind};
+pub use error::{CpiError, ErrorKind, Pushback};
 pub use kubosh_base::secret::Secret;
 pub use types::*;

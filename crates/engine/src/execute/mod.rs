@@ -228,8 +228,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Deletes `records` as the tasks of stage `stage`, `create_vm_concurrency` at a time,
-    /// none started once the task is cancelled; their names, sorted.
+    /// Deletes `records` as the tasks of stage `stage`, all at once (the cloud is paced by
+    /// what it answers: [`kubosh_cloud::PacedCloud`]), none started once the task is
+    /// cancelled; their names, sorted.
     pub(crate) async fn delete_instances(
         &self,
         stage: &str,
@@ -247,8 +248,9 @@ impl Engine {
                     .map(|()| name)
             }
         });
+        let at_once = work.len().max(1);
         let results: Vec<Result<String, EngineError>> = futures::stream::iter(work)
-            .buffer_unordered(self.config.create_vm_concurrency.max(1))
+            .buffer_unordered(at_once)
             .collect()
             .await;
         let mut deleted = results.into_iter().collect::<Result<Vec<_>, _>>()?;
@@ -426,7 +428,7 @@ impl Engine {
         });
         let results: Vec<(usize, Result<InstanceRecord, EngineError>)> =
             futures::stream::iter(work)
-                .buffer_unordered(self.config.create_vm_concurrency.max(1))
+                .buffer_unordered(missing.len())
                 .collect()
                 .await;
         let mut first_error = None;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
 use kubosh_bosh::events::{EventLine, State};
-use kubosh_cloud::VmCid;
+use kubosh_cloud::{CloudLimits, PacedCloud, Pacer, VmCid};
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_engine::deploy::DeployReport;
@@ -1197,6 +1197,40 @@ fn small_deployment(name: &str, instances: u64, static_ips: &[&str]) -> Value {
             "jobs": [hello_job("solo", "Hey")],
         }],
     })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limited_cloud_is_paced_by_its_answers_and_fails_no_deploy() {
+    // Unpaced, the engine's first refused create_vm fails the deploy.
+    let sim = Sim::new();
+    sim.cloud.set_rate_limit("create_vm", 2.0, 2);
+    let err = (sim.engine)
+        .deploy(&sim.request(small_deployment("sim", 40, &[])))
+        .await
+        .expect_err("a refused create_vm fails an unpaced deploy");
+    assert!(err.to_string().contains("RequestLimitExceeded"), "{err}");
+
+    // Paced, the same cloud takes every VM: the limit is found and kept to.
+    let sim = Sim::new();
+    sim.cloud.set_rate_limit("create_vm", 2.0, 2);
+    let pacer = Arc::new(Pacer::new(CloudLimits::default()));
+    let mut engine = sim.engine.clone();
+    engine.cloud = Arc::new(PacedCloud::new(sim.cloud.clone(), pacer.clone()));
+    let report = (sim.deploy_with(&engine, &sim.request(small_deployment("sim", 100, &[])))).await;
+    assert_eq!(report.updated.len(), 100);
+    let refused = sim.cloud.rate_limited("create_vm");
+    let calls = pacer.stats()["create_vm"].calls;
+    assert!(refused > 0, "the limit was met");
+    assert!(
+        refused * 20 <= calls,
+        "{refused} of {calls} calls refused: more than 5 %"
+    );
+    // The instances' VMs came at the limit's pace (2 a second), not slower.
+    let admitted = sim.cloud.rate_limit_admitted("create_vm");
+    let vms = &admitted[admitted.len() - 100..];
+    let span = vms[99].duration_since(vms[0]).as_secs_f64();
+    assert!(99.0 / span >= 1.8, "{:.2} VMs a second", 99.0 / span);
+    sim.assert_no_leak();
 }
 
 #[tokio::test(start_paused = true)]
