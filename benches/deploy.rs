@@ -386,13 +386,17 @@ struct RateLimited {
     throughput: f64,
 }
 
-fn run_rate_limited(total: usize, release: &Arc<Release>, timing: &Timing) -> RateLimited {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A runtime on a paused clock: every simulated latency passes in no real time.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
-        .expect("a current-thread runtime");
-    runtime.block_on(async {
+        .expect("a current-thread runtime")
+}
+
+fn run_rate_limited(total: usize, release: &Arc<Release>, timing: &Timing) -> RateLimited {
+    paused_runtime().block_on(async {
         let world = World::new(release.clone(), timing);
         world
             .cloud
@@ -486,12 +490,7 @@ async fn measure(
 }
 
 fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
-    runtime.block_on(async {
+    paused_runtime().block_on(async {
         let world = World::new(release.clone(), timing);
         let disk_of: BTreeMap<&str, bool> = GROUPS
             .iter()

@@ -15,6 +15,10 @@
 //! - A limit configured for the CPI ([`CloudLimits`]) is respected exactly: the rate never
 //!   exceeds `create_vm_per_second`, and at most `max_in_flight` calls run at once.
 //!
+//! - After a minute without calls, the rate starts over from what it learned (95 % of the
+//!   rate last refused at, else slow start from [`INITIAL_RATE`]): the cloud may have
+//!   changed, and others use it too.
+//!
 //! With no limit and no pushback the rate outgrows any deployment within seconds (10,000
 //! VMs start within 12 s): nothing of kubosh's own caps the cloud. Reads (`info`, `has_vm`,
 //! `get_disks`, the `find_*` lookups, ...) are not paced.
@@ -37,6 +41,8 @@ const MIN_RATE: f64 = 0.2;
 /// about 8 minutes of backoff for a rate limit, 1.5 for capacity (which may not come back).
 const RATE_LIMITED_ATTEMPTS: u32 = 20;
 const NO_CAPACITY_ATTEMPTS: u32 = 6;
+/// How long without a call makes a pace start over ([`Pace`]'s rate is what it learned).
+const IDLE_RESET: Duration = Duration::from_secs(60);
 /// The first backoff after a pushback, doubled for each one after it, at most the second.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
 
@@ -86,12 +92,27 @@ struct PaceState {
     waited: bool,
     /// Starts and pushbacks of the last second.
     starts: VecDeque<Instant>,
+    /// The last call's start.
+    last_start: Option<Instant>,
     pushbacks: VecDeque<Instant>,
     /// The rate the cloud accepted when it last refused a call.
     limit_seen: Option<f64>,
     /// Smoothed latency of successful calls and its best level, in seconds, and how many.
     latency: Option<(f64, f64, u32)>,
     stats: PaceStats,
+}
+
+impl PaceState {
+    /// Forgets the starts and pushbacks older than a second.
+    fn prune(&mut self, now: Instant) {
+        let second_ago = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        while (self.starts.front()).is_some_and(|t| *t < second_ago) {
+            self.starts.pop_front();
+        }
+        while (self.pushbacks.front()).is_some_and(|t| *t < second_ago) {
+            self.pushbacks.pop_front();
+        }
+    }
 }
 
 impl Pace {
@@ -111,6 +132,7 @@ impl Pace {
                 last_cut: None,
                 waited: false,
                 starts: VecDeque::new(),
+                last_start: None,
                 pushbacks: VecDeque::new(),
                 limit_seen: None,
                 latency: None,
@@ -153,8 +175,21 @@ impl Pace {
             tokio::time::sleep_until(slot).await;
         }
         let mut s = self.state();
+        let now = Instant::now();
+        // After a quiet minute the cloud may have changed (and other clients used it): the
+        // pace starts over from what it knew, not from the rate it had grown to.
+        let quiet = (s.last_start).is_some_and(|t| now.duration_since(t) > IDLE_RESET);
+        if quiet && self.ceiling.is_none() {
+            let known = s
+                .limit_seen
+                .map_or(INITIAL_RATE, |l| (0.95 * l).max(MIN_RATE));
+            s.rate = s.rate.min(known);
+            s.slow_start = s.limit_seen.is_none();
+        }
         s.next_start = s.next_start.max(slot) + Duration::from_secs_f64(1.0 / s.rate);
-        s.starts.push_back(Instant::now());
+        s.last_start = Some(now);
+        s.starts.push_back(now);
+        s.prune(now);
         s.stats.calls += 1;
     }
 
@@ -190,13 +225,7 @@ impl Pace {
             Pushback::NoCapacity => s.stats.no_capacity += 1,
         }
         s.pushbacks.push_back(now);
-        let second_ago = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
-        while s.starts.front().is_some_and(|t| *t < second_ago) {
-            s.starts.pop_front();
-        }
-        while s.pushbacks.front().is_some_and(|t| *t < second_ago) {
-            s.pushbacks.pop_front();
-        }
+        s.prune(now);
         if s.last_cut
             .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
         {
@@ -706,6 +735,22 @@ mod tests {
             pace.succeeded(started);
         }
         assert!(pace.stats().rate < before, "{:?}", pace.stats());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_quiet_minute_the_pace_starts_over_and_it_keeps_a_second_of_history() {
+        let pace = Arc::new(Pace::new(None));
+        let api = Api::new(None, Duration::from_secs(1));
+        calls(2_000, &pace, &api).await;
+        assert!(pace.stats().rate > 100.0, "{:?}", pace.stats());
+        assert!(
+            pace.state().starts.len() < 2_000,
+            "older starts are forgotten"
+        );
+        tokio::time::advance(Duration::from_secs(120)).await;
+        calls(1, &pace, &api).await;
+        assert_eq!(pace.stats().rate, INITIAL_RATE);
+        assert_eq!(pace.state().starts.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

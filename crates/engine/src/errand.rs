@@ -149,7 +149,14 @@ impl Engine {
             engine
                 .release_unused_ips(name, left.instances.values().collect())
                 .await?;
-            let links = engine.consumed_links(request).await?;
+            // Without the links the digests cannot be told: the next deploy plans in full.
+            let links = match engine.consumed_links(request).await {
+                Ok(links) => links,
+                Err(e) => {
+                    tracing::warn!(deployment = %name, error = %e, "cannot read the links the deployment consumes");
+                    return Ok(());
+                }
+            };
             let errand_inputs = engine.inputs_digest(with_errand, &links);
             if left.meta.deployed_inputs.as_deref() == Some(errand_inputs.as_str()) {
                 let meta = DeploymentMeta {
