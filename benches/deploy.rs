@@ -42,7 +42,8 @@
 //! `RequestLimitExceeded`, as IaaS APIs do; kubosh is not told the limit. It prints the
 //! share of `create_vm` calls refused (target ≤ 5 %), the throughput of "Creating missing
 //! vms" (the instances' calls admitted, first to last) over the limit (target ≥ 90 %), and
-//! the deploy ÷ its physical bound with that limit.
+//! the deploy ÷ its physical bound with that limit. `BENCH_RATE_LIMITED_SIZE` changes its
+//! size.
 
 #[path = "common/bound.rs"]
 mod bound;
@@ -337,6 +338,14 @@ fn compile_term(release: &Release, timing: &Timing, workers: usize) -> u64 {
         + compile_lower_bound(&durations, &depends_on, workers).expect("a sound package graph")
 }
 
+/// Whether each group of [`GROUPS`] has a persistent disk, by name.
+fn groups_with_disks() -> BTreeMap<&'static str, bool> {
+    GROUPS
+        .iter()
+        .map(|(name, _, _, disk)| (*name, *disk > 0))
+        .collect()
+}
+
 /// A fresh deploy's physical bound: every VM (and a worker per package) made at once (or
 /// as fast as `vm_rate`, `create_vm` calls per second, lets), a group's packages ready
 /// after a worker's VM and the package graph's critical path, its disks made meanwhile,
@@ -348,10 +357,7 @@ fn fresh_physical_bound(
     timing: &Timing,
     vm_rate: Option<u64>,
 ) -> u64 {
-    let disk_of: BTreeMap<&str, bool> = GROUPS
-        .iter()
-        .map(|(name, _, _, disk)| (*name, *disk > 0))
-        .collect();
+    let disk_of = groups_with_disks();
     let rollout = planned_rollout(manifest, true, &rollout_instances(state, &|_| true));
     let packages_ready = compile_term(release, timing, usize::MAX);
     physical_lower_bound(
@@ -492,10 +498,7 @@ async fn measure(
 fn run_size(total: usize, release: &Arc<Release>, timing: &Timing) -> Row {
     paused_runtime().block_on(async {
         let world = World::new(release.clone(), timing);
-        let disk_of: BTreeMap<&str, bool> = GROUPS
-            .iter()
-            .map(|(name, _, _, disk)| (*name, *disk > 0))
-            .collect();
+        let disk_of = groups_with_disks();
 
         // A fresh deploy.
         let fresh_manifest = manifest(total, "Hello", timing.calls.watch_min_ms);

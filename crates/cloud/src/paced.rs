@@ -9,12 +9,13 @@
 //!   within 5 % of the rate the cloud last refused at (it is probed there, slowly).
 //! - A [`Pushback`] (rate limit or no capacity) sets the rate to 95 % of the calls the cloud
 //!   accepted in the last second (half the rate when it accepted none), at most once a
-//!   second, and the call is made again after a backoff: the cloud made nothing.
-//! - A `create_vm` latency that climbs to twice its best (smoothed) level counts as
-//!   pushback too: the rate is cut to 70 %.
+//!   second, and the call is made again after a backoff: the cloud made nothing. An answer
+//!   with `ok_to_retry` is not made again here: the cloud's client already repeated it by
+//!   its own policy (`ExternalCpi`'s `RetryPolicy`, the Director's `max_vm_create_tries`).
+//! - A method's latency that climbs to twice its best (smoothed) level counts as pushback
+//!   too: the rate is cut to 70 %.
 //! - A limit configured for the CPI ([`CloudLimits`]) is respected exactly: the rate never
 //!   exceeds `create_vm_per_second`, and at most `max_in_flight` calls run at once.
-//!
 //! - After a minute without calls, the rate starts over from what it learned (95 % of the
 //!   rate last refused at, else slow start from [`INITIAL_RATE`]): the cloud may have
 //!   changed, and others use it too.
@@ -27,6 +28,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -43,8 +45,9 @@ const RATE_LIMITED_ATTEMPTS: u32 = 20;
 const NO_CAPACITY_ATTEMPTS: u32 = 6;
 /// How long without a call makes a pace start over ([`Pace`]'s rate is what it learned).
 const IDLE_RESET: Duration = Duration::from_secs(60);
-/// The first backoff after a pushback, doubled for each one after it, at most the second.
-const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+/// The first backoff after a pushback (doubled for each one after it) and the longest.
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Limits an operator configures for a CPI (none by default): respected exactly.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -194,7 +197,7 @@ impl Pace {
     }
 
     /// Once a second while calls wait for their turn: doubled in slow start, else 1 % more
-    /// (at least 0.1 call/s); never above the ceiling.
+    /// (0.1 % near the rate last refused at); never above the ceiling.
     fn raise(&self, s: &mut PaceState, now: Instant) {
         if now.duration_since(s.last_raise) < Duration::from_secs(1) {
             return;
@@ -216,7 +219,7 @@ impl Pace {
         s.last_raise = now;
     }
 
-    /// The cloud pushed back on a call that started at `started`.
+    /// The cloud pushed back on a call.
     fn pushed_back(&self, pushback: Pushback) {
         let mut s = self.state();
         let now = Instant::now();
@@ -282,13 +285,18 @@ impl Pace {
 }
 
 /// Makes `call` with `pace` (when given), again after a backoff while the cloud pushes back
-/// (a bounded number of times), holding a permit of `in_flight` while it runs.
+/// (a bounded number of times; not an answer with `ok_to_retry`, which the cloud's client
+/// repeated already), holding a permit of `in_flight` while it runs.
 async fn paced<'a, T>(
     pace: Option<&Pace>,
     in_flight: Option<&Arc<Semaphore>>,
     call: impl Fn() -> CloudFuture<'a, T>,
 ) -> Result<T, CpiError> {
-    let mut backoff = BACKOFF.0;
+    let mut backoffs = ExponentialBuilder::default()
+        .with_min_delay(BACKOFF_MIN)
+        .with_max_delay(BACKOFF_MAX)
+        .with_max_times(RATE_LIMITED_ATTEMPTS.max(NO_CAPACITY_ATTEMPTS) as usize)
+        .build();
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -321,9 +329,11 @@ async fn paced<'a, T>(
             Pushback::RateLimited => RATE_LIMITED_ATTEMPTS,
             Pushback::NoCapacity => NO_CAPACITY_ATTEMPTS,
         };
-        if attempt >= attempts {
-            return result;
-        }
+        let repeated_already = (result.as_ref().err()).is_some_and(CpiError::ok_to_retry);
+        let backoff = match backoffs.next() {
+            Some(backoff) if attempt < attempts && !repeated_already => backoff,
+            _ => return result,
+        };
         tracing::debug!(
             attempt,
             ?pushback,
@@ -331,7 +341,6 @@ async fn paced<'a, T>(
             "the cloud pushed back; calling again"
         );
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(BACKOFF.1);
     }
 }
 
@@ -720,13 +729,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_climbing_latency_slows_the_calls_down() {
-        let pace = Pace::new(None);
-        let t0 = Instant::now();
-        for _ in 0..10 {
-            pace.succeeded(t0);
-            tokio::time::advance(Duration::from_millis(0)).await;
-        }
-        let before = pace.stats().rate;
         // Calls that took 30 s, then calls that take 90 s.
         let pace = Pace::new(None);
         for n in 0..30u64 {
@@ -734,7 +736,7 @@ mod tests {
             tokio::time::advance(Duration::from_secs(if n < 10 { 30 } else { 90 })).await;
             pace.succeeded(started);
         }
-        assert!(pace.stats().rate < before, "{:?}", pace.stats());
+        assert!(pace.stats().rate < INITIAL_RATE, "{:?}", pace.stats());
     }
 
     #[tokio::test(start_paused = true)]
@@ -751,6 +753,31 @@ mod tests {
         calls(1, &pace, &api).await;
         assert_eq!(pace.stats().rate, INITIAL_RATE);
         assert_eq!(pace.state().starts.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pushback_the_client_repeated_already_slows_the_pace_but_is_not_made_again() {
+        let pace = Pace::new(None);
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let result: Result<(), CpiError> = paced(Some(&pace), None, || {
+            tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Box::pin(async {
+                Err(CpiError::Cloud {
+                    kind: ErrorKind::VmCreationFailed,
+                    error_type: "Bosh::Clouds::VMCreationFailed".into(),
+                    message: "InsufficientInstanceCapacity".into(),
+                    ok_to_retry: true,
+                    method: "create_vm".into(),
+                    request_id: String::new(),
+                })
+            })
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(tries.into_inner(), 1);
+        let stats = pace.stats();
+        assert_eq!(stats.no_capacity, 1);
+        assert!(stats.rate < INITIAL_RATE, "{stats:?}");
     }
 
     #[tokio::test(start_paused = true)]
