@@ -357,20 +357,12 @@ fn fresh_physical_bound(
     timing: &Timing,
     vm_rate: Option<u64>,
 ) -> u64 {
-    let disk_of = groups_with_disks();
     let rollout = planned_rollout(manifest, true, &rollout_instances(state, &|_| true));
     let packages_ready = compile_term(release, timing, usize::MAX);
     physical_lower_bound(
         &rollout,
-        |group: &String| {
-            let disk = disk_of.get(group.as_str()).copied().unwrap_or(false);
-            let made_meanwhile = if disk {
-                timing.calls.ms("create_disk")
-            } else {
-                0
-            };
-            timing.first_update(disk) - made_meanwhile
-        },
+        // A new instance's disk needs only its VM: made, attached and mounted meanwhile.
+        |_: &String| timing.first_update(false),
         |_| packages_ready,
         PhysicalTerms {
             vm: timing.calls.missing_vm(),

@@ -387,7 +387,7 @@ impl Engine {
     /// ([`Engine::change_disk_in_place`]) or else replaced by a new disk the data is
     /// migrated to, unwanted ones detached. Replaced and unwanted disks are orphaned, never
     /// deleted.
-    async fn converge_disks(
+    pub(crate) async fn converge_disks(
         &self,
         record: &mut InstanceRecord,
         wanted: &[DiskSpec],

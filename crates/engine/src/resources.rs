@@ -31,16 +31,6 @@ impl CalculatedProperties {
     ) -> Option<&JsonMap<String, Value>> {
         self.0.get(&key(resources?, cpi))
     }
-
-    /// How many distinct requests were answered.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// No request was answered.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl Engine {

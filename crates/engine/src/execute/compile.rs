@@ -12,7 +12,7 @@ use crate::prepare::{
     CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
 };
 use crate::progress::StageRun;
-use crate::state::{DeploymentState, Write, stemcell_key};
+use crate::state::{Write, stemcell_key};
 use crate::vm::{NewVm, VmRequest};
 use crate::{Engine, EngineError, PlanError};
 use kubosh_artifacts::blobstore::BlobstoreError;
@@ -26,17 +26,60 @@ use kubosh_transport::agent::protocol::{CompilePackageArgs, PackageRef};
 /// intent (settled when the VM is deleted).
 type WorkerVm = (String, NewVm, String);
 
+/// Counts down compilation's first workers as their VMs come up. The VMs of the
+/// instances, made while packages compile, wait for them ([`WorkersUp`]): the cloud's pace
+/// is first come, first served and compilation is the longer path, and a cloud that cannot
+/// make a worker's VM (no capacity, a wrong network or stemcell) is not asked for hundreds
+/// more.
+pub(crate) struct FirstWorkers(tokio::sync::watch::Sender<usize>);
+
+/// Resolves once compilation's first workers' VMs are up, or compilation ended.
+pub(crate) struct WorkersUp(tokio::sync::watch::Receiver<usize>);
+
+impl FirstWorkers {
+    /// For `planned`: as many first workers as start at once (one per slot, at most one
+    /// per package that depends on none); none when nothing is compiled.
+    pub(crate) fn of(planned: &PlannedCompilation) -> (FirstWorkers, WorkersUp) {
+        let roots = (planned.plan.tasks.iter())
+            .filter(|t| t.depends_on.is_empty())
+            .count();
+        let first = roots.min(planned.workers.len().max(1));
+        let (tx, rx) = tokio::sync::watch::channel(first);
+        (FirstWorkers(tx), WorkersUp(rx))
+    }
+
+    fn up(&self) {
+        self.0.send_modify(|left| *left = left.saturating_sub(1));
+    }
+
+    /// Compilation succeeded: nobody is left to wait for.
+    fn done(self) {
+        self.0.send_replace(0);
+    }
+}
+
+impl WorkersUp {
+    /// Waits for the first workers' VMs or the end of compilation: whether the VMs came up,
+    /// or compilation succeeded. `false` when compilation failed before (a worker's VM
+    /// refused, an address taken meanwhile, a package not found).
+    pub(crate) async fn wait(mut self) -> bool {
+        // An error is the counter dropped before it reached 0.
+        self.0.wait_for(|left| *left == 0).await.is_ok()
+    }
+}
+
 impl Engine {
     /// Carries out a [`PlannedCompilation`]: stores compiled releases' packages, claims the
-    /// workers' addresses, compiles on compilation VMs, records each compiled package, and
-    /// returns every needed package.
-    pub async fn compile(
+    /// workers' addresses, compiles on compilation VMs, records each compiled package (each
+    /// durable as its compile ends), and returns every needed package and the records of
+    /// those compiled now. `first` counts the first workers down as they ask for VMs.
+    pub(crate) async fn compile(
         &self,
         inputs: CompileInputs<'_>,
         planned: PlannedCompilation,
         stemcell_cids: &BTreeMap<String, String>,
-        state: &mut DeploymentState,
-    ) -> Result<Packages, EngineError> {
+        first: FirstWorkers,
+    ) -> Result<(Packages, Vec<CompiledPackage>), EngineError> {
         let CompileInputs {
             manifest,
             cloud,
@@ -82,16 +125,14 @@ impl Engine {
         let results = if plan.tasks.is_empty() {
             Vec::new()
         } else {
-            self.compile_tasks(cloud, &plan, releases, stemcell_cids, manifest, &workers)
+            let place = (manifest, &workers, &first);
+            self.compile_tasks(cloud, &plan, releases, stemcell_cids, place)
                 .await?
         };
         out.compiled = results.len();
-        // Each was made durable as its task ended (`compile_tasks`).
-        for record in &results {
-            state.apply(&Write::CompiledPackage(record.clone()));
-        }
         out.provide(&plan, &results);
-        Ok(out)
+        first.done();
+        Ok((out, results))
     }
 
     async fn store_compiled_release_package(
@@ -144,8 +185,7 @@ impl Engine {
         plan: &CompilePlan,
         releases: &BTreeMap<String, Arc<Release>>,
         stemcell_cids: &BTreeMap<String, String>,
-        manifest: &DeploymentManifest,
-        workers_spec: &Workers,
+        (manifest, workers_spec, first): (&DeploymentManifest, &Workers, &FirstWorkers),
     ) -> Result<Vec<CompiledPackage>, EngineError> {
         let worker_slots = &workers_spec.slots;
         let compilation = cloud.compilation.clone().unwrap_or_default();
@@ -205,7 +245,7 @@ impl Engine {
                         let env = Value::Object(compilation.env.clone().unwrap_or_default());
                         let request =
                             workers_spec.request(&worker, (&key, stemcell_cid), env, metadata);
-                        let (vm, intent) = self.worker_vm(&key, kept, &request).await?;
+                        let (vm, intent) = self.worker_vm(&key, kept, &request, first).await?;
                         let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
                         if reuse && compiled.is_ok() {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
@@ -291,6 +331,7 @@ impl Engine {
         key: &str,
         kept: Option<WorkerVm>,
         request: &VmRequest,
+        first: &FirstWorkers,
     ) -> Result<(NewVm, String), EngineError> {
         match kept {
             Some((k, vm, intent)) if k == key => return Ok((vm, intent)),
@@ -298,6 +339,7 @@ impl Engine {
             None => {}
         }
         let (vm, intent) = self.create_unowned_vm(request).await?;
+        first.up();
         if let Err(e) = self
             .send_vm_settings(&vm.agent_id, &request.display_name, &[])
             .await

@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::PoisonError;
 
 use futures::StreamExt;
-use serde_json::Value;
 
 use crate::lock::{Holder, STEMCELL_LOCK};
 use crate::prepare::{DeployPlan, DeployReport, Planned, PlannedCompilation, Resolved, vm_request};
@@ -23,12 +22,22 @@ use crate::state::{
     Write, stemcell_key,
 };
 use crate::{Engine, EngineError, PlanError};
+use compile::{FirstWorkers, WorkersUp};
 use dns::live_entries;
 use kubosh_bosh::events::instance_task;
 use kubosh_cloud::CreateStemcell;
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::desired::{DesiredError, GroupSpec};
 use rollout::Rollout;
+
+/// What [`Engine::make_machines`] works from besides the planned instances.
+struct Machines<'a> {
+    manifest: &'a DeploymentManifest,
+    groups: &'a [GroupSpec],
+    stemcells: &'a BTreeMap<String, String>,
+    obsolete: &'a [String],
+    workers_up: WorkersUp,
+}
 
 /// Whether `p`'s VM is replaced create-swap-delete and its next VM is not made yet.
 fn next_vm_wanted(p: &Planned) -> bool {
@@ -80,30 +89,48 @@ impl Engine {
                 &mut state,
             )
             .await?;
-        let packages = self
-            .compile(
-                resolved.compile_inputs(&addresses),
-                compilation,
-                &stemcells,
-                &mut state,
-            )
-            .await?;
+        // Packages compile while obsolete instances go and missing VMs (with their first
+        // disks) are made: neither needs the other (issue 29). Compilation's first workers
+        // go first: it is the longer path, their VMs show the cloud makes VMs, and a
+        // compilation that fails before them leaves the instances as they were.
+        let (first_workers, workers_up) = FirstWorkers::of(&compilation);
+        let compiled = self.compile(
+            resolved.compile_inputs(&addresses),
+            compilation,
+            &stemcells,
+            first_workers,
+        );
+        let machines = Machines {
+            manifest,
+            groups,
+            stemcells: &stemcells,
+            obsolete: &obsolete,
+            workers_up,
+        };
+        let recorded = &state.instances;
+        let meta = &mut state.meta;
+        let (compiled, machined) = futures::join!(
+            compiled,
+            self.make_machines(machines, &mut planned, recorded, meta)
+        );
+        let ((packages, records), deleted) = match (compiled, machined) {
+            (Ok(compiled), Ok(deleted)) => (compiled, deleted),
+            (Err(e), machined) => {
+                if let Err(other) = machined {
+                    tracing::warn!(error = %other, "making the instances' VMs failed too");
+                }
+                return Err(e);
+            }
+            (Ok(_), Err(e)) => return Err(e),
+        };
+        // Each was made durable as its compile ended.
+        for record in records {
+            state.apply(&Write::CompiledPackage(record));
+        }
         resolved.desire(&mut planned, &packages, request, &self.config);
         let mut report = DeployReport::of(&planned, &obsolete, &state, &packages);
         report.noop = DeployReport::changes_nothing(&planned, &obsolete, packages.compiled > 0);
-        let deployment = request.name();
-        self.publish_dns_of_leaving(deployment, &planned, &obsolete, &mut state.meta)
-            .await?;
-        self.delete_obsolete(&state, &obsolete, &mut report).await?;
-        self.create_missing_vms(manifest, groups, &mut planned, &stemcells, &state)
-            .await?;
-        // The new VMs in the records (the seed's DNS step after "Creating missing vms").
-        self.publish_dns(
-            deployment,
-            live_entries(planned_records(&planned)),
-            &mut state.meta,
-        )
-        .await?;
+        report.deleted = deleted;
         let initial_deploy = state.meta.deployed_inputs.is_none();
         let announced = self.announce_updates(&planned, &mut state).await?;
         let started = std::sync::Mutex::new(BTreeSet::new());
@@ -206,26 +233,56 @@ impl Engine {
         }
     }
 
-    /// Step 5: deletes instances no longer wanted, disks orphaned.
+    /// Steps 5 and 9–10, while packages compile, once compilation's first workers' VMs are
+    /// up (nothing when it failed before): the DNS records without the instances
+    /// leaving, obsolete instances deleted, the missing VMs made with their first disks,
+    /// and the records with the new VMs published. The names of the instances deleted.
+    async fn make_machines(
+        &self,
+        machines: Machines<'_>,
+        planned: &mut [Planned],
+        recorded: &BTreeMap<String, InstanceRecord>,
+        meta: &mut DeploymentMeta,
+    ) -> Result<Vec<String>, EngineError> {
+        let Machines {
+            manifest,
+            groups,
+            stemcells,
+            obsolete,
+            workers_up,
+        } = machines;
+        if !workers_up.wait().await {
+            return Ok(Vec::new());
+        }
+        let deployment = manifest.name.as_deref().unwrap_or_default();
+        self.publish_dns_of_leaving(deployment, planned, obsolete, meta)
+            .await?;
+        let deleted = self.delete_obsolete(recorded, obsolete).await?;
+        self.create_missing_vms(manifest, groups, planned, stemcells, recorded)
+            .await?;
+        // The new VMs in the records (the seed's DNS step after "Creating missing vms").
+        self.publish_dns(deployment, live_entries(planned_records(planned)), meta)
+            .await?;
+        Ok(deleted)
+    }
+
+    /// Step 5: deletes instances no longer wanted, disks orphaned; their names.
     async fn delete_obsolete(
         &self,
-        state: &DeploymentState,
+        recorded: &BTreeMap<String, InstanceRecord>,
         obsolete: &[String],
-        report: &mut DeployReport,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<String>, EngineError> {
         if obsolete.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         // Collected first: a lazy iterator with a borrowing closure would make the deploy
         // future not `Send` (rust-lang/rust#102211), and the controller spawns it.
         let records: Vec<InstanceRecord> = obsolete
             .iter()
-            .filter_map(|uuid| state.instances.get(uuid).cloned())
+            .filter_map(|uuid| recorded.get(uuid).cloned())
             .collect();
-        report.deleted = self
-            .delete_instances("Deleting unneeded instances", records)
-            .await?;
-        Ok(())
+        self.delete_instances("Deleting unneeded instances", records)
+            .await
     }
 
     /// Deletes `records` as the tasks of stage `stage`, all at once (the cloud is paced by
@@ -359,16 +416,18 @@ impl Engine {
         Ok(cid.0)
     }
 
-    /// Steps 9–10: VMs for instances that have none ("Creating missing vms"), and the next
-    /// VMs of instances whose VM is replaced create-swap-delete (made ahead, with the new
-    /// addresses; `state` has the addresses their old VMs keep until they are gone).
+    /// Steps 9–10: VMs for instances that have none ("Creating missing vms"), with their
+    /// first persistent disks (an instance with none recorded: nothing on it to keep or
+    /// move, so the disk need not wait for its update), and the next VMs of instances whose
+    /// VM is replaced create-swap-delete (made ahead, with the new addresses; `recorded` has
+    /// the addresses their old VMs keep until they are gone).
     async fn create_missing_vms(
         &self,
         manifest: &DeploymentManifest,
         groups: &[GroupSpec],
         planned: &mut [Planned],
         stemcells: &BTreeMap<String, String>,
-        state: &DeploymentState,
+        recorded: &BTreeMap<String, InstanceRecord>,
     ) -> Result<(), EngineError> {
         let missing: Vec<usize> = planned
             .iter()
@@ -390,21 +449,18 @@ impl Engine {
         );
         let deployment = manifest.name.clone().unwrap_or_default();
         let tags = manifest.tags.clone().unwrap_or_default();
-        let tag_value = Value::Object(tags.clone());
-        let labels = crate::disks::DiskLabels {
-            deployment: &deployment,
-            tags: &tag_value,
-        };
         let work = missing.clone().into_iter().map(|i| {
             let p = &planned[i];
             let request = vm_request(&deployment, &tags, &groups[p.group], p, stemcells);
             let mut record = p.record.clone();
             // The next VM of a create-swap-delete: its old VM keeps its addresses.
             let previous_ips = next_vm_wanted(p).then(|| {
-                (state.instances.get(&record.uuid))
+                (recorded.get(&record.uuid))
                     .map(|r| r.ips.clone())
                     .unwrap_or_default()
             });
+            let (disks, disk_tags) = (&p.desired.disks, &p.desired.tags);
+            let deployment = &deployment;
             let stage = stage.clone();
             async move {
                 let task = instance_task(&record.group, &record.uuid, record.index, false);
@@ -415,10 +471,21 @@ impl Engine {
                             return (self.create_next_vm(&mut record, &request, previous_ips))
                                 .await;
                         }
+                        let labels = crate::disks::DiskLabels {
+                            deployment,
+                            tags: disk_tags,
+                        };
                         self.persist(&record).await?;
                         let vm = self.create_instance_vm(&mut record, &request, None).await?;
-                        // A detached instance coming back keeps its disks.
-                        self.attach_disks(&record, &vm, &labels).await?;
+                        if record.disks.is_empty() {
+                            let name = record.display_name();
+                            self.converge_disks(&mut record, disks, &name, &labels)
+                                .await?;
+                        } else {
+                            // A detached instance coming back keeps its disks; a change to
+                            // them waits for its update.
+                            self.attach_disks(&record, &vm, &labels).await?;
+                        }
                         self.send_vm_settings(&vm.agent_id, &record.display_name(), &record.disks)
                             .await
                     })

@@ -2634,6 +2634,80 @@ async fn a_release_by_reference_deploys_from_the_blobstore() {
     sim.assert_no_leak();
 }
 
+/// Missing VMs and their first disks are made while packages compile (issue 29):
+/// compilation's first worker's VM is made first (a refused one stops the instances' VMs:
+/// e2e `refused_and_abandoned_vms_…`), every instance's `create_vm` and
+/// `create_disk` come before the last `compile_package`, and each instance's disk is
+/// mounted before its jobs are applied. The deploy is no slower than compilation plus the
+/// rollout: the VMs cost it nothing.
+#[tokio::test(start_paused = true)]
+async fn missing_vms_and_their_disks_are_made_while_packages_compile() {
+    use kubosh_sim::Side;
+    let sim = Sim::new();
+    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
+    sim.agents
+        .set_latency("compile_package", Duration::from_secs(60));
+    let began = tokio::time::Instant::now();
+    sim.deploy(manifest()).await;
+    let took = began.elapsed();
+    let timeline = sim.cloud.timeline();
+    let at = |side: Side, method: &str| -> Vec<(usize, String)> {
+        (timeline.iter().enumerate())
+            .filter(|(_, s)| s.side == side && s.method == method)
+            .map(|(i, s)| (i, s.target.clone()))
+            .collect()
+    };
+    let compiles = at(Side::Agent, "compile_package");
+    assert_eq!(compiles.len(), 2, "libhello, then hello-server");
+    let workers: BTreeSet<&String> = compiles.iter().map(|(_, agent)| agent).collect();
+    let creates = at(Side::Cloud, "create_vm");
+    assert!(
+        workers.contains(&creates[0].1),
+        "a worker asks first: {creates:?}"
+    );
+    let last_compile = compiles[1].0;
+    let instances: BTreeSet<String> = (sim.state().instances.values())
+        .filter_map(|i| i.vm.as_ref().map(|vm| vm.agent_id.clone()))
+        .collect();
+    assert_eq!(instances.len(), 7);
+    let made: Vec<usize> = (creates.iter())
+        .filter(|(_, agent)| instances.contains(agent))
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(made.len(), 7);
+    assert!(
+        made.iter().all(|&i| i < last_compile),
+        "VMs made while compiling"
+    );
+    let disks = at(Side::Cloud, "create_disk");
+    assert_eq!(disks.len(), 5, "web's 3 and api's 2");
+    assert!(
+        disks.iter().all(|(i, _)| *i < last_compile),
+        "disks made while compiling"
+    );
+    for agent in &instances {
+        let mounted = at(Side::Agent, "mount_disk")
+            .into_iter()
+            .find(|(_, a)| a == agent);
+        let applied = at(Side::Agent, "apply")
+            .into_iter()
+            .find(|(_, a)| a == agent);
+        if let Some((mounted, _)) = mounted {
+            assert!(
+                mounted < applied.expect("applied").0,
+                "mounted before apply"
+            );
+        }
+    }
+    // Compilation: a worker's VM, then two packages one after the other.
+    let compilation = Duration::from_secs(20 + 60 + 60);
+    assert!(
+        took < compilation + Duration::from_secs(60),
+        "the VMs' 20 s are not on top of compilation: {took:?}"
+    );
+    sim.assert_no_leak();
+}
+
 /// A compile that succeeded is kept when another compile of the same deploy fails: the
 /// failed deploy records libhello, and the next deploy compiles only hello-server.
 #[tokio::test(start_paused = true)]
