@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::compile::Packages;
 use super::instances::Planned;
+use kubosh_core::plan::changes::Observed;
 use crate::state::{DeploymentState, InstanceRecord};
 
 /// What a deploy did (or, from [`crate::prepare::DeployPlan::report`], would do).
@@ -115,11 +116,13 @@ impl DeployReport {
 
 /// What the plan does to `p`: `create`, `recreate`, `update`, `dns/tags only` or `none`.
 fn action_of(p: &Planned) -> &'static str {
+    // Without a VM when planned: "Creating missing vms" may have made it since.
+    let vm_missing = p.record.vm.is_none() || p.observed == Observed::NoVm;
     if p.changes.is_empty() {
         "none"
-    } else if p.record.vm.is_none() && p.record.applied.is_none() {
+    } else if vm_missing && p.record.applied.is_none() {
         "create"
-    } else if p.changes.recreates_vm() || p.record.vm.is_none() {
+    } else if p.changes.recreates_vm() || vm_missing {
         "recreate"
     } else if p.changes.is_minimal() {
         "dns/tags only"

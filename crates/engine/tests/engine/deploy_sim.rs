@@ -2648,8 +2648,10 @@ async fn missing_vms_and_their_disks_are_made_while_packages_compile() {
     sim.agents
         .set_latency("compile_package", Duration::from_secs(60));
     let began = tokio::time::Instant::now();
-    sim.deploy(manifest()).await;
+    let report = sim.deploy(manifest()).await;
     let took = began.elapsed();
+    let actions: BTreeSet<&str> = report.plan.iter().map(|p| p.action).collect();
+    assert_eq!(actions, BTreeSet::from(["create"]), "made ahead, still a create");
     let timeline = sim.cloud.timeline();
     let at = |side: Side, method: &str| -> Vec<(usize, String)> {
         (timeline.iter().enumerate())
