@@ -510,7 +510,9 @@ impl Engine {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// §4.1 step 6: `post-deploy` on every running instance, once anything changed.
+    /// §4.1 step 6: `post-deploy` on every running instance, once anything changed: every
+    /// agent asked at once (the Director asks `max_threads` at a time: at 10,000 instances
+    /// that was minutes of a deploy).
     async fn run_post_deploy(&self, planned: &[Planned]) -> Result<(), EngineError> {
         let vms: Vec<_> = planned
             .iter()
@@ -520,8 +522,9 @@ impl Engine {
         let runs = vms.into_iter().map(|(vm, name)| async move {
             crate::instance::run_script(&self.agent(&vm.agent_id, &name), "post-deploy", None).await
         });
+        let at_once = runs.len().max(1);
         let results: Vec<Result<(), EngineError>> = futures::stream::iter(runs)
-            .buffer_unordered(self.config.get_state_concurrency.max(1))
+            .buffer_unordered(at_once)
             .collect()
             .await;
         results.into_iter().collect()
