@@ -14,95 +14,18 @@
 //!
 //! `BENCH_SEEDS` (default 5) graphs per size; the table shows the mean and the worst ratio.
 
+#[path = "common/graph.rs"]
+mod graph;
+
 use std::time::Duration;
+
+use graph::{Graph, random_graph};
 
 use kubosh_core::plan::bound::{compile_lower_bound, remaining_chains};
 use kubosh_engine::pool::{DagTask, ReadyOrder, run_dag_ordered};
 
 const SIZES: [usize; 3] = [50, 200, 1000];
 const WORKERS: [usize; 5] = [1, 2, 4, 8, 16];
-
-/// xorshift64*: small, seeded, good enough to draw graphs.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    /// True with probability `percent`/100.
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
-
-/// A package graph: durations in seconds and dependencies (always on earlier packages, as
-/// a release's compile order lists them).
-struct Graph {
-    seconds: Vec<u64>,
-    depends_on: Vec<Vec<usize>>,
-}
-
-fn random_graph(n: usize, seed: u64) -> Graph {
-    let mut rng = Rng::new(seed);
-    let mut seconds = Vec::with_capacity(n);
-    let mut depends_on: Vec<Vec<usize>> = Vec::with_capacity(n);
-    // A few "toolchains" (golang, ruby, openjdk) many packages build on.
-    let toolchains = (n / 25).max(2);
-    let mut long: Vec<usize> = Vec::new();
-    for i in 0..n {
-        let secs = if i < toolchains {
-            rng.range(60, 240)
-        } else if rng.chance(3) {
-            // mariadb, xtrabackup, postgres: 10-27 minutes.
-            rng.range(600, 1620)
-        } else if rng.chance(25) {
-            rng.range(60, 300)
-        } else {
-            rng.range(5, 60)
-        };
-        let mut deps = Vec::new();
-        if i >= toolchains {
-            if rng.chance(70) {
-                deps.push(rng.range(0, toolchains as u64 - 1) as usize);
-            }
-            for _ in 0..rng.range(0, 2) {
-                deps.push(rng.range(0, i as u64 - 1) as usize);
-            }
-            // Long packages often stack on long ones (mariadb on cmake on boost).
-            if secs >= 600 {
-                if let Some(&prev) = long.last()
-                    && rng.chance(50)
-                {
-                    deps.push(prev);
-                }
-                long.push(i);
-            }
-        }
-        deps.sort_unstable();
-        deps.dedup();
-        seconds.push(secs);
-        depends_on.push(deps);
-    }
-    Graph {
-        seconds,
-        depends_on,
-    }
-}
 
 /// Makespan in seconds of `graph` on `workers` with `priorities` and `order`, on a paused
 /// clock.

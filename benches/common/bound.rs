@@ -9,8 +9,10 @@ use kubosh_core::plan::bound::{StageTerms, phase_lower_bound, rollout_lower_boun
 use kubosh_core::plan::rollout::{
     GroupInput, InstanceInput, Rollout, RolloutOptions, plan_rollout,
 };
-use kubosh_engine::EngineConfig;
 use serde_json::{Value, json};
+
+/// The Director's `max_threads`: VMs it creates, and agents it runs post-deploy on, at once.
+pub const DIRECTOR_MAX_THREADS: usize = 32;
 
 /// The simulated calls' latencies (milliseconds by method; every other method answers at
 /// once) and the watch time's minimum.
@@ -35,12 +37,13 @@ impl Calls {
         self.sum(&["create_vm", "set_vm_metadata", "ping"])
     }
 
-    /// "Running post-deploy": `run_script post-deploy` on every instance, at the engine's
-    /// `get_state_concurrency` (as many agents as it asks at once).
+    /// "Running post-deploy" as the Director runs it: `run_script post-deploy` on every
+    /// instance, `max_threads` at a time (`post_deployment_script_runner.rb`; kubosh asks
+    /// every agent at once).
     pub fn post_deploy(&self, instances: usize) -> u64 {
         phase_lower_bound(
             &vec![self.sum(&["run_script"]); instances],
-            EngineConfig::default().get_state_concurrency,
+            DIRECTOR_MAX_THREADS,
         )
     }
 

@@ -33,6 +33,8 @@ use kubosh_transport::agent::{AgentClient, Method};
 pub struct SimAgents {
     shared: Arc<Shared>,
     instruments: Mutex<Instruments<AgentEffect>>,
+    /// `compile_package`'s latency by package name, over the method's.
+    compile_latencies: Mutex<std::collections::BTreeMap<String, Duration>>,
 }
 
 impl std::fmt::Debug for SimAgents {
@@ -170,7 +172,25 @@ impl SimAgents {
         SimAgents {
             shared,
             instruments: Mutex::new(Instruments::new(record)),
+            compile_latencies: Mutex::default(),
         }
+    }
+
+    /// How long `compile_package` of package `name` takes (a release's packages compile in
+    /// seconds to many minutes), instead of the method's latency.
+    pub fn set_compile_latency(&self, name: &str, latency: Duration) {
+        lock(&self.compile_latencies).insert(name.to_string(), latency);
+    }
+
+    /// A task's latency: `compile_package`'s by its package (the third argument) when set,
+    /// else the method's.
+    fn task_latency(&self, name: &str, args: &[Value], method_latency: Duration) -> Duration {
+        let package = (name == "compile_package")
+            .then(|| args.get(2).and_then(Value::as_str))
+            .flatten();
+        package
+            .and_then(|p| lock(&self.compile_latencies).get(p).copied())
+            .unwrap_or(method_latency)
     }
 
     /// An [`AgentClient`] for `agent_id` over these agents, with the Director's options.
@@ -404,7 +424,8 @@ impl SimAgents {
                 failure,
             } => {
                 let handle = json!({"agent_task_id": task_id, "state": "running"});
-                self.run_or_spawn(agent_id, task_id, method, args, entry.latency, failure)
+                let latency = self.task_latency(name, args, entry.latency);
+                self.run_or_spawn(agent_id, task_id, method, args, latency, failure)
                     .await;
                 Ok(Reply::Value(handle))
             }

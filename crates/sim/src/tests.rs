@@ -216,10 +216,23 @@ async fn compile_package_is_a_task_polled_until_its_latency_has_passed() {
     assert_eq!(client.compile_package(&args).await.unwrap(), first);
     let other = CompilePackageArgs {
         version: "3.4".into(),
-        ..args
+        ..args.clone()
     };
     assert_ne!(client.compile_package(&other).await.unwrap(), first);
     assert_eq!(agents.agent("compiler").unwrap().running_tasks, 0);
+
+    // A package of its own latency: golang takes 20 minutes, ruby still 300 s.
+    agents.set_compile_latency("golang", Duration::from_secs(1200));
+    let golang = CompilePackageArgs {
+        name: "golang".into(),
+        ..other.clone()
+    };
+    for (args, secs) in [(&golang, 1200), (&other, 300)] {
+        let before = Instant::now();
+        client.compile_package(args).await.unwrap();
+        let took = before.elapsed().as_secs();
+        assert!((secs..=secs + 1).contains(&took), "{}: {took} s", args.name);
+    }
 }
 
 #[tokio::test]
