@@ -316,6 +316,9 @@ pub enum PlanError {
     /// The rollout names an instance it has no update for (a bug).
     #[error("no update planned for instance #{0}")]
     Unplanned(usize),
+    /// Compilation succeeded but the rollout saw it fail (a bug).
+    #[error("compilation succeeded, but the rollout stopped waiting for its packages")]
+    RolloutWithoutPackages,
     /// Problems of different kinds, found together (one line or more each).
     #[error("{}", lines(.0))]
     All(Vec<PlanError>),
@@ -378,7 +381,8 @@ impl PlanError {
             | PlanError::PackageMissing { .. }
             | PlanError::CompileOrder(_)
             | PlanError::DisksInOtherCloud(_)
-            | PlanError::Unplanned(_) => 100,
+            | PlanError::Unplanned(_)
+            | PlanError::RolloutWithoutPackages => 100,
         }
     }
 }

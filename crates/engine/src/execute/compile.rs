@@ -26,45 +26,86 @@ use kubosh_transport::agent::protocol::{CompilePackageArgs, PackageRef};
 /// intent (settled when the VM is deleted).
 type WorkerVm = (String, NewVm, String);
 
-/// Counts down compilation's first workers as their VMs come up. The VMs of the
-/// instances, made while packages compile, wait for them ([`WorkersUp`]): the cloud's pace
-/// is first come, first served and compilation is the longer path, and a cloud that cannot
-/// make a worker's VM (no capacity, a wrong network or stemcell) is not asked for hundreds
-/// more.
-pub(crate) struct FirstWorkers(tokio::sync::watch::Sender<usize>);
+/// What compilation has done so far, as the deploy's other branch sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Compiled {
+    /// Compilation's first workers whose VMs are not up yet.
+    first_workers_left: usize,
+    /// Each task's record once it compiled.
+    pub(crate) results: Vec<Option<CompiledPackage>>,
+    /// Compilation is over and succeeded.
+    succeeded: bool,
+}
 
-/// Resolves once compilation's first workers' VMs are up, or compilation ended.
-pub(crate) struct WorkersUp(tokio::sync::watch::Receiver<usize>);
+/// Tells the deploy's other branch what compilation has done ([`CompileWatch`]): its first
+/// workers' VMs up (the instances' VMs wait for them: the cloud's pace is first come, first
+/// served and compilation is the longer path, and a cloud that cannot make a worker's VM —
+/// no capacity, a wrong network or stemcell — is not asked for hundreds more), and each
+/// package compiled (a group rolls out once its own packages are). Dropped when
+/// compilation ends; it succeeded when everything was [`CompileProgress::done`].
+pub(crate) struct CompileProgress(tokio::sync::watch::Sender<Compiled>);
 
-impl FirstWorkers {
+/// Waits on [`CompileProgress`].
+#[derive(Clone)]
+pub(crate) struct CompileWatch(tokio::sync::watch::Receiver<Compiled>);
+
+impl CompileProgress {
     /// For `planned`: as many first workers as start at once (one per slot, at most one
     /// per package that depends on none); none when nothing is compiled.
-    pub(crate) fn of(planned: &PlannedCompilation) -> (FirstWorkers, WorkersUp) {
+    pub(crate) fn of(planned: &PlannedCompilation) -> (CompileProgress, CompileWatch) {
         let roots = (planned.plan.tasks.iter())
             .filter(|t| t.depends_on.is_empty())
             .count();
-        let first = roots.min(planned.workers.len().max(1));
-        let (tx, rx) = tokio::sync::watch::channel(first);
-        (FirstWorkers(tx), WorkersUp(rx))
+        let (tx, rx) = tokio::sync::watch::channel(Compiled {
+            first_workers_left: roots.min(planned.workers.len().max(1)),
+            results: vec![None; planned.plan.tasks.len()],
+            succeeded: false,
+        });
+        (CompileProgress(tx), CompileWatch(rx))
     }
 
-    fn up(&self) {
-        self.0.send_modify(|left| *left = left.saturating_sub(1));
+    fn worker_up(&self) {
+        self.0
+            .send_modify(|c| c.first_workers_left = c.first_workers_left.saturating_sub(1));
     }
 
-    /// Compilation succeeded: nobody is left to wait for.
-    fn done(self) {
-        self.0.send_replace(0);
+    fn compiled(&self, task: usize, record: &CompiledPackage) {
+        self.0.send_modify(|c| {
+            if let Some(slot) = c.results.get_mut(task) {
+                *slot = Some(record.clone());
+            }
+        });
+    }
+
+    /// Compilation succeeded: every package is there, nobody is left to wait for.
+    fn done(self, results: &[CompiledPackage]) {
+        self.0.send_replace(Compiled {
+            first_workers_left: 0,
+            results: results.iter().cloned().map(Some).collect(),
+            succeeded: true,
+        });
     }
 }
 
-impl WorkersUp {
+impl CompileWatch {
+    /// Waits until `ready` holds of what compilation did, or it succeeded; `None` once it
+    /// failed (nothing new starts then, whatever it compiled before).
+    pub(crate) async fn until(
+        &mut self,
+        mut ready: impl FnMut(&Compiled) -> bool,
+    ) -> Option<Compiled> {
+        let seen = (self.0.wait_for(|c| c.succeeded || ready(c)).await)
+            .ok()
+            .map(|c| (*c).clone())?;
+        // The sender gone without succeeding: compilation failed.
+        (seen.succeeded || self.0.has_changed().is_ok()).then_some(seen)
+    }
+
     /// Waits for the first workers' VMs or the end of compilation: whether the VMs came up,
     /// or compilation succeeded. `false` when compilation failed before (a worker's VM
     /// refused, an address taken meanwhile, a package not found).
-    pub(crate) async fn wait(mut self) -> bool {
-        // An error is the counter dropped before it reached 0.
-        self.0.wait_for(|left| *left == 0).await.is_ok()
+    pub(crate) async fn first_workers_up(&mut self) -> bool {
+        self.until(|c| c.first_workers_left == 0).await.is_some()
     }
 }
 
@@ -72,13 +113,13 @@ impl Engine {
     /// Carries out a [`PlannedCompilation`]: stores compiled releases' packages, claims the
     /// workers' addresses, compiles on compilation VMs, records each compiled package (each
     /// durable as its compile ends), and returns every needed package and the records of
-    /// those compiled now. `first` counts the first workers down as they ask for VMs.
+    /// those compiled now, telling `progress` as it goes.
     pub(crate) async fn compile(
         &self,
         inputs: CompileInputs<'_>,
         planned: PlannedCompilation,
         stemcell_cids: &BTreeMap<String, String>,
-        first: FirstWorkers,
+        progress: CompileProgress,
     ) -> Result<(Packages, Vec<CompiledPackage>), EngineError> {
         let CompileInputs {
             manifest,
@@ -125,13 +166,14 @@ impl Engine {
         let results = if plan.tasks.is_empty() {
             Vec::new()
         } else {
-            let place = (manifest, &workers, &first);
+            let place = (manifest, &workers, &progress);
             self.compile_tasks(cloud, &plan, releases, stemcell_cids, place)
                 .await?
         };
         out.compiled = results.len();
-        out.provide(&plan, &results);
-        first.done();
+        let provided: Vec<Option<CompiledPackage>> = results.iter().cloned().map(Some).collect();
+        out.provide(&plan, &provided);
+        progress.done(&results);
         Ok((out, results))
     }
 
@@ -185,7 +227,7 @@ impl Engine {
         plan: &CompilePlan,
         releases: &BTreeMap<String, Arc<Release>>,
         stemcell_cids: &BTreeMap<String, String>,
-        (manifest, workers_spec, first): (&DeploymentManifest, &Workers, &FirstWorkers),
+        (manifest, workers_spec, progress): (&DeploymentManifest, &Workers, &CompileProgress),
     ) -> Result<Vec<CompiledPackage>, EngineError> {
         let worker_slots = &workers_spec.slots;
         let compilation = cloud.compilation.clone().unwrap_or_default();
@@ -245,7 +287,7 @@ impl Engine {
                         let env = Value::Object(compilation.env.clone().unwrap_or_default());
                         let request =
                             workers_spec.request(&worker, (&key, stemcell_cid), env, metadata);
-                        let (vm, intent) = self.worker_vm(&key, kept, &request, first).await?;
+                        let (vm, intent) = self.worker_vm(&key, kept, &request, progress).await?;
                         let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
                         if reuse && compiled.is_ok() {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
@@ -257,6 +299,7 @@ impl Engine {
                         // Recorded at once: a compile that succeeded is kept (its blob
                         // referenced, reused next time) whatever happens to the others.
                         self.write(Write::CompiledPackage(record.clone())).await?;
+                        progress.compiled(i, &record);
                         results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(record);
                         Ok::<(), EngineError>(())
                     })
@@ -331,7 +374,7 @@ impl Engine {
         key: &str,
         kept: Option<WorkerVm>,
         request: &VmRequest,
-        first: &FirstWorkers,
+        progress: &CompileProgress,
     ) -> Result<(NewVm, String), EngineError> {
         match kept {
             Some((k, vm, intent)) if k == key => return Ok((vm, intent)),
@@ -339,7 +382,7 @@ impl Engine {
             None => {}
         }
         let (vm, intent) = self.create_unowned_vm(request).await?;
-        first.up();
+        progress.worker_up();
         if let Err(e) = self
             .send_vm_settings(&vm.agent_id, &request.display_name, &[])
             .await

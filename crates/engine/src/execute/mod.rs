@@ -1,7 +1,10 @@
 //! A [`DeployPlan`] carried out: the seed's steps from the first change on (the planned
-//! addresses are claimed before [`Engine::execute`] runs). Stemcells uploaded, packages
-//! compiled (`compile`), obsolete instances deleted, missing VMs created, the rollout
-//! (`rollout`), unused addresses released (`addresses`), `post-deploy`; the DNS records
+//! addresses are claimed before [`Engine::execute`] runs). Stemcells uploaded, then two
+//! branches at once: packages compiled (`compile`), and beside it, once compilation's first
+//! workers' VMs are up, obsolete instances deleted, missing VMs created (with new instances'
+//! first disks), and the rollout (`rollout`) batch by batch, each as soon as its groups'
+//! packages compiled. Then unused addresses released (`addresses`) and `post-deploy`, which
+//! the Director runs once every instance is updated and so do we; the DNS records
 //! published as VMs come and go (`dns`).
 
 pub(crate) mod addresses;
@@ -15,14 +18,17 @@ use std::sync::PoisonError;
 use futures::StreamExt;
 
 use crate::lock::{Holder, STEMCELL_LOCK};
-use crate::prepare::{DeployPlan, DeployReport, Planned, PlannedCompilation, Resolved, vm_request};
+use crate::prepare::{
+    DeployPlan, DeployReport, InstancePlan, PackageSource, Planned, PlannedCompilation, Resolved,
+    instance_plan, vm_request,
+};
 use crate::progress::StageRun;
 use crate::state::{
     DeploymentMeta, DeploymentState, InstanceRecord, InstanceState, IntentKind, StemcellRecord,
     Write, stemcell_key,
 };
 use crate::{Engine, EngineError, PlanError};
-use compile::{FirstWorkers, WorkersUp};
+use compile::{CompileProgress, CompileWatch, Compiled};
 use dns::live_entries;
 use kubosh_bosh::events::instance_task;
 use kubosh_cloud::CreateStemcell;
@@ -36,7 +42,8 @@ struct Machines<'a> {
     groups: &'a [GroupSpec],
     stemcells: &'a BTreeMap<String, String>,
     obsolete: &'a [String],
-    workers_up: WorkersUp,
+    /// What compilation has done so far.
+    compiled: CompileWatch,
 }
 
 /// Whether `p`'s VM is replaced create-swap-delete and its next VM is not made yet.
@@ -51,7 +58,9 @@ fn planned_records(planned: &[Planned]) -> impl Iterator<Item = &InstanceRecord>
 
 impl Engine {
     /// Carries out a plan whose addresses are claimed: the deploy's changes, in the seed's
-    /// order. Packages compiled now decide the instances' final desired specs and changes
+    /// order but for what need not wait (issue 29): obsolete instances, missing VMs and a
+    /// group's rollout go as soon as what they need is there, while packages compile.
+    /// Packages compiled now decide the instances' final desired specs and changes
     /// (planning knew all but their blobs).
     pub(crate) async fn execute(&self, plan: DeployPlan<'_>) -> Result<DeployReport, EngineError> {
         let DeployPlan {
@@ -70,18 +79,8 @@ impl Engine {
         let Resolved {
             manifest, groups, ..
         } = &resolved;
-        // Instances whose VM vanished are recorded without it: whatever happens next, no one
-        // asks that VM again.
-        for uuid in &vanished {
-            if let Some(record) = state.instances.get(uuid) {
-                self.persist(record).await?;
-            }
-        }
-        // New link groups keep their ids from now on, whatever happens to this deploy.
-        if link_group_ids != state.meta.link_group_ids {
-            state.meta.link_group_ids = link_group_ids;
-            self.write(Write::Meta(state.meta.clone())).await?;
-        }
+        self.record_first(&mut state, &vanished, link_group_ids)
+            .await?;
         let stemcells = self
             .upload_stemcells(
                 &request.stemcells,
@@ -90,70 +89,65 @@ impl Engine {
             )
             .await?;
         // Packages compile while obsolete instances go and missing VMs (with their first
-        // disks) are made: neither needs the other (issue 29). Compilation's first workers
-        // go first: it is the longer path, their VMs show the cloud makes VMs, and a
-        // compilation that fails before them leaves the instances as they were.
-        let (first_workers, workers_up) = FirstWorkers::of(&compilation);
-        let compiled = self.compile(
+        // disks) are made, and groups roll out as soon as their own packages compiled:
+        // neither needs more of the other (issue 29). Compilation's first workers go first:
+        // it is the longer path, their VMs show the cloud makes VMs, and a compilation that
+        // fails before them leaves the instances as they were.
+        let (progress, compiled) = CompileProgress::of(&compilation);
+        let source = compilation.package_source();
+        let compiling = self.compile(
             resolved.compile_inputs(&addresses),
             compilation,
             &stemcells,
-            first_workers,
+            progress,
         );
         let machines = Machines {
             manifest,
             groups,
             stemcells: &stemcells,
             obsolete: &obsolete,
-            workers_up,
-        };
-        let recorded = &state.instances;
-        let meta = &mut state.meta;
-        let (compiled, machined) = futures::join!(
             compiled,
-            self.make_machines(machines, &mut planned, recorded, meta)
+        };
+        let mut updated = Vec::new();
+        let (compiled, rolled_out) = futures::join!(
+            compiling,
+            self.machines_then_rollout(
+                machines,
+                (&resolved, request, &source),
+                &mut planned,
+                &mut state,
+                &mut updated,
+            )
         );
-        let ((packages, records), deleted) = match (compiled, machined) {
-            (Ok(compiled), Ok(deleted)) => (compiled, deleted),
-            (Err(e), machined) => {
-                if let Err(other) = machined {
-                    tracing::warn!(error = %other, "making the instances' VMs failed too");
+        let ((packages, records), (deleted, plans)) = match (compiled, rolled_out) {
+            (Ok(compiled), Ok(Some(rolled_out))) => (compiled, rolled_out),
+            (Err(e), rolled_out) => {
+                if let Err(other) = rolled_out {
+                    tracing::warn!(error = %other, "the rollout failed too");
                 }
                 return Err(e);
             }
             (Ok(_), Err(e)) => return Err(e),
+            (Ok(_), Ok(None)) => return Err(PlanError::RolloutWithoutPackages.into()),
         };
         // Each was made durable as its compile ended.
         for record in records {
             state.apply(&Write::CompiledPackage(record));
         }
-        resolved.desire(&mut planned, &packages, request, &self.config);
+        // The groups nothing was rolled out to get their final specs too.
+        let unchanged: BTreeSet<usize> = (planned.iter().zip(&plans))
+            .filter(|(_, plan)| plan.is_none())
+            .map(|(p, _)| p.group)
+            .collect();
+        let asked = (request, &self.config);
+        resolved.desire(&mut planned, &packages, asked, Some(&unchanged));
         let mut report = DeployReport::of(&planned, &obsolete, &state, &packages);
+        report.plan = (planned.iter().zip(plans))
+            .map(|(p, plan)| plan.unwrap_or_else(|| instance_plan(p)))
+            .collect();
         report.noop = DeployReport::changes_nothing(&planned, &obsolete, packages.compiled > 0);
         report.deleted = deleted;
-        let initial_deploy = state.meta.deployed_inputs.is_none();
-        let announced = self.announce_updates(&planned, &mut state).await?;
-        let started = std::sync::Mutex::new(BTreeSet::new());
-        let updated = self
-            .update_groups(
-                manifest,
-                groups,
-                &mut planned,
-                &stemcells,
-                Rollout {
-                    initial_deploy,
-                    announced: &announced,
-                    started: &started,
-                    meta: &mut state.meta,
-                },
-                &mut report.updated,
-            )
-            .await;
-        if let Err(e) = updated {
-            let started = started.into_inner().unwrap_or_else(PoisonError::into_inner);
-            self.withdraw_announcements(&started, &mut state).await;
-            return Err(e);
-        }
+        report.updated = updated;
         // Before the inputs are recorded: a deploy that could not publish is not a no-op
         // next time.
         self.publish_links(request.name(), Some(shared_links))
@@ -161,6 +155,26 @@ impl Engine {
         self.conclude(manifest, &planned, state, inputs, &report)
             .await?;
         Ok(report)
+    }
+
+    /// What is recorded before the first change, whatever happens next: instances whose VM
+    /// vanished without it (no one asks that VM again), new link groups' ids.
+    async fn record_first(
+        &self,
+        state: &mut DeploymentState,
+        vanished: &[String],
+        link_group_ids: BTreeMap<String, u64>,
+    ) -> Result<(), EngineError> {
+        for uuid in vanished {
+            if let Some(record) = state.instances.get(uuid) {
+                self.persist(record).await?;
+            }
+        }
+        if link_group_ids != state.meta.link_group_ids {
+            state.meta.link_group_ids = link_group_ids;
+            self.write(Write::Meta(state.meta.clone())).await?;
+        }
+        Ok(())
     }
 
     /// Instances to delete or detach out of the DNS records before their VMs go. An instance
@@ -233,26 +247,103 @@ impl Engine {
         }
     }
 
+    /// The deploy's branch beside compilation: the machines ([`Engine::make_machines`]),
+    /// then the rollout batch by batch ([`Engine::rollout_batches`]), each once its groups'
+    /// packages compiled: desired, announced, updated. `None` when compilation failed first
+    /// (nothing more was started). The names of the instances deleted and the plan of each
+    /// instance desired for its rollout.
+    async fn machines_then_rollout(
+        &self,
+        machines: Machines<'_>,
+        (resolved, request, source): (&Resolved<'_>, &crate::DeployRequest, &PackageSource),
+        planned: &mut [Planned],
+        state: &mut DeploymentState,
+        updated: &mut Vec<String>,
+    ) -> Result<Option<(Vec<String>, Vec<Option<InstancePlan>>)>, EngineError> {
+        let mut compiled = machines.compiled.clone();
+        let (manifest, groups, stemcells) =
+            (machines.manifest, machines.groups, machines.stemcells);
+        let made =
+            (self.make_machines(machines, planned, &state.instances, &mut state.meta)).await?;
+        let Some(deleted) = made else {
+            return Ok(None);
+        };
+        let initial_deploy = state.meta.deployed_inputs.is_none();
+        let mut plans = vec![None; planned.len()];
+        for batch in self.rollout_batches(groups, planned, initial_deploy) {
+            let ids: BTreeSet<usize> = (batch.iter())
+                .filter_map(|g| groups.iter().position(|spec| spec.name == g.name))
+                .collect();
+            let tasks: Vec<usize> = (ids.iter())
+                .flat_map(|&g| {
+                    let jobs = crate::templates::group_jobs(manifest, &groups[g].name);
+                    source.tasks_for(&groups[g].stemcell, &jobs)
+                })
+                .collect();
+            let done = |c: &Compiled| {
+                tasks
+                    .iter()
+                    .all(|&t| c.results.get(t).is_some_and(Option::is_some))
+            };
+            let Some(so_far) = compiled.until(done).await else {
+                return Ok(None);
+            };
+            let packages = source.packages(&so_far.results);
+            resolved.desire(planned, &packages, (request, &self.config), Some(&ids));
+            for (i, p) in planned
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| ids.contains(&p.group))
+            {
+                plans[i] = Some(instance_plan(p));
+            }
+            let announced = self.announce_updates(planned, &ids, state).await?;
+            let started = std::sync::Mutex::new(BTreeSet::new());
+            let rollout = Rollout {
+                announced: &announced,
+                started: &started,
+                meta: &mut state.meta,
+            };
+            let batch_done = self
+                .update_batch(
+                    manifest,
+                    (groups, &batch),
+                    planned,
+                    stemcells,
+                    rollout,
+                    updated,
+                )
+                .await;
+            if let Err(e) = batch_done {
+                let started = started.into_inner().unwrap_or_else(PoisonError::into_inner);
+                self.withdraw_announcements(&started, state).await;
+                return Err(e);
+            }
+        }
+        Ok(Some((deleted, plans)))
+    }
+
     /// Steps 5 and 9–10, while packages compile, once compilation's first workers' VMs are
-    /// up (nothing when it failed before): the DNS records without the instances
-    /// leaving, obsolete instances deleted, the missing VMs made with their first disks,
-    /// and the records with the new VMs published. The names of the instances deleted.
+    /// up (`None` when it failed before: nothing is done): the DNS records without the
+    /// instances leaving, obsolete instances deleted, the missing VMs made with their first
+    /// disks, and the records with the new VMs published. The names of the instances
+    /// deleted.
     async fn make_machines(
         &self,
         machines: Machines<'_>,
         planned: &mut [Planned],
         recorded: &BTreeMap<String, InstanceRecord>,
         meta: &mut DeploymentMeta,
-    ) -> Result<Vec<String>, EngineError> {
+    ) -> Result<Option<Vec<String>>, EngineError> {
         let Machines {
             manifest,
             groups,
             stemcells,
             obsolete,
-            workers_up,
+            mut compiled,
         } = machines;
-        if !workers_up.wait().await {
-            return Ok(Vec::new());
+        if !compiled.first_workers_up().await {
+            return Ok(None);
         }
         let deployment = manifest.name.as_deref().unwrap_or_default();
         self.publish_dns_of_leaving(deployment, planned, obsolete, meta)
@@ -263,7 +354,7 @@ impl Engine {
         // The new VMs in the records (the seed's DNS step after "Creating missing vms").
         self.publish_dns(deployment, live_entries(planned_records(planned)), meta)
             .await?;
-        Ok(deleted)
+        Ok(Some(deleted))
     }
 
     /// Step 5: deletes instances no longer wanted, disks orphaned; their names.

@@ -21,12 +21,10 @@ use kubosh_core::plan::rollout::{
 /// stopped it.
 type GroupOutcome = (Vec<(usize, InstanceRecord)>, Option<EngineError>);
 
-/// How a deploy's updates run: whether it is the deployment's first, which updates it
-/// announced, (filled as they go) which it started, and what it last published of its DNS
-/// records (published again after each group, or groups updated together, that changed
-/// them).
+/// How a batch of a deploy's updates runs: which updates it announced, (filled as they go)
+/// which it started, and what it last published of its DNS records (published again after
+/// the batch, if it changed them).
 pub(crate) struct Rollout<'a> {
-    pub(crate) initial_deploy: bool,
     pub(crate) announced: &'a BTreeSet<String>,
     pub(crate) started: &'a std::sync::Mutex<BTreeSet<String>>,
     pub(crate) meta: &'a mut DeploymentMeta,
@@ -62,12 +60,14 @@ impl Engine {
         }
     }
 
-    /// Announces the updates this deploy makes to instances already recorded, in one write
+    /// Announces the updates this deploy makes to instances already recorded in `groups`
+    /// (by index; the groups about to be updated), in one write
     /// ([`DeploymentMeta::updating`]); the uuids announced. Earlier announcements of
     /// instances still dirty stay (an instance out of an action's scope keeps its mark).
     pub(crate) async fn announce_updates(
         &self,
         planned: &[Planned],
+        groups: &BTreeSet<usize>,
         state: &mut DeploymentState,
     ) -> Result<BTreeSet<String>, EngineError> {
         let mut updating = state.meta.updating.clone();
@@ -78,7 +78,7 @@ impl Engine {
                 .is_some_and(|r| !r.update_completed)
         });
         let mut announced = BTreeSet::new();
-        for p in planned.iter().filter(|p| !p.changes.is_empty()) {
+        for p in (planned.iter()).filter(|p| groups.contains(&p.group) && !p.changes.is_empty()) {
             let recorded = state.instances.contains_key(&p.record.uuid) || p.record.vm.is_some();
             if recorded {
                 updating.insert(p.record.uuid.clone(), p.desired.digest());
@@ -92,47 +92,15 @@ impl Engine {
         Ok(announced)
     }
 
-    /// Step 11: updates changed instances: runs of groups (serial or together), each group
-    /// AZ by AZ (or all AZs at once), canaries first, then `max_in_flight` at a time on a
-    /// work-conserving pool. After each group (or groups updated together) that succeeded,
-    /// the DNS records follow the VMs it recreated (one publish at most; a failed group's
-    /// are the failure's to publish, from the state as stored).
-    pub(crate) async fn update_groups(
+    /// Step 11's order: the rollout of the changed instances (as [`Planned::changes`] says)
+    /// in batches, one after another: each group of a serial run alone, the groups of a
+    /// parallel run together; each group AZ by AZ (or all AZs at once), canaries first.
+    pub(crate) fn rollout_batches(
         &self,
-        manifest: &DeploymentManifest,
         groups: &[GroupSpec],
-        planned: &mut [Planned],
-        stemcells: &BTreeMap<String, String>,
-        Rollout {
-            initial_deploy,
-            announced,
-            started,
-            meta,
-        }: Rollout<'_>,
-        updated: &mut Vec<String>,
-    ) -> Result<(), EngineError> {
-        let deployment = manifest.name.clone().unwrap_or_default();
-        let changed: Vec<usize> = (0..planned.len())
-            .filter(|&i| !planned[i].changes.is_empty())
-            .collect();
-        for &i in &changed {
-            self.upload_archive(&mut planned[i]).await?;
-        }
-        let tags = manifest.tags.clone().unwrap_or_default();
-        let mut targets: BTreeMap<usize, InstanceTarget> = BTreeMap::new();
-        for &i in &changed {
-            let p = &planned[i];
-            let mut target = target(
-                &deployment,
-                &tags,
-                &groups[p.group],
-                p,
-                stemcells,
-                &self.config.dns_root_domain,
-            );
-            target.announced = announced.contains(&p.record.uuid);
-            targets.insert(i, target);
-        }
+        planned: &[Planned],
+        initial_deploy: bool,
+    ) -> Vec<Vec<GroupRollout<usize>>> {
         let inputs: Vec<GroupInput<usize>> = groups
             .iter()
             .enumerate()
@@ -158,36 +126,79 @@ impl Engine {
                 parallel_azs: self.config.parallel_azs,
             },
         );
-        for run in &rollout.runs {
-            let groups = run.groups.iter().filter(|g| !g.phases.is_empty());
-            // Serial groups one after another, the others of the run together; after each,
-            // the records follow the VMs it recreated.
-            let batches: Vec<Vec<&GroupRollout<usize>>> = if run.serial {
-                groups.map(|g| vec![g]).collect()
+        let mut batches = Vec::new();
+        for run in rollout.runs {
+            let changed = run.groups.into_iter().filter(|g| !g.phases.is_empty());
+            if run.serial {
+                batches.extend(changed.map(|g| vec![g]));
             } else {
-                vec![groups.collect()]
-            };
-            for batch in batches {
-                let outcomes: Vec<GroupOutcome> = futures::future::join_all(
-                    (batch.into_iter()).map(|g| self.update_group(g, &targets, started)),
-                )
-                .await;
-                let mut error = None;
-                for (records, failure) in outcomes {
-                    for (i, record) in records {
-                        updated.push(record.display_name());
-                        planned[i].record = record;
-                    }
-                    error = error.or(failure);
-                }
-                if let Some(e) = error {
-                    return Err(e);
-                }
-                let live = super::live_entries(super::planned_records(planned));
-                self.publish_dns(&deployment, live, meta).await?;
+                batches.push(changed.collect());
             }
         }
-        Ok(())
+        batches.retain(|b: &Vec<GroupRollout<usize>>| !b.is_empty());
+        batches
+    }
+
+    /// Step 11 for one batch of [`Engine::rollout_batches`], its instances desired and
+    /// announced: their templates stored, then the groups updated together, each on a
+    /// work-conserving pool. Once they all succeeded, the DNS records follow the VMs they
+    /// recreated (one publish at most; a failed group's are the failure's to publish, from
+    /// the state as stored).
+    pub(crate) async fn update_batch(
+        &self,
+        manifest: &DeploymentManifest,
+        (groups, batch): (&[GroupSpec], &[GroupRollout<usize>]),
+        planned: &mut [Planned],
+        stemcells: &BTreeMap<String, String>,
+        Rollout {
+            announced,
+            started,
+            meta,
+        }: Rollout<'_>,
+        updated: &mut Vec<String>,
+    ) -> Result<(), EngineError> {
+        let deployment = manifest.name.clone().unwrap_or_default();
+        let keys = batch
+            .iter()
+            .flat_map(|g| g.phases.iter())
+            .flat_map(|p| p.canaries.iter().chain(&p.rest))
+            .map(|step| step.key);
+        let changed: Vec<usize> = keys.filter(|&i| !planned[i].changes.is_empty()).collect();
+        for &i in &changed {
+            self.upload_archive(&mut planned[i]).await?;
+        }
+        let tags = manifest.tags.clone().unwrap_or_default();
+        let mut targets: BTreeMap<usize, InstanceTarget> = BTreeMap::new();
+        for &i in &changed {
+            let p = &planned[i];
+            let mut target = target(
+                &deployment,
+                &tags,
+                &groups[p.group],
+                p,
+                stemcells,
+                &self.config.dns_root_domain,
+            );
+            target.announced = announced.contains(&p.record.uuid);
+            targets.insert(i, target);
+        }
+        let outcomes: Vec<GroupOutcome> = futures::future::join_all(
+            (batch.iter()).map(|g| self.update_group(g, &targets, started)),
+        )
+        .await;
+        let mut error = None;
+        for (records, failure) in outcomes {
+            for (i, record) in records {
+                updated.push(record.display_name());
+                planned[i].record = record;
+            }
+            error = error.or(failure);
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let live = super::live_entries(super::planned_records(planned));
+        self.publish_dns(&deployment, live, meta).await
     }
 
     /// One group's phases; the updated records and the failure that stopped it.

@@ -33,12 +33,12 @@ pub struct Packages {
 }
 
 impl Packages {
-    /// Fills in the package each job gets: the compiled `results` (in task order) or the
-    /// reused records.
-    pub(crate) fn provide(&mut self, plan: &CompilePlan, results: &[CompiledPackage]) {
+    /// Fills in the package each job gets: the compiled `results` (in task order; those
+    /// not compiled yet are left out) or the reused records.
+    pub(crate) fn provide(&mut self, plan: &CompilePlan, results: &[Option<CompiledPackage>]) {
         for (used, provision) in &plan.provisions {
             let record = match provision {
-                Provision::Compile(i) => results.get(*i).cloned(),
+                Provision::Compile(i) => results.get(*i).cloned().flatten(),
                 Provision::Reuse(i) => plan.reused.get(*i).map(|r| r.record.clone()),
             };
             if let Some(record) = record {
@@ -135,10 +135,58 @@ impl PlannedCompilation {
     /// The packages as they will be once compiled, but for what only compiling tells (the
     /// blob and its digest): what planning compares instances against.
     pub(crate) fn tentative_packages(&self) -> Packages {
-        let results: Vec<CompiledPackage> =
-            self.plan.tasks.iter().map(|t| t.record("", "")).collect();
+        let results: Vec<Option<CompiledPackage>> = (self.plan.tasks.iter())
+            .map(|t| Some(t.record("", "")))
+            .collect();
         let mut packages = self.packages.clone();
         packages.provide(&self.plan, &results);
+        packages
+    }
+}
+
+impl PlannedCompilation {
+    /// What the rollout needs to desire a group before compilation ends
+    /// ([`PackageSource`]).
+    pub(crate) fn package_source(&self) -> PackageSource {
+        PackageSource {
+            plan: self.plan.clone(),
+            packages: self.packages.clone(),
+        }
+    }
+}
+
+/// The packages as planned and the compile tasks that give them, so a group's packages
+/// can be had as soon as its own tasks compiled (issue 29: groups roll out while others'
+/// packages still compile).
+pub(crate) struct PackageSource {
+    plan: CompilePlan,
+    packages: Packages,
+}
+
+impl PackageSource {
+    /// The compile tasks whose packages `jobs` need on `stemcell` (their dependencies come
+    /// first: a task starts after them).
+    pub(crate) fn tasks_for(&self, stemcell: &StemcellInfo, jobs: &[JobRef]) -> Vec<usize> {
+        let on = self::stemcell(stemcell);
+        let mut tasks = Vec::new();
+        for job in jobs {
+            let key = (job.release.clone(), job.name.clone());
+            let Some((_, names)) = self.packages.jobs.get(&key) else {
+                continue;
+            };
+            for name in names {
+                if let Some(Provision::Compile(i)) = self.plan.provision(&job.release, name, &on) {
+                    tasks.push(i);
+                }
+            }
+        }
+        tasks
+    }
+
+    /// The packages with what has compiled so far (`results`, in task order).
+    pub(crate) fn packages(&self, results: &[Option<CompiledPackage>]) -> Packages {
+        let mut packages = self.packages.clone();
+        packages.provide(&self.plan, results);
         packages
     }
 }

@@ -150,8 +150,9 @@ pub(crate) struct Desire<'a> {
 /// leaves a pending change of the manifest half deployed (an instance outside its scope is
 /// updated only when it differs from the manifest). Running it again with the same packages
 /// gives the same result.
-pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>) {
-    for p in planned.iter_mut() {
+pub(crate) fn desire(planned: &mut [Planned], d: &Desire<'_>, groups: Option<&BTreeSet<usize>>) {
+    let wanted = |p: &Planned| groups.is_none_or(|g| g.contains(&p.group));
+    for p in planned.iter_mut().filter(|p| wanted(p)) {
         let group = &d.groups[p.group];
         let calculated = (d.calculated).get(group.vm_resources.as_ref(), p.cpi.as_deref());
         p.desired = desired_spec(

@@ -12,17 +12,18 @@ mod network;
 mod render;
 mod report;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
 
 pub(crate) use compile::{
-    CompileInputs, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
+    CompileInputs, PackageSource, Packages, PlannedCompilation, WorkerIdentity, worker_networks,
 };
 use instances::{Desire, desire};
 pub(crate) use instances::{Planned, target, vm_request};
 pub(crate) use network::{Addresses, reservations};
+pub(crate) use report::instance_plan;
 pub use report::{DeployReport, GroupPlan, InstancePlan, PlanSummary};
 
 use crate::progress::{self, InstanceName, Lost, Milestone, StageRun};
@@ -102,13 +103,14 @@ impl Resolved<'_> {
         }
     }
 
-    /// Sets each planned instance's desired spec and changes with `packages` ([`desire`]).
+    /// Sets each planned instance's desired spec and changes with `packages` ([`desire`]);
+    /// with `groups`, only those of these groups (by index).
     pub(crate) fn desire(
         &self,
         planned: &mut [Planned],
         packages: &Packages,
-        request: &DeployRequest,
-        config: &crate::EngineConfig,
+        (request, config): (&DeployRequest, &crate::EngineConfig),
+        groups: Option<&BTreeSet<usize>>,
     ) {
         let d = Desire {
             manifest: self.manifest,
@@ -122,7 +124,7 @@ impl Resolved<'_> {
             recreate: &request.recreate_instances,
             named_clouds: &self.named_clouds,
         };
-        desire(planned, &d);
+        desire(planned, &d, groups);
     }
 }
 
@@ -297,7 +299,8 @@ impl Engine {
         // Whose VM is replaced create-swap-delete decides who gets new addresses: the
         // changes that decide it need neither addresses nor packages.
         if (groups.iter()).any(|g| g.update.vm_strategy == Some(VmStrategy::CreateSwapDelete)) {
-            resolved.desire(&mut planned, &Packages::default(), request, &self.config);
+            let asked = (request, &self.config);
+            resolved.desire(&mut planned, &Packages::default(), asked, None);
             instances::mark_swaps(&mut planned, groups);
         }
         let addresses = self
@@ -320,12 +323,8 @@ impl Engine {
             .await?;
         let compilation = self.plan_compile(&resolved.compile_inputs(&addresses), &state)?;
         self.check_stored_archives(&compilation, releases).await?;
-        resolved.desire(
-            &mut planned,
-            &compilation.tentative_packages(),
-            request,
-            &self.config,
-        );
+        let tentative = compilation.tentative_packages();
+        resolved.desire(&mut planned, &tentative, (request, &self.config), None);
         Ok(DeployPlan {
             request,
             resolved,

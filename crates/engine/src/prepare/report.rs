@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::compile::Packages;
 use super::instances::Planned;
-use kubosh_core::plan::changes::Observed;
 use crate::state::{DeploymentState, InstanceRecord};
+use kubosh_core::plan::changes::Observed;
 
 /// What a deploy did (or, from [`crate::prepare::DeployPlan::report`], would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,7 +132,7 @@ fn action_of(p: &Planned) -> &'static str {
 }
 
 /// The plan of one instance, for reports.
-fn instance_plan(p: &Planned) -> InstancePlan {
+pub(crate) fn instance_plan(p: &Planned) -> InstancePlan {
     InstancePlan {
         instance: p.record.display_name(),
         action: action_of(p),

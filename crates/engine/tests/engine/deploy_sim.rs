@@ -2651,7 +2651,11 @@ async fn missing_vms_and_their_disks_are_made_while_packages_compile() {
     let report = sim.deploy(manifest()).await;
     let took = began.elapsed();
     let actions: BTreeSet<&str> = report.plan.iter().map(|p| p.action).collect();
-    assert_eq!(actions, BTreeSet::from(["create"]), "made ahead, still a create");
+    assert_eq!(
+        actions,
+        BTreeSet::from(["create"]),
+        "made ahead, still a create"
+    );
     let timeline = sim.cloud.timeline();
     let at = |side: Side, method: &str| -> Vec<(usize, String)> {
         (timeline.iter().enumerate())
@@ -2706,6 +2710,115 @@ async fn missing_vms_and_their_disks_are_made_while_packages_compile() {
     assert!(
         took < compilation + Duration::from_secs(60),
         "the VMs' 20 s are not on top of compilation: {took:?}"
+    );
+    sim.assert_no_leak();
+}
+
+/// A group whose packages are ready rolls out while a later group's packages still compile
+/// (issue 29): `checks` (the smoke-test job: no packages), first in the manifest, is
+/// updated before the last `compile_package` comes; `web`, `api` and `worker` (the hello
+/// job) only after it compiled; the groups still go in the manifest's order, canaries
+/// first. A compilation that fails then stops the rollout before the next group.
+#[tokio::test(start_paused = true)]
+async fn a_group_rolls_out_while_later_groups_packages_compile() {
+    use kubosh_sim::{AgentFault, Side};
+    let with_checks = || {
+        let mut m = manifest();
+        (m["instance_groups"].as_array_mut().unwrap()).insert(
+            0,
+            json!({
+                "name": "checks", "instances": 2, "azs": ["z1"],
+                "vm_type": "small", "stemcell": "default", "networks": [{"name": "default"}],
+                "jobs": [{
+                    "name": "smoke-test", "release": "hello",
+                    "consumes": {"greeters": {"from": "web_greeter"}},
+                }],
+            }),
+        );
+        m
+    };
+    let sim = Sim::new();
+    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
+    sim.agents
+        .set_latency("compile_package", Duration::from_secs(60));
+    let report = sim.deploy(with_checks()).await;
+    assert_eq!(report.updated.len(), 9, "{report:?}");
+    let timeline = sim.cloud.timeline();
+    let applied_at = |group: &str| -> Vec<usize> {
+        let agents: BTreeSet<String> = (sim.group(group).iter())
+            .filter_map(|i| Some(i.vm.as_ref()?.agent_id.clone()))
+            .collect();
+        (timeline.iter().enumerate())
+            .filter(|(_, s)| s.side == Side::Agent && s.method == "apply")
+            .filter(|(_, s)| agents.contains(&s.target))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let compiles: Vec<usize> = (timeline.iter().enumerate())
+        .filter(|(_, s)| s.method == "compile_package")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(compiles.len(), 2);
+    let checks = applied_at("checks");
+    assert_eq!(checks.len(), 2);
+    assert!(
+        checks.iter().all(|&i| i < compiles[1]),
+        "checks while compiling"
+    );
+    for group in ["web", "api", "worker"] {
+        let applied = applied_at(group);
+        assert!(!applied.is_empty(), "{group}");
+        assert!(
+            applied.iter().all(|&i| i > compiles[1]),
+            "{group} after compiling"
+        );
+    }
+    // The manifest's order, one group after another, as in any deploy.
+    let mut order: Vec<String> = (sim.events.lines().into_iter())
+        .filter_map(|l| match l {
+            EventLine::Stage(e) if e.stage == "Updating instance" && e.state == State::Started => {
+                e.tags.first().cloned()
+            }
+            _ => None,
+        })
+        .collect();
+    order.dedup();
+    assert_eq!(order, ["checks", "web", "api", "worker"]);
+    assert_eq!(
+        max_open(&update_events(&sim.events, "web")),
+        1,
+        "web's canary alone"
+    );
+    sim.assert_no_leak();
+
+    // hello-server fails to compile while checks roll out: web is never started.
+    let sim = Sim::new();
+    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
+    sim.agents
+        .set_latency("compile_package", Duration::from_secs(60));
+    sim.agents.inject(
+        "compile_package",
+        AgentFault::fail("out of disk").after(1).times(1),
+    );
+    let err = sim
+        .engine
+        .deploy(&sim.request(with_checks()))
+        .await
+        .expect_err("hello-server does not compile");
+    assert!(err.to_string().contains("out of disk"), "{err}");
+    let state = sim.state();
+    let applied = |group: &str| {
+        (state.instances.values())
+            .filter(|i| i.group == group && i.applied.is_some())
+            .count()
+    };
+    assert_eq!(applied("checks"), 2, "rolled out while compiling");
+    assert_eq!(applied("web"), 0, "never started");
+    // Their announcements name what they got: done, as the next deploy sees them.
+    assert!(
+        (state.instances.values())
+            .filter(|i| i.group == "checks")
+            .all(|i| i.update_completed)
     );
     sim.assert_no_leak();
 }
