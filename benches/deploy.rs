@@ -1,13 +1,15 @@
 //! Benchmark: the deploy engine on the simulated cloud (`kubosh_sim`) against the lower
 //! bound of `perf-reliability.md` §3 (`plan::bound`), and what the engine itself costs.
 //!
-//! `cargo bench --bench deploy` deploys 10, 100, 1,000 and 10,000 instances of the example
-//! release (`examples/releases/hello`, built in process; `LiteralRenderer`, state in memory, a
-//! blobstore in a tempdir) in three instance groups — `router` (10%, one AZ, no disk), `api`
-//! (20%, two AZs, a disk) and `cell` (70%, three AZs, a disk) — with `canaries: 1` and
-//! `max_in_flight: 10%`, on a paused tokio clock: every CPI and agent call takes its
-//! simulated latency in virtual time, so the deploy's virtual duration is exact and its real
-//! duration is the engine's (and the simulation's) CPU. For each size it prints:
+//! `cargo bench --bench deploy` deploys 10, 100, 1,000 and 10,000 instances of a release
+//! built in process with a realistic package graph (`common/synthetic.rs`: 50 packages of
+//! `graph::random_graph`, 5 s to 27 min each; a job per group listing its own packages;
+//! `LiteralRenderer`, state in memory, a blobstore in a tempdir) on 6 compilation workers, in
+//! three instance groups — `router` (10%, one AZ, no disk), `api` (20%, two AZs, a disk) and
+//! `cell` (70%, three AZs, a disk) — with `canaries: 1` and `max_in_flight: 10%`, on a paused
+//! tokio clock: every CPI and agent call takes its simulated latency in virtual time
+//! (`create_vm` 30 to 60 s, each call its own), so the deploy's virtual duration is exact and
+//! its real duration is the engine's (and the simulation's) CPU. For each size it prints:
 //!
 //! - fresh deploy and update (a property of every group changed): virtual duration ÷ the
 //!   physical bound (`÷phys`, `physical_lower_bound` over the same rollout: every VM made at
@@ -83,13 +85,12 @@ use synthetic::{Synthetic, package_name, synthetic_release};
 const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
 
 /// Seconds per call; every other method answers at once.
-const DEFAULT_LATENCIES: [(&str, u64); 11] = [
+const DEFAULT_LATENCIES: [(&str, u64); 10] = [
     ("create_vm", 30),
     ("delete_vm", 10),
     ("create_disk", 5),
     ("attach_disk", 5),
     ("detach_disk", 5),
-    ("compile_package", 60),
     ("drain", 1),
     ("stop", 2),
     ("apply", 5),
@@ -111,7 +112,13 @@ struct Timing {
     calls: Calls,
     /// `get_task` polling (`ClientOptions::poll_interval`, the Director's 1 s).
     poll_ms: u64,
+    /// `create_vm` takes from its latency (the least) to this many milliseconds, each call
+    /// its own (`kubosh_sim::spread_latency`); `BENCH_CREATE_VM_MOST` (seconds) changes it.
+    create_vm_most: u64,
 }
+
+/// `create_vm` takes 30 s (`DEFAULT_LATENCIES`) to this many seconds.
+const CREATE_VM_MOST_SECS: u64 = 60;
 
 /// The release's package graph: this many packages (`graph::random_graph`, drawn with
 /// `PACKAGE_SEED`), and how many each group's job lists (their dependencies come with them).
@@ -140,11 +147,34 @@ impl Timing {
                 watch_min_ms: env_number("BENCH_WATCH_MIN_MS", 1000),
             },
             poll_ms: env_number("BENCH_POLL_MS", 1000),
+            create_vm_most: env_number("BENCH_CREATE_VM_MOST", CREATE_VM_MOST_SECS) * 1000,
         }
     }
 
     fn apply_to(&self, cloud: &SimCloud, agents: &SimAgents) {
         apply_latencies(&self.calls.latencies, cloud, agents);
+        let (least, most) = self.create_vm_range();
+        cloud.set_latency_range("create_vm", least, most);
+    }
+
+    /// What a `create_vm` takes, least and most.
+    fn create_vm_range(&self) -> (Duration, Duration) {
+        let least = self.calls.ms("create_vm");
+        (
+            Duration::from_millis(least),
+            Duration::from_millis(self.create_vm_most.max(least)),
+        )
+    }
+
+    /// "Creating missing vms" of `n` VMs as the Director's schedule has them: each VM's
+    /// `create_vm` as the simulated cloud's `n` first calls take it, `max_threads` at a time.
+    fn director_missing_vms(&self, n: usize) -> u64 {
+        let (least, most) = self.create_vm_range();
+        let rest = self.calls.missing_vm() - self.calls.ms("create_vm");
+        let vms: Vec<u64> = (1..=n as u64)
+            .map(|k| kubosh_sim::spread_latency(least, most, k).as_millis() as u64 + rest)
+            .collect();
+        phase_lower_bound(&vms, DIRECTOR_MAX_THREADS)
     }
 
     /// The first update of an instance whose VM was just made: its disk (when it has one)
@@ -553,10 +583,7 @@ fn run_size(total: usize, workload: &Synthetic, timing: &Timing) -> Row {
         let stages = StageTerms {
             prepare: 0,
             compile: director_compilation(workload, timing, COMPILATION_WORKERS).await,
-            missing_vms: phase_lower_bound(
-                &vec![timing.calls.missing_vm(); total],
-                DIRECTOR_MAX_THREADS,
-            ),
+            missing_vms: timing.director_missing_vms(total),
             post_deploy: timing.calls.post_deploy(total),
         };
         let bound = rollout_bound(
@@ -747,9 +774,11 @@ fn main() {
         .map(|(m, ms)| format!("{m} {}s", *ms as f64 / 1000.0))
         .collect();
     println!(
-        "latencies: {}; watch min {} s; get_task every {} s; the cloud paced by its answers \
-         (no limit configured); canaries 1, max_in_flight 10%",
+        "latencies: {} (create_vm up to {} s, each call its own); watch min {} s; get_task \
+         every {} s; the cloud paced by its answers (no limit configured); canaries 1, \
+         max_in_flight 10%",
         latencies.join(", "),
+        timing.create_vm_most / 1000,
         timing.calls.watch_min_ms as f64 / 1000.0,
         timing.poll_ms as f64 / 1000.0,
     );

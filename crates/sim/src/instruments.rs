@@ -170,6 +170,17 @@ macro_rules! forward_to_instruments {
             lock(&self.instruments).set_latency(method, latency);
         }
 
+        /// The `n`-th call of `method` takes [`super::spread_latency`]`(least, most, n)`:
+        /// spread over the range as real clouds' and agents' calls are, the same every run.
+        pub fn set_latency_range(
+            &self,
+            method: &str,
+            least: std::time::Duration,
+            most: std::time::Duration,
+        ) {
+            lock(&self.instruments).set_latency_range(method, least, most);
+        }
+
         #[doc = concat!("Arms a fault on `method` (its target is ", $target, "; several faults on one method fire in the order armed).")]
         pub fn inject(&self, method: &str, fault: $fault) {
             lock(&self.instruments).inject(method, fault);
@@ -208,11 +219,34 @@ pub(crate) use forward_to_instruments;
 /// costs one short critical section here.
 #[derive(Debug)]
 pub struct Instruments<E> {
-    latencies: HashMap<String, Duration>,
+    latencies: HashMap<String, Latency>,
     faults: HashMap<String, Vec<Fault<E>>>,
     calls: Vec<Call>,
     counts: HashMap<String, u64>,
     record_calls: bool,
+}
+
+/// How long a method's calls take.
+#[derive(Debug, Clone, Copy)]
+enum Latency {
+    Fixed(Duration),
+    /// Each call its own, drawn from the range by its number.
+    Spread {
+        least: Duration,
+        most: Duration,
+    },
+}
+
+/// The latency of the `n`-th call (from 1) of a method whose calls take `least` to `most`:
+/// spread evenly over the range by a hash of `n` (splitmix64), so a run is repeatable and a
+/// benchmark can tell what its calls took.
+pub fn spread_latency(least: Duration, most: Duration, n: u64) -> Duration {
+    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let span = most.saturating_sub(least).as_millis() as u64;
+    least + Duration::from_millis(z % (span + 1))
 }
 
 /// What a call must do, decided when it arrives.
@@ -247,11 +281,13 @@ impl<E: Clone> Instruments<E> {
         if self.record_calls {
             self.calls.push(Call::new(method, target));
         }
-        let latency = self
-            .latencies
-            .get(method)
-            .copied()
-            .unwrap_or(Duration::ZERO);
+        let latency = match self.latencies.get(method) {
+            None => Duration::ZERO,
+            Some(Latency::Fixed(latency)) => *latency,
+            Some(Latency::Spread { least, most }) => {
+                spread_latency(*least, *most, self.counts.get(method).copied().unwrap_or(1))
+            }
+        };
         Entry {
             latency,
             fault: self.fire(method, target),
@@ -285,8 +321,17 @@ impl<E: Clone> Instruments<E> {
         if latency.is_zero() {
             self.latencies.remove(method);
         } else {
-            self.latencies.insert(method.to_string(), latency);
+            self.latencies
+                .insert(method.to_string(), Latency::Fixed(latency));
         }
+    }
+
+    pub fn set_latency_range(&mut self, method: &str, least: Duration, most: Duration) {
+        let spread = Latency::Spread {
+            least,
+            most: most.max(least),
+        };
+        self.latencies.insert(method.to_string(), spread);
     }
 
     pub fn inject(&mut self, method: &str, fault: Fault<E>) {

@@ -32,7 +32,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use agents::{AgentView, SimAgents};
 pub use cloud::{RATE_LIMITED_MESSAGE, SimCloud};
-pub use instruments::{AgentEffect, AgentFault, Call, CloudEffect, CloudFault, Fault, Side, Step};
+pub use instruments::{
+    AgentEffect, AgentFault, Call, CloudEffect, CloudFault, Fault, Side, Step, spread_latency,
+};
 pub use render::LiteralRenderer;
 pub use world::{NewAgents, SimDisk, SimInventory, SimSnapshot, SimStemcell, SimVm};
 

@@ -815,3 +815,27 @@ async fn a_cancelled_drain_never_takes_effect() {
     let err = client.cancel_task(&task.agent_task_id).await.unwrap_err();
     assert_eq!(err.to_string(), "Action Failed cancel_task: not supported");
 }
+
+/// A latency range: each call its own latency within it, repeatably (`spread_latency` of its
+/// number), not all the same.
+#[tokio::test(start_paused = true)]
+async fn calls_with_a_latency_range_each_take_their_own_within_it() {
+    let (cloud, _agents) = pair(SimConfig::default());
+    let stemcell = stemcell(&cloud).await;
+    let (least, most) = (Duration::from_secs(30), Duration::from_secs(60));
+    cloud.set_latency_range("create_vm", least, most);
+    let mut took = Vec::new();
+    for n in 1..=20u64 {
+        let before = Instant::now();
+        (cloud.create_vm(&vm_request(&format!("agent-{n}"), &stemcell, None)))
+            .await
+            .unwrap();
+        let elapsed = before.elapsed();
+        assert_eq!(elapsed, spread_latency(least, most, n), "call {n}");
+        assert!((least..=most).contains(&elapsed), "call {n}: {elapsed:?}");
+        took.push(elapsed);
+    }
+    took.sort();
+    took.dedup();
+    assert!(took.len() > 10, "spread: {took:?}");
+}
