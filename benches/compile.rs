@@ -17,12 +17,10 @@
 #[path = "common/graph.rs"]
 mod graph;
 
-use std::time::Duration;
-
-use graph::{Graph, random_graph};
+use graph::{Graph, random_graph, virtual_makespan};
 
 use kubosh_core::plan::bound::{compile_lower_bound, remaining_chains};
-use kubosh_engine::pool::{DagTask, ReadyOrder, run_dag_ordered};
+use kubosh_engine::pool::ReadyOrder;
 
 const SIZES: [usize; 3] = [50, 200, 1000];
 const WORKERS: [usize; 5] = [1, 2, 4, 8, 16];
@@ -30,34 +28,12 @@ const WORKERS: [usize; 5] = [1, 2, 4, 8, 16];
 /// Makespan in seconds of `graph` on `workers` with `priorities` and `order`, on a paused
 /// clock.
 fn makespan(graph: &Graph, workers: usize, priorities: &[u64], order: ReadyOrder) -> u64 {
-    let tasks: Vec<DagTask> = graph
-        .depends_on
-        .iter()
-        .zip(priorities)
-        .map(|(deps, &priority)| DagTask {
-            depends_on: deps.clone(),
-            priority,
-        })
-        .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    runtime.block_on(async {
-        let start = tokio::time::Instant::now();
-        let outcome = run_dag_ordered(&tasks, workers, order, |task, _slot| {
-            let secs = graph.seconds[task];
-            async move {
-                tokio::time::sleep(Duration::from_secs(secs)).await;
-                Ok::<(), ()>(())
-            }
-        })
-        .await
-        .expect("a sound graph");
-        assert!(outcome.is_success());
-        start.elapsed().as_secs()
-    })
+    runtime.block_on(virtual_makespan(graph, workers, priorities, order)) / 1000
 }
 
 #[derive(Default, Clone, Copy)]

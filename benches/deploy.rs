@@ -64,6 +64,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bound::{Calls, DIRECTOR_MAX_THREADS, planned_rollout, rollout_bound};
+use graph::virtual_makespan;
 use knobs::{apply_latencies, env_number, latencies_from_env};
 use kubosh_artifacts::blobstore::LocalBlobstore;
 use kubosh_artifacts::release::Release;
@@ -74,7 +75,7 @@ use kubosh_core::plan::bound::{
 use kubosh_core::plan::changes::Requests;
 use kubosh_core::plan::desired::StemcellInfo;
 use kubosh_core::plan::rollout::InstanceInput;
-use kubosh_engine::pool::{DagTask, ReadyOrder, run_dag_ordered};
+use kubosh_engine::pool::ReadyOrder;
 use kubosh_engine::state::{DeploymentState, MemoryStore};
 use kubosh_engine::{DeployRequest, Engine, EngineConfig, NoEvents, StemcellSource};
 use kubosh_sim::{LiteralRenderer, SimAgents, SimCloud, SimConfig};
@@ -391,25 +392,8 @@ fn packages_ready(workload: &Synthetic, timing: &Timing, group: &str) -> u64 {
 /// worker's VM, then the package graph scheduled as its queue does (the package that
 /// became ready last goes first: `ReadyOrder::Lifo`), each compile its latency.
 async fn director_compilation(workload: &Synthetic, timing: &Timing, workers: usize) -> u64 {
-    let (durations, depends_on) = package_graph(workload);
-    let tasks: Vec<DagTask> = (depends_on.into_iter())
-        .map(|depends_on| DagTask {
-            depends_on,
-            priority: 0,
-        })
-        .collect();
-    let began = tokio::time::Instant::now();
-    let outcome = run_dag_ordered(&tasks, workers, ReadyOrder::Lifo, |task, _slot| {
-        let ms = durations[task];
-        async move {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok::<(), ()>(())
-        }
-    })
-    .await
-    .expect("a sound package graph");
-    assert!(outcome.is_success());
-    let compiling = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let priorities = vec![0; workload.graph.seconds.len()];
+    let compiling = virtual_makespan(&workload.graph, workers, &priorities, ReadyOrder::Lifo).await;
     timing.calls.missing_vm() + compiling
 }
 

@@ -2634,6 +2634,15 @@ async fn a_release_by_reference_deploys_from_the_blobstore() {
     sim.assert_no_leak();
 }
 
+/// A world whose VMs take 20 s to make and whose packages take a minute each to compile.
+fn compiling_slowly() -> Sim {
+    let sim = Sim::new();
+    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
+    sim.agents
+        .set_latency("compile_package", Duration::from_secs(60));
+    sim
+}
+
 /// Missing VMs and their first disks are made while packages compile (issue 29):
 /// compilation's first worker's VM is made first (a refused one stops the instances' VMs:
 /// e2e `refused_and_abandoned_vms_…`), every instance's `create_vm` and
@@ -2643,10 +2652,7 @@ async fn a_release_by_reference_deploys_from_the_blobstore() {
 #[tokio::test(start_paused = true)]
 async fn missing_vms_and_their_disks_are_made_while_packages_compile() {
     use kubosh_sim::Side;
-    let sim = Sim::new();
-    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
-    sim.agents
-        .set_latency("compile_package", Duration::from_secs(60));
+    let sim = compiling_slowly();
     let began = tokio::time::Instant::now();
     let report = sim.deploy(manifest()).await;
     let took = began.elapsed();
@@ -2721,7 +2727,7 @@ async fn missing_vms_and_their_disks_are_made_while_packages_compile() {
 /// first. A compilation that fails then stops the rollout before the next group.
 #[tokio::test(start_paused = true)]
 async fn a_group_rolls_out_while_later_groups_packages_compile() {
-    use kubosh_sim::{AgentFault, Side};
+    use kubosh_sim::Side;
     let with_checks = || {
         let mut m = manifest();
         (m["instance_groups"].as_array_mut().unwrap()).insert(
@@ -2737,10 +2743,7 @@ async fn a_group_rolls_out_while_later_groups_packages_compile() {
         );
         m
     };
-    let sim = Sim::new();
-    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
-    sim.agents
-        .set_latency("compile_package", Duration::from_secs(60));
+    let sim = compiling_slowly();
     let report = sim.deploy(with_checks()).await;
     assert_eq!(report.updated.len(), 9, "{report:?}");
     let timeline = sim.cloud.timeline();
@@ -2792,20 +2795,8 @@ async fn a_group_rolls_out_while_later_groups_packages_compile() {
     sim.assert_no_leak();
 
     // hello-server fails to compile while checks roll out: web is never started.
-    let sim = Sim::new();
-    sim.cloud.set_latency("create_vm", Duration::from_secs(20));
-    sim.agents
-        .set_latency("compile_package", Duration::from_secs(60));
-    sim.agents.inject(
-        "compile_package",
-        AgentFault::fail("out of disk").after(1).times(1),
-    );
-    let err = sim
-        .engine
-        .deploy(&sim.request(with_checks()))
-        .await
-        .expect_err("hello-server does not compile");
-    assert!(err.to_string().contains("out of disk"), "{err}");
+    let sim = compiling_slowly();
+    deploy_failing_second_compile(&sim, with_checks()).await;
     let state = sim.state();
     let applied = |group: &str| {
         (state.instances.values())
@@ -2823,23 +2814,27 @@ async fn a_group_rolls_out_while_later_groups_packages_compile() {
     sim.assert_no_leak();
 }
 
+/// Deploys `manifest` with its second compile failing (libhello compiles first,
+/// hello-server after it): the deploy fails and says why.
+async fn deploy_failing_second_compile(sim: &Sim, manifest: Value) {
+    sim.agents.inject(
+        "compile_package",
+        kubosh_sim::AgentFault::fail("out of disk")
+            .after(1)
+            .times(1),
+    );
+    let err = (sim.engine.deploy(&sim.request(manifest)))
+        .await
+        .expect_err("hello-server does not compile");
+    assert!(err.to_string().contains("out of disk"), "{err}");
+}
+
 /// A compile that succeeded is kept when another compile of the same deploy fails: the
 /// failed deploy records libhello, and the next deploy compiles only hello-server.
 #[tokio::test(start_paused = true)]
 async fn a_compile_that_succeeded_is_kept_when_another_fails() {
-    use kubosh_sim::AgentFault;
     let sim = Sim::new();
-    // libhello compiles first (hello-server depends on it); the second compile fails.
-    sim.agents.inject(
-        "compile_package",
-        AgentFault::fail("out of disk").after(1).times(1),
-    );
-    let err = sim
-        .engine
-        .deploy(&sim.request(manifest()))
-        .await
-        .expect_err("the second compile fails");
-    assert!(err.to_string().contains("out of disk"), "{err}");
+    deploy_failing_second_compile(&sim, manifest()).await;
     let kept: Vec<String> = sim
         .state()
         .compiled_packages
