@@ -40,7 +40,8 @@ struct RateLimit {
     tokens: f64,
     at: tokio::time::Instant,
     refused: u64,
-    admitted: Vec<tokio::time::Instant>,
+    /// When each call it let through came, and its target (a `create_vm`'s agent id).
+    admitted: Vec<(tokio::time::Instant, String)>,
 }
 
 /// What a rate-limited call answers: the AWS CPI's words for EC2's refusal.
@@ -98,13 +99,15 @@ impl SimCloud {
         lock(&self.rate_limits).get(method).map_or(0, |l| l.refused)
     }
 
-    /// When the calls of `method` its rate limit let through came, in order.
-    pub fn rate_limit_admitted(&self, method: &str) -> Vec<tokio::time::Instant> {
+    /// When the calls of `method` its rate limit let through came, in order, each with its
+    /// target (for `create_vm`, the agent id).
+    pub fn rate_limit_admitted(&self, method: &str) -> Vec<(tokio::time::Instant, String)> {
         (lock(&self.rate_limits).get(method)).map_or_else(Vec::new, |l| l.admitted.clone())
     }
 
-    /// Whether `method`'s rate limit lets a call through now (taking its token).
-    fn admitted(&self, method: &str) -> bool {
+    /// Whether `method`'s rate limit lets a call on `target` through now (taking its
+    /// token).
+    fn admitted(&self, method: &str, target: &str) -> bool {
         let mut limits = lock(&self.rate_limits);
         let Some(limit) = limits.get_mut(method) else {
             return true;
@@ -115,7 +118,7 @@ impl SimCloud {
         limit.at = now;
         if limit.tokens >= 1.0 {
             limit.tokens -= 1.0;
-            limit.admitted.push(now);
+            limit.admitted.push((now, target.to_string()));
             true
         } else {
             limit.refused += 1;
@@ -236,7 +239,7 @@ impl SimCloud {
             target: target.to_string(),
             arg: String::new(),
         });
-        if !self.admitted(method) {
+        if !self.admitted(method, target) {
             let refused = (ErrorKind::CloudError, RATE_LIMITED_MESSAGE.to_string());
             return Err(self.error(method, refused, false));
         }
