@@ -369,33 +369,23 @@ fn rollout_instances(
         .collect()
 }
 
-/// The release's package graph: each package's compile time (milliseconds) and the
-/// packages it needs.
-fn package_graph(workload: &Synthetic) -> (Vec<u64>, Vec<Vec<usize>>) {
-    let durations = (workload.graph.seconds.iter()).map(|s| s * 1000).collect();
-    (durations, workload.graph.depends_on.clone())
-}
-
 /// When group `group`'s packages can be ready at the earliest: a worker's VM, then the
 /// critical path of the packages its job needs, a worker for each.
 fn packages_ready(workload: &Synthetic, timing: &Timing, group: &str) -> u64 {
-    let (mut durations, depends_on) = package_graph(workload);
-    let needed = workload.needs.get(group);
-    for (i, d) in durations.iter_mut().enumerate() {
-        if !needed.is_some_and(|n| n.contains(&i)) {
-            *d = 0;
-        }
-    }
+    let graph = workload.needed_graph(|job| job == group);
+    let durations: Vec<u64> = graph.seconds.iter().map(|s| s * 1000).collect();
     timing.calls.missing_vm()
-        + compile_lower_bound(&durations, &depends_on, usize::MAX).expect("a sound package graph")
+        + compile_lower_bound(&durations, &graph.depends_on, usize::MAX)
+            .expect("a sound package graph")
 }
 
 /// The Director's compilation on `workers` (issue 29, item 4), run in virtual time: a
-/// worker's VM, then the package graph scheduled as its queue does (the package that
-/// became ready last goes first: `ReadyOrder::Lifo`), each compile its latency.
+/// worker's VM, then the packages the jobs need scheduled as its queue does (the package
+/// that became ready last goes first: `ReadyOrder::Lifo`), each compile its latency.
 async fn director_compilation(workload: &Synthetic, timing: &Timing, workers: usize) -> u64 {
-    let priorities = vec![0; workload.graph.seconds.len()];
-    let compiling = virtual_makespan(&workload.graph, workers, &priorities, ReadyOrder::Lifo).await;
+    let graph = workload.needed_graph(|_| true);
+    let priorities = vec![0; graph.seconds.len()];
+    let compiling = virtual_makespan(&graph, workers, &priorities, ReadyOrder::Lifo).await;
     timing.calls.missing_vm() + compiling
 }
 
@@ -779,19 +769,21 @@ fn main() {
         timing.poll_ms as f64 / 1000.0,
     );
     let seconds = &workload.graph.seconds;
-    let critical = compile_lower_bound(seconds, &workload.graph.depends_on, usize::MAX)
+    let needed = workload.needed_graph(|_| true);
+    let critical = compile_lower_bound(&needed.seconds, &needed.depends_on, usize::MAX)
         .expect("a sound package graph");
+    let needed_count = needed.seconds.iter().filter(|s| **s > 0).count();
     let needs: Vec<String> = (workload.needs.iter())
         .map(|(job, needs)| format!("{job} {}", needs.len()))
         .collect();
     println!(
-        "release: {} packages (seed {PACKAGE_SEED}), compile_package {}–{} s each, {} s in all, \
-         critical path {critical} s; packages each group needs: {}; {COMPILATION_WORKERS} \
-         compilation workers",
+        "release: {} packages (seed {PACKAGE_SEED}), compile_package {}–{} s each; the jobs \
+         need {needed_count} of them, {} s in all, critical path {critical} s; each group's \
+         job: {}; {COMPILATION_WORKERS} compilation workers",
         seconds.len(),
         seconds.iter().min().unwrap_or(&0),
         seconds.iter().max().unwrap_or(&0),
-        seconds.iter().sum::<u64>(),
+        needed.seconds.iter().sum::<u64>(),
         needs.join(", "),
     );
     println!(

@@ -35,6 +35,7 @@ impl Rng {
 
 /// A package graph: durations in seconds and dependencies (always on earlier packages, as
 /// a release's compile order lists them).
+#[derive(Debug, Clone)]
 pub struct Graph {
     pub seconds: Vec<u64>,
     pub depends_on: Vec<Vec<usize>>,

@@ -103,6 +103,24 @@ pub fn synthetic_release(packages: usize, seed: u64, jobs: &[(&str, usize)]) -> 
     }
 }
 
+impl Synthetic {
+    /// The package graph with only what the jobs `wanted` says need: the others take no
+    /// time (a deploy compiles only what its jobs need).
+    pub fn needed_graph(&self, wanted: impl Fn(&str) -> bool) -> Graph {
+        let needed: BTreeSet<usize> = (self.needs.iter())
+            .filter(|(job, _)| wanted(job))
+            .flat_map(|(_, packages)| packages.iter().copied())
+            .collect();
+        let mut graph = self.graph.clone();
+        for (i, seconds) in graph.seconds.iter_mut().enumerate() {
+            if !needed.contains(&i) {
+                *seconds = 0;
+            }
+        }
+        graph
+    }
+}
+
 /// `picked` and everything they depend on.
 fn closure(graph: &Graph, picked: &BTreeSet<usize>) -> BTreeSet<usize> {
     let mut all = BTreeSet::new();
