@@ -867,7 +867,7 @@ fn main() {
          plan::bound's physical lower bound (real dependencies, the user's constraints, the \
          cloud's limits, nothing of the engine's); ×Dir: how many times faster than the \
          Director's schedule on the same world (stages in sequence, its LIFO compilation \
-         queue on the two workers, max_threads 32, AZ by AZ, disks in the update), ÷Dir: \
+         queue on the cloud config's workers, max_threads 32, AZ by AZ, disks in the update), ÷Dir: \
          over that schedule; ms/inst: real time per instance updated; plan: \
          Engine::plan of the update; no-op calls: with heartbeats (without); 1 % of agents \
          die: from their death (agent timeout 60 s + two of the health watch's 5 s checks) to the \
