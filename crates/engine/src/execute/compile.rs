@@ -43,11 +43,18 @@ pub(crate) struct Compiled {
 /// no capacity, a wrong network or stemcell — is not asked for hundreds more), and each
 /// package compiled (a group rolls out once its own packages are). Dropped when
 /// compilation ends; it succeeded when everything was [`CompileProgress::done`].
-pub(crate) struct CompileProgress(tokio::sync::watch::Sender<Compiled>);
+pub(crate) struct CompileProgress {
+    tx: tokio::sync::watch::Sender<Compiled>,
+    /// Cancelled by the other branch when it failed: no further package starts compiling.
+    stop: tokio_util::sync::CancellationToken,
+}
 
-/// Waits on [`CompileProgress`].
+/// Waits on [`CompileProgress`], and stops it.
 #[derive(Clone)]
-pub(crate) struct CompileWatch(tokio::sync::watch::Receiver<Compiled>);
+pub(crate) struct CompileWatch {
+    rx: tokio::sync::watch::Receiver<Compiled>,
+    stop: tokio_util::sync::CancellationToken,
+}
 
 impl CompileProgress {
     /// For `planned`: as many first workers as start at once (one per slot, at most one
@@ -61,16 +68,29 @@ impl CompileProgress {
             results: vec![None; planned.plan.tasks.len()],
             succeeded: false,
         });
-        (CompileProgress(tx), CompileWatch(rx))
+        let stop = tokio_util::sync::CancellationToken::new();
+        let watch = CompileWatch {
+            rx,
+            stop: stop.clone(),
+        };
+        (CompileProgress { tx, stop }, watch)
+    }
+
+    /// Fails once the other branch said to stop (its error is the deploy's).
+    fn go_on(&self) -> Result<(), EngineError> {
+        if self.stop.is_cancelled() {
+            return Err(EngineError::Cancelled { lock_lost: false });
+        }
+        Ok(())
     }
 
     fn worker_up(&self) {
-        self.0
+        self.tx
             .send_modify(|c| c.first_workers_left = c.first_workers_left.saturating_sub(1));
     }
 
     fn compiled(&self, task: usize, record: &CompiledPackage) {
-        self.0.send_modify(|c| {
+        self.tx.send_modify(|c| {
             if let Some(slot) = c.results.get_mut(task) {
                 *slot = Some(record.clone());
             }
@@ -79,7 +99,7 @@ impl CompileProgress {
 
     /// Compilation succeeded: every package is there, nobody is left to wait for.
     fn done(self, results: &[CompiledPackage]) {
-        self.0.send_replace(Compiled {
+        self.tx.send_replace(Compiled {
             first_workers_left: 0,
             results: results.iter().cloned().map(Some).collect(),
             succeeded: true,
@@ -94,11 +114,11 @@ impl CompileWatch {
         &mut self,
         mut ready: impl FnMut(&Compiled) -> bool,
     ) -> Option<Compiled> {
-        let seen = (self.0.wait_for(|c| c.succeeded || ready(c)).await)
+        let seen = (self.rx.wait_for(|c| c.succeeded || ready(c)).await)
             .ok()
             .map(|c| (*c).clone())?;
         // The sender gone without succeeding: compilation failed.
-        (seen.succeeded || self.0.has_changed().is_ok()).then_some(seen)
+        (seen.succeeded || self.rx.has_changed().is_ok()).then_some(seen)
     }
 
     /// Waits for the first workers' VMs or the end of compilation: whether the VMs came up,
@@ -106,6 +126,12 @@ impl CompileWatch {
     /// refused, an address taken meanwhile, a package not found).
     pub(crate) async fn first_workers_up(&mut self) -> bool {
         self.until(|c| c.first_workers_left == 0).await.is_some()
+    }
+
+    /// This branch failed: compilation starts no further package (those compiling finish,
+    /// and are kept).
+    pub(crate) fn stop_compiling(&self) {
+        self.stop.cancel();
     }
 }
 
@@ -275,6 +301,7 @@ impl Engine {
                 stage
                     .task(name, async {
                         self.checkpoint()?;
+                        progress.go_on()?;
                         let key = format!("{}/{}", t.stemcell.name, t.stemcell.version);
                         let kept = if reuse {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot].take()

@@ -109,25 +109,25 @@ impl Engine {
             compiled,
         };
         let mut updated = Vec::new();
-        let (compiled, rolled_out) = futures::join!(
-            compiling,
-            self.machines_then_rollout(
-                machines,
-                (&resolved, request, &source),
-                &mut planned,
-                &mut state,
-                &mut updated,
-            )
+        let rolling_out = self.machines_then_rollout(
+            machines,
+            (&resolved, request, &source),
+            &mut planned,
+            &mut state,
+            &mut updated,
         );
+        let (compiled, rolled_out) = futures::join!(compiling, rolling_out);
+        // The rollout's failure is the deploy's (compilation then stopped for it); when
+        // compilation failed, the rollout only stopped.
         let ((packages, records), (deleted, plans)) = match (compiled, rolled_out) {
             (Ok(compiled), Ok(Some(rolled_out))) => (compiled, rolled_out),
-            (Err(e), rolled_out) => {
-                if let Err(other) = rolled_out {
-                    tracing::warn!(error = %other, "the rollout failed too");
+            (compiled, Err(e)) => {
+                if let Err(other) = compiled {
+                    tracing::debug!(error = %other, "compilation stopped");
                 }
                 return Err(e);
             }
-            (Ok(_), Err(e)) => return Err(e),
+            (Err(e), Ok(_)) => return Err(e),
             (Ok(_), Ok(None)) => return Err(PlanError::RolloutWithoutPackages.into()),
         };
         // Each was made durable as its compile ended.
@@ -250,9 +250,29 @@ impl Engine {
     /// The deploy's branch beside compilation: the machines ([`Engine::make_machines`]),
     /// then the rollout batch by batch ([`Engine::rollout_batches`]), each once its groups'
     /// packages compiled: desired, announced, updated. `None` when compilation failed first
-    /// (nothing more was started). The names of the instances deleted and the plan of each
-    /// instance desired for its rollout.
+    /// (nothing more was started); when this branch fails, compilation starts no further
+    /// package. The names of the instances deleted and the plan of each instance desired
+    /// for its rollout.
     async fn machines_then_rollout(
+        &self,
+        machines: Machines<'_>,
+        inputs: (&Resolved<'_>, &crate::DeployRequest, &PackageSource),
+        planned: &mut [Planned],
+        state: &mut DeploymentState,
+        updated: &mut Vec<String>,
+    ) -> Result<Option<(Vec<String>, Vec<Option<InstancePlan>>)>, EngineError> {
+        let compiled = machines.compiled.clone();
+        let rolled_out =
+            (self.machines_and_batches(machines, inputs, planned, state, updated)).await;
+        // A failed canary need not wait for every package to compile.
+        if rolled_out.is_err() {
+            compiled.stop_compiling();
+        }
+        rolled_out
+    }
+
+    /// [`Engine::machines_then_rollout`], but for stopping compilation when it fails.
+    async fn machines_and_batches(
         &self,
         machines: Machines<'_>,
         (resolved, request, source): (&Resolved<'_>, &crate::DeployRequest, &PackageSource),

@@ -2730,7 +2730,8 @@ async fn missing_vms_and_their_disks_are_made_while_packages_compile() {
 /// (issue 29): `checks` (the smoke-test job: no packages), first in the manifest, is
 /// updated before the last `compile_package` comes; `web`, `api` and `worker` (the hello
 /// job) only after it compiled; the groups still go in the manifest's order, canaries
-/// first. A compilation that fails then stops the rollout before the next group.
+/// first. A compilation that fails then stops the rollout before the next group; a canary
+/// that fails stops compilation before its next package.
 #[tokio::test(start_paused = true)]
 async fn a_group_rolls_out_while_later_groups_packages_compile() {
     use kubosh_sim::Side;
@@ -2817,6 +2818,29 @@ async fn a_group_rolls_out_while_later_groups_packages_compile() {
             .filter(|i| i.group == "checks")
             .all(|i| i.update_completed)
     );
+    sim.assert_no_leak();
+
+    // checks' canary fails while libhello compiles: the deploy fails with the canary's
+    // words as soon as libhello is done; hello-server is never started.
+    let sim = compiling_slowly();
+    sim.agents
+        .inject("apply", kubosh_sim::AgentFault::fail("bad config").times(1));
+    let began = tokio::time::Instant::now();
+    let err = (sim.engine.deploy(&sim.request(with_checks())))
+        .await
+        .expect_err("the canary fails");
+    assert!(err.to_string().contains("bad config"), "{err}");
+    assert_eq!(
+        sim.agents.count("compile_package"),
+        1,
+        "hello-server never started"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(20 + 60 + 60),
+        "not after all of compilation: {:?}",
+        began.elapsed()
+    );
+    assert_eq!(sim.state().compiled_packages.len(), 1, "libhello kept");
     sim.assert_no_leak();
 }
 
