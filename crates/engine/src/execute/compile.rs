@@ -128,6 +128,18 @@ impl CompileWatch {
         self.until(|c| c.first_workers_left == 0).await.is_some()
     }
 
+    /// What compilation has done by now, marked seen; `None` once it failed.
+    pub(crate) fn now(&mut self) -> Option<Compiled> {
+        let now = self.rx.borrow_and_update().clone();
+        (now.succeeded || self.rx.has_changed().is_ok()).then_some(now)
+    }
+
+    /// Waits for compilation's next news since [`CompileWatch::now`] (or its end).
+    pub(crate) async fn changed(&mut self) {
+        // An error is compilation over: `now` tells how.
+        let _ = self.rx.changed().await;
+    }
+
     /// This branch failed: compilation starts no further package (those compiling finish,
     /// and are kept).
     pub(crate) fn stop_compiling(&self) {

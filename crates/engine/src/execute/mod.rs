@@ -13,7 +13,6 @@ mod dns;
 mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::PoisonError;
 
 use futures::StreamExt;
 
@@ -28,13 +27,13 @@ use crate::state::{
     Write, stemcell_key,
 };
 use crate::{Engine, EngineError, PlanError};
-use compile::{CompileProgress, CompileWatch, Compiled};
+use compile::{CompileProgress, CompileWatch};
 use dns::live_entries;
 use kubosh_bosh::events::instance_task;
 use kubosh_cloud::CreateStemcell;
 use kubosh_core::manifest::{CloudConfig, DeploymentManifest};
 use kubosh_core::plan::desired::{DesiredError, GroupSpec};
-use rollout::Rollout;
+use rollout::BatchInputs;
 
 /// What [`Engine::make_machines`] works from besides the planned instances.
 struct Machines<'a> {
@@ -290,54 +289,26 @@ impl Engine {
         };
         let initial_deploy = state.meta.deployed_inputs.is_none();
         let mut plans = vec![None; planned.len()];
+        let inputs = BatchInputs {
+            manifest,
+            groups,
+            stemcells,
+            resolved,
+            request,
+            source,
+        };
         for batch in self.rollout_batches(groups, planned, initial_deploy) {
-            let ids: BTreeSet<usize> = (batch.iter())
-                .filter_map(|g| groups.iter().position(|spec| spec.name == g.name))
-                .collect();
-            let tasks: Vec<usize> = (ids.iter())
-                .flat_map(|&g| {
-                    let jobs = crate::templates::group_jobs(manifest, &groups[g].name);
-                    source.tasks_for(&groups[g].stemcell, &jobs)
-                })
-                .collect();
-            let done = |c: &Compiled| {
-                tasks
-                    .iter()
-                    .all(|&t| c.results.get(t).is_some_and(Option::is_some))
-            };
-            let Some(so_far) = compiled.until(done).await else {
-                return Ok(None);
-            };
-            let packages = source.packages(&so_far.results);
-            resolved.desire(planned, &packages, (request, &self.config), Some(&ids));
-            for (i, p) in planned
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| ids.contains(&p.group))
-            {
-                plans[i] = Some(instance_plan(p));
-            }
-            let announced = self.announce_updates(planned, &ids, state).await?;
-            let started = std::sync::Mutex::new(BTreeSet::new());
-            let rollout = Rollout {
-                announced: &announced,
-                started: &started,
-                meta: &mut state.meta,
-            };
-            let batch_done = self
-                .update_batch(
-                    manifest,
-                    (groups, &batch),
-                    planned,
-                    stemcells,
-                    rollout,
-                    updated,
+            let went_on = self
+                .roll_out_batch(
+                    &inputs,
+                    batch,
+                    &mut compiled,
+                    (&mut *planned, &mut *state),
+                    (&mut *updated, &mut plans),
                 )
-                .await;
-            if let Err(e) = batch_done {
-                let started = started.into_inner().unwrap_or_else(PoisonError::into_inner);
-                self.withdraw_announcements(&started, state).await;
-                return Err(e);
+                .await?;
+            if !went_on {
+                return Ok(None);
             }
         }
         Ok(Some((deleted, plans)))

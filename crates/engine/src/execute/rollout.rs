@@ -1,14 +1,19 @@
-//! Step 11 of the seed: the rollout. Updates are announced in one write, then run as the
-//! Director runs them: runs of groups (serial or together), each group AZ by AZ (or all AZs
-//! at once), canaries first, then `max_in_flight` at a time on a work-conserving pool.
+//! Step 11 of the seed: the rollout, run as the Director runs it: runs of groups (serial or
+//! together), each group AZ by AZ (or all AZs at once), canaries first, then
+//! `max_in_flight` at a time on a work-conserving pool; but each group starts as soon as
+//! its own packages compiled (issue 29), announced in one write with the groups starting
+//! with it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::PoisonError;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::StreamExt;
+
+use super::compile::{CompileWatch, Compiled};
 use crate::instance::InstanceTarget;
-use crate::prepare::{Planned, target};
+use crate::prepare::{InstancePlan, PackageSource, Planned, Resolved, instance_plan, target};
 use crate::progress::StageRun;
-use crate::state::{DeploymentMeta, DeploymentState, InstanceRecord, Write};
+use crate::state::{DeploymentState, InstanceRecord, Write};
 use crate::{Engine, EngineError, PlanError};
 use kubosh_bosh::events::instance_task;
 use kubosh_core::manifest::DeploymentManifest;
@@ -21,14 +26,32 @@ use kubosh_core::plan::rollout::{
 /// stopped it.
 type GroupOutcome = (Vec<(usize, InstanceRecord)>, Option<EngineError>);
 
-/// How a batch of a deploy's updates runs: which updates it announced, (filled as they go)
-/// which it started, and what it last published of its DNS records (published again after
-/// the batch, if it changed them).
-pub(crate) struct Rollout<'a> {
-    pub(crate) announced: &'a BTreeSet<String>,
-    pub(crate) started: &'a std::sync::Mutex<BTreeSet<String>>,
-    pub(crate) meta: &'a mut DeploymentMeta,
+/// What a batch's groups are desired and updated from.
+pub(crate) struct BatchInputs<'a, 'r> {
+    pub(crate) manifest: &'a DeploymentManifest,
+    pub(crate) groups: &'a [GroupSpec],
+    pub(crate) stemcells: &'a BTreeMap<String, String>,
+    pub(crate) resolved: &'a Resolved<'r>,
+    pub(crate) request: &'a crate::DeployRequest,
+    pub(crate) source: &'a PackageSource,
 }
+
+/// A group of a batch not started yet: its rollout, its index among the resolved groups and
+/// the compile tasks its packages come from.
+struct Waiting {
+    group: GroupRollout<usize>,
+    index: usize,
+    tasks: Vec<usize>,
+}
+
+impl Waiting {
+    fn ready(&self, compiled: &Compiled) -> bool {
+        (self.tasks.iter()).all(|&t| compiled.results.get(t).is_some_and(Option::is_some))
+    }
+}
+
+/// The updates of started groups, by planned index.
+type Targets = Arc<BTreeMap<usize, InstanceTarget>>;
 
 impl Engine {
     /// After a failed rollout: the announcements of instances whose update never started
@@ -71,11 +94,15 @@ impl Engine {
         state: &mut DeploymentState,
     ) -> Result<BTreeSet<String>, EngineError> {
         let mut updating = state.meta.updating.clone();
+        // What this deploy announced stays until it concludes (a group still updating keeps
+        // its mark while the next starts); earlier deploys' marks, while still dirty.
+        let changing: BTreeSet<&String> = (planned.iter())
+            .filter(|p| !p.changes.is_empty())
+            .map(|p| &p.record.uuid)
+            .collect();
         updating.retain(|uuid, _| {
-            state
-                .instances
-                .get(uuid)
-                .is_some_and(|r| !r.update_completed)
+            changing.contains(uuid)
+                || (state.instances.get(uuid)).is_some_and(|r| !r.update_completed)
         });
         let mut announced = BTreeSet::new();
         for p in (planned.iter()).filter(|p| groups.contains(&p.group) && !p.changes.is_empty()) {
@@ -139,66 +166,146 @@ impl Engine {
         batches
     }
 
-    /// Step 11 for one batch of [`Engine::rollout_batches`], its instances desired and
-    /// announced: their templates stored, then the groups updated together, each on a
-    /// work-conserving pool. Once they all succeeded, the DNS records follow the VMs they
-    /// recreated (one publish at most; a failed group's are the failure's to publish, from
-    /// the state as stored).
-    pub(crate) async fn update_batch(
+    /// Step 11 for one batch of [`Engine::rollout_batches`]: each of its groups starts as
+    /// soon as its own packages compiled (a parallel run's side by side): desired,
+    /// announced, its templates stored, updated. Once a group or compilation failed no
+    /// further group starts; those running finish. Then the DNS records follow the VMs the
+    /// batch recreated (one publish at most; a failed group's are the failure's to publish,
+    /// from the state as stored). `false` when compilation failed before every group
+    /// started. `plans` gets each instance's plan as it was desired.
+    pub(crate) async fn roll_out_batch(
         &self,
-        manifest: &DeploymentManifest,
-        (groups, batch): (&[GroupSpec], &[GroupRollout<usize>]),
-        planned: &mut [Planned],
-        stemcells: &BTreeMap<String, String>,
-        Rollout {
-            announced,
-            started,
-            meta,
-        }: Rollout<'_>,
-        updated: &mut Vec<String>,
-    ) -> Result<(), EngineError> {
-        let deployment = manifest.name.clone().unwrap_or_default();
-        let keys = batch
-            .iter()
-            .flat_map(|g| g.phases.iter())
-            .flat_map(|p| p.canaries.iter().chain(&p.rest))
-            .map(|step| step.key);
-        let changed: Vec<usize> = keys.filter(|&i| !planned[i].changes.is_empty()).collect();
-        for &i in &changed {
-            self.upload_archive(&mut planned[i]).await?;
-        }
-        let tags = manifest.tags.clone().unwrap_or_default();
-        let mut targets: BTreeMap<usize, InstanceTarget> = BTreeMap::new();
-        for &i in &changed {
-            let p = &planned[i];
-            let mut target = target(
-                &deployment,
-                &tags,
-                &groups[p.group],
-                p,
-                stemcells,
-                &self.config.dns_root_domain,
-            );
-            target.announced = announced.contains(&p.record.uuid);
-            targets.insert(i, target);
-        }
-        let outcomes: Vec<GroupOutcome> = futures::future::join_all(
-            (batch.iter()).map(|g| self.update_group(g, &targets, started)),
-        )
-        .await;
-        let mut error = None;
-        for (records, failure) in outcomes {
-            for (i, record) in records {
-                updated.push(record.display_name());
-                planned[i].record = record;
+        inputs: &BatchInputs<'_, '_>,
+        batch: Vec<GroupRollout<usize>>,
+        compiled: &mut CompileWatch,
+        (planned, state): (&mut [Planned], &mut DeploymentState),
+        (updated, plans): (&mut Vec<String>, &mut [Option<InstancePlan>]),
+    ) -> Result<bool, EngineError> {
+        let mut waiting: Vec<Waiting> = (batch.into_iter())
+            .filter_map(|group| {
+                let index = (inputs.groups.iter()).position(|g| g.name == group.name)?;
+                let spec = &inputs.groups[index];
+                let jobs = crate::templates::group_jobs(inputs.manifest, &spec.name);
+                let tasks = inputs.source.tasks_for(&spec.stemcell, &jobs);
+                Some(Waiting {
+                    group,
+                    index,
+                    tasks,
+                })
+            })
+            .collect();
+        let started = Mutex::new(BTreeSet::new());
+        let mut running = futures::stream::FuturesUnordered::new();
+        let (mut failure, mut compilation_failed) = (None, false);
+        loop {
+            if failure.is_none() && !compilation_failed && !waiting.is_empty() {
+                match compiled.now() {
+                    None => compilation_failed = true,
+                    Some(now) => {
+                        let (ready, still): (Vec<Waiting>, Vec<Waiting>) =
+                            waiting.into_iter().partition(|w| w.ready(&now));
+                        waiting = still;
+                        if !ready.is_empty() {
+                            let starting = (&mut *planned, &mut *state, &mut *plans);
+                            match self.start_groups(inputs, &now, ready, starting).await {
+                                Ok(groups) => running.extend(
+                                    (groups.into_iter())
+                                        .map(|(g, t)| self.run_group(g, t, &started)),
+                                ),
+                                Err(e) => failure = Some(e),
+                            }
+                        }
+                    }
+                }
             }
-            error = error.or(failure);
+            let may_start = failure.is_none() && !compilation_failed && !waiting.is_empty();
+            if running.is_empty() && !may_start {
+                break;
+            }
+            tokio::select! {
+                Some((records, error)) = running.next(), if !running.is_empty() => {
+                    for (i, record) in records {
+                        updated.push(record.display_name());
+                        planned[i].record = record;
+                    }
+                    if let Some(e) = error {
+                        failure.get_or_insert(e);
+                    }
+                }
+                () = compiled.changed(), if may_start => {}
+            }
         }
-        if let Some(e) = error {
+        drop(running);
+        if let Some(e) = failure {
+            let started = started.into_inner().unwrap_or_else(PoisonError::into_inner);
+            self.withdraw_announcements(&started, state).await;
             return Err(e);
         }
+        if compilation_failed {
+            return Ok(false);
+        }
+        let deployment = inputs.manifest.name.as_deref().unwrap_or_default();
         let live = super::live_entries(super::planned_records(planned));
-        self.publish_dns(&deployment, live, meta).await
+        self.publish_dns(deployment, live, &mut state.meta).await?;
+        Ok(true)
+    }
+
+    /// The `ready` groups of a batch, started with the packages compiled so far: their
+    /// instances desired (each one's plan kept in `plans`), announced in one write, their
+    /// templates stored; each group with the updates to make.
+    async fn start_groups(
+        &self,
+        inputs: &BatchInputs<'_, '_>,
+        compiled: &Compiled,
+        ready: Vec<Waiting>,
+        (planned, state, plans): (
+            &mut [Planned],
+            &mut DeploymentState,
+            &mut [Option<InstancePlan>],
+        ),
+    ) -> Result<Vec<(GroupRollout<usize>, Targets)>, EngineError> {
+        let ids: BTreeSet<usize> = ready.iter().map(|w| w.index).collect();
+        let packages = inputs.source.packages(&compiled.results);
+        let asked = (inputs.request, &self.config);
+        inputs
+            .resolved
+            .desire(planned, &packages, asked, Some(&ids));
+        for (i, p) in (planned.iter().enumerate()).filter(|(_, p)| ids.contains(&p.group)) {
+            plans[i] = Some(instance_plan(p));
+        }
+        let announced = self.announce_updates(planned, &ids, state).await?;
+        let deployment = inputs.manifest.name.clone().unwrap_or_default();
+        let tags = inputs.manifest.tags.clone().unwrap_or_default();
+        let changed: Vec<usize> = (ready.iter())
+            .flat_map(|w| w.group.phases.iter())
+            .flat_map(|phase| phase.canaries.iter().chain(&phase.rest))
+            .map(|step| step.key)
+            .filter(|&i| !planned[i].changes.is_empty())
+            .collect();
+        let mut targets = BTreeMap::new();
+        for i in changed {
+            self.upload_archive(&mut planned[i]).await?;
+            let p = &planned[i];
+            let group = &inputs.groups[p.group];
+            let dns = &self.config.dns_root_domain;
+            let mut update = target(&deployment, &tags, group, p, inputs.stemcells, dns);
+            update.announced = announced.contains(&p.record.uuid);
+            targets.insert(i, update);
+        }
+        let targets = Arc::new(targets);
+        Ok((ready.into_iter())
+            .map(|w| (w.group, targets.clone()))
+            .collect())
+    }
+
+    /// [`Engine::update_group`] of a started group.
+    async fn run_group(
+        &self,
+        group: GroupRollout<usize>,
+        targets: Targets,
+        started: &Mutex<BTreeSet<String>>,
+    ) -> GroupOutcome {
+        self.update_group(&group, &targets, started).await
     }
 
     /// One group's phases; the updated records and the failure that stopped it.
@@ -206,7 +313,7 @@ impl Engine {
         &self,
         group: &GroupRollout<usize>,
         targets: &BTreeMap<usize, InstanceTarget>,
-        started: &std::sync::Mutex<BTreeSet<String>>,
+        started: &Mutex<BTreeSet<String>>,
     ) -> GroupOutcome {
         let total = group.phases.iter().map(|p| p.len()).sum();
         let stage = StageRun::new(

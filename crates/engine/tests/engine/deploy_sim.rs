@@ -2844,6 +2844,57 @@ async fn a_group_rolls_out_while_later_groups_packages_compile() {
     sim.assert_no_leak();
 }
 
+/// Groups updated side by side (`serial: false`) each start as soon as their own packages
+/// compiled: `checks` (no packages) is updated while hello-server compiles, `web` (run
+/// together with it) once it compiled; the next serial group after both.
+#[tokio::test(start_paused = true)]
+async fn groups_updated_together_each_start_when_their_packages_compiled() {
+    use kubosh_sim::Side;
+    let mut m = manifest();
+    (m["instance_groups"].as_array_mut().unwrap()).insert(
+        0,
+        json!({
+            "name": "checks", "instances": 2, "azs": ["z1"],
+            "vm_type": "small", "stemcell": "default", "networks": [{"name": "default"}],
+            "update": {"serial": false},
+            "jobs": [{
+                "name": "smoke-test", "release": "hello",
+                "consumes": {"greeters": {"from": "web_greeter"}},
+            }],
+        }),
+    );
+    group_mut(&mut m, "web")["update"] = json!({"serial": false});
+    let sim = compiling_slowly();
+    let report = sim.deploy(m).await;
+    assert_eq!(report.updated.len(), 9, "{report:?}");
+    let timeline = sim.cloud.timeline();
+    let at = |side: Side, method: &str, group: &str| -> Vec<usize> {
+        let agents: BTreeSet<String> = (sim.group(group).iter())
+            .filter_map(|i| Some(i.vm.as_ref()?.agent_id.clone()))
+            .collect();
+        (timeline.iter().enumerate())
+            .filter(|(_, s)| s.side == side && s.method == method)
+            .filter(|(_, s)| group.is_empty() || agents.contains(&s.target))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let last_compile = *at(Side::Agent, "compile_package", "").last().unwrap();
+    assert!(
+        at(Side::Agent, "apply", "checks")
+            .iter()
+            .all(|&i| i < last_compile)
+    );
+    let web = at(Side::Agent, "apply", "web");
+    assert!(!web.is_empty() && web.iter().all(|&i| i > last_compile));
+    // api (serial) only once both are done.
+    let api = at(Side::Agent, "apply", "api");
+    assert!(api.iter().all(|&i| i > *web.iter().max().unwrap()));
+    let state = sim.state();
+    assert!(state.instances.values().all(|i| i.update_completed));
+    assert!(state.meta.updating.is_empty(), "{:?}", state.meta.updating);
+    sim.assert_no_leak();
+}
+
 /// Deploys `manifest` with its second compile failing (libhello compiles first,
 /// hello-server after it): the deploy fails and says why.
 async fn deploy_failing_second_compile(sim: &Sim, manifest: Value) {
