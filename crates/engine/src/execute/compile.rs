@@ -89,20 +89,29 @@ impl CompileProgress {
             .send_modify(|c| c.first_workers_left = c.first_workers_left.saturating_sub(1));
     }
 
-    fn compiled(&self, task: usize, record: &CompiledPackage) {
+    fn compiled(&self, task: usize, record: CompiledPackage) {
         self.tx.send_modify(|c| {
             if let Some(slot) = c.results.get_mut(task) {
-                *slot = Some(record.clone());
+                *slot = Some(record);
             }
         });
     }
 
+    /// Task `task`'s record, once it compiled.
+    fn record(&self, task: usize) -> Option<CompiledPackage> {
+        self.tx.borrow().results.get(task).cloned().flatten()
+    }
+
+    /// Each task's record so far, in task order.
+    fn results(&self) -> Vec<Option<CompiledPackage>> {
+        self.tx.borrow().results.clone()
+    }
+
     /// Compilation succeeded: every package is there, nobody is left to wait for.
-    fn done(self, results: &[CompiledPackage]) {
-        self.tx.send_replace(Compiled {
-            first_workers_left: 0,
-            results: results.iter().cloned().map(Some).collect(),
-            succeeded: true,
+    fn done(self) {
+        self.tx.send_modify(|c| {
+            c.first_workers_left = 0;
+            c.succeeded = true;
         });
     }
 }
@@ -201,17 +210,16 @@ impl Engine {
                 .unwrap_or_else(|| Value::Object(Default::default())),
             cpi,
         };
-        let results = if plan.tasks.is_empty() {
-            Vec::new()
-        } else {
+        if !plan.tasks.is_empty() {
             let place = (manifest, &workers, &progress);
             self.compile_tasks(cloud, &plan, releases, stemcell_cids, place)
-                .await?
-        };
-        out.compiled = results.len();
-        let provided: Vec<Option<CompiledPackage>> = results.iter().cloned().map(Some).collect();
+                .await?;
+        }
+        let provided = progress.results();
         out.provide(&plan, &provided);
-        progress.done(&results);
+        let results: Vec<CompiledPackage> = provided.into_iter().flatten().collect();
+        out.compiled = results.len();
+        progress.done();
         Ok((out, results))
     }
 
@@ -258,7 +266,8 @@ impl Engine {
         }
     }
 
-    /// Runs the compile tasks on compilation VMs; the records in task order.
+    /// Runs the compile tasks on compilation VMs, each record told to `progress` as its
+    /// task ends.
     async fn compile_tasks(
         &self,
         cloud: &CloudConfig,
@@ -266,7 +275,7 @@ impl Engine {
         releases: &BTreeMap<String, Arc<Release>>,
         stemcell_cids: &BTreeMap<String, String>,
         (manifest, workers_spec, progress): (&DeploymentManifest, &Workers, &CompileProgress),
-    ) -> Result<Vec<CompiledPackage>, EngineError> {
+    ) -> Result<(), EngineError> {
         let worker_slots = &workers_spec.slots;
         let compilation = cloud.compilation.clone().unwrap_or_default();
         // One slot per reserved worker address: a slot's VMs follow one another, so they
@@ -281,8 +290,6 @@ impl Engine {
             vec![],
             plan.tasks.len(),
         );
-        let results: Arc<Mutex<Vec<Option<CompiledPackage>>>> =
-            Arc::new(Mutex::new(vec![None; plan.tasks.len()]));
         // With reuse, one VM per worker slot, kept until the end of the stage.
         let slots: Arc<Mutex<Vec<Option<WorkerVm>>>> = Arc::new(Mutex::new(vec![None; workers]));
         let deployment = manifest.name.clone().unwrap_or_default();
@@ -298,7 +305,6 @@ impl Engine {
         let outcome = crate::pool::run_dag(&dag, workers, |i: usize, slot: usize| {
             let t = plan.tasks[i].clone();
             let stage = stage.clone();
-            let results = results.clone();
             let slots = slots.clone();
             let (blob, sha1) = sources[i].clone();
             let compilation = compilation.clone();
@@ -327,7 +333,8 @@ impl Engine {
                         let request =
                             workers_spec.request(&worker, (&key, stemcell_cid), env, metadata);
                         let (vm, intent) = self.worker_vm(&key, kept, &request, progress).await?;
-                        let compiled = self.compile_on(&vm, &t, &blob, &sha1, plan, &results).await;
+                        let compiled =
+                            (self.compile_on(&vm, &t, (&blob, &sha1), plan, progress)).await;
                         if reuse && compiled.is_ok() {
                             slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] =
                                 Some((key, vm, intent));
@@ -338,8 +345,7 @@ impl Engine {
                         // Recorded at once: a compile that succeeded is kept (its blob
                         // referenced, reused next time) whatever happens to the others.
                         self.write(Write::CompiledPackage(record.clone())).await?;
-                        progress.compiled(i, &record);
-                        results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(record);
+                        progress.compiled(i, record);
                         Ok::<(), EngineError>(())
                     })
                     .await
@@ -355,8 +361,7 @@ impl Engine {
             .map_err(PlanError::CompileOrder)?
             .into_result()
             .map_err(|(_, e)| e)?;
-        let results = std::mem::take(&mut *results.lock().unwrap_or_else(PoisonError::into_inner));
-        Ok(results.into_iter().flatten().collect())
+        Ok(())
     }
 
     /// The "Preparing package compilation" stage: the tasks' source packages stored.
@@ -437,20 +442,14 @@ impl Engine {
         &self,
         vm: &NewVm,
         t: &compile::CompileTask,
-        blob: &str,
-        sha1: &str,
+        (blob, sha1): (&str, &str),
         plan: &CompilePlan,
-        results: &Mutex<Vec<Option<CompiledPackage>>>,
+        progress: &CompileProgress,
     ) -> Result<CompiledPackage, EngineError> {
         let mut dependencies: IndexMap<String, PackageRef> = IndexMap::new();
         for d in &t.dependencies {
             let record = match d {
-                Provision::Compile(j) => results
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(*j)
-                    .cloned()
-                    .flatten(),
+                Provision::Compile(j) => progress.record(*j),
                 Provision::Reuse(j) => plan.reused.get(*j).map(|r| r.record.clone()),
             };
             if let Some(r) = record {
