@@ -755,26 +755,41 @@ mod tests {
         assert_eq!(pace.state().starts.len(), 1);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_pushback_the_client_repeated_already_slows_the_pace_but_is_not_made_again() {
-        let pace = Pace::new(None);
+    /// How many times `paced` made a `create_vm` the cloud refuses with `kind`, `message`
+    /// and `ok_to_retry` (the call fails in the end).
+    async fn tries_of_refused(
+        pace: &Pace,
+        (kind, error_type): (ErrorKind, &str),
+        message: &str,
+        ok_to_retry: bool,
+    ) -> u32 {
         let tries = std::sync::atomic::AtomicU32::new(0);
-        let result: Result<(), CpiError> = paced(Some(&pace), None, || {
+        let result: Result<(), CpiError> = paced(Some(pace), None, || {
             tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Box::pin(async {
-                Err(CpiError::Cloud {
-                    kind: ErrorKind::VmCreationFailed,
-                    error_type: "Bosh::Clouds::VMCreationFailed".into(),
-                    message: "InsufficientInstanceCapacity".into(),
-                    ok_to_retry: true,
-                    method: "create_vm".into(),
-                    request_id: String::new(),
-                })
-            })
+            let refused = CpiError::Cloud {
+                kind: kind.clone(),
+                error_type: error_type.into(),
+                message: message.into(),
+                ok_to_retry,
+                method: "create_vm".into(),
+                request_id: String::new(),
+            };
+            Box::pin(async { Err(refused) })
         })
         .await;
         assert!(result.is_err());
-        assert_eq!(tries.into_inner(), 1);
+        tries.into_inner()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pushback_the_client_repeated_already_slows_the_pace_but_is_not_made_again() {
+        let pace = Pace::new(None);
+        let capacity = (
+            ErrorKind::VmCreationFailed,
+            "Bosh::Clouds::VMCreationFailed",
+        );
+        let tries = tries_of_refused(&pace, capacity, "InsufficientInstanceCapacity", true).await;
+        assert_eq!(tries, 1);
         let stats = pace.stats();
         assert_eq!(stats.no_capacity, 1);
         assert!(stats.rate < INITIAL_RATE, "{stats:?}");
@@ -783,22 +798,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_refusal_that_is_no_pushback_is_not_retried() {
         let pace = Pace::new(None);
-        let tries = std::sync::atomic::AtomicU32::new(0);
-        let result: Result<(), CpiError> = paced(Some(&pace), None, || {
-            tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Box::pin(async {
-                Err(CpiError::Cloud {
-                    kind: ErrorKind::CpiError,
-                    error_type: "Bosh::Clouds::CpiError".into(),
-                    message: "Invalid 'instance_type'".into(),
-                    ok_to_retry: false,
-                    method: "create_vm".into(),
-                    request_id: String::new(),
-                })
-            })
-        })
-        .await;
-        assert!(result.is_err());
-        assert_eq!(tries.into_inner(), 1);
+        let invalid = (ErrorKind::CpiError, "Bosh::Clouds::CpiError");
+        let tries = tries_of_refused(&pace, invalid, "Invalid 'instance_type'", false).await;
+        assert_eq!(tries, 1);
     }
 }
