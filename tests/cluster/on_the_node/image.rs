@@ -13,7 +13,7 @@ async fn the_image_has_what_the_controller_needs_under_the_charts_security_conte
     let ns = "image-check";
     cp.create_namespace(ns).await.unwrap();
     // The chart's securityContext and podSecurityContext, as it renders them.
-    let rendered = crate::install::render_chart(&[]);
+    let rendered = super::install::render_chart(&[]);
     let chart_pod = (rendered.split("\n---\n"))
         .filter_map(|doc| kubosh_base::yaml::parse_value(doc, "chart").ok())
         .find(|doc| doc["kind"] == "Deployment")
