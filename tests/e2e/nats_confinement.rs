@@ -41,9 +41,9 @@ impl Client {
         );
         let url = settings["mbus"].as_str().unwrap().to_string();
         let (errors, events): (Log, Log) = (Arc::default(), Arc::default());
-        let (e, v) = (errors.clone(), events.clone());
         let client =
             kubosh_transport::agent::nats::connect_with(&NatsOptions::new(url, tls), |o| {
+                let (e, v) = (errors.clone(), events.clone());
                 o.event_callback(move |event| {
                     let (e, v) = (e.clone(), v.clone());
                     async move {

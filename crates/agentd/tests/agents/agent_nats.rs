@@ -824,6 +824,29 @@ async fn mutual_tls_and_the_server_cn_rule() {
         .expect("connects without the CN rule");
 }
 
+/// A director started beside its nats-server (the README's walk-through, a restart) waits
+/// for it a little: a refused connection is tried again, and connects once it listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_starts_late_is_waited_for() {
+    let pki = Pki::new("default.nats.bosh-internal");
+    let dir = tempfile::tempdir().unwrap();
+    let port = kubosh_devenv::free_port().unwrap();
+    let tls = pki.server_tls();
+    let starter = std::thread::spawn({
+        let dir = dir.path().to_path_buf();
+        move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            NatsServer::start_in(&dir, port, Some(&tls), "").unwrap()
+        }
+    });
+    let url = format!("tls://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let connected = NatsTransport::connect(&NatsOptions::new(url, pki.client("director"))).await;
+    let _server = starter.join().unwrap();
+    assert!(connected.is_ok(), "{:?}", connected.err());
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_arrive_typed() {
     let pki = Pki::new("default.nats.bosh-internal");

@@ -298,7 +298,8 @@ impl HeartbeatMonitor {
     /// Fails if nats-server refuses either subscription.
     pub async fn connect(options: &NatsOptions) -> Result<HeartbeatMonitor, HealthError> {
         let (refusals_tx, mut refusals) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let client = nats::connect_with(options, move |o| {
+        let client = nats::connect_with(options, |o| {
+            let refusals_tx = refusals_tx.clone();
             o.event_callback(move |event| {
                 let refusals_tx = refusals_tx.clone();
                 async move {

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable as _};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -132,11 +133,17 @@ pub async fn connect(options: &NatsOptions) -> Result<async_nats::Client, NatsEr
     connect_with(options, |o| o).await
 }
 
+/// How long a server that refuses connections (nats-server starting, or restarting) is
+/// waited for before connecting fails.
+const REFUSED_FOR_AT_MOST: Duration = Duration::from_secs(10);
+
 /// [`connect`] with extra connection settings from `configure` (an event callback, say);
-/// TLS, name, timeout and servers are always those of `options`.
+/// TLS, name, timeout and servers are always those of `options`. A refused connection is
+/// tried again for up to [`REFUSED_FOR_AT_MOST`]; any other failure (TLS, authorization,
+/// a timeout) fails at once.
 pub async fn connect_with(
     options: &NatsOptions,
-    configure: impl FnOnce(async_nats::ConnectOptions) -> async_nats::ConnectOptions,
+    configure: impl Fn(async_nats::ConnectOptions) -> async_nats::ConnectOptions,
 ) -> Result<async_nats::Client, NatsError> {
     if options.urls.is_empty() {
         return Err(NatsError::NoUrl);
@@ -151,14 +158,32 @@ pub async fn connect_with(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let config = options.tls.client_config()?;
-    configure(async_nats::ConnectOptions::new())
-        .name(&options.name)
-        .require_tls(true)
-        .tls_client_config(config)
-        .connection_timeout(options.connect_timeout)
-        .connect(addrs)
+    let attempt = || {
+        configure(async_nats::ConnectOptions::new())
+            .name(&options.name)
+            .require_tls(true)
+            .tls_client_config(config.clone())
+            .connection_timeout(options.connect_timeout)
+            .connect(addrs.clone())
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_secs(1))
+        .with_max_times(usize::MAX)
+        .with_total_delay(Some(REFUSED_FOR_AT_MOST));
+    attempt
+        .retry(backoff)
+        .when(refused)
         .await
         .map_err(|e| NatsError::Connect(redact_userinfo(&e.to_string(), &options.urls)))
+}
+
+/// Whether nothing listened where the server should be.
+fn refused(e: &async_nats::ConnectError) -> bool {
+    e.kind() == async_nats::ConnectErrorKind::Io
+        && std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 /// The servers as messages name them: each URL without its `user:password@`.
