@@ -233,6 +233,8 @@ impl Engine {
                     }
                 }
                 () = compiled.changed(), if may_start => {}
+                // Unreachable (the loop breaks first), but not a panic if it ever is.
+                else => break,
             }
         }
         drop(running);
