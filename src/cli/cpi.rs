@@ -1,10 +1,13 @@
 //! `kubosh cpi`: the local cloud as a CPI executable (one JSON request on stdin, one JSON
-//! response on stdout), and `kubosh cpi inventory`.
+//! response on stdout), `kubosh cpi inventory`, and the local cloud served over HTTP from
+//! one place (`kubosh cpi serve`) to callers elsewhere (`kubosh cpi --remote`).
 
 use super::out::outln;
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Subcommand;
 
@@ -18,6 +21,14 @@ pub struct CpiArgs {
     /// its keys.
     #[arg(long, env = "KUBOSH_CPI_CONFIG", global = true)]
     config: Option<PathBuf>,
+    /// Call the local cloud that `kubosh cpi serve` serves at this URL (its `/cpi`) instead
+    /// of running it here: its VMs are processes of that server.
+    #[arg(long, value_name = "URL")]
+    remote: Option<String>,
+    /// With `--remote`: the file holding the bearer token, read at each call (a projected
+    /// ServiceAccount token, which the kubelet renews).
+    #[arg(long, value_name = "PATH", requires = "remote")]
+    token_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<CpiCommand>,
 }
@@ -26,39 +37,147 @@ pub struct CpiArgs {
 enum CpiCommand {
     /// Print every VM (with whether its agent runs), disk, stemcell and snapshot, as JSON.
     Inventory,
+    /// Serve the local cloud over HTTP (`POST /cpi`, `GET /healthz`) to `kubosh cpi
+    /// --remote` callers, who present a ServiceAccount token kube-apiserver accepts for
+    /// `--audience`. Each call runs `kubosh cpi` here; the VMs are this process's.
+    Serve(ServeArgs),
 }
 
-/// Runs `kubosh cpi`. Serving always exits 0: the answer is the JSON, as for any CPI.
+/// Arguments of `kubosh cpi serve`.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Where to listen (plain HTTP).
+    #[arg(long, default_value = "0.0.0.0:8088")]
+    listen: SocketAddr,
+    /// The audience callers' tokens must be bound to.
+    #[arg(long)]
+    audience: String,
+    /// A user who may call, as kube-apiserver names it
+    /// (`system:serviceaccount:NAMESPACE:NAME`); repeat for more.
+    #[arg(long = "allow", value_name = "USER", required = true)]
+    allow: Vec<String>,
+}
+
+/// How long a call through `--remote` may take: the director's own per-call limit kills the
+/// caller sooner.
+const REMOTE_CALL_LIMIT: Duration = Duration::from_secs(3600);
+
+/// Runs `kubosh cpi`. Answering a call always exits 0: the answer is the JSON, as for any
+/// CPI.
 pub fn run(args: &CpiArgs) -> ExitCode {
-    match args.command {
-        None => serve(args),
+    match &args.command {
+        None => answer(args),
         Some(CpiCommand::Inventory) => inventory(args),
+        Some(CpiCommand::Serve(serve)) => serve_http(args, serve),
     }
 }
 
-fn serve(args: &CpiArgs) -> ExitCode {
+fn answer(args: &CpiArgs) -> ExitCode {
     let mut input = Vec::new();
-    let response = match std::io::stdin().read_to_end(&mut input) {
-        Ok(_) => local::serve(&input, args.config.as_deref()),
-        Err(e) => Response::err(
-            "Bosh::Clouds::CpiError",
-            format!("cannot read the request from stdin: {e}"),
-            false,
-        ),
+    if let Err(e) = std::io::stdin().read_to_end(&mut input) {
+        return write_response(&cpi_error(format!(
+            "cannot read the request from stdin: {e}"
+        )));
+    }
+    match &args.remote {
+        None => write_response(&local::serve(&input, args.config.as_deref())),
+        Some(url) => match call_remote(url, args.token_file.as_ref(), input) {
+            Ok(answer) => write_bytes(&answer),
+            Err(e) => write_response(&cpi_error(e)),
+        },
+    }
+}
+
+fn cpi_error(message: String) -> Response {
+    Response::err("Bosh::Clouds::CpiError", message, false)
+}
+
+fn call_remote(
+    url: &str,
+    token_file: Option<&PathBuf>,
+    request: Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    let token = match token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the token {}: {e}", path.display()))?,
+        None => String::new(),
     };
-    let mut text = serde_json::to_string(&response).unwrap_or_else(|_| {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime
+        .block_on(kubosh_transport::cpi_http::call(
+            url,
+            token.trim(),
+            request,
+            REMOTE_CALL_LIMIT,
+        ))
+        .map_err(|e| e.to_string())
+}
+
+fn write_response(response: &Response) -> ExitCode {
+    let text = serde_json::to_string(response).unwrap_or_else(|_| {
         r#"{"result":null,"error":{"type":"Bosh::Clouds::CpiError","message":"cannot write the response","ok_to_retry":false},"log":""}"#.to_string()
     });
-    text.push('\n');
+    write_bytes(text.as_bytes())
+}
+
+fn write_bytes(answer: &[u8]) -> ExitCode {
     let mut stdout = std::io::stdout().lock();
+    let newline: &[u8] = if answer.ends_with(b"\n") { b"" } else { b"\n" };
     if stdout
-        .write_all(text.as_bytes())
+        .write_all(answer)
+        .and_then(|()| stdout.write_all(newline))
         .and_then(|()| stdout.flush())
         .is_err()
     {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+fn serve_http(args: &CpiArgs, serve: &ServeArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kubosh cpi serve: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve_until_stopped(args, serve)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubosh cpi serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve_until_stopped(args: &CpiArgs, serve: &ServeArgs) -> Result<(), String> {
+    let mut stop = super::signals::StopSignals::listen();
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("cannot reach kube-apiserver to check callers' tokens: {e}"))?;
+    let reviewer = kubosh_kube::token_review::TokenReviewer::new(
+        client,
+        serve.audience.clone(),
+        serve.allow.clone(),
+    );
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let mut program = vec![me.display().to_string(), "cpi".to_string()];
+    if let Some(config) = &args.config {
+        program.extend(["--config".to_string(), config.display().to_string()]);
+    }
+    let listener = tokio::net::TcpListener::bind(serve.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", serve.listen))?;
+    let routes = kubosh_transport::cpi_http::CpiRoutes::new(program, reviewer);
+    let server = kubosh_transport::https_server::HttpsServer::spawn_plain(listener, routes, "cpi")
+        .map_err(|e| format!("cannot serve on {}: {e}", serve.listen))?;
+    stop.requested().await;
+    server.shutdown().await;
+    Ok(())
 }
 
 fn inventory(args: &CpiArgs) -> ExitCode {

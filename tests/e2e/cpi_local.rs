@@ -997,3 +997,138 @@ async fn a_snapshot_is_found_by_the_request_id_that_made_it() {
         None
     );
 }
+
+/// The local cloud served over HTTP (`kubosh cpi serve`), as the chart runs it in a Pod of
+/// its own: a caller whose ServiceAccount token kube-apiserver accepts for the server's
+/// audience makes a stemcell and a VM through `kubosh cpi --remote`, like any CPI
+/// executable; the VM is the server's (in its state directory, its agent running). A token
+/// for another audience, another account's token and no token are refused with the CPI
+/// error a director reports.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vouches_for() {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use kube::api::{Api, PostParams};
+
+    let cp = crate::controller::control_plane().await;
+    let client = cp.client().await.unwrap();
+    let ns = "cpi-remote";
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let accounts = Api::<ServiceAccount>::namespaced(client, ns);
+    for name in ["controller", "other"] {
+        let account: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        accounts
+            .create(&PostParams::default(), &account)
+            .await
+            .unwrap();
+    }
+    let cloud = TestCloud::new();
+    let token_file = |name: &str, token: String| {
+        let path = cloud.dir.path().join(name);
+        std::fs::write(&path, token).unwrap();
+        path
+    };
+    let token = |account: &'static str, audiences: &'static [&'static str]| async move {
+        cp.service_account_token_for(ns, account, audiences)
+            .await
+            .unwrap()
+    };
+    let good = token_file("good", token("controller", &["kubosh-cloud"]).await);
+    let other_audience = token_file("default-audience", token("controller", &[]).await);
+    let other_user = token_file("other", token("other", &["kubosh-cloud"]).await);
+    let empty = token_file("empty", String::new());
+
+    let port = crate::director_world::free_port();
+    let server = Command::new(KUBOSH)
+        .args(["cpi", "--config"])
+        .arg(cloud.config())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--audience", "kubosh-cloud"])
+        .args(["--allow", &format!("system:serviceaccount:{ns}:controller")])
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = KillOnDrop(server);
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reqwest::get(format!("{base}/healthz"))
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "kubosh cpi serve never answered /healthz"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let remote = |token: &Path| {
+        let url = format!("{base}/cpi");
+        let command = CpiCommand::new(KUBOSH)
+            .args([
+                "cpi",
+                "--remote",
+                &url,
+                "--token-file",
+                token.to_str().unwrap(),
+            ])
+            .timeout(Duration::from_secs(30));
+        ExternalCpi::new(command, "director-uuid")
+    };
+
+    let cpi = remote(&good);
+    let image = cloud.dir.path().join("image");
+    std::fs::write(&image, b"stemcell image").unwrap();
+    let stemcell = cpi
+        .create_stemcell(&CreateStemcell {
+            image_path: image,
+            cloud_properties: obj(
+                json!({"name": "bosh-warden-boshlite-ubuntu-noble", "version": "1.0"}),
+            ),
+        })
+        .await
+        .unwrap();
+    let vm = cpi
+        .create_vm(&create_vm_req(&stemcell, "10.0.0.9"))
+        .await
+        .unwrap()
+        .cid;
+    assert!(cpi.has_vm(&vm).await.unwrap());
+    let inventory = cloud.inventory();
+    assert_eq!(inventory.vms.len(), 1);
+    assert_eq!(inventory.vms[0].cid, vm.as_str());
+    assert!(inventory.vms[0].agent_alive);
+
+    for (token, answer) in [
+        (&other_audience, "403 Forbidden"),
+        (&other_user, "403 Forbidden"),
+        (&empty, "401 Unauthorized"),
+    ] {
+        let refused = remote(token).has_vm(&vm).await.unwrap_err().to_string();
+        assert!(refused.contains(answer), "{}: {refused}", token.display());
+        assert!(refused.contains("Bosh::Clouds::CpiError"), "{refused}");
+    }
+    // The refused calls never reached the cloud.
+    assert_eq!(
+        cloud.methods_called(),
+        ["info", "create_stemcell", "create_vm", "has_vm"]
+    );
+
+    cpi.delete_vm(&vm).await.unwrap();
+    assert!(!cpi.has_vm(&vm).await.unwrap());
+    assert!(cloud.inventory().vms.is_empty());
+}
+
+/// Kills (and reaps) a child process when dropped, so a failing test leaves no server.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -478,8 +478,19 @@ impl ControlPlane {
         namespace: &str,
         name: &str,
     ) -> Result<String, ControlPlaneError> {
+        self.service_account_token_for(namespace, name, &[]).await
+    }
+
+    /// A token of ServiceAccount `name` in `namespace` bound to `audiences` (none: the
+    /// apiserver's own), as a projected volume with those audiences gets it.
+    pub async fn service_account_token_for(
+        &self,
+        namespace: &str,
+        name: &str,
+        audiences: &[&str],
+    ) -> Result<String, ControlPlaneError> {
         let request: TokenRequest =
-            serde_json::from_value(serde_json::json!({"spec": {"audiences": []}}))
+            serde_json::from_value(serde_json::json!({"spec": {"audiences": audiences}}))
                 .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
         Api::<ServiceAccount>::namespaced(self.client().await?, namespace)
             .create_token_request(name, &PostParams::default(), &request)
