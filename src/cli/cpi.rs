@@ -13,6 +13,7 @@ use clap::Subcommand;
 
 use kubosh_cloud::local;
 use kubosh_cloud::protocol::Response;
+use kubosh_transport::cpi_http::{CpiRoutes, RemoteCpi};
 
 /// Arguments of `kubosh cpi`.
 #[derive(Debug, clap::Args)]
@@ -21,8 +22,8 @@ pub struct CpiArgs {
     /// its keys.
     #[arg(long, env = "KUBOSH_CPI_CONFIG", global = true)]
     config: Option<PathBuf>,
-    /// Call the local cloud that `kubosh cpi serve` serves at this URL (its `/cpi`) instead
-    /// of running it here: its VMs are processes of that server.
+    /// Call the local cloud that `kubosh cpi serve` serves at this URL (`http://HOST:PORT`)
+    /// instead of running it here: its VMs are processes of that server.
     #[arg(long, value_name = "URL")]
     remote: Option<String>,
     /// With `--remote`: the file holding the bearer token, read at each call (a projected
@@ -106,13 +107,9 @@ fn call_remote(
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let remote = RemoteCpi::new(url, token.trim(), REMOTE_CALL_LIMIT).map_err(|e| e.to_string())?;
     runtime
-        .block_on(kubosh_transport::cpi_http::call(
-            url,
-            token.trim(),
-            request,
-            REMOTE_CALL_LIMIT,
-        ))
+        .block_on(remote.call(request))
         .map_err(|e| e.to_string())
 }
 
@@ -172,7 +169,10 @@ async fn serve_until_stopped(args: &CpiArgs, serve: &ServeArgs) -> Result<(), St
     let listener = tokio::net::TcpListener::bind(serve.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", serve.listen))?;
-    let routes = kubosh_transport::cpi_http::CpiRoutes::new(program, reviewer);
+    // Stemcell images sent before their create_stemcell wait here (the Pod's /tmp).
+    let uploads = std::env::temp_dir().join("kubosh-cpi-images");
+    let routes = CpiRoutes::new(program, reviewer, uploads.clone())
+        .map_err(|e| format!("cannot prepare {}: {e}", uploads.display()))?;
     let server = kubosh_transport::https_server::HttpsServer::spawn_plain(listener, routes, "cpi")
         .map_err(|e| format!("cannot serve on {}: {e}", serve.listen))?;
     stop.requested().await;

@@ -1043,6 +1043,7 @@ async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vo
     let empty = token_file("empty", String::new());
 
     let port = crate::director_world::free_port();
+    let server_tmp = tempfile::tempdir().unwrap();
     let server = Command::new(KUBOSH)
         .args(["cpi", "--config"])
         .arg(cloud.config())
@@ -1050,6 +1051,7 @@ async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vo
         .args(["--audience", "kubosh-cloud"])
         .args(["--allow", &format!("system:serviceaccount:{ns}:controller")])
         .env("KUBECONFIG", cp.kubeconfig_path())
+        .env("TMPDIR", server_tmp.path())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -1067,12 +1069,11 @@ async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vo
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let remote = |token: &Path| {
-        let url = format!("{base}/cpi");
         let command = CpiCommand::new(KUBOSH)
             .args([
                 "cpi",
                 "--remote",
-                &url,
+                &base,
                 "--token-file",
                 token.to_str().unwrap(),
             ])
@@ -1099,6 +1100,16 @@ async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vo
         .cid;
     assert!(cpi.has_vm(&vm).await.unwrap());
     let inventory = cloud.inventory();
+    // The image was sent to the server, which made the stemcell from its copy and then
+    // removed that.
+    let uploads = server_tmp.path().join("kubosh-cpi-images");
+    assert_eq!(inventory.stemcells.len(), 1);
+    assert!(
+        Path::new(&inventory.stemcells[0].source).starts_with(&uploads),
+        "{}",
+        inventory.stemcells[0].source
+    );
+    assert_eq!(std::fs::read_dir(&uploads).unwrap().count(), 0);
     assert_eq!(inventory.vms.len(), 1);
     assert_eq!(inventory.vms[0].cid, vm.as_str());
     assert!(inventory.vms[0].agent_alive);

@@ -51,9 +51,36 @@ given one, or kubosh's local cloud. */}}
 {{- $command = append $command (toString .) -}}
 {{- end -}}
 {{- toJson $command -}}
+{{- else if .Values.cpi.localCloud.ownPod -}}
+{{- toJson (list "kubosh" "cpi" "--remote" (include "kubosh.cloudUrl" .) "--token-file" "/var/run/secrets/kubosh-cloud/token") -}}
 {{- else -}}
 {{- toJson (list "kubosh" "cpi" "--config" "/etc/kubosh/cpi/cpi.yml") -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when the local cloud runs in a Pod of its own (`kubosh cpi serve`), "" otherwise. */}}
+{{- define "kubosh.cloudPod" -}}
+{{- if and (not .Values.cpi.command) .Values.cpi.localCloud.ownPod -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the local cloud's VMs are processes of the controller's Pod, "" otherwise. */}}
+{{- define "kubosh.vmsInControllerPod" -}}
+{{- if and (not .Values.cpi.command) (not .Values.cpi.localCloud.ownPod) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The local cloud's own Pod: its name (Deployment, Service, ServiceAccount), the audience of
+the controller's tokens for it, and the URL the controller calls. */}}
+{{- define "kubosh.cloudName" -}}
+{{- printf "%s-cloud" (include "kubosh.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kubosh.cloudUrl" -}}
+{{- printf "http://%s.%s.svc:%v" (include "kubosh.cloudName" .) .Release.Namespace .Values.cpi.localCloud.port -}}
+{{- end -}}
+
+{{- define "kubosh.cloudSelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-cloud
+app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/* The files of the CPI ConfigMap: `cpi.config`, plus the local cloud's cpi.yml. */}}

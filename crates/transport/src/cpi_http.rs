@@ -9,8 +9,13 @@
 //! `200` with the program's stdout. `GET /healthz` answers `200` (the Pod's probes). Each
 //! request runs the program once, as a director runs a CPI: calls stay independent, and a
 //! VM a call starts outlives the call.
+//!
+//! `create_stemcell` names an image file on the caller's machine: the caller first sends it
+//! (`POST /images`, the file as the body; the answer is `{"path": ...}` on the server), then
+//! calls with that path, and the server removes the file once the call is answered.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +43,14 @@ pub enum CpiHttpError {
         /// What went wrong.
         message: String,
     },
+    /// A stemcell image could not be read or sent.
+    #[error("cannot send the stemcell image {path}: {message}")]
+    Image {
+        /// The image's path on the caller's machine.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The server answered with an error status.
     #[error("the CPI at {url} answered {status}: {body}")]
     Status {
@@ -50,48 +63,115 @@ pub enum CpiHttpError {
     },
 }
 
-/// Posts `request` to `url` (a server's `/cpi`) with `token`: the CPI's response bytes.
-/// `timeout` bounds the whole call.
-pub async fn call(
-    url: &str,
-    token: &str,
-    request: Vec<u8>,
-    timeout: Duration,
-) -> Result<Vec<u8>, CpiHttpError> {
-    let unreachable = |e: &dyn std::fmt::Display| CpiHttpError::Unreachable {
+/// The caller's side: calls the server at a base URL (`http://host:port`) with a token.
+#[derive(Debug)]
+pub struct RemoteCpi {
+    base: String,
+    token: String,
+    client: reqwest::Client,
+}
+
+impl RemoteCpi {
+    /// A caller of the server at `base` presenting `token`; `timeout` bounds each request.
+    pub fn new(base: &str, token: &str, timeout: Duration) -> Result<Self, CpiHttpError> {
+        // The server is plain HTTP inside the cluster; TLS would still need a provider.
+        let tls = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| unreachable(base, &e))?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .no_proxy()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| unreachable(base, &e))?;
+        Ok(RemoteCpi {
+            base: base.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            client,
+        })
+    }
+
+    /// Calls the CPI with `request` (a CPI request, JSON): its response bytes. The image of
+    /// a `create_stemcell` is sent first.
+    pub async fn call(&self, request: Vec<u8>) -> Result<Vec<u8>, CpiHttpError> {
+        let mut request = request;
+        if let Ok(mut parsed) = serde_json::from_slice::<serde_json::Value>(&request)
+            && parsed["method"] == "create_stemcell"
+            && let Some(image) = parsed["arguments"][0].as_str().map(PathBuf::from)
+        {
+            let uploaded = self.upload(&image).await?;
+            parsed["arguments"][0] = serde_json::Value::String(uploaded);
+            request = serde_json::to_vec(&parsed).map_err(|e| CpiHttpError::Image {
+                path: image.display().to_string(),
+                message: e.to_string(),
+            })?;
+        }
+        let answer = self
+            .client
+            .post(format!("{}/cpi", self.base))
+            .bearer_auth(&self.token)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(request)
+            .send()
+            .await;
+        self.body_of(answer, "/cpi").await
+    }
+
+    /// Sends the file at `path`: its path on the server.
+    async fn upload(&self, path: &Path) -> Result<String, CpiHttpError> {
+        let image_error = |e: &dyn std::fmt::Display| CpiHttpError::Image {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| image_error(&e))?;
+        let answer = self
+            .client
+            .post(format!("{}/images", self.base))
+            .bearer_auth(&self.token)
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(file)
+            .send()
+            .await;
+        let body = self.body_of(answer, "/images").await?;
+        let uploaded: Uploaded = serde_json::from_slice(&body).map_err(|e| image_error(&e))?;
+        Ok(uploaded.path)
+    }
+
+    async fn body_of(
+        &self,
+        answer: reqwest::Result<reqwest::Response>,
+        path: &str,
+    ) -> Result<Vec<u8>, CpiHttpError> {
+        let url = format!("{}{path}", self.base);
+        let answer = answer.map_err(|e| unreachable(&url, &e))?;
+        let status = answer.status();
+        let body = answer.bytes().await.map_err(|e| unreachable(&url, &e))?;
+        if !status.is_success() {
+            return Err(CpiHttpError::Status {
+                url,
+                status,
+                body: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+            });
+        }
+        Ok(body.to_vec())
+    }
+}
+
+fn unreachable(url: &str, e: &dyn std::fmt::Display) -> CpiHttpError {
+    CpiHttpError::Unreachable {
         url: url.to_string(),
         message: e.to_string(),
-    };
-    // The server is plain HTTP inside the cluster; TLS would still need a provider.
-    let tls = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| unreachable(&e))?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    let client = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .no_proxy()
-        .timeout(timeout)
-        .build()
-        .map_err(|e| unreachable(&e))?;
-    let answer = client
-        .post(url)
-        .bearer_auth(token)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(request)
-        .send()
-        .await
-        .map_err(|e| unreachable(&e))?;
-    let status = answer.status();
-    let body = answer.bytes().await.map_err(|e| unreachable(&e))?;
-    if !status.is_success() {
-        return Err(CpiHttpError::Status {
-            url: url.to_string(),
-            status,
-            body: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
-        });
     }
-    Ok(body.to_vec())
+}
+
+/// The answer to `POST /images`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Uploaded {
+    path: String,
 }
 
 /// Who may call the server: a bearer token's verdict.
@@ -105,12 +185,24 @@ pub trait Authenticate: Send + Sync + 'static {
 pub struct CpiRoutes<A> {
     program: Vec<String>,
     auth: A,
+    uploads: PathBuf,
 }
 
 impl<A: Authenticate> CpiRoutes<A> {
-    /// Runs `program` (its path and arguments) for each request `auth` allows.
-    pub fn new(program: Vec<String>, auth: A) -> Arc<Self> {
-        Arc::new(CpiRoutes { program, auth })
+    /// Runs `program` (its path and arguments) for each request `auth` allows; stemcell
+    /// images sent before their `create_stemcell` are kept in `uploads` (made empty now:
+    /// what an earlier server kept there was for calls that will not come).
+    pub fn new(program: Vec<String>, auth: A, uploads: PathBuf) -> std::io::Result<Arc<Self>> {
+        match std::fs::remove_dir_all(&uploads) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::fs::create_dir_all(&uploads)?;
+        Ok(Arc::new(CpiRoutes {
+            program,
+            auth,
+            uploads,
+        }))
     }
 
     async fn run(&self, request: &[u8]) -> Result<Vec<u8>, String> {
@@ -140,6 +232,73 @@ impl<A: Authenticate> CpiRoutes<A> {
         }
         Ok(out.stdout)
     }
+
+    /// The uploaded image a request names, if any: removed once the call is answered.
+    fn uploaded_image(&self, request: &[u8]) -> Option<PathBuf> {
+        let parsed: serde_json::Value = serde_json::from_slice(request).ok()?;
+        let path = PathBuf::from(parsed["arguments"][0].as_str()?);
+        (parsed["method"] == "create_stemcell" && path.parent() == Some(self.uploads.as_path()))
+            .then_some(path)
+    }
+
+    async fn call(&self, req: hyper::Request<Incoming>) -> http::Response<Body> {
+        let body = match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(e) => {
+                return full(
+                    StatusCode::BAD_REQUEST,
+                    "text/plain",
+                    format!("cannot read the request: {e}\n"),
+                );
+            }
+        };
+        let answer = self.run(&body).await;
+        if let Some(image) = self.uploaded_image(&body) {
+            let _ = tokio::fs::remove_file(image).await;
+        }
+        match answer {
+            Ok(response) => full(StatusCode::OK, "application/json", response),
+            Err(e) => {
+                tracing::warn!(error = %e, "a CPI call failed");
+                full(StatusCode::BAD_GATEWAY, "text/plain", format!("{e}\n"))
+            }
+        }
+    }
+
+    /// Stores the body as a new file in the uploads directory: `{"path": ...}`.
+    async fn upload(&self, req: hyper::Request<Incoming>) -> http::Response<Body> {
+        let name = kubosh_base::ids::uuid_v4();
+        let partial = self.uploads.join(format!(".{name}.part"));
+        let path = self.uploads.join(&name);
+        let stored = async {
+            let mut file = tokio::fs::File::create(&partial).await?;
+            let mut body = req.into_body();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(std::io::Error::other)?;
+                if let Some(data) = frame.data_ref() {
+                    file.write_all(data).await?;
+                }
+            }
+            file.flush().await?;
+            tokio::fs::rename(&partial, &path).await
+        };
+        if let Err(e) = stored.await {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return full(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                format!("cannot store the image: {e}\n"),
+            );
+        }
+        let answer = Uploaded {
+            path: path.display().to_string(),
+        };
+        full(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_vec(&answer).unwrap_or_default(),
+        )
+    }
 }
 
 fn bearer(req: &hyper::Request<Incoming>) -> Option<&str> {
@@ -152,8 +311,10 @@ impl<A: Authenticate> Routes for CpiRoutes<A> {
     async fn route(&self, req: hyper::Request<Incoming>) -> http::Response<Body> {
         match (req.method(), req.uri().path()) {
             (&Method::GET, "/healthz") => return full(StatusCode::OK, "text/plain", "ok\n"),
-            (&Method::POST, "/cpi") => {}
-            (_, "/cpi" | "/healthz") => return empty(StatusCode::METHOD_NOT_ALLOWED),
+            (&Method::POST, "/cpi" | "/images") => {}
+            (_, "/cpi" | "/images" | "/healthz") => {
+                return empty(StatusCode::METHOD_NOT_ALLOWED);
+            }
             _ => return empty(StatusCode::NOT_FOUND),
         }
         let Some(token) = bearer(&req).map(str::to_owned) else {
@@ -175,22 +336,10 @@ impl<A: Authenticate> Routes for CpiRoutes<A> {
                 );
             }
         }
-        let body = match Limited::new(req.into_body(), MAX_REQUEST).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(e) => {
-                return full(
-                    StatusCode::BAD_REQUEST,
-                    "text/plain",
-                    format!("cannot read the request: {e}\n"),
-                );
-            }
-        };
-        match self.run(&body).await {
-            Ok(response) => full(StatusCode::OK, "application/json", response),
-            Err(e) => {
-                tracing::warn!(error = %e, "a CPI call failed");
-                full(StatusCode::BAD_GATEWAY, "text/plain", format!("{e}\n"))
-            }
+        if req.uri().path() == "/images" {
+            self.upload(req).await
+        } else {
+            self.call(req).await
         }
     }
 }

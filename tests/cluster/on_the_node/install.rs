@@ -95,7 +95,7 @@ fn install_nats(cp: &ControlPlane, pki: &Path) {
          --from-file={pki}/director.crt --from-file={pki}/director.key"
         ),
     );
-    apply_json(cp, &authorization_volume(cp));
+    apply_json(cp, &shared_volume(cp, "nats-authorization", "10Mi"));
     sh(cp, "kubectl apply -f examples/cluster/nats.yaml");
     sh(
         cp,
@@ -103,9 +103,9 @@ fn install_nats(cp: &ControlPlane, pki: &Path) {
     );
 }
 
-/// The ReadWriteMany claim `nats-authorization`: here a hostPath volume on the node (a
-/// cluster's storage class elsewhere).
-fn authorization_volume(cp: &ControlPlane) -> serde_json::Value {
+/// A ReadWriteMany claim `name` in the release namespace: here a hostPath volume on the
+/// node (a cluster's storage class elsewhere).
+fn shared_volume(cp: &ControlPlane, name: &str, size: &str) -> serde_json::Value {
     let node_dir = cp.node().expect("a node").dir();
     serde_json::json!({
         "apiVersion": "v1",
@@ -114,14 +114,14 @@ fn authorization_volume(cp: &ControlPlane) -> serde_json::Value {
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
-                "metadata": {"name": "nats-authorization"},
+                "metadata": {"name": name},
                 "spec": {
-                    "capacity": {"storage": "10Mi"},
+                    "capacity": {"storage": size},
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": "",
-                    "claimRef": {"namespace": RELEASE_NS, "name": "nats-authorization"},
+                    "claimRef": {"namespace": RELEASE_NS, "name": name},
                     "hostPath": {
-                        "path": node_dir.join("volumes/nats-authorization").display().to_string(),
+                        "path": node_dir.join("volumes").join(name).display().to_string(),
                         "type": "DirectoryOrCreate",
                     },
                 },
@@ -129,12 +129,12 @@ fn authorization_volume(cp: &ControlPlane) -> serde_json::Value {
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "nats-authorization", "namespace": RELEASE_NS},
+                "metadata": {"name": name, "namespace": RELEASE_NS},
                 "spec": {
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": "",
-                    "volumeName": "nats-authorization",
-                    "resources": {"requests": {"storage": "10Mi"}},
+                    "volumeName": name,
+                    "resources": {"requests": {"storage": size}},
                 },
             },
         ],
@@ -214,9 +214,9 @@ fn owned_by(cp: &ControlPlane, kind: &str, namespace: &str, owner_uid: &str) -> 
         .collect()
 }
 
-/// The controller's Pod: running on the node (the only one).
-fn controller_pod(cp: &ControlPlane) -> String {
-    let pod = kubectl(
+/// The controller's running Pods (on the node, the only one), but for those being deleted.
+fn controller_pods(cp: &ControlPlane) -> Vec<String> {
+    let pods = kubectl(
         cp,
         &[
             "get",
@@ -226,12 +226,55 @@ fn controller_pod(cp: &ControlPlane) -> String {
             "-l",
             "app.kubernetes.io/name=kubosh",
             "-o",
-            "jsonpath={.items[0].metadata.name} {.items[0].spec.nodeName} {.items[0].status.phase}",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} \
+             {.metadata.deletionTimestamp}{\"\\n\"}{end}",
         ],
     );
-    let name = pod.split(' ').next().unwrap().to_string();
-    assert_eq!(pod, format!("{name} {NODE_NAME} Running"));
-    name
+    pods.lines()
+        .filter_map(|pod| {
+            let fields: Vec<&str> = pod.split_whitespace().collect();
+            match fields[..] {
+                [name, node, "Running"] => {
+                    assert_eq!(node, NODE_NAME, "{pod}");
+                    Some(name.to_string())
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The Pod holding the controller's leader election Lease ("" when none does).
+fn leader(cp: &ControlPlane) -> String {
+    sh(
+        cp,
+        &format!(
+            "kubectl get lease kubosh-controller -n {RELEASE_NS} -o jsonpath={{.spec.holderIdentity}}"
+        ),
+    )
+}
+
+/// The local cloud's VMs (`kubosh cpi inventory` in its Pod): CID and whether the agent runs.
+fn cloud_vms(cp: &ControlPlane) -> Vec<(String, bool)> {
+    let inventory = sh(
+        cp,
+        &format!(
+            "kubectl exec -n {RELEASE_NS} deploy/kubosh-cloud -- \
+             kubosh cpi --config /etc/kubosh/cpi/cpi.yml inventory"
+        ),
+    );
+    let inventory: serde_json::Value = serde_json::from_str(&inventory).unwrap();
+    inventory["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|vm| {
+            (
+                vm["cid"].as_str().unwrap().to_string(),
+                vm["agent_alive"].as_bool().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// `kubectl bosh ARGS` with the plugin (this `kubosh`) on `PATH`, which must succeed.
@@ -268,8 +311,9 @@ fn kubectl_bosh(cp: &ControlPlane, plugins: &Path, args: &[&str]) -> String {
 /// What is left in the release namespace and cluster-wide of the release, but for what this
 /// test made itself (NATS, its Secrets and claim).
 fn release_leftovers(cp: &ControlPlane) -> Vec<String> {
-    const OURS: [&str; 9] = [
+    const OURS: [&str; 10] = [
         "configmap/kube-root-ca.crt",
+        "persistentvolumeclaim/kubosh-blobs",
         "configmap/nats-authorization-seed",
         "configmap/nats-config",
         "secret/kubosh-nats",
@@ -304,7 +348,18 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
     sh(cp, &format!("kubectl create namespace {RELEASE_NS}"));
     install_nats(cp, &work.path().join("pki"));
 
-    // The chart, with the image the Dockerfile built (imported into the node).
+    // The chart, with the image the Dockerfile built (imported into the node): two
+    // replicas, and the local cloud in a Pod of its own, which shares the blobstore's claim.
+    // A hostPath volume takes no fsGroup: its directory is made the Pods' user's here, as a
+    // cluster's storage class would.
+    let blobs = cp
+        .node()
+        .expect("a node")
+        .dir()
+        .join("volumes/kubosh-blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::os::unix::fs::chown(&blobs, Some(65532), Some(65532)).unwrap();
+    apply_json(cp, &shared_volume(cp, "kubosh-blobs", "1Gi"));
     sh(
         cp,
         &format!(
@@ -312,13 +367,17 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
          --set nats.url=nats://nats.kubosh-system.svc:4222 \
          --set nats.authorization.enabled=true \
          --set nats.authorization.claimName=nats-authorization \
-         --set replicaCount=1 --wait --timeout 3m"
+         --set cpi.localCloud.ownPod=true \
+         --set blobstore.persistence.enabled=true \
+         --set blobstore.persistence.existingClaim=kubosh-blobs \
+         --wait --timeout 3m"
         ),
     );
-    let first_pod = controller_pod(cp);
+    let first_pods = controller_pods(cp);
+    assert_eq!(first_pods.len(), 2, "{first_pods:?}");
 
-    // `helm upgrade` with a changed value rolls the Pod (its environment changes); the new
-    // one is ready, and leads once the old one is gone.
+    // `helm upgrade` with a changed value rolls the Pods (their environment changes); the
+    // new ones are ready, and one leads.
     sh(
         cp,
         &format!(
@@ -326,25 +385,21 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
              --set controller.logLevel=debug --wait --timeout 3m"
         ),
     );
-    let pod_name = eventually(
+    let pods = eventually(
         cp,
-        "one controller Pod, a new one",
-        Duration::from_secs(60),
+        "two controller Pods, both new",
+        Duration::from_secs(90),
         || {
-            let pods = sh(
-                cp,
-                &format!(
-                    "kubectl get pods -n {RELEASE_NS} -l app.kubernetes.io/name=kubosh -o name"
-                ),
-            );
-            (pods.lines().count() == 1 && !pods.contains(&first_pod)).then(|| controller_pod(cp))
+            let pods = controller_pods(cp);
+            (pods.len() == 2 && !pods.iter().any(|p| first_pods.contains(p))).then_some(pods)
         },
     )
     .await;
     let env = sh(
         cp,
         &format!(
-            "kubectl get pod {pod_name} -n {RELEASE_NS} -o jsonpath={{.spec.containers[0].env}}"
+            "kubectl get pod {} -n {RELEASE_NS} -o jsonpath={{.spec.containers[0].env}}",
+            pods[0]
         ),
     );
     assert!(env.contains("\"debug\""), "{env}");
@@ -361,20 +416,50 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
         cp,
         "kubectl apply --server-side -f examples/local/hello.yaml",
     );
+
+    // Once the deploy has VMs in the cloud, the leader's Pod is deleted: the other replica
+    // leads and carries the deploy on to Ready, the VMs being the cloud Pod's.
+    let first_leader = eventually(cp, "a leader", Duration::from_secs(60), || {
+        Some(leader(cp)).filter(|l| !l.is_empty())
+    })
+    .await;
+    let vms_then = eventually(cp, "a VM in the cloud", Duration::from_secs(300), || {
+        Some(cloud_vms(cp)).filter(|vms| !vms.is_empty())
+    })
+    .await;
+    let ready = || {
+        sh(
+            cp,
+            &format!(
+                "kubectl get boshdeployment hello -n {BOSH_NS} \
+                 -o jsonpath={{.status.conditions[?(@.type==\"Ready\")].status}}"
+            ),
+        )
+    };
+    assert_ne!(ready(), "True", "the deploy is in flight");
+    let deleted = std::time::Instant::now();
+    sh(
+        cp,
+        &format!("kubectl delete pod {first_leader} -n {RELEASE_NS} --wait=false"),
+    );
     sh(
         cp,
         &format!(
             "kubectl wait --for=condition=Ready boshdeployment/hello -n {BOSH_NS} --timeout=600s"
         ),
     );
-    // The leader is the Pod: its Lease names it.
-    let holder = sh(
-        cp,
-        &format!(
-            "kubectl get lease kubosh-controller -n {RELEASE_NS} -o jsonpath={{.spec.holderIdentity}}"
-        ),
+    eprintln!(
+        "leader {first_leader} deleted with {} VM(s) in the cloud: the deploy was Ready {:.1?} later",
+        vms_then.len(),
+        deleted.elapsed()
     );
-    assert_eq!(holder, pod_name);
+    let pod_name = leader(cp);
+    assert_ne!(pod_name, first_leader, "the deleted Pod still leads");
+    assert!(controller_pods(cp).contains(&pod_name), "{pod_name}");
+    // Nothing leaked: the two instances' VMs alone (the compilation VM deleted), running.
+    let vms = cloud_vms(cp);
+    assert_eq!(vms.len(), 2, "{vms:?}");
+    assert!(vms.iter().all(|(_, alive)| *alive), "{vms:?}");
     let instances = sh(cp, &format!("kubectl get instances -n {BOSH_NS} -o name"));
     assert_eq!(instances.lines().count(), 2, "{instances}");
 
