@@ -108,15 +108,7 @@ impl RemoteCpi {
                 message: e.to_string(),
             })?;
         }
-        let answer = self
-            .client
-            .post(format!("{}/cpi", self.base))
-            .bearer_auth(&self.token)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(request)
-            .send()
-            .await;
-        self.body_of(answer, "/cpi").await
+        self.post("/cpi", "application/json", request).await
     }
 
     /// Sends the file at `path`: its path on the server.
@@ -128,26 +120,28 @@ impl RemoteCpi {
         let file = tokio::fs::File::open(path)
             .await
             .map_err(|e| image_error(&e))?;
-        let answer = self
-            .client
-            .post(format!("{}/images", self.base))
-            .bearer_auth(&self.token)
-            .header(http::header::CONTENT_TYPE, "application/octet-stream")
-            .body(file)
-            .send()
-            .await;
-        let body = self.body_of(answer, "/images").await?;
+        let body = self
+            .post("/images", "application/octet-stream", file)
+            .await?;
         let uploaded: Uploaded = serde_json::from_slice(&body).map_err(|e| image_error(&e))?;
         Ok(uploaded.path)
     }
 
-    async fn body_of(
+    /// Posts `body` to `path` with the token: the answer's body, when it is a success.
+    async fn post(
         &self,
-        answer: reqwest::Result<reqwest::Response>,
         path: &str,
+        content_type: &'static str,
+        body: impl Into<reqwest::Body>,
     ) -> Result<Vec<u8>, CpiHttpError> {
         let url = format!("{}{path}", self.base);
-        let answer = answer.map_err(|e| unreachable(&url, &e))?;
+        let answer = (self.client.post(&url))
+            .bearer_auth(&self.token)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| unreachable(&url, &e))?;
         let status = answer.status();
         let body = answer.bytes().await.map_err(|e| unreachable(&url, &e))?;
         if !status.is_success() {
