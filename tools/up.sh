@@ -5,7 +5,8 @@
 #   ./tools/up.sh [kubosh up options]
 #
 # System packages (ruby for the ERB renderer, a C compiler for the example release's
-# packages, curl, unzip, CA certificates) are installed with apt when missing, as root;
+# packages, curl, unzip, CA certificates, python3 with venv for tools/testbins.sh) are
+# installed with apt when missing, as root, in one quiet step;
 # otherwise the exact command is printed and nothing is built. Go (>= 1.26.3, to build the
 # control-plane binaries from the Go module proxy) comes from the proxy too when the
 # machine has none that new: golang.org/toolchain, unpacked under ~/.cache/kubosh/go.
@@ -19,9 +20,11 @@ GO_VERSION=${GO_VERSION:-1.26.8}
 GO_MIN=1.26.3
 
 need=()
-for pair in ruby:ruby cc:build-essential curl:curl unzip:unzip; do
+for pair in ruby:ruby cc:build-essential curl:curl unzip:unzip python3:python3; do
 	command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
+# python3 -m venv: tools/testbins.sh puts moto (an S3-compatible server) in a venv.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 [[ -s /etc/ssl/certs/ca-certificates.crt ]] || need+=(ca-certificates)
 if ((${#need[@]})); then
 	command -v apt-get >/dev/null || die "install ${need[*]} (no apt-get here), then run this again"
