@@ -54,20 +54,7 @@ pub fn run(args: &AgentArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("kubosh agent: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("kubosh agent: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::run_async("kubosh agent", serve(args))
 }
 
 async fn serve(args: &AgentArgs) -> Result<(), Box<dyn std::error::Error>> {

@@ -108,20 +108,7 @@ pub struct ControllerArgs {
 
 /// Runs `kubosh controller`.
 pub fn run_controller(args: &ControllerArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("kubosh controller: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("kubosh controller: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::run_async("kubosh controller", serve(args))
 }
 
 async fn serve(args: &ControllerArgs) -> Result<(), String> {

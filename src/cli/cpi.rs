@@ -69,7 +69,9 @@ pub fn run(args: &CpiArgs) -> ExitCode {
     match &args.command {
         None => answer(args),
         Some(CpiCommand::Inventory) => inventory(args),
-        Some(CpiCommand::Serve(serve)) => serve_http(args, serve),
+        Some(CpiCommand::Serve(serve)) => {
+            super::run_async("kubosh cpi serve", serve_until_stopped(args, serve))
+        }
     }
 }
 
@@ -132,23 +134,6 @@ fn write_bytes(answer: &[u8]) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
-}
-
-fn serve_http(args: &CpiArgs, serve: &ServeArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("kubosh cpi serve: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve_until_stopped(args, serve)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("kubosh cpi serve: {e}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 async fn serve_until_stopped(args: &CpiArgs, serve: &ServeArgs) -> Result<(), String> {

@@ -243,3 +243,25 @@ fn init_logging(format: LogFormat, default: &str, task_debug: bool) {
         .with(debug)
         .try_init();
 }
+
+/// Runs a long-running command's `work` on a multi-threaded tokio runtime: success, or
+/// `<command>: <error>` on stderr and failure.
+fn run_async<E: std::fmt::Display>(
+    command: &str,
+    work: impl std::future::Future<Output = Result<(), E>>,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{command}: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(work) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{command}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
