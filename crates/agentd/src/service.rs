@@ -856,14 +856,11 @@ fn signed_url_client(settings: &Settings) -> Result<reqwest::Client, ActionError
     let fail = |e: String| ActionError::Other(format!("building the HTTP client: {e}"));
     let ca = &settings.env.bosh.mbus.cert.ca;
     let config = if ca.is_empty() {
-        rustls::ClientConfig::builder_with_provider(kubosh_transport::tls::provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| fail(e.to_string()))?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth()
+        kubosh_transport::tls::client_config_trusting_nothing()
     } else {
-        kubosh_transport::tls::client_config(ca, None, false).map_err(|e| fail(e.to_string()))?
-    };
+        kubosh_transport::tls::client_config(ca, None, false)
+    }
+    .map_err(|e| fail(e.to_string()))?;
     reqwest::Client::builder()
         .no_proxy()
         .tls_backend_preconfigured(config)

@@ -74,12 +74,9 @@ pub struct RemoteCpi {
 impl RemoteCpi {
     /// A caller of the server at `base` presenting `token`; `timeout` bounds each request.
     pub fn new(base: &str, token: &str, timeout: Duration) -> Result<Self, CpiHttpError> {
-        // The server is plain HTTP inside the cluster; TLS would still need a provider.
-        let tls = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| unreachable(base, &e))?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth();
+        // The server is plain HTTP inside the cluster.
+        let tls =
+            crate::tls::client_config_trusting_nothing().map_err(|e| unreachable(base, &e))?;
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .no_proxy()

@@ -126,6 +126,16 @@ pub fn client_config(
     }
 }
 
+/// A client configuration that trusts no server: for an HTTP client that talks plain HTTP
+/// only (reqwest still wants a TLS configuration, having no crypto provider of its own here).
+pub fn client_config_trusting_nothing() -> Result<ClientConfig, TlsError> {
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth())
+}
+
 /// A server configuration presenting the certificate chain `cert_pem` (leaf first) with
 /// `key_pem`, without client authentication, TLS 1.2 and 1.3, offering only the ALPN
 /// protocols in `alpn` (bosh-agent's HTTPS mbus offers `http/1.1`). A key that does not
