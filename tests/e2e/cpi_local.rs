@@ -1006,18 +1006,13 @@ async fn a_snapshot_is_found_by_the_request_id_that_made_it() {
 /// error a director reports.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vouches_for() {
-    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::core::v1::ServiceAccount;
     use kube::api::{Api, PostParams};
 
     let cp = crate::controller::control_plane().await;
-    let client = cp.client().await.unwrap();
     let ns = "cpi-remote";
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
-    let accounts = Api::<ServiceAccount>::namespaced(client, ns);
+    cp.create_namespace(ns).await.unwrap();
+    let accounts = Api::<ServiceAccount>::namespaced(cp.client().await.unwrap(), ns);
     for name in ["controller", "other"] {
         let account: ServiceAccount =
             serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
