@@ -22,8 +22,8 @@
 # stdout line is the archive directory:
 #   KUBOSH_IMAGE_DIR=$(tools/images.sh)
 #
-# Needs root (buildah, mmdebstrap), and the apt packages buildah, mmdebstrap, gcc, libc6-dev
-# (installed when missing); Go for the NATS image (as tools/testbins.sh).
+# Needs root (buildah, mmdebstrap), and the apt packages buildah, mmdebstrap, gcc, libc6-dev,
+# runc (installed when missing); Go for the NATS image (as tools/testbins.sh).
 # Overrides: KUBOSH_CACHE, NATS_VERSION, NACK_VERSION, and
 # KUBOSH_IMAGE_PROFILE (the Dockerfile's CARGO_PROFILE: release, or dev for the test
 # command, which builds in a third of the time).
@@ -44,7 +44,8 @@ APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/ku
 [[ -n $RUST_VERSION && -n $DEBIAN && -n $APP_VERSION ]] || die "cannot read the Dockerfile's ARGs or the chart's appVersion"
 
 need=()
-for pair in buildah:buildah mmdebstrap:mmdebstrap gcc:gcc; do
+# buildah runs its RUN steps with an OCI runtime, which Debian only recommends.
+for pair in buildah:buildah mmdebstrap:mmdebstrap gcc:gcc runc:runc; do
 	command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 [[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || need+=(libc6-dev)
