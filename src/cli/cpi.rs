@@ -5,7 +5,7 @@
 use super::out::outln;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -40,7 +40,8 @@ enum CpiCommand {
     Inventory,
     /// Serve the local cloud over HTTP (`POST /cpi`, `GET /healthz`) to `kubosh cpi
     /// --remote` callers, who present a ServiceAccount token kube-apiserver accepts for
-    /// `--audience`. Each call runs `kubosh cpi` here; the VMs are this process's.
+    /// `--audience`. Each call runs `kubosh cpi` here; the VMs are this process's. First
+    /// it boots the VMs its state holds whose agents do not run (a restart's).
     Serve(ServeArgs),
 }
 
@@ -151,6 +152,7 @@ async fn serve_until_stopped(args: &CpiArgs, serve: &ServeArgs) -> Result<(), St
     if let Some(config) = &args.config {
         program.extend(["--config".to_string(), config.display().to_string()]);
     }
+    boot_stopped_vms(&program, args.config.as_deref()).await?;
     let listener = tokio::net::TcpListener::bind(serve.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", serve.listen))?;
@@ -162,6 +164,29 @@ async fn serve_until_stopped(args: &CpiArgs, serve: &ServeArgs) -> Result<(), St
         .map_err(|e| format!("cannot serve on {}: {e}", serve.listen))?;
     stop.requested().await;
     server.shutdown().await;
+    Ok(())
+}
+
+/// Before serving: the VMs this cloud holds whose agents do not run, booted. A server that
+/// starts again on its earlier state (a restarted Pod whose state is on a volume) finds
+/// every VM stopped, as a host that restarts finds its VMs, and boots them, so their
+/// instances run again before the controller misses them; their disks are as they were.
+async fn boot_stopped_vms(program: &[String], config: Option<&Path>) -> Result<(), String> {
+    let state_dir = local::Config::load(config, &serde_json::Map::new())
+        .map_err(|e| e.to_string())?
+        .state_dir;
+    let cpi = kubosh_cloud::ExternalCpi::new(
+        kubosh_cloud::CpiCommand::new(&program[0])
+            .args(program[1..].iter().cloned())
+            .timeout(Duration::from_secs(120)),
+        "kubosh-cpi-serve",
+    );
+    let booted = local::boot_stopped_vms(&cpi, &state_dir)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !booted.is_empty() {
+        tracing::info!(vms = ?booted, "booted the VMs whose agents did not run");
+    }
     Ok(())
 }
 

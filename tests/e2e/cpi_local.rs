@@ -1039,30 +1039,34 @@ async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vo
 
     let port = crate::director_world::free_port();
     let server_tmp = tempfile::tempdir().unwrap();
-    let server = Command::new(KUBOSH)
-        .args(["cpi", "--config"])
-        .arg(cloud.config())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--audience", "kubosh-cloud"])
-        .args(["--allow", &format!("system:serviceaccount:{ns}:controller")])
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        .env("TMPDIR", server_tmp.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = KillOnDrop(server);
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !reqwest::get(format!("{base}/healthz"))
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "kubosh cpi serve never answered /healthz"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let serve = || async {
+        let server = Command::new(KUBOSH)
+            .args(["cpi", "--config"])
+            .arg(cloud.config())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--audience", "kubosh-cloud"])
+            .args(["--allow", &format!("system:serviceaccount:{ns}:controller")])
+            .env("KUBECONFIG", cp.kubeconfig_path())
+            .env("TMPDIR", server_tmp.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = KillOnDrop(server);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !reqwest::get(format!("{base}/healthz"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "kubosh cpi serve never answered /healthz"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        server
+    };
+    let server = serve().await;
     let remote = |token: &Path| {
         let command = CpiCommand::new(KUBOSH)
             .args([
@@ -1123,6 +1127,18 @@ async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vo
         cloud.methods_called(),
         ["info", "create_stemcell", "create_vm", "has_vm"]
     );
+
+    // The server stopped and its VM's agent with it, as when its Pod goes: a new server on
+    // the same state boots the VM before it serves.
+    drop(server);
+    local::stop_all_agents(&cloud.state(), Duration::from_secs(5)).unwrap();
+    assert!(!cloud.inventory().vms[0].agent_alive);
+    let _server = serve().await;
+    let inventory = cloud.inventory();
+    assert_eq!(inventory.vms.len(), 1);
+    assert_eq!(inventory.vms[0].cid, vm.as_str());
+    assert!(inventory.vms[0].agent_alive);
+    assert_eq!(cloud.methods_called().last().unwrap(), "reboot_vm");
 
     cpi.delete_vm(&vm).await.unwrap();
     assert!(!cpi.has_vm(&vm).await.unwrap());

@@ -39,7 +39,7 @@ pub use calls::{CallRecord, read_calls};
 pub use config::{AgentConfig, CONFIG_KEYS, Config, ConfigError};
 pub use faults::{Fault, FaultError, Faults, Hang};
 pub use inventory::{DiskEntry, Inventory, SnapshotEntry, StemcellEntry, VmEntry, inventory};
-pub use vms::{kill_agent, set_agent_frozen, stop_all_agents};
+pub use vms::{BootError, boot_stopped_vms, kill_agent, set_agent_frozen, stop_all_agents};
 
 use store::Store;
 

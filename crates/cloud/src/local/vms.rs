@@ -331,6 +331,47 @@ fn with_agent(state_dir: &Path, vm: &VmCid, f: impl FnOnce(&ProcessRecord)) -> i
     Ok(())
 }
 
+/// Why VMs could not be booted.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// The local cloud's state could not be read.
+    #[error("the local cloud's inventory: {0}")]
+    Inventory(io::Error),
+    /// The CPI refused to boot a VM.
+    #[error("booting VM {vm}: {source}")]
+    Reboot {
+        /// The VM.
+        vm: String,
+        /// What the CPI said (boxed: it is large, and this error is rare).
+        source: Box<crate::CpiError>,
+    },
+}
+
+/// Boots every VM of the local cloud in `state_dir` whose agent is not running, through
+/// `cpi`'s `reboot_vm` (a `kubosh cpi` process, as a director calls it, so the agent is
+/// nobody's child): the agent starts again with the settings it was created with and starts
+/// its jobs, as after a host's restart. VMs whose agents run are left as they are. The VMs
+/// booted, by CID.
+pub async fn boot_stopped_vms(
+    cpi: &crate::ExternalCpi,
+    state_dir: &Path,
+) -> Result<Vec<String>, BootError> {
+    use crate::Cloud as _;
+    if !state_dir.exists() {
+        return Ok(Vec::new());
+    }
+    let inventory = super::inventory(state_dir).map_err(BootError::Inventory)?;
+    let mut booted = Vec::new();
+    for vm in inventory.vms.into_iter().filter(|vm| !vm.agent_alive) {
+        (cpi.reboot_vm(&VmCid(vm.cid.clone())).await).map_err(|source| BootError::Reboot {
+            vm: vm.cid.clone(),
+            source: Box::new(source),
+        })?;
+        booted.push(vm.cid);
+    }
+    Ok(booted)
+}
+
 /// Stops every VM's agent session (the agent and its job processes) after `grace`, leaving
 /// the records: for test teardown, so a failed test leaves no process behind.
 pub fn stop_all_agents(state_dir: &Path, grace: Duration) -> io::Result<()> {

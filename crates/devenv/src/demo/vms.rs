@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use kubosh_cloud::{Cloud, CpiCommand, CpiError, ExternalCpi, VmCid, local};
+use kubosh_cloud::{CpiCommand, ExternalCpi, local};
 
 use crate::LocalDirector;
 
@@ -14,14 +14,9 @@ pub enum VmError {
     /// The local cloud's state could not be read.
     #[error("the local cloud's inventory: {0}")]
     Inventory(std::io::Error),
-    /// The CPI refused to boot a VM.
-    #[error("booting VM {vm}: {source}")]
-    Reboot {
-        /// The VM.
-        vm: String,
-        /// What the CPI said (boxed: it is large, and this error is rare).
-        source: Box<CpiError>,
-    },
+    /// A VM could not be booted.
+    #[error(transparent)]
+    Boot(#[from] local::BootError),
 }
 
 /// How long a VM's agent gets to stop its jobs before its session is killed.
@@ -33,11 +28,6 @@ const POWER_OFF_GRACE: Duration = Duration::from_secs(20);
 /// still run (a run that was killed rather than stopped) are left as they are. The VMs
 /// booted, by CID.
 pub async fn power_on_vms(director: &LocalDirector, kubosh: &Path) -> Result<Vec<String>, VmError> {
-    let cloud = director.cloud();
-    if !cloud.exists() {
-        return Ok(Vec::new());
-    }
-    let inventory = local::inventory(&cloud).map_err(VmError::Inventory)?;
     let cpi = ExternalCpi::new(
         CpiCommand::new(kubosh)
             .args([
@@ -49,17 +39,7 @@ pub async fn power_on_vms(director: &LocalDirector, kubosh: &Path) -> Result<Vec
             .current_dir(director.dir()),
         "kubosh-up",
     );
-    let mut booted = Vec::new();
-    for vm in inventory.vms.into_iter().filter(|vm| !vm.agent_alive) {
-        cpi.reboot_vm(&VmCid(vm.cid.clone()))
-            .await
-            .map_err(|source| VmError::Reboot {
-                vm: vm.cid.clone(),
-                source: Box::new(source),
-            })?;
-        booted.push(vm.cid);
-    }
-    Ok(booted)
+    Ok(local::boot_stopped_vms(&cpi, &director.cloud()).await?)
 }
 
 /// Stops the agent of every VM of `director`'s local cloud and all its processes (the jobs),
