@@ -5,7 +5,8 @@
 #   ./tools/up.sh [kubosh up options]
 #
 # System packages (ruby for the ERB renderer, a C compiler for the example release's
-# packages, curl, unzip, CA certificates, python3 with venv for tools/testbins.sh) are
+# packages, curl, unzip, CA certificates, python3 with venv for tools/testbins.sh; with
+# --in-cluster the node's containerd, runc, CNI plugins, iptables, conntrack) are
 # installed with apt when missing, as root, in one quiet step;
 # otherwise the exact command is printed and nothing is built. Go (>= 1.26.3, to build the
 # control-plane binaries from the Go module proxy) comes from the proxy too when the
@@ -25,6 +26,15 @@ for pair in ruby:ruby cc:build-essential curl:curl unzip:unzip python3:python3; 
 done
 # python3 -m venv: tools/testbins.sh puts moto (an S3-compatible server) in a venv.
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+# --in-cluster: the dev cluster's node (containerd, runc, the CNI plugins, iptables,
+# conntrack, nsenter, ip); tools/images.sh installs buildah and mmdebstrap itself.
+for arg in "$@"; do
+	[[ $arg == --in-cluster ]] || continue
+	for pair in containerd:containerd runc:runc iptables:iptables conntrack:conntrack nsenter:util-linux ip:iproute2; do
+		command -v "${pair%%:*}" >/dev/null || PATH="$PATH:/usr/sbin:/sbin" command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
+	done
+	[[ -x /usr/lib/cni/bridge ]] || need+=(containernetworking-plugins)
+done
 [[ -s /etc/ssl/certs/ca-certificates.crt ]] || need+=(ca-certificates)
 if ((${#need[@]})); then
 	command -v apt-get >/dev/null || die "install ${need[*]} (no apt-get here), then run this again"

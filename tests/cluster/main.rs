@@ -5,8 +5,8 @@
 //! install` as README's "Install on a cluster" says, deploying the example to Ready with
 //! the controller in its Pod.
 //!
-//! One control plane and node for the binary (a node needs root and there is one per
-//! machine).
+//! One control plane and node shared by the binary's tests (a node needs root and there is
+//! one per machine), but while `kubosh up --in-cluster` runs a node of its own.
 
 /// Every test of the binary, in one module the test command can skip by name: its first
 /// `cargo test` runs while tools/images.sh still builds the node's images, and a second runs
@@ -14,19 +14,79 @@
 mod on_the_node {
     mod image;
     mod install;
+    mod up;
 }
 
+use std::ops::Deref;
 use std::path::Path;
-use std::process::Command;
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use kubosh_devenv::ControlPlane;
+use kubosh_devenv::in_cluster::{InClusterError, Installer};
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// The binary's control plane with its node, started on first use.
-pub async fn cluster() -> &'static ControlPlane {
-    ControlPlane::shared_with_node(kubosh_kube::api::crds)
-        .await
-        .unwrap_or_else(|e| panic!("a control plane with a node: {e}"))
+/// Turns at the machine's one node: the tests sharing [`cluster`] together, or one test
+/// alone that starts a node of its own ([`node_alone`]).
+static NODE_TURNS: RwLock<()> = RwLock::const_new(());
+/// Held while the shared cluster starts, so that one test starts it.
+static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The shared cluster while a test holds it. Only touched under its lock: a test finding it
+/// gone then knows its teardown is over.
+static SHARED: std::sync::Mutex<Weak<ControlPlane>> = std::sync::Mutex::new(Weak::new());
+
+/// The shared control plane with its node, for as long as this lives.
+pub struct Cluster {
+    cp: Option<Arc<ControlPlane>>,
+    _turn: RwLockReadGuard<'static, ()>,
+}
+
+impl Deref for Cluster {
+    type Target = ControlPlane;
+
+    fn deref(&self) -> &ControlPlane {
+        self.cp.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // The last holder tears the cluster down under the lock, before its turn ends.
+        let shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(self.cp.take());
+        drop(shared);
+    }
+}
+
+/// The binary's control plane with its node and kubosh's CRDs, started when no test holds
+/// it.
+pub async fn cluster() -> Cluster {
+    let turn = NODE_TURNS.read().await;
+    let _starting = STARTING.lock().await;
+    let running = (SHARED.lock().unwrap_or_else(PoisonError::into_inner)).upgrade();
+    let cp = match running {
+        Some(cp) => cp,
+        None => {
+            let cp = ControlPlane::start_with_node()
+                .await
+                .unwrap_or_else(|e| panic!("a control plane with a node: {e}"));
+            (cp.install_crds(&kubosh_kube::api::crds()).await)
+                .unwrap_or_else(|e| panic!("kubosh's CRDs: {e}"));
+            let cp = Arc::new(cp);
+            *SHARED.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&cp);
+            cp
+        }
+    };
+    Cluster {
+        cp: Some(cp),
+        _turn: turn,
+    }
+}
+
+/// The machine's node to start alone: once no test holds the shared cluster (which is then
+/// torn down), until this is dropped.
+pub async fn node_alone() -> RwLockWriteGuard<'static, ()> {
+    NODE_TURNS.write().await
 }
 
 /// The repository root.
@@ -34,44 +94,27 @@ pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `program` (a test binary: kubectl, helm) with the cluster's kubeconfig in the
-/// repository root: success, stdout, stderr.
-pub fn run(cp: &ControlPlane, program: &str, args: &[&str]) -> (bool, String, String) {
-    let path = kubosh_devenv::binary(program).unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(&path)
-        .args(args)
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        .current_dir(root())
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// The steps of README's "Install on a cluster" on `cp`, from the repository root, with the
+/// `kubosh` under test.
+pub fn installer(cp: &ControlPlane) -> Installer<'_> {
+    Installer::new(cp, root(), Path::new(env!("CARGO_BIN_EXE_kubosh")))
+}
+
+/// A step's result, or a panic with what went wrong and the cluster's diagnosis.
+pub fn done<T>(cp: &ControlPlane, step: Result<T, InClusterError>) -> T {
+    step.unwrap_or_else(|e| panic!("{e}\n{}", diagnosis(cp)))
 }
 
 /// A command line of `kubectl` or `helm` (words split on whitespace, no quoting), as README
 /// writes it, which must succeed: its stdout.
 pub fn sh(cp: &ControlPlane, line: &str) -> String {
-    let mut words = line.split_whitespace();
-    let program = words.next().expect("a command");
-    let args: Vec<&str> = words.collect();
-    let (ok, out, err) = run(cp, program, &args);
-    assert!(ok, "{line}:\n{out}\n{err}\n{}", diagnosis(cp));
-    out
+    done(cp, installer(cp).sh(line))
 }
 
 /// `kubectl ARGS`, which must succeed: its stdout.
 pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
-    let (ok, out, err) = run(cp, "kubectl", args);
-    assert!(
-        ok,
-        "kubectl {}:\n{out}\n{err}\n{}",
-        args.join(" "),
-        diagnosis(cp)
-    );
-    out
+    let kubectl = kubosh_devenv::binary("kubectl").unwrap_or_else(|e| panic!("{e}"));
+    done(cp, installer(cp).run(&kubectl, args))
 }
 
 /// What an operator would look at when something did not come up: every Pod, the recent
@@ -98,8 +141,13 @@ pub fn diagnosis(cp: &ControlPlane) -> String {
             "--tail=40",
         ][..],
     ] {
-        let (_, out, err) = run(cp, "kubectl", args);
-        text += &format!("--- kubectl {}\n{out}{err}", args.join(" "));
+        let said = match kubosh_devenv::binary("kubectl") {
+            Ok(kubectl) => installer(cp)
+                .run(&kubectl, args)
+                .unwrap_or_else(|e| e.to_string()),
+            Err(e) => e.to_string(),
+        };
+        text += &format!("--- kubectl {}\n{said}", args.join(" "));
     }
     text
 }

@@ -67,13 +67,13 @@ pub fn binary(name: &str) -> Result<PathBuf, BinError> {
     })
 }
 
-/// The control-plane binaries could not be built.
+/// A set-up script (the control-plane binaries, the node's images) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
-    /// The build script is not where the source tree had it.
-    #[error("{0} not found: run kubosh from its source tree, or set KUBOSH_BIN_DIR")]
-    NoScript(PathBuf),
-    /// The build script could not run.
+    /// The script is not where the source tree had it.
+    #[error("{0} not found: run kubosh from its source tree, or set {1}")]
+    NoScript(PathBuf, &'static str),
+    /// The script could not run.
     #[error("running {script}: {source}")]
     Run {
         /// The script.
@@ -81,7 +81,7 @@ pub enum InstallError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// The build script failed.
+    /// The script failed.
     #[error("{script} failed ({status}); its output is above")]
     Failed {
         /// The script.
@@ -97,14 +97,54 @@ pub enum InstallError {
 /// progress goes to `progress` as it comes: a first build takes minutes.
 pub fn install_bins(
     source_tree: &Path,
-    mut progress: impl FnMut(&str),
+    progress: impl FnMut(&str),
 ) -> Result<PathBuf, InstallError> {
     if let Some(dir) = std::env::var_os("KUBOSH_BIN_DIR") {
         return Ok(PathBuf::from(dir));
     }
-    let script = source_tree.join("tools/testbins.sh");
+    let dir = run_setup_script(source_tree, "tools/testbins.sh", "KUBOSH_BIN_DIR", progress)?;
+    let _ = CHOSEN.set(dir.clone());
+    Ok(dir)
+}
+
+/// The directory [`install_images`] chose for this process.
+static CHOSEN_IMAGES: OnceLock<PathBuf> = OnceLock::new();
+
+/// Where the node's images come from, as [`install_bins`] does for the binaries:
+/// `$KUBOSH_IMAGE_DIR` as it is, or `<source tree>/tools/images.sh`'s cached build (the
+/// repository's Dockerfile, NATS, CoreDNS, the Pod sandbox; a first build takes many
+/// minutes), made this process's image directory.
+pub fn install_images(
+    source_tree: &Path,
+    progress: impl FnMut(&str),
+) -> Result<PathBuf, InstallError> {
+    if let Some(dir) = std::env::var_os("KUBOSH_IMAGE_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let dir = run_setup_script(source_tree, "tools/images.sh", "KUBOSH_IMAGE_DIR", progress)?;
+    let _ = CHOSEN_IMAGES.set(dir.clone());
+    Ok(dir)
+}
+
+/// The node's image directory: [`install_images`]'s choice, `$KUBOSH_IMAGE_DIR`, else
+/// `~/.cache/kubosh/images`.
+pub(crate) fn image_dir() -> Option<PathBuf> {
+    (CHOSEN_IMAGES.get().cloned())
+        .or_else(|| std::env::var_os("KUBOSH_IMAGE_DIR").map(PathBuf::from))
+        .or_else(|| Some(cache_dir()?.join("images")))
+}
+
+/// Runs `<source tree>/<script>`, which builds what is missing and prints its directory as
+/// its last stdout line, its progress on stderr (each line to `progress`); that directory.
+fn run_setup_script(
+    source_tree: &Path,
+    script: &str,
+    override_var: &'static str,
+    mut progress: impl FnMut(&str),
+) -> Result<PathBuf, InstallError> {
+    let script = source_tree.join(script);
     if !script.is_file() {
-        return Err(InstallError::NoScript(script));
+        return Err(InstallError::NoScript(script, override_var));
     }
     let run = |source| InstallError::Run {
         script: script.clone(),
@@ -116,7 +156,6 @@ pub fn install_bins(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(run)?;
-    // The script's stdout is one line, the directory; its progress is on stderr.
     let stdout = child.stdout.take().map(|out| {
         std::thread::spawn(move || {
             let mut text = String::new();
@@ -137,7 +176,5 @@ pub fn install_bins(
     if !status.success() || dir.is_empty() {
         return Err(InstallError::Failed { script, status });
     }
-    let dir = PathBuf::from(dir);
-    let _ = CHOSEN.set(dir.clone());
-    Ok(dir)
+    Ok(PathBuf::from(dir))
 }

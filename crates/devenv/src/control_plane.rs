@@ -170,29 +170,6 @@ impl ControlPlane {
             .await
     }
 
-    /// The control plane of this process with a node (see [`ControlPlane::start_with_node`]),
-    /// started on first use with `crds` installed; later calls share it. The node is torn
-    /// down when the process exits.
-    pub async fn shared_with_node(
-        crds: impl FnOnce() -> Vec<CustomResourceDefinition>,
-    ) -> Result<&'static ControlPlane, ControlPlaneError> {
-        static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
-        extern "C" fn tear_down_shared_node() {
-            if let Some(node) = SHARED.get().and_then(|cp| cp.node.as_ref()) {
-                node::teardown(node.dir());
-            }
-        }
-        SHARED
-            .get_or_try_init(|| async {
-                let cp = ControlPlane::start_with_node().await?;
-                cp.install_crds(&crds()).await?;
-                // SAFETY: registers a plain function; it runs once, at exit.
-                unsafe { libc::atexit(tear_down_shared_node) };
-                Ok(cp)
-            })
-            .await
-    }
-
     /// Removes the temporary directories of control planes whose process is gone (a test
     /// binary's shared one, a killed run's), and tears down a node whose process is gone;
     /// [`ControlPlane::start`] does it first.
@@ -625,10 +602,7 @@ impl Serving {
 /// `~/.cache/kubosh/images` (tools/images.sh links each image's current archive there, beside
 /// the versioned files).
 fn image_archives() -> Vec<PathBuf> {
-    let dir = std::env::var_os("KUBOSH_IMAGE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| Some(super::bins::cache_dir()?.join("images")));
-    let Some(Ok(entries)) = dir.map(std::fs::read_dir) else {
+    let Some(Ok(entries)) = super::bins::image_dir().map(std::fs::read_dir) else {
         return Vec::new();
     };
     let mut archives: Vec<PathBuf> = entries

@@ -2,7 +2,8 @@
 //! service-account signer, admin and operator identities), nats-server (optionally with
 //! mutual TLS) and an S3-compatible server (moto), started as child processes on free
 //! loopback ports or in a directory kept between runs; a director's files for the local
-//! cloud (`LocalDirector`); and the one-command demo's stack (`demo`, `kubosh up`).
+//! cloud (`LocalDirector`); the one-command demo's stack (`demo`, `kubosh up`); and kubosh
+//! installed on the dev cluster's node with Helm (`in_cluster`, `kubosh up --in-cluster`).
 //!
 //! Children are tied to the life of this process (they get SIGKILL when it dies, even on a
 //! panic or a kill), so no test run leaves stray processes behind.
@@ -13,6 +14,7 @@ pub mod demo;
 mod director;
 mod files;
 mod http;
+pub mod in_cluster;
 mod logs;
 mod nats;
 mod node;
@@ -20,7 +22,7 @@ mod process;
 mod releases;
 mod s3;
 
-pub use bins::{BinError, InstallError, bin_dir, binary, install_bins};
+pub use bins::{BinError, InstallError, bin_dir, binary, install_bins, install_images};
 pub use control_plane::{ControlPlane, ControlPlaneError, ControlPlanePorts};
 pub use director::{DirectorError, DirectorSettings, LocalDirector, NatsPki, kubosh_agent_command};
 pub use http::{http_get, http_request};

@@ -1,12 +1,13 @@
 //! What the demo applies, with `kubectl apply --server-side` as a user would: its
 //! namespace, `examples/local/cloud-config.yaml`, the Release and Stemcell objects naming
 //! the tarballs it built (written to the state directory's `manifests/`: their URLs and
-//! digests are this machine's), and `examples/local/hello.yaml`.
+//! digests are this machine's, or, in the cluster, the tarballs served to the node's Pods),
+//! and `examples/local/hello.yaml`.
 
 use std::path::{Path, PathBuf};
 
 use kubosh_devenv::ControlPlane;
-use kubosh_devenv::demo::{Artifact, DemoLayout};
+use kubosh_devenv::demo::{DemoLayout, TarballSource};
 
 use super::{DEPLOYMENT, Say};
 
@@ -45,8 +46,8 @@ pub(super) fn apply_namespace(
 pub(super) fn apply_examples(
     cp: &ControlPlane,
     layout: &DemoLayout,
-    release: &Artifact,
-    stemcell: &Artifact,
+    release: &TarballSource,
+    stemcell: &TarballSource,
     namespace: &str,
     say: Say,
 ) -> Result<(), String> {
@@ -123,20 +124,19 @@ fn manifests_dir(layout: &DemoLayout) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// A `Release` or `Stemcell` object for a tarball of this machine: a `file://` URL and its
-/// digest, so a changed tarball changes the object and the controller reads it again.
+/// A `Release` or `Stemcell` object for a tarball kubosh up built: its URL and its digest,
+/// so a changed tarball changes the object and the controller reads it again.
 fn artifact_object(
     kind: &str,
     object: &str,
     namespace: &str,
     name: &str,
     version: &str,
-    artifact: &Artifact,
+    tarball: &TarballSource,
 ) -> String {
     format!(
-        "# Written by kubosh up for the tarball it built.\napiVersion: kubosh.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: {object}\n  namespace: {namespace}\nspec:\n  name: {name}\n  version: \"{version}\"\n  url: file://{}\n  sha1: \"{}\"\n",
-        artifact.path.display(),
-        artifact.digest,
+        "# Written by kubosh up for the tarball it built.\napiVersion: kubosh.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: {object}\n  namespace: {namespace}\nspec:\n  name: {name}\n  version: \"{version}\"\n  url: {}\n  sha1: \"{}\"\n",
+        tarball.url, tarball.digest,
     )
 }
 

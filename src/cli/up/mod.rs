@@ -13,6 +13,7 @@
 
 mod apply;
 mod errand;
+mod in_cluster;
 mod progress;
 mod report;
 
@@ -32,9 +33,16 @@ use kubosh_devenv::demo::{
 #[derive(Debug, Args)]
 pub struct UpArgs {
     /// Where everything is kept between runs: etcd's data, certificates, the VMs, the built
-    /// release and stemcell, logs (default: `$HOME/.kubosh/demo`).
+    /// release and stemcell, logs (default: `$HOME/.kubosh/demo`; with `--in-cluster`,
+    /// `$HOME/.kubosh/demo-in-cluster`, which keeps the tarballs only).
     #[arg(long = "state-dir", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The controller as Pods instead: a dev cluster with a node (as root; the images of
+    /// tools/images.sh, built first when missing), NATS and `helm install` of
+    /// charts/kubosh as README's "Install on a cluster" says, then the same example. The
+    /// cluster is removed when it stops.
+    #[arg(long = "in-cluster")]
+    pub in_cluster: bool,
     /// Stop everything and exit once the deployment is Ready and its job answers (for
     /// scripts and tests).
     #[arg(long = "exit-when-ready")]
@@ -91,15 +99,23 @@ pub fn run(args: &UpArgs) -> ExitCode {
 }
 
 fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
+    let default_dir = if args.in_cluster {
+        ".kubosh/demo-in-cluster"
+    } else {
+        ".kubosh/demo"
+    };
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
         None => std::env::var_os("HOME")
-            .map(|home| PathBuf::from(home).join(".kubosh/demo"))
+            .map(|home| PathBuf::from(home).join(default_dir))
             .ok_or("HOME is not set: give --state-dir")?,
     };
     let layout =
         DemoLayout::new(&state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
     say.line(&format!("kubosh up: state in {}", layout.root().display()));
+    if args.in_cluster {
+        return in_cluster::up(args, &layout, say);
+    }
     check_privileges(say)?;
     check_tools()?;
     let kubosh =
@@ -131,7 +147,15 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
     });
     let code = match outcome {
         Ok(Outcome::Ready(report)) => {
-            report.print(&layout);
+            let metrics = stack.as_ref().map_or(0, |s| s.ports().metrics);
+            report.print(
+                &layout.kubeconfig(),
+                &format!(
+                    "The controller's metrics: curl http://127.0.0.1:{metrics}/metrics\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log",
+                    layout.controller_log().display(),
+                    layout.director().cloud().display(),
+                ),
+            );
             let mut code = ExitCode::SUCCESS;
             if args.exit_when_ready {
                 say.line("--exit-when-ready: stopping everything");
@@ -302,14 +326,21 @@ async fn converge(
     let cp = stack
         .control_plane()
         .ok_or("the control plane is not running")?;
-    apply::apply_examples(cp, layout, &release, &stemcell, NAMESPACE, say)?;
+    apply::apply_examples(
+        cp,
+        layout,
+        &release.on_this_machine(),
+        &stemcell.on_this_machine(),
+        NAMESPACE,
+        say,
+    )?;
     let converged = progress::converge(
         &client,
         NAMESPACE,
         DEPLOYMENT,
         controller_started,
         args.timeout,
-        stack,
+        &mut LocalController(stack),
         say,
     )
     .await?;
@@ -317,13 +348,36 @@ async fn converge(
         .control_plane()
         .ok_or("the control plane is not running")?;
     let errand = errand::run_smoke_tests(cp, &client, NAMESPACE, args.timeout, say).await?;
-    Ok(report::Report::new(
-        cp,
-        NAMESPACE,
-        converged,
-        errand,
-        stack.ports().metrics,
-    ))
+    Ok(report::Report::new(cp, NAMESPACE, converged, errand))
+}
+
+/// The demo's `kubosh controller`, a process of the stack.
+struct LocalController<'a>(&'a mut Stack);
+
+impl progress::Watched for LocalController<'_> {
+    fn gone(&mut self) -> Option<String> {
+        let log = self.0.layout().controller_log();
+        (!self.0.controller_running()).then(|| {
+            format!(
+                "kubosh controller exited; the end of its log ({}):\n{}",
+                log.display(),
+                progress::tail(&log)
+            )
+        })
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.0.layout().controller_log();
+        format!(
+            "the end of the controller's log ({}):\n{}",
+            log.display(),
+            progress::tail(&log)
+        )
+    }
+
+    fn reaches_instances(&self) -> bool {
+        true
+    }
 }
 
 /// The controller's ops API arguments: served on every address (kube-apiserver reaches it at
@@ -359,10 +413,9 @@ async fn register_ops_api(client: &kube::Client, port: u16, say: Say) {
 /// (the Director's ERB), `cc` compiles the release's packages on the VMs. Checked first, so
 /// a missing one fails in a second rather than as a failed deploy minutes later.
 fn check_tools() -> Result<(), String> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
     let missing: Vec<&str> = [("ruby", "ruby"), ("cc", "build-essential")]
         .into_iter()
-        .filter(|(tool, _)| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+        .filter(|(tool, _)| !on_path(tool))
         .map(|(_, package)| package)
         .collect();
     if missing.is_empty() {
@@ -372,6 +425,12 @@ fn check_tools() -> Result<(), String> {
         "the example needs ruby (job templates) and a C compiler (its packages): apt-get install {}",
         missing.join(" ")
     ))
+}
+
+/// Whether `tool` is a file in a directory of `PATH`.
+fn on_path(tool: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| dir.join(tool).is_file())
 }
 
 /// The hello job's scripts use `/var/vcap` literally, so each VM's agent mounts its VM

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use kube::api::{Api, ListParams};
-use kubosh_devenv::demo::Stack;
 use kubosh_kube::api::condition::{READY, RECONCILING};
 use kubosh_kube::api::{Deployment, Instance, ProcessState, TaskSummary};
 use kubosh_kube::controller::status::{is_ready, not_ready_because};
@@ -37,6 +36,16 @@ pub(super) struct Converged {
 /// How often the deployment is read.
 const POLL: Duration = Duration::from_millis(500);
 
+/// The controller a run follows the deploy of.
+pub(super) trait Watched {
+    /// Why it cannot go on (it exited), with the end of its log; `None` while it runs.
+    fn gone(&mut self) -> Option<String>;
+    /// Where its log is and its last lines, for a deploy that did not converge in time.
+    fn log_tail(&self) -> String;
+    /// Whether the instances' addresses are reachable from here (each is asked `GET /`).
+    fn reaches_instances(&self) -> bool;
+}
+
 /// Follows deployment `name` until it converged, for at most `limit`. Only a deploy task
 /// that started after `controller_started` counts: the status an earlier run left says
 /// nothing of this one (a controller deploys, or finds nothing to do, when it starts).
@@ -46,10 +55,9 @@ pub(super) async fn converge(
     name: &str,
     controller_started: SystemTime,
     limit: Duration,
-    stack: &mut Stack,
+    controller: &mut dyn Watched,
     say: Say,
 ) -> Result<Converged, String> {
-    let log = stack.layout().controller_log();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let instances: Api<Instance> = Api::namespaced(client.clone(), namespace);
     let deadline = Instant::now() + limit;
@@ -57,18 +65,13 @@ pub(super) async fn converge(
     loop {
         if Instant::now() > deadline {
             return Err(format!(
-                "deployment {name} did not converge within {}; the end of the controller's log ({}):\n{}",
+                "deployment {name} did not converge within {}; {}",
                 humantime::format_duration(limit),
-                log.display(),
-                tail(&log)
+                controller.log_tail()
             ));
         }
-        if !stack.controller_running() {
-            return Err(format!(
-                "kubosh controller exited; the end of its log ({}):\n{}",
-                log.display(),
-                tail(&log)
-            ));
+        if let Some(why) = controller.gone() {
+            return Err(why);
         }
         let Some((d, mine)) = lines.observe(&deployments, &instances, name).await? else {
             tokio::time::sleep(POLL).await;
@@ -89,6 +92,12 @@ pub(super) async fn converge(
             && mine.iter().all(|i| {
                 i.status.as_ref().and_then(|s| s.process_state) == Some(ProcessState::Running)
             });
+        if ready && all_running && !controller.reaches_instances() {
+            return Ok(Converged {
+                last_task: status.last_task,
+                answers: Vec::new(),
+            });
+        }
         if ready && all_running {
             let port = hello_port(&d);
             let answers: Vec<Answer> = mine.iter().filter_map(|i| answer(i, port)).collect();

@@ -2,8 +2,9 @@
 //! shows them, each instance's answer, and how to reach the cluster.
 
 use crate::cli::out::out;
+use std::path::Path;
+
 use kubosh_devenv::ControlPlane;
-use kubosh_devenv::demo::DemoLayout;
 
 use super::apply::kubectl;
 use super::errand::ErrandReport;
@@ -15,7 +16,6 @@ pub(super) struct Report {
     table: String,
     converged: Converged,
     errand: ErrandReport,
-    metrics_port: u16,
 }
 
 impl Report {
@@ -25,7 +25,6 @@ impl Report {
         namespace: &str,
         converged: Converged,
         errand: ErrandReport,
-        metrics_port: u16,
     ) -> Report {
         let table = kubectl(cp, &["get", "boshdeployments,instances", "-n", namespace])
             .unwrap_or_else(|e| format!("{e}\n"));
@@ -34,12 +33,12 @@ impl Report {
             table,
             converged,
             errand,
-            metrics_port,
         }
     }
 
-    /// Prints it to stdout.
-    pub(super) fn print(&self, layout: &DemoLayout) {
+    /// Prints it to stdout, with how to point kubectl at the cluster of `kubeconfig` and
+    /// `where_things_are` (metrics, logs) last.
+    pub(super) fn print(&self, kubeconfig: &Path, where_things_are: &str) {
         let mut text = String::from("\n$ kubectl get boshdeployments,instances\n");
         text.push_str(&self.table);
         if let Some(task) = &self.converged.last_task {
@@ -76,12 +75,9 @@ impl Report {
             text.push_str("The errand failed: `kubectl describe errandrun` tells more.\n");
         }
         text.push_str(&format!(
-            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n  kubectl get errandruns\nRun the errand again: kubectl create -f examples/local/smoke-tests.yaml, or kubectl bosh run-errand hello smoke-tests\nLogs and a shell: kubectl bosh logs hello web/0, kubectl bosh ssh hello web/0\n  (kubectl bosh is kubosh as kubectl-bosh on PATH: ln -s \"$(command -v kubosh)\" ~/.local/bin/kubectl-bosh)\n\nThe controller's metrics: curl http://127.0.0.1:{}/metrics\nLogs: the controller's {}, each VM's agent {}/vms/<vm>/agent.log\n\n",
+            "\nPoint kubectl at it (namespace {} is the default):\n  export KUBECONFIG={}\n  kubectl get boshdeployments,instances\n  kubectl describe boshdeployment hello\n  kubectl get errandruns\nRun the errand again: kubectl create -f examples/local/smoke-tests.yaml, or kubectl bosh run-errand hello smoke-tests\nLogs and a shell: kubectl bosh logs hello web/0, kubectl bosh ssh hello web/0\n  (kubectl bosh is kubosh as kubectl-bosh on PATH: ln -s \"$(command -v kubosh)\" ~/.local/bin/kubectl-bosh)\n\n{where_things_are}\n\n",
             self.namespace,
-            layout.kubeconfig().display(),
-            self.metrics_port,
-            layout.controller_log().display(),
-            layout.director().cloud().display(),
+            kubeconfig.display(),
         ));
         out!("{text}");
     }

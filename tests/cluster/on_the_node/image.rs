@@ -9,7 +9,8 @@ use crate::{cluster, eventually, kubectl};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_image_has_what_the_controller_needs_under_the_charts_security_context() {
-    let cp = cluster().await;
+    let cluster = cluster().await;
+    let cp = &*cluster;
     let ns = "image-check";
     cp.create_namespace(ns).await.unwrap();
     // The chart's securityContext and podSecurityContext, as it renders them.

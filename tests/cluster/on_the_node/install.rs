@@ -1,7 +1,8 @@
 //! README's "Install on a cluster", step by step with the real `kubosh`, `kubectl` and
-//! `helm`: the director's NATS in the cluster (examples/cluster/nats.yaml: mutual TLS,
-//! per-agent authorization on a shared volume, its config reloader), `helm install` of
-//! charts/kubosh with the image the Dockerfile built, the example CloudConfig, Release,
+//! `helm` (`kubosh_devenv::in_cluster`, the steps `kubosh up --in-cluster` takes too): the
+//! director's NATS in the cluster (examples/cluster/nats.yaml: mutual TLS, per-agent
+//! authorization on a shared volume, its config reloader), `helm install` of charts/kubosh
+//! with the image the Dockerfile built, the example CloudConfig, Release,
 //! Stemcell and Deployment applied and seen `Ready` with the controller running in its Pod,
 //! an instance's logs fetched through the ops API (`kubectl bosh logs`); then the Deployment
 //! deleted and its owned objects garbage-collected, and `helm uninstall` leaving no
@@ -11,11 +12,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kubosh_devenv::{ControlPlane, ManagedChild, NODE_NAME};
+use kubosh_devenv::in_cluster::RELEASE_NAMESPACE as RELEASE_NS;
+use kubosh_devenv::{ControlPlane, NODE_NAME};
 
-use crate::{cluster, diagnosis, eventually, kubectl, root, sh};
+use crate::{cluster, diagnosis, done, eventually, installer, kubectl, root, sh};
 
-const RELEASE_NS: &str = "kubosh-system";
 const BOSH_NS: &str = "bosh";
 
 /// `helm template kubosh charts/kubosh -n kubosh-system --set ...`.
@@ -42,160 +43,6 @@ pub fn render_chart(set: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// `kubosh ARGS` (the binary under test), which must succeed.
-fn kubosh(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_kubosh"))
-        .args(args)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(out.status.success(), "kubosh {args:?}:\n{stdout}\n{stderr}");
-    stdout
-}
-
-/// The NATS a director needs, in the cluster: its certificates (`kubosh nats-pki`), the
-/// Secrets and the seed the manifest names, a ReadWriteMany claim for the authorization
-/// file (here a hostPath volume on the node; a cluster's storage class elsewhere), then
-/// examples/cluster/nats.yaml, rolled out.
-fn install_nats(cp: &ControlPlane, pki: &Path) {
-    let pki = pki.display();
-    kubosh(&[
-        "nats-pki",
-        "--dir",
-        &pki.to_string(),
-        "--host",
-        "nats.kubosh-system.svc",
-        "--host",
-        "nats",
-    ]);
-    sh(
-        cp,
-        &format!(
-            "kubectl -n {RELEASE_NS} create secret generic nats-tls \
-         --from-file={pki}/ca.crt --from-file={pki}/nats.crt --from-file={pki}/nats.key"
-        ),
-    );
-    sh(
-        cp,
-        &format!(
-            "kubectl -n {RELEASE_NS} create configmap nats-authorization-seed \
-         --from-file={pki}/authorization.json"
-        ),
-    );
-    sh(
-        cp,
-        &format!(
-            "kubectl -n {RELEASE_NS} create secret generic kubosh-nats \
-         --from-file={pki}/ca.crt --from-file={pki}/ca.key \
-         --from-file={pki}/director.crt --from-file={pki}/director.key"
-        ),
-    );
-    apply_json(cp, &shared_volume(cp, "nats-authorization", "10Mi"));
-    sh(cp, "kubectl apply -f examples/cluster/nats.yaml");
-    sh(
-        cp,
-        &format!("kubectl -n {RELEASE_NS} rollout status deploy/nats --timeout=180s"),
-    );
-}
-
-/// A ReadWriteMany claim `name` in the release namespace: here a hostPath volume on the
-/// node (a cluster's storage class elsewhere).
-fn shared_volume(cp: &ControlPlane, name: &str, size: &str) -> serde_json::Value {
-    let node_dir = cp.node().expect("a node").dir();
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": name},
-                "spec": {
-                    "capacity": {"storage": size},
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": "",
-                    "claimRef": {"namespace": RELEASE_NS, "name": name},
-                    "hostPath": {
-                        "path": node_dir.join("volumes").join(name).display().to_string(),
-                        "type": "DirectoryOrCreate",
-                    },
-                },
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": name, "namespace": RELEASE_NS},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": "",
-                    "volumeName": name,
-                    "resources": {"requests": {"storage": size}},
-                },
-            },
-        ],
-    })
-}
-
-fn apply_json(cp: &ControlPlane, object: &serde_json::Value) {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), object.to_string()).unwrap();
-    kubectl(cp, &["apply", "-f", &file.path().display().to_string()]);
-}
-
-/// The example release and stemcell served over HTTP from this machine, at the address the
-/// node's Pods reach it on; the Release and Stemcell objects naming them.
-fn serve_artifacts(dir: &Path) -> (ManagedChild, serde_json::Value) {
-    let release = kubosh_devenv::demo::example_release_artifact(dir).unwrap();
-    let stemcell = kubosh_devenv::demo::local_stemcell_artifact(dir).unwrap();
-    let port = kubosh_devenv::free_port().unwrap();
-    let address = kubosh_devenv::NODE_HOST_SIDE_ADDRESS;
-    let mut server = Command::new("python3");
-    server
-        .args([
-            "-m",
-            "http.server",
-            "--bind",
-            address,
-            &port.to_string(),
-            "--directory",
-        ])
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let server = kubosh_devenv::spawn_tied(server).unwrap();
-    let url = |path: &Path| {
-        format!(
-            "http://{address}:{port}/{}",
-            path.file_name().unwrap().to_string_lossy()
-        )
-    };
-    let objects = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            {
-                "apiVersion": "kubosh.io/v1alpha1",
-                "kind": "Release",
-                "metadata": {"name": "hello-1.0.0", "namespace": BOSH_NS},
-                "spec": {"name": "hello", "version": "1.0.0", "url": url(&release.path), "sha1": release.digest},
-            },
-            {
-                "apiVersion": "kubosh.io/v1alpha1",
-                "kind": "Stemcell",
-                "metadata": {"name": "bosh-kubosh-local-ubuntu-jammy-1.0", "namespace": BOSH_NS},
-                "spec": {
-                    "name": "bosh-kubosh-local-ubuntu-jammy", "version": "1.0",
-                    "url": url(&stemcell.path), "sha1": stemcell.digest,
-                },
-            },
-        ],
-    });
-    (server, objects)
 }
 
 /// Names of the objects of `kind` in `namespace` with an owner reference to `owner_uid`.
@@ -311,9 +158,10 @@ fn kubectl_bosh(cp: &ControlPlane, plugins: &Path, args: &[&str]) -> String {
 /// What is left in the release namespace and cluster-wide of the release, but for what this
 /// test made itself (NATS, its Secrets and claim).
 fn release_leftovers(cp: &ControlPlane) -> Vec<String> {
-    const OURS: [&str; 10] = [
+    const OURS: [&str; 11] = [
         "configmap/kube-root-ca.crt",
         "persistentvolumeclaim/kubosh-blobs",
+        "persistentvolumeclaim/kubosh-cloud-state",
         "configmap/nats-authorization-seed",
         "configmap/nats-config",
         "secret/kubosh-nats",
@@ -343,36 +191,16 @@ fn release_leftovers(cp: &ControlPlane) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_ready() {
-    let cp = cluster().await;
+    let cluster = cluster().await;
+    let cp = &*cluster;
     let work = tempfile::tempdir().unwrap();
-    sh(cp, &format!("kubectl create namespace {RELEASE_NS}"));
-    install_nats(cp, &work.path().join("pki"));
+    let install = installer(cp);
+    done(cp, install.create_namespace());
+    done(cp, install.install_nats(&work.path().join("pki")));
 
     // The chart, with the image the Dockerfile built (imported into the node): two
     // replicas, and the local cloud in a Pod of its own, which shares the blobstore's claim.
-    // A hostPath volume takes no fsGroup: its directory is made the Pods' user's here, as a
-    // cluster's storage class would.
-    let blobs = cp
-        .node()
-        .expect("a node")
-        .dir()
-        .join("volumes/kubosh-blobs");
-    std::fs::create_dir_all(&blobs).unwrap();
-    std::os::unix::fs::chown(&blobs, Some(65532), Some(65532)).unwrap();
-    apply_json(cp, &shared_volume(cp, "kubosh-blobs", "1Gi"));
-    sh(
-        cp,
-        &format!(
-            "helm install kubosh charts/kubosh -n {RELEASE_NS} \
-         --set nats.url=nats://nats.kubosh-system.svc:4222 \
-         --set nats.authorization.enabled=true \
-         --set nats.authorization.claimName=nats-authorization \
-         --set cpi.localCloud.ownPod=true \
-         --set blobstore.persistence.enabled=true \
-         --set blobstore.persistence.existingClaim=kubosh-blobs \
-         --wait --timeout 3m"
-        ),
-    );
+    done(cp, install.install_chart(&[]));
     let first_pods = controller_pods(cp);
     assert_eq!(first_pods.len(), 2, "{first_pods:?}");
 
@@ -406,12 +234,12 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
 
     // The example, as `kubosh up` applies it, with the tarballs served over HTTP.
     sh(cp, &format!("kubectl create namespace {BOSH_NS}"));
-    let (_server, artifacts) = serve_artifacts(&work.path().join("artifacts"));
+    let artifacts = done(cp, install.serve_artifacts(&work.path().join("artifacts")));
     sh(
         cp,
         "kubectl apply --server-side -f examples/local/cloud-config.yaml",
     );
-    apply_json(cp, &artifacts);
+    done(cp, install.apply_json(&artifacts.objects(BOSH_NS)));
     sh(
         cp,
         "kubectl apply --server-side -f examples/local/hello.yaml",
@@ -478,6 +306,35 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
     assert!(
         (tarballs[0].file_name().to_string_lossy()).starts_with("hello.web.0-"),
         "{said}"
+    );
+
+    // The cloud's Pod deleted, as a host that restarts: the new Pod finds its state on the
+    // claim and boots the same VMs, whose jobs answer the errand's smoke tests again.
+    let vms_before = cloud_vms(cp);
+    sh(
+        cp,
+        &format!("kubectl delete pod -n {RELEASE_NS} -l app.kubernetes.io/component=cloud"),
+    );
+    sh(
+        cp,
+        &format!("kubectl rollout status deploy/kubosh-cloud -n {RELEASE_NS} --timeout=120s"),
+    );
+    eventually(
+        cp,
+        "the cloud's VMs booted again",
+        Duration::from_secs(60),
+        || (cloud_vms(cp) == vms_before).then_some(()),
+    )
+    .await;
+    let run = sh(
+        cp,
+        "kubectl create -f examples/local/smoke-tests.yaml -o jsonpath={.metadata.name}",
+    );
+    sh(
+        cp,
+        &format!(
+            "kubectl wait --for=jsonpath={{.status.phase}}=Succeeded errandrun/{run} -n {BOSH_NS} --timeout=300s"
+        ),
     );
 
     // Garbage collection: what the Deployment owns goes with it (kube-controller-manager).

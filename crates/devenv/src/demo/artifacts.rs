@@ -39,6 +39,25 @@ pub struct Artifact {
     pub built: bool,
 }
 
+impl Artifact {
+    /// Where a `Release` or `Stemcell` on this machine finds it: a `file://` URL.
+    pub fn on_this_machine(&self) -> TarballSource {
+        TarballSource {
+            url: format!("file://{}", self.path.display()),
+            digest: self.digest.clone(),
+        }
+    }
+}
+
+/// What a `Release` or `Stemcell` names of its tarball: where it is and its digest.
+#[derive(Debug, Clone)]
+pub struct TarballSource {
+    /// `spec.url`.
+    pub url: String,
+    /// `spec.sha1`: the tarball's `sha256:<hex>` digest.
+    pub digest: String,
+}
+
 /// The example release (`examples/releases/hello`, version 1.0.0) in `dir`, built when there
 /// is none or its source changed since it was built (a digest of the source files is kept
 /// beside it).

@@ -24,7 +24,9 @@ mod ports;
 mod stack;
 mod vms;
 
-pub use artifacts::{Artifact, ArtifactError, example_release_artifact, local_stemcell_artifact};
+pub use artifacts::{
+    Artifact, ArtifactError, TarballSource, example_release_artifact, local_stemcell_artifact,
+};
 pub use layout::DemoLayout;
 pub use ports::{DemoPorts, PortsError};
 pub use stack::{DemoError, Ended, Stack};

@@ -128,7 +128,7 @@ impl Node {
         client: kube::Client,
         images: &[PathBuf],
     ) -> Result<Node, NodeError> {
-        preflight()?;
+        Self::preflight()?;
         let lock = take_lock(dir)?;
         // A node that did not come up leaves nothing behind either (its processes are
         // stopped as they are dropped).
@@ -450,21 +450,24 @@ conntrack: {{maxPerCore: 0}}
     )
 }
 
-/// Root and the system tools, checked before anything is made.
-fn preflight() -> Result<(), NodeError> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        return Err(NodeError::NotRoot);
-    }
-    for tool in ["containerd", "ctr", "runc", "ip", "iptables", "nsenter"] {
-        if which(tool).is_none() {
-            return Err(NodeError::Tool(tool));
+impl Node {
+    /// Whether a node can start here: root, and the system tools it runs. Checked before
+    /// anything is made; a caller about to build for minutes checks it first.
+    pub fn preflight() -> Result<(), NodeError> {
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != 0 {
+            return Err(NodeError::NotRoot);
         }
+        for tool in ["containerd", "ctr", "runc", "ip", "iptables", "nsenter"] {
+            if which(tool).is_none() {
+                return Err(NodeError::Tool(tool));
+            }
+        }
+        if !Path::new("/usr/lib/cni/bridge").is_file() {
+            return Err(NodeError::Tool("/usr/lib/cni/bridge"));
+        }
+        Ok(())
     }
-    if !Path::new("/usr/lib/cni/bridge").is_file() {
-        return Err(NodeError::Tool("/usr/lib/cni/bridge"));
-    }
-    Ok(())
 }
 
 fn which(tool: &str) -> Option<PathBuf> {
