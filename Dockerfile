@@ -21,9 +21,12 @@ FROM rust:${RUST_VERSION}-slim-${DEBIAN} AS build
 ARG CARGO_PROFILE=release
 WORKDIR /src
 COPY . .
+# COPY keeps the files' times, so a source older than the cached target's last build would
+# look built already: the workspace's own sources are made newer than any build first.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --profile "${CARGO_PROFILE}" --locked --bin kubosh \
+    find src crates -type f -exec touch {} + \
+    && cargo build --profile "${CARGO_PROFILE}" --locked --bin kubosh \
     && out=$([ "${CARGO_PROFILE}" = dev ] && echo debug || echo "${CARGO_PROFILE}") \
     && install -m 0755 "target/${out}/kubosh" /usr/local/bin/kubosh
 
