@@ -118,7 +118,7 @@ pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
 }
 
 /// What an operator would look at when something did not come up: every Pod, the recent
-/// Events, and the kubosh and NATS Pods' logs.
+/// Events, and the kubosh, NATS and cloud Pods' logs.
 pub fn diagnosis(cp: &ControlPlane) -> String {
     let mut text = String::new();
     for args in [
@@ -138,6 +138,13 @@ pub fn diagnosis(cp: &ControlPlane) -> String {
             "kubosh-system",
             "deploy/nats",
             "--all-containers",
+            "--tail=40",
+        ][..],
+        &[
+            "logs",
+            "-n",
+            "kubosh-system",
+            "deploy/kubosh-cloud",
             "--tail=40",
         ][..],
     ] {

@@ -310,7 +310,8 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
 
     // The cloud's Pod deleted, as a host that restarts: the new Pod finds its state on the
     // claim and boots the same VMs, whose jobs answer the errand's smoke tests again.
-    let vms_before = cloud_vms(cp);
+    let mut vms_before = cloud_vms(cp);
+    vms_before.sort();
     sh(
         cp,
         &format!("kubectl delete pod -n {RELEASE_NS} -l app.kubernetes.io/component=cloud"),
@@ -319,11 +320,20 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
         cp,
         &format!("kubectl rollout status deploy/kubosh-cloud -n {RELEASE_NS} --timeout=120s"),
     );
+    let mut seen = vms_before.clone();
     eventually(
         cp,
         "the cloud's VMs booted again",
         Duration::from_secs(60),
-        || (cloud_vms(cp) == vms_before).then_some(()),
+        || {
+            let mut now = cloud_vms(cp);
+            now.sort();
+            if now != seen {
+                eprintln!("the cloud's VMs (CID, agent running): {now:?}");
+                seen = now;
+            }
+            (seen == vms_before).then_some(())
+        },
     )
     .await;
     let run = sh(
