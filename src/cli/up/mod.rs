@@ -9,7 +9,8 @@
 //! then, and stops everything it started. While it runs it looks after what it started: a
 //! controller that exits is started again, etcd, kube-apiserver or nats-server ending stops
 //! the run. The stack itself is `kubosh_devenv::demo`; this
-//! module applies, follows and prints.
+//! module applies, follows and prints. `--in-cluster` is the same demo with the controller
+//! as Pods (`in_cluster`).
 
 mod apply;
 mod errand;
@@ -356,14 +357,8 @@ struct LocalController<'a>(&'a mut Stack);
 
 impl progress::Watched for LocalController<'_> {
     fn gone(&mut self) -> Option<String> {
-        let log = self.0.layout().controller_log();
-        (!self.0.controller_running()).then(|| {
-            format!(
-                "kubosh controller exited; the end of its log ({}):\n{}",
-                log.display(),
-                progress::tail(&log)
-            )
-        })
+        let running = self.0.controller_running();
+        (!running).then(|| format!("kubosh controller exited; {}", self.log_tail()))
     }
 
     fn log_tail(&self) -> String {

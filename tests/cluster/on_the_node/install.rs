@@ -425,4 +425,11 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
         "the standby took {handover:?} to take over"
     );
     sh(cp, "kubectl delete -k deploy/ --wait --timeout=180s");
+    eventually(
+        cp,
+        "no object of deploy/ left",
+        Duration::from_secs(60),
+        || release_leftovers(cp).is_empty().then_some(()),
+    )
+    .await;
 }
