@@ -13,7 +13,7 @@ use super::{DEPLOYMENT, Say};
 
 /// The examples the demo applies as they are.
 pub(super) fn examples_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/local")
+    super::source_tree().join("examples/local")
 }
 
 /// Applies the demo's namespace (the controller watches it, so it must exist first) and

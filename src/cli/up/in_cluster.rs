@@ -8,7 +8,7 @@
 //! and the control plane (the built tarballs and images are kept). The steps themselves are
 //! `kubosh_devenv::in_cluster`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
@@ -17,7 +17,10 @@ use kubosh_devenv::in_cluster::{ArtifactServer, Installer, RELEASE_NAMESPACE};
 use kubosh_devenv::{ControlPlane, Node};
 
 use super::apply::{self, kubectl};
-use super::{DEPLOYMENT, NAMESPACE, Say, UpArgs, errand, on_path, progress, report};
+use super::{
+    DEPLOYMENT, NAMESPACE, Say, UpArgs, errand, install_binaries, kubosh_executable, on_path,
+    progress, report, runtime_and_stop_signals, source_tree,
+};
 use crate::cli::signals::StopSignals;
 
 /// What runs while the demo does; dropped, the cluster and the tarballs' server stop.
@@ -36,28 +39,16 @@ pub(super) fn up(args: &UpArgs, layout: &DemoLayout, say: Say) -> Result<ExitCod
     if !on_path("python3") {
         return Err("the tarballs are served to the node's Pods by python3 -m http.server: apt-get install python3".into());
     }
-    let source_tree = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let kubosh =
-        std::env::current_exe().map_err(|e| format!("cannot find the kubosh executable: {e}"))?;
-    if std::env::var_os("KUBOSH_BIN_DIR").is_none() {
-        say.line("installing or reusing the control-plane binaries (tools/testbins.sh; a first build takes minutes)");
-    }
-    let bins = kubosh_devenv::install_bins(&source_tree, |line| eprintln!("    {line}"))
-        .map_err(|e| e.to_string())?;
-    say.line(&format!("control-plane binaries: {}", bins.display()));
+    let source_tree = source_tree();
+    let kubosh = kubosh_executable()?;
+    install_binaries(say)?;
     if std::env::var_os("KUBOSH_IMAGE_DIR").is_none() {
         say.line("building or reusing the node's images (tools/images.sh: the Dockerfile, NATS, CoreDNS; a first build takes many minutes)");
     }
     let images = kubosh_devenv::install_images(&source_tree, |line| eprintln!("    {line}"))
         .map_err(|e| e.to_string())?;
     say.line(&format!("images: {}", images.display()));
-
-    let runtime = tokio::runtime::Runtime::new()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let mut stop = {
-        let _runtime = runtime.enter();
-        StopSignals::listen()
-    };
+    let (runtime, mut stop) = runtime_and_stop_signals()?;
     let mut running = Running::default();
     let outcome = runtime.block_on(async {
         tokio::select! {

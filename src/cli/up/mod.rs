@@ -119,27 +119,12 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
     }
     check_privileges(say)?;
     check_tools()?;
-    let kubosh =
-        std::env::current_exe().map_err(|e| format!("cannot find the kubosh executable: {e}"))?;
-
+    let kubosh = kubosh_executable()?;
     // Before the runtime: the script takes minutes on a fresh machine, and Ctrl-C during it
     // simply ends both.
-    let source_tree = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    if std::env::var_os("KUBOSH_BIN_DIR").is_none() {
-        say.line("installing or reusing the control-plane binaries (tools/testbins.sh; a first build takes minutes)");
-    }
-    let bins = kubosh_devenv::install_bins(&source_tree, |line| eprintln!("    {line}"))
-        .map_err(|e| e.to_string())?;
-    say.line(&format!("control-plane binaries: {}", bins.display()));
-
-    let runtime = tokio::runtime::Runtime::new()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    install_binaries(say)?;
+    let (runtime, mut stop) = runtime_and_stop_signals()?;
     let mut stack: Option<Stack> = None;
-    // One listener for the whole run: a Ctrl-C between converging and following is kept.
-    let mut stop = {
-        let _runtime = runtime.enter();
-        StopSignals::listen()
-    };
     let outcome = runtime.block_on(async {
         tokio::select! {
             result = converge(args, &layout, &kubosh, &mut stack, say) => result.map(|report| Outcome::Ready(Box::new(report))),
@@ -188,6 +173,39 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
         say.line("stopped: nothing of this run is running any more");
     }
     Ok(code)
+}
+
+/// This `kubosh`, which the demo runs as its controller, CPI and agents.
+fn kubosh_executable() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the kubosh executable: {e}"))
+}
+
+/// The repository kubosh was built from: its tools/ scripts and examples/.
+fn source_tree() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The control-plane binaries, built by tools/testbins.sh unless `KUBOSH_BIN_DIR` names them.
+fn install_binaries(say: Say) -> Result<(), String> {
+    if std::env::var_os("KUBOSH_BIN_DIR").is_none() {
+        say.line("installing or reusing the control-plane binaries (tools/testbins.sh; a first build takes minutes)");
+    }
+    let bins = kubosh_devenv::install_bins(&source_tree(), |line| eprintln!("    {line}"))
+        .map_err(|e| e.to_string())?;
+    say.line(&format!("control-plane binaries: {}", bins.display()));
+    Ok(())
+}
+
+/// The run's async runtime, and one stop listener for the whole run: a Ctrl-C between
+/// converging and following is kept.
+fn runtime_and_stop_signals() -> Result<(tokio::runtime::Runtime, StopSignals), String> {
+    let runtime = tokio::runtime::Runtime::new()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let stop = {
+        let _runtime = runtime.enter();
+        StopSignals::listen()
+    };
+    Ok((runtime, stop))
 }
 
 /// Prints the deployment's changes (an edited example applied again, an instance that
