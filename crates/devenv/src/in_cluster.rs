@@ -113,10 +113,10 @@ impl<'a> Installer<'a> {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// `kubectl apply -f` of `object` (JSON).
-    pub fn apply_json(&self, object: &serde_json::Value) -> Result<(), InClusterError> {
+    /// `kubectl apply -f` of `manifest` (YAML or JSON).
+    pub fn apply(&self, manifest: &str) -> Result<(), InClusterError> {
         let file = tempfile::NamedTempFile::new().map_err(io("a temporary file"))?;
-        std::fs::write(file.path(), object.to_string()).map_err(io("write the object"))?;
+        std::fs::write(file.path(), manifest).map_err(io("write the manifest"))?;
         self.run(
             &binary("kubectl")?,
             &["apply", "-f", &file.path().display().to_string()],
@@ -177,7 +177,7 @@ impl<'a> Installer<'a> {
         std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
         std::os::unix::fs::chown(&dir, Some(POD_USER), Some(POD_USER))
             .map_err(io(format!("chown {}", dir.display())))?;
-        self.apply_json(&serde_json::json!({
+        let volume = serde_json::json!({
             "apiVersion": "v1",
             "kind": "List",
             "items": [
@@ -205,7 +205,8 @@ impl<'a> Installer<'a> {
                     },
                 },
             ],
-        }))
+        });
+        self.apply(&volume.to_string())
     }
 
     /// `helm install` of charts/kubosh with the image the Dockerfile built, NATS as
@@ -266,40 +267,12 @@ impl<'a> Installer<'a> {
     }
 }
 
-/// The example's tarballs, served over HTTP while this lives.
+/// The example's tarballs, served over HTTP while this lives (`demo::example_objects` names
+/// them).
 pub struct ArtifactServer {
     _server: ManagedChild,
     /// The example release `hello/1.0.0`.
     pub release: TarballSource,
     /// The local cloud's stemcell.
     pub stemcell: TarballSource,
-}
-
-impl ArtifactServer {
-    /// The Release `hello-1.0.0` and the Stemcell `bosh-kubosh-local-ubuntu-jammy-1.0` in
-    /// `namespace`, naming the served tarballs' URLs and digests (a `v1` List).
-    pub fn objects(&self, namespace: &str) -> serde_json::Value {
-        let (release, stemcell) = (&self.release, &self.stemcell);
-        serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "List",
-            "items": [
-                {
-                    "apiVersion": "kubosh.io/v1alpha1",
-                    "kind": "Release",
-                    "metadata": {"name": "hello-1.0.0", "namespace": namespace},
-                    "spec": {"name": "hello", "version": "1.0.0", "url": release.url, "sha1": release.digest},
-                },
-                {
-                    "apiVersion": "kubosh.io/v1alpha1",
-                    "kind": "Stemcell",
-                    "metadata": {"name": "bosh-kubosh-local-ubuntu-jammy-1.0", "namespace": namespace},
-                    "spec": {
-                        "name": "bosh-kubosh-local-ubuntu-jammy", "version": "1.0",
-                        "url": stemcell.url, "sha1": stemcell.digest,
-                    },
-                },
-            ],
-        })
-    }
 }

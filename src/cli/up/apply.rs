@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use kubosh_devenv::ControlPlane;
-use kubosh_devenv::demo::{DemoLayout, TarballSource};
+use kubosh_devenv::demo::{DemoLayout, TarballSource, example_objects};
 
 use super::{DEPLOYMENT, Say};
 
@@ -52,28 +52,9 @@ pub(super) fn apply_examples(
     say: Say,
 ) -> Result<(), String> {
     let manifests = manifests_dir(layout)?;
-    let release_file = write(
-        &manifests.join("release.yaml"),
-        &artifact_object(
-            "Release",
-            "hello-1.0.0",
-            namespace,
-            "hello",
-            "1.0.0",
-            release,
-        ),
-    )?;
-    let stemcell_file = write(
-        &manifests.join("stemcell.yaml"),
-        &artifact_object(
-            "Stemcell",
-            "bosh-kubosh-local-ubuntu-jammy-1.0",
-            namespace,
-            "bosh-kubosh-local-ubuntu-jammy",
-            "1.0",
-            stemcell,
-        ),
-    )?;
+    let [release_object, stemcell_object] = example_objects(release, stemcell, namespace);
+    let release_file = write(&manifests.join("release.yaml"), &release_object)?;
+    let stemcell_file = write(&manifests.join("stemcell.yaml"), &stemcell_object)?;
     let examples = examples_dir();
     for file in [
         examples.join("cloud-config.yaml"),
@@ -122,22 +103,6 @@ fn manifests_dir(layout: &DemoLayout) -> Result<PathBuf, String> {
     let dir = layout.manifests();
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     Ok(dir)
-}
-
-/// A `Release` or `Stemcell` object for a tarball kubosh up built: its URL and its digest,
-/// so a changed tarball changes the object and the controller reads it again.
-fn artifact_object(
-    kind: &str,
-    object: &str,
-    namespace: &str,
-    name: &str,
-    version: &str,
-    tarball: &TarballSource,
-) -> String {
-    format!(
-        "# Written by kubosh up for the tarball it built.\napiVersion: kubosh.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: {object}\n  namespace: {namespace}\nspec:\n  name: {name}\n  version: \"{version}\"\n  url: {}\n  sha1: \"{}\"\n",
-        tarball.url, tarball.digest,
-    )
 }
 
 fn write(path: &Path, text: &str) -> Result<PathBuf, String> {

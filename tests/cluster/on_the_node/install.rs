@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use kubosh_devenv::demo::example_objects;
 use kubosh_devenv::in_cluster::RELEASE_NAMESPACE as RELEASE_NS;
 use kubosh_devenv::{ControlPlane, NODE_NAME};
 
@@ -239,7 +240,8 @@ async fn helm_install_runs_the_controller_in_a_pod_that_deploys_the_example_to_r
         cp,
         "kubectl apply --server-side -f examples/local/cloud-config.yaml",
     );
-    done(cp, install.apply_json(&artifacts.objects(BOSH_NS)));
+    let objects = example_objects(&artifacts.release, &artifacts.stemcell, BOSH_NS);
+    done(cp, install.apply(&objects.join("---\n")));
     sh(
         cp,
         "kubectl apply --server-side -f examples/local/hello.yaml",

@@ -58,6 +58,32 @@ pub struct TarballSource {
     pub digest: String,
 }
 
+/// The example's `Release` (`hello-1.0.0`) and `Stemcell`
+/// (`bosh-kubosh-local-ubuntu-jammy-1.0`) in `namespace`, naming `release` and `stemcell`, as
+/// YAML documents: a changed tarball changes its object, and the controller reads it again.
+pub fn example_objects(
+    release: &TarballSource,
+    stemcell: &TarballSource,
+    namespace: &str,
+) -> [String; 2] {
+    let object = |kind: &str, object: &str, name: &str, version: &str, tarball: &TarballSource| {
+        format!(
+            "# Written by kubosh for the tarball it built.\napiVersion: kubosh.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: {object}\n  namespace: {namespace}\nspec:\n  name: {name}\n  version: \"{version}\"\n  url: {}\n  sha1: \"{}\"\n",
+            tarball.url, tarball.digest,
+        )
+    };
+    [
+        object("Release", "hello-1.0.0", "hello", "1.0.0", release),
+        object(
+            "Stemcell",
+            "bosh-kubosh-local-ubuntu-jammy-1.0",
+            "bosh-kubosh-local-ubuntu-jammy",
+            "1.0",
+            stemcell,
+        ),
+    ]
+}
+
 /// The example release (`examples/releases/hello`, version 1.0.0) in `dir`, built when there
 /// is none or its source changed since it was built (a digest of the source files is kept
 /// beside it).

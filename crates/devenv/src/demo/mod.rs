@@ -25,7 +25,8 @@ mod stack;
 mod vms;
 
 pub use artifacts::{
-    Artifact, ArtifactError, TarballSource, example_release_artifact, local_stemcell_artifact,
+    Artifact, ArtifactError, TarballSource, example_objects, example_release_artifact,
+    local_stemcell_artifact,
 };
 pub use layout::DemoLayout;
 pub use ports::{DemoPorts, PortsError};
