@@ -18,8 +18,8 @@ use kubosh_devenv::{ControlPlane, Node};
 
 use super::apply::{self, kubectl};
 use super::{
-    DEPLOYMENT, NAMESPACE, Say, UpArgs, errand, install_binaries, kubosh_executable, on_path,
-    progress, report, runtime_and_stop_signals, source_tree,
+    DEPLOYMENT, NAMESPACE, Outcome, Say, UpArgs, errand, failed, install_binaries, interrupted,
+    kubosh_executable, on_path, progress, report, runtime_and_stop_signals, source_tree,
 };
 use crate::cli::signals::StopSignals;
 
@@ -52,12 +52,12 @@ pub(super) fn up(args: &UpArgs, layout: &DemoLayout, say: Say) -> Result<ExitCod
     let mut running = Running::default();
     let outcome = runtime.block_on(async {
         tokio::select! {
-            result = converge(args, layout, &source_tree, &kubosh, &mut running, say) => result.map(Some),
-            () = stop.requested() => Ok(None),
+            result = converge(args, layout, &source_tree, &kubosh, &mut running, say) => result.map(|report| Outcome::Ready(Box::new(report))),
+            () = stop.requested() => Ok(Outcome::Interrupted),
         }
     });
     let code = match outcome {
-        Ok(Some(report)) => {
+        Ok(Outcome::Ready(report)) => {
             let kubeconfig = running
                 .cluster
                 .as_ref()
@@ -79,15 +79,8 @@ pub(super) fn up(args: &UpArgs, layout: &DemoLayout, say: Say) -> Result<ExitCod
             }
             ExitCode::SUCCESS
         }
-        Ok(None) => {
-            say.line("interrupted: stopping everything");
-            ExitCode::from(130)
-        }
-        Err(e) => {
-            eprintln!("kubosh up: {e}");
-            say.line("stopping everything");
-            ExitCode::FAILURE
-        }
+        Ok(Outcome::Interrupted) => interrupted(say),
+        Err(e) => failed(&e, say),
     };
     if running.cluster.is_some() {
         drop(running);

@@ -77,6 +77,19 @@ impl Say {
     }
 }
 
+/// A run stopped by SIGINT or SIGTERM before it converged: exit code 130.
+fn interrupted(say: Say) -> ExitCode {
+    say.line("interrupted: stopping everything");
+    ExitCode::from(130)
+}
+
+/// A run that cannot go on: why, on stderr.
+fn failed(why: &str, say: Say) -> ExitCode {
+    eprintln!("kubosh up: {why}");
+    say.line("stopping everything");
+    ExitCode::FAILURE
+}
+
 /// How a run ended.
 enum Outcome {
     /// Converged; what to print (boxed: the other variant is empty).
@@ -149,24 +162,13 @@ fn up(args: &UpArgs, say: Say) -> Result<ExitCode, String> {
                 say.line("running; Ctrl-C stops everything (the next `kubosh up` starts where this one stops)");
                 match runtime.block_on(follow_until_stopped(stack.as_mut(), &mut stop, say)) {
                     Ok(()) => say.line("stopping everything"),
-                    Err(e) => {
-                        eprintln!("kubosh up: {e}");
-                        say.line("stopping everything");
-                        code = ExitCode::FAILURE;
-                    }
+                    Err(e) => code = failed(&e, say),
                 }
             }
             code
         }
-        Ok(Outcome::Interrupted) => {
-            say.line("interrupted: stopping everything");
-            ExitCode::from(130)
-        }
-        Err(e) => {
-            eprintln!("kubosh up: {e}");
-            say.line("stopping everything");
-            ExitCode::FAILURE
-        }
+        Ok(Outcome::Interrupted) => interrupted(say),
+        Err(e) => failed(&e, say),
     };
     if let Some(mut stack) = stack.take() {
         stack.stop(&mut |text| say.line(text));

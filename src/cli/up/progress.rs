@@ -92,13 +92,13 @@ pub(super) async fn converge(
             && mine.iter().all(|i| {
                 i.status.as_ref().and_then(|s| s.process_state) == Some(ProcessState::Running)
             });
-        if ready && all_running && !controller.reaches_instances() {
-            return Ok(Converged {
-                last_task: status.last_task,
-                answers: Vec::new(),
-            });
-        }
         if ready && all_running {
+            if !controller.reaches_instances() {
+                return Ok(Converged {
+                    last_task: status.last_task,
+                    answers: Vec::new(),
+                });
+            }
             let port = hello_port(&d);
             let answers: Vec<Answer> = mine.iter().filter_map(|i| answer(i, port)).collect();
             if answers.len() == mine.len() {
