@@ -18,8 +18,9 @@ use kubosh_devenv::{ControlPlane, Node};
 
 use super::apply::{self, kubectl};
 use super::{
-    DEPLOYMENT, NAMESPACE, Outcome, Say, UpArgs, errand, failed, install_binaries, interrupted,
-    kubosh_executable, on_path, progress, report, runtime_and_stop_signals, source_tree,
+    DEPLOYMENT, NAMESPACE, Outcome, Say, UpArgs, client_of, errand, failed, follow_deployment,
+    install_binaries, interrupted, kubosh_executable, on_path, progress, report,
+    runtime_and_stop_signals, source_tree,
 };
 use crate::cli::signals::StopSignals;
 
@@ -212,16 +213,7 @@ fn where_things_are(cluster: Option<&ControlPlane>) -> String {
 
 /// Prints the deployment's changes until SIGINT or SIGTERM.
 async fn follow_until_stopped(cluster: Option<&ControlPlane>, stop: &mut StopSignals, say: Say) {
-    let client = match cluster {
-        Some(cp) => cp.client().await.ok(),
-        None => None,
-    };
-    let follow = async {
-        match &client {
-            Some(client) => progress::follow(client, NAMESPACE, DEPLOYMENT, say).await,
-            None => std::future::pending().await,
-        }
-    };
+    let follow = follow_deployment(client_of(cluster).await, say);
     tokio::select! {
         () = follow => {}
         () = stop.requested() => {}

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::signals::StopSignals;
+use kubosh_devenv::ControlPlane;
 use kubosh_devenv::demo::{
     DemoLayout, Ended, Stack, example_release_artifact, local_stemcell_artifact,
 };
@@ -223,16 +224,8 @@ async fn follow_until_stopped(
         stop.requested().await;
         return Ok(());
     };
-    let client = match stack.control_plane() {
-        Some(cp) => cp.client().await.ok(),
-        None => None,
-    };
-    let follow = async {
-        match &client {
-            Some(client) => progress::follow(client, NAMESPACE, DEPLOYMENT, say).await,
-            None => std::future::pending().await,
-        }
-    };
+    let client = client_of(stack.control_plane()).await;
+    let follow = follow_deployment(client, say);
     tokio::pin!(follow);
     let mut supervisor = Supervisor::default();
     let mut check = tokio::time::interval(SUPERVISE_EVERY);
@@ -242,6 +235,20 @@ async fn follow_until_stopped(
             () = stop.requested() => return Ok(()),
             _ = check.tick() => supervisor.check(stack, say)?,
         }
+    }
+}
+
+/// An admin client of `cluster`, when there is one and it can be made.
+async fn client_of(cluster: Option<&ControlPlane>) -> Option<kube::Client> {
+    cluster?.client().await.ok()
+}
+
+/// Prints the example deployment's changes (a line each) for as long as it is polled; with
+/// no client, waits forever.
+async fn follow_deployment(client: Option<kube::Client>, say: Say) {
+    match client {
+        Some(client) => progress::follow(&client, NAMESPACE, DEPLOYMENT, say).await,
+        None => std::future::pending().await,
     }
 }
 
