@@ -1129,16 +1129,22 @@ async fn the_local_cloud_served_over_http_answers_only_callers_kube_apiserver_vo
     );
 
     // The server stopped and its VM's agent with it, as when its Pod goes: a new server on
-    // the same state boots the VM before it serves.
+    // the same state boots the VM before it serves. A call made meanwhile waits for it
+    // (connections refused are tried again: nothing was sent) and is answered.
     drop(server);
     local::stop_all_agents(&cloud.state(), Duration::from_secs(5)).unwrap();
     assert!(!cloud.inventory().vms[0].agent_alive);
-    let _server = serve().await;
+    let (answer, _server) = tokio::join!(cpi.has_vm(&vm), async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        serve().await
+    });
+    assert!(answer.unwrap(), "the call made while no server listened");
     let inventory = cloud.inventory();
     assert_eq!(inventory.vms.len(), 1);
     assert_eq!(inventory.vms[0].cid, vm.as_str());
     assert!(inventory.vms[0].agent_alive);
-    assert_eq!(cloud.methods_called().last().unwrap(), "reboot_vm");
+    let called = cloud.methods_called();
+    assert_eq!(called[called.len() - 2..], ["reboot_vm", "has_vm"]);
 
     cpi.delete_vm(&vm).await.unwrap();
     assert!(!cpi.has_vm(&vm).await.unwrap());

@@ -20,6 +20,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable as _};
 use http::header::AUTHORIZATION;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt as _, Limited};
@@ -31,6 +32,11 @@ use crate::https_server::{Body, Routes, empty, full};
 /// The largest request body accepted: CPI requests are small JSON documents (a stemcell's
 /// image is a path, not its bytes).
 const MAX_REQUEST: usize = 4 * 1024 * 1024;
+
+/// How long a call keeps trying to connect to a server that does not take connections
+/// (its Pod restarting: it boots its VMs before it listens, and the Service reaches the
+/// new Pod once kube-proxy knows it). Nothing was sent, so trying again is safe.
+const CONNECT_FOR_AT_MOST: Duration = Duration::from_secs(120);
 
 /// Why a call over HTTP failed.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +86,9 @@ impl RemoteCpi {
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .no_proxy()
+            // An address nothing answers at (a Pod gone, kube-proxy not caught up) is tried
+            // again soon instead of for the kernel's minutes of SYN retries.
+            .connect_timeout(Duration::from_secs(10))
             .timeout(timeout)
             .build()
             .map_err(|e| unreachable(base, &e))?;
@@ -105,7 +114,10 @@ impl RemoteCpi {
                 message: e.to_string(),
             })?;
         }
-        self.post("/cpi", "application/json", request).await
+        self.post("/cpi", "application/json", || {
+            std::future::ready(Ok(reqwest::Body::from(request.clone())))
+        })
+        .await
     }
 
     /// Sends the file at `path`: its path on the server.
@@ -114,33 +126,61 @@ impl RemoteCpi {
             path: path.display().to_string(),
             message: e.to_string(),
         };
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| image_error(&e))?;
         let body = self
-            .post("/images", "application/octet-stream", file)
+            .post("/images", "application/octet-stream", || async {
+                let file = tokio::fs::File::open(path)
+                    .await
+                    .map_err(|e| image_error(&e))?;
+                Ok(reqwest::Body::from(file))
+            })
             .await?;
         let uploaded: Uploaded = serde_json::from_slice(&body).map_err(|e| image_error(&e))?;
         Ok(uploaded.path)
     }
 
-    /// Posts `body` to `path` with the token: the answer's body, when it is a success.
-    async fn post(
+    /// Posts the body `body` makes to `path` with the token: the answer's body, when it is
+    /// a success. A connection the server refuses is tried again, with a new body, for up
+    /// to [`CONNECT_FOR_AT_MOST`].
+    async fn post<B, F>(
         &self,
         path: &str,
         content_type: &'static str,
-        body: impl Into<reqwest::Body>,
-    ) -> Result<Vec<u8>, CpiHttpError> {
+        body: B,
+    ) -> Result<Vec<u8>, CpiHttpError>
+    where
+        B: Fn() -> F,
+        F: Future<Output = Result<reqwest::Body, CpiHttpError>>,
+    {
         let url = format!("{}{path}", self.base);
-        let answer = (self.client.post(&url))
-            .bearer_auth(&self.token)
-            .header(http::header::CONTENT_TYPE, content_type)
-            .body(body)
-            .send()
+        let send = || async {
+            let body = body().await.map_err(Unsent::Body)?;
+            (self.client.post(&url))
+                .bearer_auth(&self.token)
+                .header(http::header::CONTENT_TYPE, content_type)
+                .body(body)
+                .send()
+                .await
+                .map_err(Unsent::Request)
+        };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(5))
+            .with_max_times(usize::MAX)
+            .with_total_delay(Some(CONNECT_FOR_AT_MOST));
+        let answer = send
+            .retry(backoff)
+            .when(|e| matches!(e, Unsent::Request(e) if e.is_connect()))
+            .notify(|e, after| {
+                tracing::info!(url = %url, "cannot connect to the CPI ({e}); trying again in {after:?}");
+            })
             .await
-            .map_err(|e| unreachable(&url, &e))?;
+            .map_err(|e| match e {
+                Unsent::Body(e) => e,
+                // The message names the URL already.
+                Unsent::Request(e) => unreachable(&url, &e.without_url()),
+            })?;
         let status = answer.status();
-        let body = answer.bytes().await.map_err(|e| unreachable(&url, &e))?;
+        let body = (answer.bytes().await).map_err(|e| unreachable(&url, &e.without_url()))?;
         if !status.is_success() {
             return Err(CpiHttpError::Status {
                 url,
@@ -152,10 +192,41 @@ impl RemoteCpi {
     }
 }
 
-fn unreachable(url: &str, e: &dyn std::fmt::Display) -> CpiHttpError {
+/// Why a request was not answered: its body could not be made, or sending it failed.
+#[derive(Debug)]
+enum Unsent {
+    Body(CpiHttpError),
+    Request(reqwest::Error),
+}
+
+impl std::fmt::Display for Unsent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unsent::Body(e) => e.fmt(f),
+            Unsent::Request(e) => f.write_str(&causes(e)),
+        }
+    }
+}
+
+/// `e` and every error under it, as "what: why: why": reqwest's own message alone says
+/// "error sending request", not that the connection was refused.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text += &format!(": {said}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn unreachable(url: &str, e: &dyn std::error::Error) -> CpiHttpError {
     CpiHttpError::Unreachable {
         url: url.to_string(),
-        message: e.to_string(),
+        message: causes(e),
     }
 }
 
@@ -332,5 +403,29 @@ impl<A: Authenticate> Routes for CpiRoutes<A> {
         } else {
             self.call(req).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::causes;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("error sending request")]
+    struct Sending(#[source] Connecting);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("tcp connect error: {0}")]
+    struct Connecting(#[source] std::io::Error);
+
+    #[test]
+    fn an_error_says_each_of_its_causes_once() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = Sending(Connecting(refused));
+        // The second cause is in the first's text already.
+        assert_eq!(
+            causes(&e),
+            "error sending request: tcp connect error: refused"
+        );
     }
 }
