@@ -569,9 +569,10 @@ async fn the_real_agent_under_the_controller_keeps_disk_data_and_reboots_after_r
     with_disk_types(&w);
     // bosh-agent heartbeats at start and then every 30 s (hard-coded in its app.go): an
     // agent timeout under 30 s would find every healthy agent silent between two beats and
-    // resurrect it. 40 s leaves 10 s for the beat's delivery and the health watch's check
-    // period, and keeps the wait for a dead agent short.
-    let driver = Driver::controller(&w, "real-agent-disks", &["--agent-timeout", "40s"]).await;
+    // resurrect it. The test reboots VMs behind the controller's back, so an agent may be
+    // silent for up to 30 s plus its boot: the health monitor's 60 s leaves its boot 30 s
+    // on a loaded machine (40 s, tried, left 10 s, and a slow boot was resurrected).
+    let driver = Driver::controller(&w, "real-agent-disks", &["--agent-timeout", "60s"]).await;
     keeps_disk_data_through_resize_and_recreate_and_reboots(&w, &driver).await;
 }
 
