@@ -117,20 +117,49 @@ pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     done(cp, installer(cp).run(&kubectl, args))
 }
 
-/// What an operator would look at when something did not come up: every Pod, the recent
-/// Events, and the kubosh, NATS and cloud Pods' logs.
+/// What an operator would look at when something did not come up: kubosh's objects, every
+/// Pod, the kubosh, NATS and cloud Pods' logs, and the recent Events.
 pub fn diagnosis(cp: &ControlPlane) -> String {
+    let kubectl = |args: &[&str]| match kubosh_devenv::binary("kubectl") {
+        Ok(kubectl) => installer(cp)
+            .run(&kubectl, args)
+            .unwrap_or_else(|e| e.to_string()),
+        Err(e) => e.to_string(),
+    };
+    // The leader's log is the one that says what the controller did (any replica's when
+    // none leads).
+    let leader = kubectl(&[
+        "get",
+        "lease",
+        "kubosh-controller",
+        "-n",
+        "kubosh-system",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    let leader_pod = match leader.trim() {
+        "" => "deploy/kubosh".to_string(),
+        pod => format!("pod/{pod}"),
+    };
     let mut text = String::new();
+    // kubosh's own objects first: a failure's excerpt keeps the beginning.
     for args in [
+        &[
+            "get",
+            "boshdeployments,instances,errandruns",
+            "-A",
+            "-o",
+            "wide",
+        ][..],
+        &["describe", "errandruns", "-A"][..],
         &["get", "pods", "-A", "-o", "wide"][..],
-        &["get", "events", "-A", "--sort-by=.lastTimestamp"][..],
+        &["logs", "-n", "kubosh-system", &leader_pod, "--tail=120"][..],
         &[
             "logs",
             "-n",
             "kubosh-system",
-            "deploy/kubosh",
-            "--all-containers",
-            "--tail=80",
+            "deploy/kubosh-cloud",
+            "--tail=60",
         ][..],
         &[
             "logs",
@@ -140,21 +169,9 @@ pub fn diagnosis(cp: &ControlPlane) -> String {
             "--all-containers",
             "--tail=40",
         ][..],
-        &[
-            "logs",
-            "-n",
-            "kubosh-system",
-            "deploy/kubosh-cloud",
-            "--tail=40",
-        ][..],
+        &["get", "events", "-A", "--sort-by=.lastTimestamp"][..],
     ] {
-        let said = match kubosh_devenv::binary("kubectl") {
-            Ok(kubectl) => installer(cp)
-                .run(&kubectl, args)
-                .unwrap_or_else(|e| e.to_string()),
-            Err(e) => e.to_string(),
-        };
-        text += &format!("--- kubectl {}\n{said}", args.join(" "));
+        text += &format!("--- kubectl {}\n{}", args.join(" "), kubectl(args));
     }
     text
 }
