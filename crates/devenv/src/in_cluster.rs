@@ -219,15 +219,7 @@ impl<'a> Installer<'a> {
         self.shared_volume("kubosh-cloud-state", "1Gi")?;
         let mut line = format!(
             "helm install {RELEASE} charts/kubosh -n {RELEASE_NAMESPACE} \
-             --set nats.url=nats://nats.kubosh-system.svc:4222 \
-             --set nats.authorization.enabled=true \
-             --set nats.authorization.claimName=nats-authorization \
-             --set cpi.localCloud.ownPod=true \
-             --set cpi.localCloud.persistence.enabled=true \
-             --set cpi.localCloud.persistence.existingClaim=kubosh-cloud-state \
-             --set blobstore.persistence.enabled=true \
-             --set blobstore.persistence.existingClaim=kubosh-blobs \
-             --wait --timeout 3m"
+             -f examples/cluster/values.yaml --wait --timeout 3m"
         );
         for value in set {
             line += &format!(" --set {value}");

@@ -1,8 +1,8 @@
 //! The Helm chart (`charts/kubosh`) and the plain manifests rendered from it (`deploy/`):
 //! `helm lint`, the rendered objects accepted by the real apiserver (`kubectl apply
 //! --dry-run=server`) in a namespace that enforces the restricted Pod Security Standard, in
-//! both RBAC modes (one watched namespace, or all of them), and `deploy/kubosh.yaml` equal
-//! to what the chart renders. That the RBAC is enough, and no more, is shown by the
+//! both RBAC modes (one watched namespace, or all of them), and `deploy/kubosh.yaml` and
+//! `examples/cluster/kubosh.yaml` equal to what the chart renders. That the RBAC is enough, and no more, is shown by the
 //! controller itself in `tests/e2e/chart_rbac.rs`.
 
 use std::path::Path;
@@ -13,9 +13,13 @@ use kube::api::{Api, PostParams};
 use crate::helm::{render, root, succeeds};
 use crate::support;
 
-/// The command regenerating `deploy/kubosh.yaml`, from the repository root.
-const REGENERATE: &str =
-    "helm template kubosh charts/kubosh --namespace kubosh-system > deploy/kubosh.yaml";
+/// The chart's committed renderings, each with its `helm template` values arguments: the
+/// defaults in `deploy/`, and the cluster example's values in `examples/cluster/`, each a
+/// kustomization.
+const RENDERINGS: [(&str, &[&str]); 2] = [
+    ("deploy", &[]),
+    ("examples/cluster", &["-f", "examples/cluster/values.yaml"]),
+];
 
 /// A namespace that enforces (and warns about) the restricted Pod Security Standard.
 async fn restricted_namespace(prefix: &str) -> String {
@@ -253,15 +257,8 @@ fn the_generated_director_configuration_loads() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_plain_manifests_are_the_rendered_chart_and_apply() {
-    let committed = std::fs::read_to_string(root().join("deploy/kubosh.yaml")).unwrap_or_default();
-    let rendered = render("kubosh", "kubosh-system", &[]);
-    assert!(
-        committed == rendered,
-        "deploy/kubosh.yaml is not what the chart renders. Regenerate it from the repository \
-         root with:\n\n    {REGENERATE}\n\nand commit the result."
-    );
-    // `kubectl apply -k deploy/` as a user would, but dry: the namespace exists (the
-    // dry run creates nothing), the CRDs already do.
+    // `kubectl apply -k` as a user would, but dry: the namespace exists (the dry run
+    // creates nothing), the CRDs already do.
     let client = support::control_plane().await.client().await.unwrap();
     let ns: Namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "kubosh-system"}})).unwrap();
@@ -273,6 +270,25 @@ async fn the_plain_manifests_are_the_rendered_chart_and_apply() {
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("create kubosh-system: {e}"),
     }
-    let warnings = server_dry_run(&["-k", "deploy"], None).await;
-    assert!(!warnings.contains("PodSecurity"), "{warnings}");
+    for (dir, values) in RENDERINGS {
+        let file = format!("{dir}/kubosh.yaml");
+        let committed = std::fs::read_to_string(root().join(&file)).unwrap_or_default();
+        let mut args = vec![
+            "template",
+            "kubosh",
+            "charts/kubosh",
+            "--namespace",
+            "kubosh-system",
+        ];
+        args.extend(values);
+        let rendered = succeeds("helm", &args, "").0;
+        assert!(
+            committed == rendered,
+            "{file} is not what the chart renders. Regenerate it from the repository root \
+             with:\n\n    helm {} > {file}\n\nand commit the result.",
+            args.join(" ")
+        );
+        let warnings = server_dry_run(&["-k", dir], None).await;
+        assert!(!warnings.contains("PodSecurity"), "{dir}: {warnings}");
+    }
 }
