@@ -10,7 +10,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
-use crate::helm::{render, root, succeeds};
+use crate::helm::{render, root, succeeds, template_args};
 use crate::support;
 
 /// The chart's committed renderings, each with its `helm template` values arguments: the
@@ -273,14 +273,7 @@ async fn the_plain_manifests_are_the_rendered_chart_and_apply() {
     for (dir, values) in RENDERINGS {
         let file = format!("{dir}/kubosh.yaml");
         let committed = std::fs::read_to_string(root().join(&file)).unwrap_or_default();
-        let mut args = vec![
-            "template",
-            "kubosh",
-            "charts/kubosh",
-            "--namespace",
-            "kubosh-system",
-        ];
-        args.extend(values);
+        let args = template_args("kubosh", "kubosh-system", values);
         let rendered = succeeds("helm", &args, "").0;
         assert!(
             committed == rendered,

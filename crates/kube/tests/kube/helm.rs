@@ -47,9 +47,9 @@ pub fn succeeds(program: &str, args: &[&str], stdin: &str) -> (String, String) {
     (stdout, stderr)
 }
 
-/// `helm template` of `charts/kubosh` as release `release` in `namespace`, with `--set`
-/// values.
-pub fn render(release: &str, namespace: &str, set: &[&str]) -> String {
+/// The arguments of `helm template` of `charts/kubosh` as release `release` in
+/// `namespace`, with `values` (`--set ...`, `-f ...`).
+pub fn template_args<'a>(release: &'a str, namespace: &'a str, values: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "template",
         release,
@@ -57,8 +57,13 @@ pub fn render(release: &str, namespace: &str, set: &[&str]) -> String {
         "--namespace",
         namespace,
     ];
-    for s in set {
-        args.extend(["--set", s]);
-    }
-    succeeds("helm", &args, "").0
+    args.extend(values);
+    args
+}
+
+/// `helm template` of `charts/kubosh` as release `release` in `namespace`, with `--set`
+/// values.
+pub fn render(release: &str, namespace: &str, set: &[&str]) -> String {
+    let values: Vec<&str> = set.iter().flat_map(|s| ["--set", *s]).collect();
+    succeeds("helm", &template_args(release, namespace, &values), "").0
 }
