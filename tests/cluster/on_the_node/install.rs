@@ -376,14 +376,20 @@ fn debug_overlay(dir: &Path, base: &Path) -> String {
     // kustomize takes bases by relative path only.
     let up = "../".repeat(dir.components().count() - 1);
     let base = base.strip_prefix("/").unwrap_or(base).display();
-    format!(
-        "resources:\n  - {up}{base}\n\
-         patches:\n  - patch: |\n      apiVersion: apps/v1\n      kind: Deployment\n      \
-         metadata: {{name: kubosh, namespace: {RELEASE_NS}}}\n      spec:\n        \
-         template:\n          spec:\n            containers:\n              \
-         - name: controller\n                env:\n                  \
-         - {{name: KUBOSH_LOG, value: debug}}\n"
-    )
+    // JSON, which is YAML too; the patch as kustomize reads it, a document of its own.
+    let patch = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "kubosh", "namespace": RELEASE_NS},
+        "spec": {"template": {"spec": {"containers": [
+            {"name": "controller", "env": [{"name": "KUBOSH_LOG", "value": "debug"}]}
+        ]}}},
+    });
+    serde_json::json!({
+        "resources": [format!("{up}{base}")],
+        "patches": [{"patch": patch.to_string()}],
+    })
+    .to_string()
 }
 
 /// The example, as `kubosh up` applies it, with the tarballs `artifacts` serves. Once the
